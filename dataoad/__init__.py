@@ -1,0 +1,66 @@
+"""Dataoad: evidence-based execution contracts for side-effecting actions.
+
+A timeout does not prove an action failed. Dataoad records every action as a
+durable receipt whose outcome is an evidence statement (CONFIRMED, FAILED or
+UNKNOWN), never retries an ambiguous mutation by default, and settles
+ambiguity only through read-only verifiers bound to the provider's reference.
+"""
+
+from __future__ import annotations
+
+from dataoad._errors import (
+    ActionInProgressError,
+    ActionNotFoundError,
+    ActionPersistenceError,
+    DataoadError,
+    IdempotencyConflictError,
+    InvalidArgumentError,
+    InvalidRequestError,
+    RecoveryRefusedError,
+    ReservedMetadataError,
+    ResultValueUnavailableError,
+    UnresolvedActionError,
+)
+from dataoad._failure import DefinitiveFailure
+from dataoad._ledger import Ledger
+from dataoad._policy import RetryPolicy
+from dataoad._receipt import ActionReceipt, AttemptRecord
+from dataoad._result import ActionResult
+from dataoad._runner import ActionRunner
+from dataoad._status import ActionStatus, ClaimState, VerificationHealth
+from dataoad._verification import VerificationResult, Verifier
+from dataoad._version import __version__
+from dataoad.ledgers.memory import InMemoryLedger
+
+__all__ = [
+    # running actions
+    "ActionRunner",
+    "RetryPolicy",
+    "DefinitiveFailure",
+    # outcomes and receipts
+    "ActionStatus",
+    "ClaimState",
+    "ActionResult",
+    "ActionReceipt",
+    "AttemptRecord",
+    # verification
+    "Verifier",
+    "VerificationResult",
+    "VerificationHealth",
+    # ledgers
+    "Ledger",
+    "InMemoryLedger",
+    # errors
+    "DataoadError",
+    "ActionInProgressError",
+    "IdempotencyConflictError",
+    "ActionPersistenceError",
+    "UnresolvedActionError",
+    "ResultValueUnavailableError",
+    "InvalidArgumentError",
+    "InvalidRequestError",
+    "ReservedMetadataError",
+    "RecoveryRefusedError",
+    "ActionNotFoundError",
+    "__version__",
+]

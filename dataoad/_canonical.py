@@ -1,0 +1,168 @@
+"""Strict JSON validation of requests and metadata, and the canonical request hash.
+
+Validation is exact on purpose: a ``bool`` is not an ``int``, an ``IntEnum`` is
+not an ``int``, a tuple is not a list. Anything Python would silently coerce
+could make two different intents share a hash, or one intent hash two ways.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+from collections.abc import Callable, Mapping
+from typing import Any, Final
+
+import rfc8785
+
+from dataoad._errors import InvalidArgumentError, InvalidRequestError, ReservedMetadataError
+
+__all__ = [
+    "MAX_DEPTH",
+    "MAX_SAFE_INTEGER",
+    "RESERVED_METADATA_KEYS",
+    "canonical_json",
+    "request_hash",
+    "validate_json_object",
+    "validate_metadata",
+    "validate_request",
+]
+
+#: Largest integer every JSON consumer can represent exactly (IEEE 754 double).
+MAX_SAFE_INTEGER: Final = 2**53 - 1
+#: Deeper structures are rejected with a clear error instead of a RecursionError.
+MAX_DEPTH: Final = 64
+
+#: Top-level metadata keys owned by the receipt protocol.
+RESERVED_METADATA_KEYS: Final = frozenset(
+    {
+        "attempt_history",
+        "attempt_records",
+        "provider",
+        "provider_request_id_conflict",
+        "provider_request_ids",
+        "recovery",
+        "verification",
+        "verification_conflict",
+        "verification_observations",
+    }
+)
+
+
+def _describe(value: object) -> str:
+    return type(value).__qualname__
+
+
+def validate_json_object(
+    value: object,
+    *,
+    root: str,
+    error: Callable[[str, str], Exception],
+) -> None:
+    """Raise ``error(message, path)`` unless ``value`` is a strict JSON object.
+
+    Allowed: exact ``dict`` with exact ``str`` keys; values ``None``, exact
+    ``bool``, exact ``int`` within +/-(2**53-1), finite exact ``float``, exact
+    ``str`` (valid Unicode), exact ``list`` and nested such dicts.
+    """
+    if type(value) is not dict:
+        raise error(f"{root} must be a dict, not {_describe(value)}", root)
+    # Iterative walk with an explicit stack: no recursion limit to hit, and the
+    # set of containers on the current path detects cycles.
+    on_path: set[int] = set()
+    stack: list[tuple[object, str, int, bool]] = [(value, root, 0, False)]
+    while stack:
+        node, path, depth, leaving = stack.pop()
+        if leaving:
+            on_path.discard(id(node))
+            continue
+        node_type = type(node)
+        if node is None or node_type is bool or node_type is str:
+            if node_type is str:
+                _check_text(node, path, error)  # type: ignore[arg-type]
+            continue
+        if node_type is int:
+            if not -MAX_SAFE_INTEGER <= node <= MAX_SAFE_INTEGER:  # type: ignore[operator]
+                raise error(
+                    f"{path} is an integer outside +/-(2**53-1); pass it as a string",
+                    path,
+                )
+            continue
+        if node_type is float:
+            if not math.isfinite(node):  # type: ignore[arg-type]
+                raise error(f"{path} is a non-finite float ({node!r})", path)
+            continue
+        if node_type is dict or node_type is list:
+            if id(node) in on_path:
+                raise error(f"{path} refers back to a containing object (a cycle)", path)
+            if depth >= MAX_DEPTH:
+                raise error(f"{path} is nested deeper than {MAX_DEPTH} levels", path)
+            on_path.add(id(node))
+            stack.append((node, path, depth, True))
+            if node_type is dict:
+                items = list(node.items())  # type: ignore[attr-defined]
+                for key, child in reversed(items):
+                    if type(key) is not str:
+                        raise error(
+                            f"{path} has a key of type {_describe(key)} ({key!r}); "
+                            "keys must be str",
+                            path,
+                        )
+                    _check_text(key, f"{path} key {key!r}", error)
+                    stack.append((child, f"{path}[{_quote(key)}]", depth + 1, False))
+            else:
+                for index in range(len(node) - 1, -1, -1):  # type: ignore[arg-type]
+                    stack.append((node[index], f"{path}[{index}]", depth + 1, False))  # type: ignore[index]
+            continue
+        raise error(
+            f"{path} has unsupported type {_describe(node)}; convert it explicitly "
+            "to None, bool, int, float, str, list or dict",
+            path,
+        )
+
+
+def _quote(key: str) -> str:
+    # Double quotes, as a reader would write the subscript: request["items"].
+    return json.dumps(key, ensure_ascii=False)
+
+
+def _check_text(text: str, path: str, error: Callable[[str, str], Exception]) -> None:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        raise error(f"{path} is not valid Unicode (lone surrogate)", path) from None
+
+
+def _request_error(message: str, path: str) -> Exception:
+    return InvalidRequestError(message, path=path)
+
+
+def _metadata_error(message: str, path: str) -> Exception:
+    return InvalidArgumentError(f"metadata is not JSON-compatible: {message}")
+
+
+def validate_request(request: object) -> None:
+    """Raise InvalidRequestError, naming the path, unless ``request`` is strict JSON."""
+    validate_json_object(request, root="request", error=_request_error)
+
+
+def validate_metadata(metadata: object) -> None:
+    """Validate caller metadata: strict JSON, and no reserved top-level key."""
+    validate_json_object(metadata, root="metadata", error=_metadata_error)
+    assert isinstance(metadata, dict)
+    reserved = sorted(key for key in metadata if key in RESERVED_METADATA_KEYS)
+    if reserved:
+        raise ReservedMetadataError(
+            f"metadata keys {reserved} are reserved for Dataoad's receipt protocol",
+            keys=tuple(reserved),
+        )
+
+
+def canonical_json(value: Mapping[str, Any]) -> bytes:
+    """The RFC 8785 (JSON Canonicalization Scheme) bytes of a validated object."""
+    return rfc8785.dumps(value)
+
+
+def request_hash(request: Mapping[str, Any]) -> str:
+    """Lowercase hex SHA-256 of the request's RFC 8785 canonical form."""
+    return hashlib.sha256(rfc8785.dumps(request)).hexdigest()

@@ -1,0 +1,169 @@
+"""The error hierarchy. Every error Dataoad raises derives from DataoadError."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from dataoad._receipt import ActionReceipt
+    from dataoad._status import ActionStatus
+
+__all__ = [
+    "ActionInProgressError",
+    "ActionNotFoundError",
+    "ActionPersistenceError",
+    "DataoadError",
+    "IdempotencyConflictError",
+    "InvalidArgumentError",
+    "InvalidRequestError",
+    "RecoveryRefusedError",
+    "ReservedMetadataError",
+    "ResultValueUnavailableError",
+    "UnresolvedActionError",
+]
+
+
+class DataoadError(Exception):
+    """Base class of every error raised by Dataoad."""
+
+
+class InvalidArgumentError(DataoadError, TypeError, ValueError):
+    """An argument to a public function has the wrong type or value.
+
+    Raised before any ledger write and before any operation call. It derives
+    from both TypeError and ValueError so callers can catch either.
+    """
+
+
+class InvalidRequestError(DataoadError, TypeError):
+    """The request is not a strict JSON object; ``path`` names the offending part."""
+
+    def __init__(self, message: str, *, path: str = "request") -> None:
+        super().__init__(message)
+        self.path = path
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (_rebuild, (type(self), self.args, {"path": self.path}))
+
+
+class ReservedMetadataError(DataoadError, ValueError):
+    """Caller metadata used a top-level key reserved for the receipt protocol."""
+
+    def __init__(self, message: str, *, keys: tuple[str, ...] = ()) -> None:
+        super().__init__(message)
+        self.keys = keys
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (_rebuild, (type(self), self.args, {"keys": self.keys}))
+
+
+class _ClaimError(DataoadError):
+    """An error about an existing claim; carries that claim's receipt."""
+
+    def __init__(self, message: str, *, receipt: ActionReceipt) -> None:
+        super().__init__(message)
+        self.receipt = receipt
+
+    @property
+    def action_id(self) -> str:
+        """The action id of the existing claim."""
+        return self.receipt.action_id
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (_rebuild, (type(self), self.args, {"receipt": self.receipt}))
+
+
+class ActionInProgressError(_ClaimError):
+    """The same action and key is claimed and not completed; nothing was invoked."""
+
+
+class IdempotencyConflictError(_ClaimError):
+    """The key is already claimed for a different request or provider reference."""
+
+
+class RecoveryRefusedError(DataoadError):
+    """A recovery or release was refused because it could be unsafe."""
+
+    def __init__(self, message: str, *, receipt: ActionReceipt | None = None) -> None:
+        super().__init__(message)
+        self.receipt = receipt
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (_rebuild, (type(self), self.args, {"receipt": self.receipt}))
+
+
+class ActionNotFoundError(DataoadError, LookupError):
+    """No receipt with the given action id exists in the ledger."""
+
+    def __init__(self, message: str, *, action_id: str = "") -> None:
+        super().__init__(message)
+        self.action_id = action_id
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (_rebuild, (type(self), self.args, {"action_id": self.action_id}))
+
+
+class UnresolvedActionError(DataoadError):
+    """``ActionResult.value`` was read for a FAILED or UNKNOWN result."""
+
+
+class ResultValueUnavailableError(DataoadError):
+    """The result is CONFIRMED but no value correlated with it is available."""
+
+
+class ActionPersistenceError(DataoadError):
+    """A ledger transition could not be proven durable.
+
+    ``receipt`` is the last receipt this runner safely observed (None when the
+    ledger could not even be read), not a promise that the failed write did
+    not commit. ``operation_invoked`` says whether the
+    operation ran in this call. The ``observed_*`` fields are the in-process
+    evidence at the time of the failure: diagnostics, not durable facts. Never
+    treat this error as permission to repeat the mutation; re-read the ledger.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        receipt: ActionReceipt | None,
+        operation_invoked: bool,
+        observed_status: ActionStatus | None = None,
+        observed_metadata: Mapping[str, Any] | None = None,
+        value_available: bool = False,
+        observed_value: object = None,
+    ) -> None:
+        super().__init__(message)
+        self.receipt = receipt
+        self.operation_invoked = operation_invoked
+        self.observed_status = observed_status
+        self.observed_metadata = observed_metadata
+        self.value_available = value_available
+        self.observed_value = observed_value if value_available else None
+
+    @property
+    def action_id(self) -> str | None:
+        """The action id of the affected claim, if one was known."""
+        return None if self.receipt is None else self.receipt.action_id
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        state = {
+            "receipt": self.receipt,
+            "operation_invoked": self.operation_invoked,
+            "observed_status": self.observed_status,
+            "observed_metadata": None
+            if self.observed_metadata is None
+            else dict(self.observed_metadata),
+            "value_available": self.value_available,
+            "observed_value": self.observed_value,
+        }
+        return (_rebuild, (type(self), self.args, state))
+
+
+def _rebuild(cls: type[BaseException], args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    return cls(*args, **kwargs)
+
+
+for _name in __all__:
+    globals()[_name].__module__ = "dataoad"

@@ -1,0 +1,120 @@
+"""Receipts: immutable snapshots of a claim and its attempts."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from datetime import UTC, datetime
+from typing import Any, Final, Literal
+
+from dataoad._frozen import freeze
+from dataoad._status import ActionStatus, ClaimState
+
+__all__ = ["MAX_ERROR_LENGTH", "ActionReceipt", "AttemptRecord", "bounded_error", "utc_now"]
+
+#: Stored error strings (type name and message) never exceed this many characters.
+MAX_ERROR_LENGTH: Final = 1000
+
+RetryDecision = Literal["retry", "stop"]
+
+
+def utc_now() -> datetime:
+    """The current time as an aware UTC datetime."""
+    return datetime.now(UTC)
+
+
+def bounded_error(exc: BaseException) -> str:
+    """``"TypeName: message"``, cut to MAX_ERROR_LENGTH characters.
+
+    Never raises: an exception whose ``str()`` fails is still described.
+    """
+    name = type(exc).__qualname__
+    try:
+        message = str(exc)
+    except Exception:
+        message = "<unprintable message>"
+    text = f"{name}: {message}" if message else name
+    if len(text) > MAX_ERROR_LENGTH:
+        text = text[: MAX_ERROR_LENGTH - 1] + "\u2026"
+    return text
+
+
+def bound_text(text: str) -> str:
+    """Cut an arbitrary stored string to MAX_ERROR_LENGTH characters."""
+    if len(text) > MAX_ERROR_LENGTH:
+        return text[: MAX_ERROR_LENGTH - 1] + "\u2026"
+    return text
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class AttemptRecord:
+    """One invocation of the operation under a claim.
+
+    ``execution_status`` is None while the attempt has not finished (for
+    example after a crash); ``retry_decision`` says whether the runner made
+    another attempt after this one.
+    """
+
+    number: int
+    started_at: datetime
+    execution_status: ActionStatus | None = None
+    verification_status: ActionStatus | None = None
+    error: str | None = None
+    provider_request_id: str | None = None
+    retry_decision: RetryDecision | None = None
+    finished_at: datetime | None = None
+
+    @property
+    def finished(self) -> bool:
+        """Whether the attempt's outcome was recorded."""
+        return self.finished_at is not None
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class ActionReceipt:
+    """An immutable snapshot of one idempotency claim, as the ledger holds it.
+
+    The three statuses separate what direct execution established, what
+    independent read-back established, and the current public statement
+    (``final_status``, which ``ActionResult.status`` reports). All three are
+    None while nothing is established. ``version`` grows by one on every
+    durable transition. Raw requests and provider return values are never
+    kept: only ``request_hash``, identifiers, bounded errors and JSON metadata.
+    """
+
+    action_id: str
+    action_name: str
+    idempotency_key: str
+    request_hash: str
+    provider_reference: str | None
+    risk: str | None
+    claim_state: ClaimState
+    attempts: int
+    execution_status: ActionStatus | None
+    verification_status: ActionStatus | None
+    final_status: ActionStatus | None
+    provider_request_id: str | None
+    error: str | None
+    metadata: Mapping[str, Any]
+    attempt_records: tuple[AttemptRecord, ...]
+    version: int
+    created_at: datetime
+    updated_at: datetime
+
+    def __post_init__(self) -> None:
+        # Deep-freeze so no holder of a snapshot can change what others see.
+        object.__setattr__(self, "metadata", freeze(self.metadata))
+        object.__setattr__(self, "attempt_records", tuple(self.attempt_records))
+
+    @property
+    def is_pending(self) -> bool:
+        """Whether the claim is still PENDING (its outcome not yet recorded)."""
+        return self.claim_state is ClaimState.PENDING
+
+    def evolve(self, **changes: Any) -> ActionReceipt:
+        """A copy with ``changes`` applied (the ledger decides if it is stored)."""
+        return dataclasses.replace(self, **changes)
+
+
+ActionReceipt.__module__ = "dataoad"
+AttemptRecord.__module__ = "dataoad"

@@ -1,0 +1,215 @@
+"""Verifier results, the Verifier protocol, and what a result is worth.
+
+A verifier only reports what it read. The runner decides what that report
+proves: :func:`classify_verification` is the single rule for it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Awaitable, Callable, Mapping
+from typing import TYPE_CHECKING, Any, Final, Protocol, TypeAlias, runtime_checkable
+
+from dataoad._canonical import validate_json_object
+from dataoad._errors import InvalidArgumentError
+from dataoad._frozen import freeze
+from dataoad._status import ActionStatus, VerificationHealth
+
+if TYPE_CHECKING:
+    from dataoad._receipt import ActionReceipt
+
+__all__ = [
+    "MISSING",
+    "AnyVerifier",
+    "VerificationResult",
+    "Verifier",
+    "classify_verification",
+]
+
+
+class _Missing:
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return "<missing>"
+
+    def __reduce__(self) -> str:
+        return "MISSING"
+
+
+#: Marks a VerificationResult that carries no recovered value.
+MISSING: Final = _Missing()
+
+
+def _details_error(message: str, path: str) -> Exception:
+    return InvalidArgumentError(f"verification details are not JSON-compatible: {message}")
+
+
+def _check_reference(name: str, value: object, *, optional: bool) -> None:
+    if value is None and optional:
+        return
+    if type(value) is not str or not value:
+        raise InvalidArgumentError(
+            f"{name} must be a non-empty str, not {type(value).__qualname__}"
+        )
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class VerificationResult:
+    """What a read-only verifier observed. Build it with the class methods.
+
+    ``outcome`` is what the verifier claims; the runner accepts a claim only
+    when it is healthy and bound to the receipt's ``provider_reference``
+    (echoed as ``verified_provider_reference``), and an absence only when it
+    is also conclusive and ``retry_safe``. ``value`` is never persisted.
+    """
+
+    outcome: ActionStatus
+    health: VerificationHealth = VerificationHealth.HEALTHY
+    conclusive_absence: bool = False
+    retry_safe: bool = False
+    verified_provider_reference: str | None = None
+    provider_request_id: str | None = None
+    details: Mapping[str, Any] | None = None
+    reason: str | None = None
+    value: object = MISSING
+
+    def __post_init__(self) -> None:
+        if type(self.outcome) is not ActionStatus:
+            raise InvalidArgumentError("outcome must be an ActionStatus")
+        if type(self.health) is not VerificationHealth:
+            raise InvalidArgumentError("health must be a VerificationHealth")
+        for name in ("conclusive_absence", "retry_safe"):
+            if type(getattr(self, name)) is not bool:
+                raise InvalidArgumentError(f"{name} must be a bool")
+        _check_reference(
+            "verified_provider_reference", self.verified_provider_reference, optional=True
+        )
+        _check_reference("provider_request_id", self.provider_request_id, optional=True)
+        if self.reason is not None and type(self.reason) is not str:
+            raise InvalidArgumentError("reason must be a str")
+        if self.details is not None:
+            validate_json_object(self.details, root="details", error=_details_error)
+            object.__setattr__(self, "details", freeze(self.details))
+
+    @property
+    def has_value(self) -> bool:
+        """Whether the verifier recovered a value (it may still be withheld)."""
+        return self.value is not MISSING
+
+    @classmethod
+    def confirmed(
+        cls,
+        *,
+        verified_provider_reference: str,
+        provider_request_id: str | None = None,
+        value: object = MISSING,
+        details: dict[str, Any] | None = None,
+    ) -> VerificationResult:
+        """Positive evidence that the effect bound to this reference happened."""
+        _check_reference("verified_provider_reference", verified_provider_reference, optional=False)
+        return cls(
+            outcome=ActionStatus.CONFIRMED,
+            verified_provider_reference=verified_provider_reference,
+            provider_request_id=provider_request_id,
+            value=value,
+            details=details,
+        )
+
+    @classmethod
+    def absent(
+        cls,
+        *,
+        verified_provider_reference: str,
+        retry_safe: bool = False,
+        health: VerificationHealth = VerificationHealth.HEALTHY,
+        conclusive_absence: bool = True,
+        details: dict[str, Any] | None = None,
+    ) -> VerificationResult:
+        """The read found no effect. Proves FAILED only with ``retry_safe=True``.
+
+        Set ``retry_safe=True`` only when the original request is known to be
+        terminal or fenced, so it cannot commit later; an empty read alone is
+        not enough.
+        """
+        _check_reference("verified_provider_reference", verified_provider_reference, optional=False)
+        return cls(
+            outcome=ActionStatus.FAILED,
+            health=health,
+            conclusive_absence=conclusive_absence,
+            retry_safe=retry_safe,
+            verified_provider_reference=verified_provider_reference,
+            details=details,
+        )
+
+    @classmethod
+    def unknown(
+        cls,
+        *,
+        reason: str,
+        verified_provider_reference: str | None = None,
+        health: VerificationHealth = VerificationHealth.UNAVAILABLE,
+        details: dict[str, Any] | None = None,
+    ) -> VerificationResult:
+        """The verifier could not establish anything trustworthy."""
+        if type(reason) is not str:
+            raise InvalidArgumentError("reason must be a str")
+        return cls(
+            outcome=ActionStatus.UNKNOWN,
+            health=health,
+            verified_provider_reference=verified_provider_reference,
+            reason=reason,
+            details=details,
+        )
+
+
+@runtime_checkable
+class Verifier(Protocol):
+    """A read-only observer of the provider, bound by the receipt's provider_reference.
+
+    ``verify`` may be sync or async. Plain callables taking the receipt are
+    accepted wherever a Verifier is. A verifier must never mutate.
+    """
+
+    def verify(self, receipt: ActionReceipt) -> VerificationResult | Awaitable[VerificationResult]:
+        """Observe the effect bound to ``receipt.provider_reference``."""
+        ...
+
+
+#: What the runner accepts as a verifier.
+AnyVerifier: TypeAlias = (
+    Verifier | Callable[["ActionReceipt"], VerificationResult | Awaitable[VerificationResult]]
+)
+
+
+def classify_verification(result: object, provider_reference: str | None) -> ActionStatus:
+    """The status a verifier's result proves for a receipt with ``provider_reference``.
+
+    CONFIRMED needs an exact VerificationResult claiming CONFIRMED, healthy, and
+    echoing ``provider_reference``; FAILED needs the same binding and health plus
+    conclusive, retry-safe absence. Everything else is UNKNOWN.
+
+    post: __return__ == ActionStatus.UNKNOWN or provider_reference is not None
+    post: __return__ != ActionStatus.FAILED or result.retry_safe is True
+    """
+    if type(result) is not VerificationResult:
+        return ActionStatus.UNKNOWN
+    if provider_reference is None or type(result.verified_provider_reference) is not str:
+        return ActionStatus.UNKNOWN
+    if result.verified_provider_reference != provider_reference:
+        return ActionStatus.UNKNOWN
+    if result.health is not VerificationHealth.HEALTHY:
+        return ActionStatus.UNKNOWN
+    if result.outcome is ActionStatus.CONFIRMED:
+        return ActionStatus.CONFIRMED
+    if (
+        result.outcome is ActionStatus.FAILED
+        and result.conclusive_absence is True
+        and result.retry_safe is True
+    ):
+        return ActionStatus.FAILED
+    return ActionStatus.UNKNOWN
+
+
+VerificationResult.__module__ = "dataoad"
+Verifier.__module__ = "dataoad"

@@ -1,0 +1,1 @@
+"""Ledger backends. Import them from ``dataoad``."""

@@ -1,0 +1,109 @@
+"""A ledger wrapper that injects storage faults on either side of a write."""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Awaitable, Callable
+
+from dataoad._ledger import Ledger
+from dataoad._receipt import ActionReceipt
+
+__all__ = ["FaultyLedger", "LedgerFault", "LedgerFaultError"]
+
+
+class LedgerFault(enum.Enum):
+    """Where an injected ledger fault strikes."""
+
+    #: The write fails before it reaches storage: nothing is stored.
+    FAIL_BEFORE_WRITE = "fail_before_write"
+    #: The write commits, then its acknowledgement is lost (the call raises).
+    LOSE_ACKNOWLEDGEMENT = "lose_acknowledgement"
+
+
+class LedgerFaultError(ConnectionError):
+    """The error an injected ledger fault raises."""
+
+
+_WRITES = ("claim", "start_attempt", "record", "release")
+_READS = ("get", "find")
+
+
+class FaultyLedger:
+    """Wraps a ledger; scripted faults hit the next calls of a given method.
+
+    ``inject("start_attempt", LedgerFault.LOSE_ACKNOWLEDGEMENT)`` makes the
+    next ``start_attempt`` commit and then raise. Reads can be made to fail
+    with ``FAIL_BEFORE_WRITE`` as well. ``calls`` logs every call by name.
+    """
+
+    def __init__(self, inner: Ledger) -> None:
+        self.inner = inner
+        self._faults: dict[str, list[LedgerFault]] = {}
+        self.calls: list[str] = []
+        self.on_call: Callable[[str], None] | None = None
+
+    def inject(self, method: str, fault: LedgerFault, times: int = 1) -> None:
+        """Make the next ``times`` calls of ``method`` suffer ``fault``."""
+        if method not in _WRITES + _READS:
+            raise ValueError(f"unknown ledger method {method!r}")
+        if method in _READS and fault is LedgerFault.LOSE_ACKNOWLEDGEMENT:
+            raise ValueError("a read has no acknowledgement to lose")
+        self._faults.setdefault(method, []).extend([fault] * times)
+
+    def pending_faults(self) -> int:
+        """How many injected faults have not struck yet."""
+        return sum(len(v) for v in self._faults.values())
+
+    def _take(self, method: str) -> LedgerFault | None:
+        self.calls.append(method)
+        if self.on_call is not None:
+            self.on_call(method)
+        queue = self._faults.get(method)
+        return queue.pop(0) if queue else None
+
+    async def claim(self, receipt: ActionReceipt) -> tuple[ActionReceipt, bool]:
+        """Delegate, with any injected fault."""
+        fault = self._take("claim")
+        if fault is LedgerFault.FAIL_BEFORE_WRITE:
+            raise LedgerFaultError("injected: claim failed before write")
+        outcome = await self.inner.claim(receipt)
+        if fault is LedgerFault.LOSE_ACKNOWLEDGEMENT:
+            raise LedgerFaultError("injected: claim committed, acknowledgement lost")
+        return outcome
+
+    async def get(self, action_id: str) -> ActionReceipt | None:
+        """Delegate, with any injected fault."""
+        if self._take("get") is not None:
+            raise LedgerFaultError("injected: get failed")
+        return await self.inner.get(action_id)
+
+    async def find(self, action_name: str, idempotency_key: str) -> ActionReceipt | None:
+        """Delegate, with any injected fault."""
+        if self._take("find") is not None:
+            raise LedgerFaultError("injected: find failed")
+        return await self.inner.find(action_name, idempotency_key)
+
+    async def _write(self, method: str, call: Callable[[], Awaitable[bool]]) -> bool:
+        fault = self._take(method)
+        if fault is LedgerFault.FAIL_BEFORE_WRITE:
+            raise LedgerFaultError(f"injected: {method} failed before write")
+        outcome = await call()
+        if fault is LedgerFault.LOSE_ACKNOWLEDGEMENT:
+            raise LedgerFaultError(f"injected: {method} committed, acknowledgement lost")
+        return bool(outcome)
+
+    async def start_attempt(self, receipt: ActionReceipt) -> bool:
+        """Delegate, with any injected fault."""
+        return await self._write("start_attempt", lambda: self.inner.start_attempt(receipt))
+
+    async def record(self, receipt: ActionReceipt) -> bool:
+        """Delegate, with any injected fault."""
+        return await self._write("record", lambda: self.inner.record(receipt))
+
+    async def release(self, action_id: str, version: int) -> bool:
+        """Delegate, with any injected fault."""
+        return await self._write("release", lambda: self.inner.release(action_id, version))
+
+    async def close(self) -> None:
+        """Close the wrapped ledger."""
+        await self.inner.close()
