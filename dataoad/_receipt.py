@@ -28,7 +28,7 @@ def bounded_error(exc: BaseException) -> str:
 
     Never raises: an exception whose ``str()`` fails is still described.
     """
-    name = type(exc).__qualname__
+    name = type(exc).__name__
     try:
         message = str(exc)
     except Exception:

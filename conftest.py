@@ -1,0 +1,48 @@
+"""Test configuration shared by tests/ and stateful_tests/.
+
+Hypothesis profiles are loaded explicitly: Hypothesis would otherwise pick its
+own settings when it sees CI=true, and a run must mean the same thing on a
+laptop and in CI.
+"""
+
+from __future__ import annotations
+
+import os
+
+from hypothesis import HealthCheck, settings
+
+# The example database lives outside the repository tree's tracked files
+# (.hypothesis/ is git-ignored); the ci profile does not use one at all, so a
+# CI run never depends on what an earlier run found.
+settings.register_profile(
+    "ci",
+    max_examples=60,
+    stateful_step_count=30,
+    deadline=None,
+    derandomize=False,
+    database=None,
+    print_blob=True,
+    # Stateful machines drive real ledgers (SQLite on disk); a slow data
+    # generation is the machine's I/O, not a strategy problem.
+    suppress_health_check=[HealthCheck.too_slow],
+)
+settings.register_profile(
+    "deep",
+    max_examples=2000,
+    stateful_step_count=80,
+    deadline=None,
+    print_blob=True,
+    suppress_health_check=[HealthCheck.too_slow],
+)
+settings.register_profile(
+    "dev",
+    max_examples=30,
+    stateful_step_count=25,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow],
+)
+
+_profile = os.environ.get("HYPOTHESIS_PROFILE", "ci")
+if _profile not in {"ci", "deep", "dev"}:
+    raise RuntimeError(f"HYPOTHESIS_PROFILE must be ci, deep or dev, not {_profile!r}")
+settings.load_profile(_profile)

@@ -1,0 +1,69 @@
+"""Small helpers shared by the example-based tests."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from dataoad import DefinitiveFailure, VerificationHealth, VerificationResult
+
+REF = "order-1"
+REQUEST: dict[str, Any] = {"customer_id": "c1", "amount_cents": 2500}
+
+
+class CountingOperation:
+    """An operation that counts its calls and follows a script of behaviours."""
+
+    def __init__(self, *script: Any) -> None:
+        # Each entry: an exception instance to raise, or a value to return.
+        self.script = list(script)
+        self.calls = 0
+
+    async def __call__(self) -> Any:
+        self.calls += 1
+        step = self.script.pop(0) if self.script else "ok"
+        if isinstance(step, BaseException):
+            raise step
+        return step
+
+
+def confirmed(ref: str = REF, rid: str | None = "pr_1", value: Any = None) -> VerificationResult:
+    if value is None:
+        return VerificationResult.confirmed(
+            verified_provider_reference=ref, provider_request_id=rid
+        )
+    return VerificationResult.confirmed(
+        verified_provider_reference=ref, provider_request_id=rid, value=value
+    )
+
+
+def fenced_absent(ref: str = REF) -> VerificationResult:
+    return VerificationResult.absent(verified_provider_reference=ref, retry_safe=True)
+
+
+def fixed_verifier(*results: Any) -> Callable[[Any], Any]:
+    """A verifier returning (or raising) the given results in turn; counts calls."""
+    queue = list(results)
+    calls: list[Any] = []
+
+    def verify(receipt: Any) -> Any:
+        calls.append(receipt)
+        item = queue.pop(0) if len(queue) > 1 else queue[0]
+        if isinstance(item, BaseException):
+            raise item
+        return item
+
+    verify.calls = calls  # type: ignore[attr-defined]
+    return verify
+
+
+__all__ = [
+    "REF",
+    "REQUEST",
+    "CountingOperation",
+    "DefinitiveFailure",
+    "VerificationHealth",
+    "confirmed",
+    "fenced_absent",
+    "fixed_verifier",
+]

@@ -1,0 +1,198 @@
+"""Idempotency claims (seed: Idempotency semantics)."""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+
+import pytest
+import rfc8785
+
+from dataoad import (
+    ActionInProgressError,
+    ActionRunner,
+    ActionStatus,
+    IdempotencyConflictError,
+    InMemoryLedger,
+    ResultValueUnavailableError,
+)
+from tests.support import REF, REQUEST, CountingOperation, confirmed, fixed_verifier
+
+
+def run(coro):
+    return asyncio.run(coro)
+
+
+def test_request_hash_is_sha256_of_rfc8785_form() -> None:
+    async def scenario() -> None:
+        request = {"b": [1, 2.5, "é"], "a": {"z": None, "y": True}}
+        result = await ActionRunner(InMemoryLedger()).execute(
+            "a", lambda: None, request=request, idempotency_key="k"
+        )
+        expected = hashlib.sha256(rfc8785.dumps(request)).hexdigest()
+        assert result.receipt.request_hash == expected
+        # Key order does not matter: the canonical form sorts keys.
+        reordered = {"a": {"y": True, "z": None}, "b": [1, 2.5, "é"]}
+        replay = await ActionRunner(result_ledger := InMemoryLedger()).execute(
+            "a", lambda: None, request=reordered, idempotency_key="k"
+        )
+        assert replay.receipt.request_hash == expected
+        assert result_ledger.receipts()[0].request_hash == expected
+
+    run(scenario())
+
+
+def test_completed_duplicate_replays_without_invoking() -> None:
+    async def scenario() -> None:
+        runner = ActionRunner(InMemoryLedger())
+        op = CountingOperation("v1", "v2")
+        first = await runner.execute("a", op, request=REQUEST, idempotency_key="k")
+        second = await runner.execute("a", op, request=REQUEST, idempotency_key="k")
+        assert op.calls == 1
+        assert first.replayed is False
+        assert second.replayed is True
+        assert second.receipt == first.receipt
+        assert second.status is ActionStatus.CONFIRMED
+        with pytest.raises(ResultValueUnavailableError):
+            _ = second.value
+
+    run(scenario())
+
+
+def test_in_progress_duplicate_raises_without_invoking() -> None:
+    async def scenario() -> None:
+        runner = ActionRunner(InMemoryLedger())
+        started = asyncio.Event()
+        release = asyncio.Event()
+        calls = 0
+
+        async def slow() -> str:
+            nonlocal calls
+            calls += 1
+            started.set()
+            await release.wait()
+            return "done"
+
+        first = asyncio.create_task(runner.execute("a", slow, request=REQUEST, idempotency_key="k"))
+        await started.wait()
+        with pytest.raises(ActionInProgressError) as info:
+            await runner.execute("a", slow, request=REQUEST, idempotency_key="k")
+        assert calls == 1
+        assert info.value.receipt.attempts == 1
+        assert info.value.action_id == info.value.receipt.action_id
+        release.set()
+        assert (await first).status is ActionStatus.CONFIRMED
+
+    run(scenario())
+
+
+def test_concurrent_contenders_produce_one_winner() -> None:
+    async def scenario() -> None:
+        runner = ActionRunner(InMemoryLedger())
+        op = CountingOperation()
+
+        async def contender() -> object:
+            try:
+                return await runner.execute("a", op, request=REQUEST, idempotency_key="k")
+            except ActionInProgressError as exc:
+                return exc
+
+        outcomes = await asyncio.gather(*(contender() for _ in range(20)))
+        assert op.calls == 1
+        assert sum(1 for o in outcomes if not isinstance(o, Exception) and not o.replayed) == 1
+
+    run(scenario())
+
+
+def test_same_key_different_request_is_a_conflict_before_invoking() -> None:
+    async def scenario() -> None:
+        runner = ActionRunner(InMemoryLedger())
+        op = CountingOperation()
+        first = await runner.execute("a", op, request=REQUEST, idempotency_key="k")
+        with pytest.raises(IdempotencyConflictError) as info:
+            await runner.execute(
+                "a", op, request={**REQUEST, "amount_cents": 1}, idempotency_key="k"
+            )
+        assert op.calls == 1
+        assert info.value.action_id == first.receipt.action_id
+
+    run(scenario())
+
+
+def test_same_key_different_request_while_pending_is_a_conflict() -> None:
+    async def scenario() -> None:
+        runner = ActionRunner(InMemoryLedger())
+        gate = asyncio.Event()
+
+        async def slow() -> None:
+            await gate.wait()
+
+        task = asyncio.create_task(runner.execute("a", slow, request=REQUEST, idempotency_key="k"))
+        await asyncio.sleep(0.01)
+        with pytest.raises(IdempotencyConflictError):
+            await runner.execute("a", slow, request={"other": 1}, idempotency_key="k")
+        gate.set()
+        await task
+
+    run(scenario())
+
+
+def test_different_provider_reference_is_a_conflict() -> None:
+    async def scenario() -> None:
+        runner = ActionRunner(InMemoryLedger())
+        op = CountingOperation()
+        await runner.execute("a", op, request=REQUEST, idempotency_key="k", provider_reference=REF)
+        with pytest.raises(IdempotencyConflictError, match="provider reference"):
+            await runner.execute(
+                "a", op, request=REQUEST, idempotency_key="k", provider_reference="order-2"
+            )
+        with pytest.raises(IdempotencyConflictError):
+            await runner.execute("a", op, request=REQUEST, idempotency_key="k")
+        assert op.calls == 1
+
+    run(scenario())
+
+
+def test_same_key_under_another_action_name_is_another_claim() -> None:
+    async def scenario() -> None:
+        runner = ActionRunner(InMemoryLedger())
+        op = CountingOperation()
+        a = await runner.execute("refund", op, request=REQUEST, idempotency_key="k")
+        b = await runner.execute("charge", op, request=REQUEST, idempotency_key="k")
+        assert op.calls == 2
+        assert a.receipt.action_id != b.receipt.action_id
+
+    run(scenario())
+
+
+def test_unknown_replay_with_verifier_reconciles_read_only() -> None:
+    async def scenario() -> None:
+        runner = ActionRunner(InMemoryLedger())
+        op = CountingOperation(TimeoutError(), "second")
+        first = await runner.execute(
+            "a", op, request=REQUEST, idempotency_key="k", provider_reference=REF
+        )
+        assert first.status is ActionStatus.UNKNOWN
+        verifier = fixed_verifier(confirmed())
+        replay = await runner.execute(
+            "a", op, request=REQUEST, idempotency_key="k", provider_reference=REF, verifier=verifier
+        )
+        assert op.calls == 1
+        assert replay.replayed is True
+        assert replay.status is ActionStatus.CONFIRMED
+        assert len(verifier.calls) == 1  # type: ignore[attr-defined]
+
+    run(scenario())
+
+
+def test_unknown_replay_without_verifier_stays_unknown() -> None:
+    async def scenario() -> None:
+        runner = ActionRunner(InMemoryLedger())
+        op = CountingOperation(TimeoutError())
+        await runner.execute("a", op, request=REQUEST, idempotency_key="k")
+        replay = await runner.execute("a", op, request=REQUEST, idempotency_key="k")
+        assert replay.status is ActionStatus.UNKNOWN
+        assert replay.replayed is True
+        assert op.calls == 1
+
+    run(scenario())

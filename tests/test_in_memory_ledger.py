@@ -1,0 +1,43 @@
+"""InMemoryLedger under threads and several event loops."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import threading
+
+from dataoad import ActionInProgressError, ActionRunner, ActionStatus, InMemoryLedger
+
+
+def test_one_winner_per_key_across_threads_and_event_loops() -> None:
+    ledger = InMemoryLedger()
+    calls: dict[str, int] = {}
+    lock = threading.Lock()
+    barrier = threading.Barrier(8)
+
+    def worker() -> None:
+        async def main() -> None:
+            runner = ActionRunner(ledger)
+            barrier.wait()
+            for n in range(200):
+                key = f"k{n}"
+
+                def op(key: str = key) -> str:
+                    with lock:
+                        calls[key] = calls.get(key, 0) + 1
+                    return key
+
+                with contextlib.suppress(ActionInProgressError):
+                    await runner.execute("a", op, request={"n": n}, idempotency_key=key)
+
+        asyncio.run(main())
+
+    threads = [threading.Thread(target=worker) for _ in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert calls == {f"k{n}": 1 for n in range(200)}
+    receipts = ledger.receipts()
+    assert len(receipts) == 200
+    assert all(r.final_status is ActionStatus.CONFIRMED for r in receipts)

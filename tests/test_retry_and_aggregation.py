@@ -1,0 +1,259 @@
+"""Retry policy and evidence aggregation across attempts (seed: Retry policy)."""
+
+from __future__ import annotations
+
+import asyncio
+import warnings
+
+import pytest
+
+from dataoad import (
+    ActionRunner,
+    ActionStatus,
+    DefinitiveFailure,
+    InMemoryLedger,
+    InvalidArgumentError,
+    RetryPolicy,
+    VerificationResult,
+)
+from tests.support import REF, REQUEST, CountingOperation, confirmed, fenced_absent, fixed_verifier
+
+FAILED, UNKNOWN, CONFIRMED = ActionStatus.FAILED, ActionStatus.UNKNOWN, ActionStatus.CONFIRMED
+RETRY_FAILED = RetryPolicy(max_attempts=3, retry_on_failed=True)
+
+
+def run(coro):
+    return asyncio.run(coro)
+
+
+async def execute(op, *, policy=None, **kw):
+    runner = ActionRunner(InMemoryLedger())
+    return await runner.execute(
+        "charge", op, request=REQUEST, idempotency_key="k", policy=policy, **kw
+    )
+
+
+# -- RetryPolicy ---------------------------------------------------------------
+
+
+def test_default_policy_is_one_attempt_and_no_retries() -> None:
+    policy = RetryPolicy()
+    assert (policy.max_attempts, policy.retry_on_failed, policy.retry_on_unknown) == (
+        1,
+        False,
+        False,
+    )
+    for status in ActionStatus:
+        assert policy.should_retry(status, 1, True) is False
+
+
+def test_failed_is_retried_only_with_capacity_flag_and_retryable_evidence() -> None:
+    assert RETRY_FAILED.should_retry(FAILED, 1, True) is True
+    assert RETRY_FAILED.should_retry(FAILED, 1, False) is False  # not retryable evidence
+    assert RETRY_FAILED.should_retry(FAILED, 3, True) is False  # no capacity left
+    no_flag = RetryPolicy(max_attempts=3)
+    assert no_flag.should_retry(FAILED, 1, True) is False
+    assert RETRY_FAILED.should_retry(UNKNOWN, 1, True) is False
+    assert RETRY_FAILED.should_retry(CONFIRMED, 1, True) is False
+
+
+def test_retry_on_unknown_works_but_warns() -> None:
+    with pytest.warns(RuntimeWarning, match="duplicate"):
+        policy = RetryPolicy(max_attempts=2, retry_on_unknown=True)
+    assert policy.should_retry(UNKNOWN, 1, False) is True
+    assert policy.should_retry(UNKNOWN, 2, False) is False
+
+
+@pytest.mark.parametrize(
+    ("status", "attempts", "retryable"),
+    [
+        ("FAILED", 1, True),  # a str is not a status
+        (None, 1, True),
+        (FAILED, True, True),  # True is not an attempt count
+        (FAILED, 1.0, True),
+        (FAILED, 0, True),
+        (FAILED, -1, True),
+        (FAILED, 1, 1),  # 1 is not a bool
+        (FAILED, 1, "yes"),
+        (FAILED, 1, None),
+    ],
+)
+def test_should_retry_validates_exact_types(
+    status: object, attempts: object, retryable: object
+) -> None:
+    with pytest.raises(InvalidArgumentError):
+        RETRY_FAILED.should_retry(status, attempts, retryable)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    "kwargs",
+    [
+        {"max_attempts": 0},
+        {"max_attempts": True},
+        {"max_attempts": 2.0},
+        {"retry_on_failed": 1},
+        {"retry_on_unknown": "no"},
+    ],
+)
+def test_retry_policy_rejects_invalid_fields(kwargs: dict[str, object]) -> None:
+    with pytest.raises(InvalidArgumentError):
+        RetryPolicy(**kwargs)  # type: ignore[arg-type]
+
+
+# -- the runner applies the policy --------------------------------------------
+
+
+def test_default_policy_never_retries_failed_or_unknown() -> None:
+    async def scenario() -> None:
+        for first in (DefinitiveFailure("no", retryable=True), TimeoutError()):
+            op = CountingOperation(first, "ok")
+            result = await execute(op)
+            assert op.calls == 1
+            assert result.status in (FAILED, UNKNOWN)
+
+    run(scenario())
+
+
+def test_retryable_definitive_failure_is_retried_when_policy_allows() -> None:
+    async def scenario() -> None:
+        op = CountingOperation(DefinitiveFailure("busy", retryable=True), "ok")
+        result = await execute(op, policy=RETRY_FAILED)
+        assert op.calls == 2
+        assert result.status is CONFIRMED
+        records = result.receipt.attempt_records
+        assert [r.execution_status for r in records] == [FAILED, CONFIRMED]
+        assert [r.retry_decision for r in records] == ["retry", "stop"]
+        assert result.receipt.attempts == 2
+
+    run(scenario())
+
+
+def test_non_retryable_definitive_failure_is_not_retried() -> None:
+    async def scenario() -> None:
+        op = CountingOperation(DefinitiveFailure("declined"), "ok")
+        result = await execute(op, policy=RETRY_FAILED)
+        assert op.calls == 1
+        assert result.status is FAILED
+
+    run(scenario())
+
+
+def test_unknown_is_never_retried_even_when_failed_retries_are_allowed() -> None:
+    async def scenario() -> None:
+        op = CountingOperation(TimeoutError(), "ok")
+        result = await execute(op, policy=RETRY_FAILED)
+        assert op.calls == 1
+        assert result.status is UNKNOWN
+
+    run(scenario())
+
+
+def test_unknown_absence_without_retry_safe_is_not_retried() -> None:
+    async def scenario() -> None:
+        op = CountingOperation(TimeoutError(), "ok")
+        verifier = fixed_verifier(VerificationResult.absent(verified_provider_reference=REF))
+        result = await execute(op, policy=RETRY_FAILED, provider_reference=REF, verifier=verifier)
+        assert op.calls == 1
+        assert result.status is UNKNOWN
+
+    run(scenario())
+
+
+def test_fenced_absence_authorises_a_retry() -> None:
+    async def scenario() -> None:
+        op = CountingOperation(TimeoutError(), "ok")
+        verifier = fixed_verifier(fenced_absent(), confirmed())
+        result = await execute(op, policy=RETRY_FAILED, provider_reference=REF, verifier=verifier)
+        assert op.calls == 2
+        assert result.status is CONFIRMED
+
+    run(scenario())
+
+
+def test_max_attempts_caps_retries() -> None:
+    async def scenario() -> None:
+        op = CountingOperation(*[DefinitiveFailure("busy", retryable=True)] * 5)
+        result = await execute(op, policy=RETRY_FAILED)
+        assert op.calls == 3
+        assert result.status is FAILED
+        assert result.receipt.attempt_records[-1].retry_decision == "stop"
+
+    run(scenario())
+
+
+def test_retry_on_unknown_escape_hatch_retries_and_warns_each_time() -> None:
+    with pytest.warns(RuntimeWarning):
+        policy = RetryPolicy(max_attempts=2, retry_on_unknown=True)
+
+    async def scenario() -> None:
+        op = CountingOperation(TimeoutError(), "ok")
+        with pytest.warns(RuntimeWarning, match="duplicate"):
+            result = await execute(op, policy=policy)
+        assert op.calls == 2
+        assert result.status is CONFIRMED
+
+    run(scenario())
+
+
+# -- aggregation ----------------------------------------------------------------
+
+
+def test_later_failed_attempt_cannot_erase_earlier_unknown() -> None:
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        policy = RetryPolicy(max_attempts=2, retry_on_unknown=True)
+
+    async def scenario() -> None:
+        op = CountingOperation(TimeoutError(), DefinitiveFailure("declined"))
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)
+            result = await execute(op, policy=policy)
+        assert op.calls == 2
+        assert [r.execution_status for r in result.receipt.attempt_records] == [UNKNOWN, FAILED]
+        assert result.status is UNKNOWN
+        assert result.receipt.execution_status is UNKNOWN
+
+    run(scenario())
+
+
+def test_later_authoritative_confirmation_establishes_confirmed() -> None:
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        policy = RetryPolicy(max_attempts=2, retry_on_unknown=True)
+
+    async def scenario() -> None:
+        op = CountingOperation(TimeoutError(), "ok")
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)
+            result = await execute(op, policy=policy)
+        assert result.status is CONFIRMED
+
+    run(scenario())
+
+
+def test_all_failed_attempts_aggregate_to_failed() -> None:
+    async def scenario() -> None:
+        op = CountingOperation(
+            DefinitiveFailure("busy", retryable=True), DefinitiveFailure("declined")
+        )
+        result = await execute(op, policy=RETRY_FAILED)
+        assert result.status is FAILED
+
+    run(scenario())
+
+
+def test_policy_argument_overrides_runner_default_and_is_validated() -> None:
+    async def scenario() -> None:
+        runner = ActionRunner(InMemoryLedger(), policy=RETRY_FAILED)
+        op = CountingOperation(DefinitiveFailure("busy", retryable=True), "ok")
+        result = await runner.execute(
+            "a", op, request={}, idempotency_key="k", policy=RetryPolicy()
+        )
+        assert op.calls == 1
+        assert result.status is FAILED
+        with pytest.raises(InvalidArgumentError):
+            await runner.execute("a", op, request={}, idempotency_key="k2", policy="retry")  # type: ignore[call-overload]
+        with pytest.raises(InvalidArgumentError):
+            ActionRunner(InMemoryLedger(), policy={"max_attempts": 2})  # type: ignore[arg-type]
+
+    run(scenario())
