@@ -12,12 +12,22 @@ from dataoad.testing._payment import (
     PaymentVerifier,
 )
 from dataoad.testing._report import SafetyCheck, SafetyReport
+from dataoad.testing._suite import (
+    CheckFn,
+    LedgerFactory,
+    default_ledgers,
+    expect,
+    in_memory_ledgers,
+    run_checks,
+)
 
 __all__ = [
     "Charge",
+    "CheckFn",
     "ChargeFault",
     "FakePaymentProvider",
     "FaultyLedger",
+    "LedgerFactory",
     "LedgerFault",
     "LedgerFaultError",
     "LookupFault",
@@ -25,4 +35,8 @@ __all__ = [
     "PaymentVerifier",
     "SafetyCheck",
     "SafetyReport",
+    "default_ledgers",
+    "expect",
+    "in_memory_ledgers",
+    "run_checks",
 ]
