@@ -31,6 +31,7 @@ from dataoad._status import ActionStatus, ClaimState, VerificationHealth
 from dataoad._verification import VerificationResult, Verifier
 from dataoad._version import __version__
 from dataoad.ledgers.memory import InMemoryLedger
+from dataoad.ledgers.sqlite import LedgerFileError, SQLiteLedger
 
 __all__ = [
     # running actions
@@ -50,6 +51,7 @@ __all__ = [
     # ledgers
     "Ledger",
     "InMemoryLedger",
+    "SQLiteLedger",
     # errors
     "DataoadError",
     "ActionInProgressError",
@@ -62,5 +64,6 @@ __all__ = [
     "ReservedMetadataError",
     "RecoveryRefusedError",
     "ActionNotFoundError",
+    "LedgerFileError",
     "__version__",
 ]

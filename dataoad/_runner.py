@@ -647,7 +647,14 @@ class ActionRunner:
     async def receipt(self, action_id: str) -> ActionReceipt:
         """The stored receipt for ``action_id``; ActionNotFoundError if none."""
         _check_text_arg("action_id", action_id)
-        stored = await self._ledger.get(action_id)
+        try:
+            stored = await self._ledger.get(action_id)
+        except Exception as exc:
+            raise ActionPersistenceError(
+                f"could not read action {action_id} from the ledger: {bounded_error(exc)}",
+                receipt=None,
+                operation_invoked=False,
+            ) from exc
         if stored is None:
             raise ActionNotFoundError(f"no action with id {action_id!r}", action_id=action_id)
         return stored
@@ -750,8 +757,11 @@ class ActionRunner:
             if written:
                 value: object = MISSING
                 result = observation.result
+                # A replay never exposes a value, even a freshly recovered one:
+                # callers must be able to rely on "replayed" meaning "no value".
                 if (
-                    result is not None
+                    not replayed
+                    and result is not None
                     and result.has_value
                     and recovered_value_correlated(
                         settlement.final_status,

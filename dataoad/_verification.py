@@ -37,6 +37,9 @@ class _Missing:
         return "MISSING"
 
 
+#: Longest provider reference or request id a VerificationResult may carry.
+MAX_IDENTIFIER_LENGTH: Final = 1000
+
 #: Marks a VerificationResult that carries no recovered value.
 MISSING: Final = _Missing()
 
@@ -52,6 +55,9 @@ def _check_reference(name: str, value: object, *, optional: bool) -> None:
         raise InvalidArgumentError(
             f"{name} must be a non-empty str, not {type(value).__qualname__}"
         )
+    if len(value) > MAX_IDENTIFIER_LENGTH:
+        # Identifiers are stored in receipts; an unbounded one is a provider response.
+        raise InvalidArgumentError(f"{name} is longer than {MAX_IDENTIFIER_LENGTH} characters")
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

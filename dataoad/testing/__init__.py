@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataoad.testing._faulty_ledger import FaultyLedger, LedgerFault, LedgerFaultError
+from dataoad.testing._ledger_contract import DurableLedgerContract, LedgerContract, make_receipt
 from dataoad.testing._payment import (
     Charge,
     ChargeFault,
@@ -19,10 +20,13 @@ from dataoad.testing._suite import (
     expect,
     in_memory_ledgers,
     run_checks,
+    sqlite_ledgers,
 )
 
 __all__ = [
     "Charge",
+    "DurableLedgerContract",
+    "LedgerContract",
     "CheckFn",
     "ChargeFault",
     "FakePaymentProvider",
@@ -37,6 +41,8 @@ __all__ = [
     "SafetyReport",
     "default_ledgers",
     "expect",
+    "make_receipt",
     "in_memory_ledgers",
     "run_checks",
+    "sqlite_ledgers",
 ]

@@ -3,13 +3,19 @@
 from __future__ import annotations
 
 import asyncio
+import atexit
 import inspect
+import itertools
+import shutil
+import tempfile
 from collections.abc import Awaitable, Callable, Mapping, Sequence
+from pathlib import Path
 from typing import Any, TypeAlias
 
 from dataoad._ledger import Ledger
 from dataoad._receipt import bounded_error
 from dataoad.ledgers.memory import InMemoryLedger
+from dataoad.ledgers.sqlite import SQLiteLedger
 from dataoad.testing._report import SafetyCheck, SafetyReport
 
 __all__ = [
@@ -20,6 +26,7 @@ __all__ = [
     "in_memory_ledgers",
     "run_checks",
     "run_suite",
+    "sqlite_ledgers",
 ]
 
 #: Makes a fresh, empty ledger for one check; the suite closes it afterwards.
@@ -36,8 +43,29 @@ def in_memory_ledgers() -> Ledger:
 
 
 def default_ledgers() -> LedgerFactory:
-    """The factory suites use when none is given: the embedded default ledger."""
-    return in_memory_ledgers
+    """The factory suites use when none is given: the embedded default ledger.
+
+    Each call of the returned factory makes a SQLiteLedger on a new file in
+    a private temporary folder, removed when the process exits.
+    """
+    folder = Path(tempfile.mkdtemp(prefix="dataoad-suite-"))
+    atexit.register(shutil.rmtree, folder, ignore_errors=True)
+    counter = itertools.count(1)
+
+    def make() -> Ledger:
+        return SQLiteLedger(folder / f"ledger-{next(counter)}.sqlite3")
+
+    return make
+
+
+def sqlite_ledgers(folder: Path) -> LedgerFactory:
+    """A LedgerFactory making SQLiteLedgers on new files in ``folder``."""
+    counter = itertools.count(1)
+
+    def make() -> Ledger:
+        return SQLiteLedger(folder / f"ledger-{next(counter)}.sqlite3")
+
+    return make
 
 
 def expect(name: str, expected: Mapping[str, Any], observed: Mapping[str, Any]) -> SafetyCheck:

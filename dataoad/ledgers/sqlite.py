@@ -1,0 +1,606 @@
+"""SQLiteLedger: durable local receipts on one host, shared safely by processes.
+
+Design notes (the why):
+
+* Every transition is a single conditional SQL statement (``INSERT ... ON
+  CONFLICT DO NOTHING RETURNING``, ``UPDATE ... WHERE version = ? RETURNING``)
+  run in autocommit mode. A single write statement takes SQLite's write lock
+  before it reads, exactly like ``BEGIN IMMEDIATE``, and it is one hop to
+  aiosqlite's connection thread, so a ledger call costs one hop, not one per
+  statement.
+* Uniqueness of ``(action_name, idempotency_key)`` is a table constraint, never
+  a read-then-write.
+* SQLite's own busy handler is unfair across processes (a waiting process
+  polls with growing sleeps and can starve). Writers therefore queue on a
+  kernel lock (``flock``) on a sidecar ``<file>.lock`` held only around the
+  write statement; within one ledger they queue on an asyncio lock first. The
+  busy timeout stays as a backstop for writers that do not take the lock.
+* ``synchronous=FULL`` by default: a committed transition survives power loss.
+  ``NORMAL`` survives a crash of the process but may lose the last
+  transactions on power loss or an OS crash; choose it knowingly.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import fcntl
+import json
+import os
+import sqlite3
+import threading
+import weakref
+from collections.abc import Iterable, Sequence
+from datetime import datetime
+from pathlib import Path
+from types import TracebackType
+from typing import Any, Final, Literal
+
+import aiosqlite
+
+from dataoad._errors import DataoadError, InvalidArgumentError
+from dataoad._receipt import ActionReceipt, AttemptRecord
+from dataoad._status import ActionStatus, ClaimState
+
+__all__ = ["SCHEMA_VERSION", "LedgerFileError", "SQLiteLedger"]
+
+#: ``PRAGMA application_id`` of a Dataoad ledger file ("DAOD").
+APPLICATION_ID: Final = 0x44414F44
+#: The schema version this code writes; older files are migrated on open.
+SCHEMA_VERSION: Final = 2
+
+_COLUMNS: Final = (
+    "action_id",
+    "action_name",
+    "idempotency_key",
+    "request_hash",
+    "provider_reference",
+    "risk",
+    "claim_state",
+    "attempts",
+    "execution_status",
+    "verification_status",
+    "final_status",
+    "provider_request_id",
+    "error",
+    "metadata",
+    "attempt_records",
+    "version",
+    "created_at",
+    "updated_at",
+)
+_SELECT: Final = f"SELECT {', '.join(_COLUMNS)} FROM receipts"
+
+#: Schema steps: applying MIGRATIONS[v] to a version v-1 file gives version v.
+MIGRATIONS: Final[dict[int, tuple[str, ...]]] = {
+    1: (
+        """
+        CREATE TABLE receipts (
+            action_id TEXT PRIMARY KEY,
+            action_name TEXT NOT NULL,
+            idempotency_key TEXT NOT NULL,
+            request_hash TEXT NOT NULL,
+            provider_reference TEXT,
+            risk TEXT,
+            claim_state TEXT NOT NULL CHECK (claim_state IN ('PENDING', 'COMPLETED')),
+            attempts INTEGER NOT NULL CHECK (attempts >= 0),
+            execution_status TEXT,
+            verification_status TEXT,
+            final_status TEXT,
+            provider_request_id TEXT,
+            error TEXT,
+            metadata TEXT NOT NULL,
+            attempt_records TEXT NOT NULL,
+            version INTEGER NOT NULL CHECK (version >= 1),
+            created_at TEXT NOT NULL,
+            updated_at TEXT NOT NULL,
+            UNIQUE (action_name, idempotency_key)
+        )
+        """,
+    ),
+    # Operators list stranded and unsettled receipts; keep that an index scan.
+    2: ("CREATE INDEX receipts_by_state ON receipts (claim_state, final_status, updated_at)",),
+}
+
+Synchronous = Literal["FULL", "NORMAL", "EXTRA"]
+
+
+class LedgerFileError(DataoadError):
+    """The file is not a usable Dataoad ledger; it was left unchanged."""
+
+
+LedgerFileError.__module__ = "dataoad"
+
+
+# -- serialisation ---------------------------------------------------------------
+
+
+def _status(value: str | None) -> ActionStatus | None:
+    return None if value is None else ActionStatus(value)
+
+
+def _status_text(status: ActionStatus | None) -> str | None:
+    return None if status is None else status.value
+
+
+def _time_text(moment: datetime | None) -> str | None:
+    return None if moment is None else moment.isoformat()
+
+
+def _json(value: Any) -> str:
+    return json.dumps(value, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+
+
+def _attempts_json(records: Sequence[AttemptRecord]) -> str:
+    return _json(
+        [
+            {
+                "number": r.number,
+                "started_at": _time_text(r.started_at),
+                "execution_status": _status_text(r.execution_status),
+                "verification_status": _status_text(r.verification_status),
+                "error": r.error,
+                "provider_request_id": r.provider_request_id,
+                "retry_decision": r.retry_decision,
+                "finished_at": _time_text(r.finished_at),
+            }
+            for r in records
+        ]
+    )
+
+
+def _attempts_from(text: str) -> tuple[AttemptRecord, ...]:
+    return tuple(
+        AttemptRecord(
+            number=item["number"],
+            started_at=datetime.fromisoformat(item["started_at"]),
+            execution_status=_status(item["execution_status"]),
+            verification_status=_status(item["verification_status"]),
+            error=item["error"],
+            provider_request_id=item["provider_request_id"],
+            retry_decision=item["retry_decision"],
+            finished_at=None
+            if item["finished_at"] is None
+            else datetime.fromisoformat(item["finished_at"]),
+        )
+        for item in json.loads(text)
+    )
+
+
+def _row_of(receipt: ActionReceipt) -> tuple[Any, ...]:
+    return (
+        receipt.action_id,
+        receipt.action_name,
+        receipt.idempotency_key,
+        receipt.request_hash,
+        receipt.provider_reference,
+        receipt.risk,
+        receipt.claim_state.value,
+        receipt.attempts,
+        _status_text(receipt.execution_status),
+        _status_text(receipt.verification_status),
+        _status_text(receipt.final_status),
+        receipt.provider_request_id,
+        receipt.error,
+        _json(receipt.metadata),
+        _attempts_json(receipt.attempt_records),
+        receipt.version,
+        receipt.created_at.isoformat(),
+        receipt.updated_at.isoformat(),
+    )
+
+
+def _receipt_of(row: Sequence[Any]) -> ActionReceipt:
+    return ActionReceipt(
+        action_id=row[0],
+        action_name=row[1],
+        idempotency_key=row[2],
+        request_hash=row[3],
+        provider_reference=row[4],
+        risk=row[5],
+        claim_state=ClaimState(row[6]),
+        attempts=row[7],
+        execution_status=_status(row[8]),
+        verification_status=_status(row[9]),
+        final_status=_status(row[10]),
+        provider_request_id=row[11],
+        error=row[12],
+        metadata=json.loads(row[13]),
+        attempt_records=_attempts_from(row[14]),
+        version=row[15],
+        created_at=datetime.fromisoformat(row[16]),
+        updated_at=datetime.fromisoformat(row[17]),
+    )
+
+
+# -- opening and checking files ------------------------------------------------
+
+
+def _create_private_file(path: Path) -> None:
+    """Create ``path`` readable and writable by its owner only, if it is missing."""
+    try:
+        fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_RDWR, 0o600)
+    except FileExistsError:
+        return
+    os.close(fd)
+
+
+def inspect_file(path: Path) -> int | None:
+    """The schema version of an existing ledger file, or None for an empty file.
+
+    Opens the file read-only, so a file that is rejected is left untouched.
+    Raises LedgerFileError for a file that is not a Dataoad ledger, is
+    corrupt, or was written by a newer Dataoad.
+    """
+    if path.stat().st_size == 0:
+        return None
+    try:
+        probe = sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True)
+    except sqlite3.Error as exc:
+        raise LedgerFileError(f"{path}: cannot be opened as SQLite: {exc}") from exc
+    try:
+        application_id = probe.execute("PRAGMA application_id").fetchone()[0]
+        user_version = probe.execute("PRAGMA user_version").fetchone()[0]
+        tables = {
+            name for (name,) in probe.execute("SELECT name FROM sqlite_master WHERE type = 'table'")
+        }
+    except sqlite3.DatabaseError as exc:
+        raise LedgerFileError(f"{path}: not a SQLite database, or corrupt: {exc}") from exc
+    finally:
+        probe.close()
+    if application_id == 0 and user_version == 0 and not tables:
+        return None  # an empty SQLite database: ours to initialise
+    if application_id != APPLICATION_ID:
+        raise LedgerFileError(f"{path}: not a Dataoad ledger (application_id {application_id:#x})")
+    if user_version > SCHEMA_VERSION:
+        raise LedgerFileError(
+            f"{path}: written with ledger schema {user_version}, newer than the {SCHEMA_VERSION} "
+            "this Dataoad understands; upgrade Dataoad to open it"
+        )
+    if "receipts" not in tables or user_version < 1:
+        raise LedgerFileError(f"{path}: Dataoad ledger without its receipts table (corrupt?)")
+    return int(user_version)
+
+
+def _settle(future: asyncio.Future[None], exc: BaseException | None) -> None:
+    if future.done():
+        return
+    if exc is None:
+        future.set_result(None)
+    else:
+        future.set_exception(exc)
+
+
+class _WriterLock:
+    """Fair cross-process writer queue: ``flock`` on a sidecar lock file."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._fd: int | None = None
+
+    def open(self) -> None:
+        if self._fd is None:
+            self._fd = os.open(self.path, os.O_CREAT | os.O_RDWR, 0o600)
+
+    def close(self) -> None:
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
+
+    @property
+    def fd(self) -> int:
+        assert self._fd is not None, "writer lock used before open"
+        return self._fd
+
+    async def acquire(self) -> None:
+        fd = self.fd
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return
+        except BlockingIOError:
+            pass
+        # Contended: wait in the kernel's queue on a thread of its own. Not the
+        # shared executor: lock waiters must never starve the holder of the
+        # threads it needs to finish and release.
+        loop = asyncio.get_running_loop()
+        waiter: asyncio.Future[None] = loop.create_future()
+
+        def wait_for_lock() -> None:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX)
+            except BaseException as exc:
+                loop.call_soon_threadsafe(_settle, waiter, exc)
+            else:
+                loop.call_soon_threadsafe(_settle, waiter, None)
+
+        threading.Thread(target=wait_for_lock, name="dataoad-sqlite-lock", daemon=True).start()
+        try:
+            await asyncio.shield(waiter)
+        except asyncio.CancelledError:
+            # The thread will still get the lock; hand it straight back.
+            waiter.add_done_callback(lambda _: fcntl.flock(fd, fcntl.LOCK_UN))
+            raise
+
+    def acquire_blocking(self) -> None:
+        fcntl.flock(self.fd, fcntl.LOCK_EX)
+
+    def release(self) -> None:
+        fcntl.flock(self.fd, fcntl.LOCK_UN)
+
+
+_OPEN_LEDGERS: weakref.WeakSet[SQLiteLedger] = weakref.WeakSet()
+
+
+def _stop_open_ledgers() -> None:
+    # aiosqlite's worker thread is not a daemon: an unclosed connection would
+    # keep the interpreter from exiting. Stop them before threads are joined.
+    for ledger in list(_OPEN_LEDGERS):
+        ledger._stop_now()
+
+
+if hasattr(threading, "_register_atexit"):
+    threading._register_atexit(_stop_open_ledgers)
+
+
+class SQLiteLedger:
+    """A durable ledger in one SQLite file (WAL journal), safe across processes.
+
+    ``SQLiteLedger(path)`` opens lazily on first use, so it can be handed to
+    an ActionRunner directly; use ``async with`` or ``await ledger.close()``
+    to release it. A new file is created readable by its owner only. A file
+    that is not a Dataoad ledger, is corrupt, or has a newer schema raises
+    LedgerFileError and is not modified. One instance serves one event loop.
+
+    ``synchronous`` is ``"FULL"`` (default: commits survive power loss) or
+    ``"NORMAL"`` (survives process crashes, may lose the latest commits on
+    power loss). ``busy_timeout`` (seconds) bounds waits on writers that do
+    not use Dataoad's writer queue.
+    """
+
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        *,
+        synchronous: Synchronous = "FULL",
+        busy_timeout: float = 5.0,
+    ) -> None:
+        if not isinstance(path, str | os.PathLike):
+            raise InvalidArgumentError(f"path must be a str or PathLike, not {type(path).__name__}")
+        if str(path) in ("", ":memory:"):
+            raise InvalidArgumentError("SQLiteLedger needs a file path; use InMemoryLedger instead")
+        if synchronous not in ("FULL", "NORMAL", "EXTRA"):
+            raise InvalidArgumentError("synchronous must be 'FULL', 'NORMAL' or 'EXTRA'")
+        if type(busy_timeout) not in (int, float) or not 0 <= busy_timeout <= 3600:
+            raise InvalidArgumentError("busy_timeout must be a number of seconds in [0, 3600]")
+        self.path = Path(path)
+        self.synchronous: Synchronous = synchronous
+        self.busy_timeout = float(busy_timeout)
+        self._conn: aiosqlite.Connection | None = None
+        self._open_lock: asyncio.Lock | None = None
+        self._write_lock: asyncio.Lock | None = None
+        self._writer = _WriterLock(self.path.with_name(self.path.name + ".lock"))
+        self._closed = False
+
+    def __repr__(self) -> str:
+        state = "closed" if self._closed else ("open" if self._conn else "not yet opened")
+        return f"SQLiteLedger({str(self.path)!r}, synchronous={self.synchronous!r}, {state})"
+
+    async def __aenter__(self) -> SQLiteLedger:
+        await self._connection()
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.close()
+
+    # -- lifecycle -----------------------------------------------------------
+
+    async def _connection(self) -> aiosqlite.Connection:
+        if self._conn is not None:
+            return self._conn
+        if self._closed:
+            raise DataoadError(f"{self!r} is closed")
+        if self._open_lock is None:
+            self._open_lock = asyncio.Lock()
+        async with self._open_lock:
+            if self._conn is None:
+                self._conn = await self._open()
+                self._write_lock = asyncio.Lock()
+                _OPEN_LEDGERS.add(self)
+        return self._conn
+
+    async def _open(self) -> aiosqlite.Connection:
+        if not self.path.parent.is_dir():
+            raise LedgerFileError(f"{self.path}: folder {self.path.parent} does not exist")
+        _create_private_file(self.path)
+        inspect_file(self.path)  # quick, read-only, and it must not wait on threads
+        self._writer.open()
+        conn = await aiosqlite.connect(
+            str(self.path), isolation_level=None, timeout=self.busy_timeout
+        )
+        try:
+            await self._initialise(conn)
+            await conn.execute(f"PRAGMA synchronous = {self.synchronous}")
+            await conn.execute(f"PRAGMA busy_timeout = {int(self.busy_timeout * 1000)}")
+        except BaseException:
+            await conn.close()
+            self._writer.close()
+            raise
+        return conn
+
+    async def _initialise(self, conn: aiosqlite.Connection) -> None:
+        await self._writer.acquire()
+        try:
+            # Re-check under the writer lock: another process may have just
+            # created or migrated the file.
+            version = inspect_file(self.path)
+            if version == SCHEMA_VERSION:
+                return
+            if version is None:
+                await conn.execute("PRAGMA journal_mode = WAL")
+            await conn.execute("BEGIN IMMEDIATE")
+            try:
+                for step in range((version or 0) + 1, SCHEMA_VERSION + 1):
+                    for statement in MIGRATIONS[step]:
+                        await conn.execute(statement)
+                await conn.execute(f"PRAGMA application_id = {APPLICATION_ID}")
+                await conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+                await conn.execute("COMMIT")
+            except BaseException:
+                await conn.execute("ROLLBACK")
+                raise
+        finally:
+            self._writer.release()
+
+    async def close(self) -> None:
+        """Close the connection and the lock file. Safe to call more than once."""
+        self._closed = True
+        conn, self._conn = self._conn, None
+        _OPEN_LEDGERS.discard(self)
+        try:
+            if conn is not None:
+                await conn.close()
+        finally:
+            self._writer.close()
+
+    def _stop_now(self) -> None:
+        conn, self._conn = self._conn, None
+        self._closed = True
+        if conn is not None:
+            with contextlib.suppress(Exception):
+                conn.stop()
+        self._writer.close()
+
+    # -- statements ----------------------------------------------------------
+
+    async def _read(self, sql: str, params: Iterable[Any]) -> list[Any]:
+        conn = await self._connection()
+        return list(await conn.execute_fetchall(sql, tuple(params)))
+
+    async def _write(self, sql: str, params: Iterable[Any]) -> list[Any]:
+        conn = await self._connection()
+        assert self._write_lock is not None
+        async with self._write_lock:
+            await self._writer.acquire()
+            try:
+                return list(await conn.execute_fetchall(sql, tuple(params)))
+            finally:
+                self._writer.release()
+
+    # -- the Ledger protocol -------------------------------------------------------
+
+    async def claim(self, receipt: ActionReceipt) -> tuple[ActionReceipt, bool]:
+        """Insert the claim unless its action name and key are taken."""
+        placeholders = ", ".join("?" for _ in _COLUMNS)
+        while True:
+            inserted = await self._write(
+                f"INSERT INTO receipts ({', '.join(_COLUMNS)}) VALUES ({placeholders}) "
+                "ON CONFLICT (action_name, idempotency_key) DO NOTHING RETURNING action_id",
+                _row_of(receipt),
+            )
+            if inserted:
+                return receipt, True
+            existing = await self.find(receipt.action_name, receipt.idempotency_key)
+            if existing is not None:
+                return existing, False
+            # The conflicting claim was released in between; try again.
+
+    async def get(self, action_id: str) -> ActionReceipt | None:
+        """The receipt with this action id, or None."""
+        rows = await self._read(f"{_SELECT} WHERE action_id = ?", (action_id,))
+        return _receipt_of(rows[0]) if rows else None
+
+    async def find(self, action_name: str, idempotency_key: str) -> ActionReceipt | None:
+        """The claim for this action name and key, or None."""
+        rows = await self._read(
+            f"{_SELECT} WHERE action_name = ? AND idempotency_key = ?",
+            (action_name, idempotency_key),
+        )
+        return _receipt_of(rows[0]) if rows else None
+
+    async def _update(self, receipt: ActionReceipt, condition: str, extra: Sequence[Any]) -> bool:
+        row = _row_of(receipt)
+        mutable = _COLUMNS[6:]  # claim_state onwards; identity columns never change
+        assignments = ", ".join(f"{column} = ?" for column in mutable)
+        identity = (
+            "action_name = ? AND idempotency_key = ? AND request_hash = ? "
+            "AND provider_reference IS ? AND risk IS ? AND created_at = ?"
+        )
+        updated = await self._write(
+            f"UPDATE receipts SET {assignments} WHERE action_id = ? AND version = ? "
+            f"AND {identity} AND {condition} RETURNING action_id",
+            (
+                *row[6:],
+                receipt.action_id,
+                receipt.version - 1,
+                *row[1:6],
+                row[16],
+                *extra,
+            ),
+        )
+        return bool(updated)
+
+    async def start_attempt(self, receipt: ActionReceipt) -> bool:
+        """Store the next attempt if the stored claim allows exactly that step."""
+        if receipt.claim_state is not ClaimState.PENDING or len(receipt.attempt_records) != (
+            receipt.attempts
+        ):
+            return False
+        return await self._update(
+            receipt, "claim_state = 'PENDING' AND attempts = ?", (receipt.attempts - 1,)
+        )
+
+    async def record(self, receipt: ActionReceipt) -> bool:
+        """Store the next version if the stored claim allows exactly that step."""
+        if len(receipt.attempt_records) != receipt.attempts:
+            return False
+        return await self._update(
+            receipt,
+            "attempts = ? AND NOT (claim_state = 'COMPLETED' AND ? = 'PENDING')",
+            (receipt.attempts, receipt.claim_state.value),
+        )
+
+    async def release(self, action_id: str, version: int) -> bool:
+        """Delete an unstarted PENDING claim at exactly ``version``."""
+        deleted = await self._write(
+            "DELETE FROM receipts WHERE action_id = ? AND version = ? "
+            "AND claim_state = 'PENDING' AND attempts = 0 RETURNING action_id",
+            (action_id, version),
+        )
+        return bool(deleted)
+
+    # -- inspection ------------------------------------------------------------
+
+    async def receipts(
+        self,
+        *,
+        final_status: ActionStatus | None = None,
+        pending: bool | None = None,
+        action_name: str | None = None,
+        limit: int | None = None,
+    ) -> list[ActionReceipt]:
+        """Stored receipts, oldest first, optionally filtered."""
+        clauses: list[str] = []
+        params: list[Any] = []
+        if final_status is not None:
+            clauses.append("final_status = ?")
+            params.append(final_status.value)
+        if pending is not None:
+            clauses.append("claim_state = ?")
+            params.append("PENDING" if pending else "COMPLETED")
+        if action_name is not None:
+            clauses.append("action_name = ?")
+            params.append(action_name)
+        sql = _SELECT + (f" WHERE {' AND '.join(clauses)}" if clauses else "")
+        sql += " ORDER BY created_at, action_id"
+        if limit is not None:
+            sql += " LIMIT ?"
+            params.append(int(limit))
+        return [_receipt_of(row) for row in await self._read(sql, params)]
+
+
+SQLiteLedger.__module__ = "dataoad"
