@@ -1,0 +1,142 @@
+"""A child process for the cross-process and crash tests of SQLiteLedger.
+
+``python -m tests.sqlite_child contend DB EFFECTS KEYS SEED``: execute one
+action per key, in a shuffled order, and print a JSON summary.
+
+``python -m tests.sqlite_child crash DB EFFECTS POINT``: run one action and
+kill this process with SIGKILL at the named protocol point.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import random
+import signal
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from dataoad import ActionInProgressError, ActionRunner, SQLiteLedger
+from dataoad.testing import FaultyLedger
+
+CRASH_POINTS = (
+    "after_claim",
+    "after_attempt_start",
+    "after_external_commit",
+    "before_completion",
+    "during_completion",
+)
+
+
+def record_effect(effects: Path, key: str) -> None:
+    # O_APPEND writes of one short line are atomic; fsync so SIGKILL cannot lose it.
+    fd = os.open(effects, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+    try:
+        os.write(fd, f"{key}\n".encode())
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def die() -> None:
+    os.kill(os.getpid(), signal.SIGKILL)
+
+
+async def contend(db: Path, effects: Path, keys: int, seed: int) -> dict[str, Any]:
+    order = list(range(keys))
+    random.Random(seed).shuffle(order)
+    won = replayed = in_progress = 0
+    started = time.monotonic()
+    async with SQLiteLedger(db) as ledger:
+        runner = ActionRunner(ledger)
+        for n in order:
+            key = f"k{n}"
+
+            def op(key: str = key) -> str:
+                record_effect(effects, key)
+                return key
+
+            try:
+                result = await runner.execute("act", op, request={"n": n}, idempotency_key=key)
+            except ActionInProgressError:
+                in_progress += 1
+                continue
+            if result.replayed:
+                replayed += 1
+            else:
+                won += 1
+    return {
+        "pid": os.getpid(),
+        "won": won,
+        "replayed": replayed,
+        "in_progress": in_progress,
+        "seconds": time.monotonic() - started,
+    }
+
+
+async def crash(db: Path, effects: Path, point: str) -> None:
+    ledger = SQLiteLedger(db)
+    faulty = FaultyLedger(ledger)
+    calls: dict[str, int] = {}
+
+    def on_call(method: str) -> None:
+        calls[method] = calls.get(method, 0) + 1
+        if point == "before_completion" and method == "record":
+            die()
+
+    async def arm_completion() -> None:
+        # Kill from inside SQLite while the completion UPDATE is executing.
+        conn = await ledger._connection()
+        steps = 0
+
+        def progress() -> int:
+            nonlocal steps
+            steps += 1
+            if steps >= 20:
+                die()
+            return 0
+
+        await conn.set_progress_handler(progress, 1)
+
+    faulty.on_call = on_call
+    original_claim = faulty.claim
+
+    async def claim_then_maybe_die(receipt: Any) -> Any:
+        outcome = await original_claim(receipt)
+        if point == "after_claim":
+            die()
+        return outcome
+
+    faulty.claim = claim_then_maybe_die  # type: ignore[method-assign]
+
+    async def op() -> str:
+        if point == "after_attempt_start":
+            die()
+        record_effect(effects, "order-1")
+        if point == "after_external_commit":
+            die()
+        if point == "during_completion":
+            await arm_completion()
+        return "done"
+
+    await ActionRunner(faulty).execute(
+        "charge", op, request={"amount": 1}, idempotency_key="order-1", provider_reference="order-1"
+    )
+    raise SystemExit("the crash point was never reached")
+
+
+def main(argv: list[str]) -> None:
+    mode, db, effects = argv[0], Path(argv[1]), Path(argv[2])
+    if mode == "contend":
+        print(json.dumps(asyncio.run(contend(db, effects, int(argv[3]), int(argv[4])))))
+    elif mode == "crash":
+        asyncio.run(crash(db, effects, argv[3]))
+    else:
+        raise SystemExit(f"unknown mode {mode!r}")
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
