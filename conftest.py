@@ -17,7 +17,7 @@ from hypothesis import HealthCheck, settings
 settings.register_profile(
     "ci",
     max_examples=60,
-    stateful_step_count=30,
+    stateful_step_count=50,
     deadline=None,
     derandomize=False,
     database=None,

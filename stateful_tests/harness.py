@@ -1,0 +1,447 @@
+"""The deterministic gate scheduler, instrumented fakes, history and traces.
+
+Contenders are real ``ActionRunner`` calls running as asyncio tasks. Every
+ledger call, provider call and verifier call they make first parks at a
+*gate*; only the state machine releases a parked contender, one gate at a
+time, and it decides at release time what happens there (a fault, a
+verifier answer). An interleaving is therefore data Hypothesis draws and
+shrinks, and a failing run replays exactly from its printed steps.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+import dataclasses
+import enum
+import json
+import os
+import time
+from collections import Counter
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+from dataoad import (
+    ActionReceipt,
+    DefinitiveFailure,
+    Ledger,
+    VerificationHealth,
+    VerificationResult,
+)
+from models.world import World
+
+#: Every (gate kind, decision) reached in this process, for the reachability test.
+REACHED: Counter[tuple[str, str]] = Counter()
+
+_current: contextvars.ContextVar[Contender] = contextvars.ContextVar("dataoad_contender")
+
+
+class Crashed(Exception):
+    """Raised at a gate of a contender whose process has died."""
+
+
+class SchedulerStuck(AssertionError):
+    """A released contender neither parked nor finished in time."""
+
+
+class LedgerFault(enum.Enum):
+    """What happens at a ledger gate."""
+
+    NONE = "none"
+    FAIL_BEFORE_WRITE = "write fails"
+    LOSE_ACKNOWLEDGEMENT = "write commits, acknowledgement lost"
+
+
+class ProviderFault(enum.Enum):
+    """What happens at the provider gate, on either side of the commit."""
+
+    NONE = "commits and answers"
+    FAIL_BEFORE_SEND = "raises before sending"
+    DECLINE = "declines (definitive)"
+    REJECT_RETRYABLE = "rejects before processing (definitive, retryable)"
+    COMMIT_THEN_TIMEOUT = "commits, then times out"
+    COMMIT_THEN_RESET = "commits, then resets the connection"
+    COMMIT_THEN_GARBAGE = "commits, then returns garbage"
+    LATE_COMMIT = "times out while still in flight"
+
+
+#: Provider faults after which the provider has (or may yet have) committed.
+COMMITTING = {
+    ProviderFault.NONE,
+    ProviderFault.COMMIT_THEN_TIMEOUT,
+    ProviderFault.COMMIT_THEN_RESET,
+    ProviderFault.COMMIT_THEN_GARBAGE,
+}
+
+
+class VerifierAnswer(enum.Enum):
+    """What the verifier says at its gate."""
+
+    TRUTHFUL = "truthful read"
+    STALE_ABSENT = "healthy-looking absence, not retry-safe"
+    UNKNOWN = "unknown (read path down)"
+    RAISES = "raises"
+    WRONG_REFERENCE = "answers for another reference"
+    UNHEALTHY = "degraded read claiming the opposite"
+
+
+@dataclasses.dataclass
+class Event:
+    """One line of the history: who did what, with machine-readable facts."""
+
+    step: int
+    actor: str
+    text: str
+    facts: dict[str, Any] = dataclasses.field(default_factory=dict)
+
+
+@dataclasses.dataclass
+class Contender:
+    """One concurrent caller: a task, where it is parked, what it did."""
+
+    name: str
+    kind: str  # execute | reconcile | recover | release
+    key: str
+    reference: str
+    policy: Any = None
+    with_verifier: bool = False
+    task: asyncio.Task[Any] | None = None
+    parked_at: str | None = None
+    park: asyncio.Future[str] | None = None
+    go: asyncio.Future[Any] | None = None
+    crashed: bool = False
+    outcome: Any = None
+    finished: bool = False
+    provider_calls: list[ProviderFault] = dataclasses.field(default_factory=list)
+    verifier_answers: list[tuple[VerifierAnswer, str]] = dataclasses.field(default_factory=list)
+    ledger_faults: list[tuple[str, LedgerFault]] = dataclasses.field(default_factory=list)
+    cleared_since_last_call: bool = True  # evidence allowed another invocation
+    escape_hatch: bool = False  # policy retries UNKNOWN on purpose
+    call_allowed: list[bool] = dataclasses.field(default_factory=list)
+    durable_attempts_at_call: list[tuple[int, str | None]] = dataclasses.field(default_factory=list)
+    action_id: str | None = None
+
+    def __repr__(self) -> str:
+        where = "finished" if self.finished else f"parked at {self.parked_at}"
+        return f"<contender {self.name}: {self.kind} {self.key}, {where}>"
+
+
+class History:
+    """The numbered narrative of a run, and its JSON trace."""
+
+    def __init__(self, title: str) -> None:
+        self.title = title
+        self.events: list[Event] = []
+        self.step = 0
+
+    def add(self, actor: str, text: str, **facts: Any) -> None:
+        self.events.append(Event(self.step, actor, text, facts))
+
+    def narrative(self) -> str:
+        return "\n".join(f"{n:3d}. {e.actor}: {e.text}" for n, e in enumerate(self.events, 1))
+
+    def write(self, violation: str) -> Path:
+        folder = Path(os.environ.get("DATAOAD_TRACE_DIR", "dataoad-traces"))
+        folder.mkdir(parents=True, exist_ok=True)
+        path = folder / f"{self.title}.json"
+        payload = {
+            "machine": self.title,
+            "violation": violation,
+            "written_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+            "events": [dataclasses.asdict(e) for e in self.events],
+        }
+        path.write_text(json.dumps(payload, indent=2, default=str))
+        return path.resolve()
+
+
+class Scheduler:
+    """Parks contenders at gates and releases exactly one at a time."""
+
+    def __init__(self, runner: asyncio.Runner, *, timeout: float = 20.0) -> None:
+        self.runner = runner
+        self.timeout = timeout
+
+    async def gate(self, label: str) -> Any:
+        """Park the current contender at ``label`` until the machine releases it."""
+        contender = _current.get(None)
+        if contender is None:
+            return None  # an observer's call, not a contender's: never gated
+        if contender.crashed:
+            raise Crashed(f"contender {contender.name} is dead")
+        loop = asyncio.get_running_loop()
+        contender.go = loop.create_future()
+        contender.parked_at = label
+        if contender.park is not None and not contender.park.done():
+            contender.park.set_result(label)
+        try:
+            return await contender.go
+        finally:
+            contender.parked_at = None
+
+    def start(self, contender: Contender, body: Callable[[], Awaitable[Any]]) -> None:
+        """Start a contender and run it to its first gate (or to its end)."""
+
+        async def wrapper() -> Any:
+            return await body()
+
+        loop = self.runner.get_loop()
+        contender.park = loop.create_future()
+        context = contextvars.copy_context()
+        context.run(_current.set, contender)
+        contender.task = loop.create_task(wrapper(), context=context)
+        self._settle(contender)
+
+    def release(self, contender: Contender, decision: Any) -> None:
+        """Let a parked contender pass its gate with ``decision``; run to its next gate."""
+        assert contender.go is not None and not contender.go.done()
+        contender.park = self.runner.get_loop().create_future()
+        contender.go.set_result(decision)
+        self._settle(contender)
+
+    def crash(self, contender: Contender) -> None:
+        """The contender's process dies: it makes no further call of any kind."""
+        contender.crashed = True
+        assert contender.task is not None
+        contender.task.cancel()
+        self._settle(contender)
+
+    def _settle(self, contender: Contender) -> None:
+        async def until_parked_or_done() -> None:
+            assert contender.task is not None and contender.park is not None
+            done, _ = await asyncio.wait(
+                {contender.task, contender.park},
+                timeout=self.timeout,
+                return_when=asyncio.FIRST_COMPLETED,
+            )
+            if not done:
+                raise SchedulerStuck(f"contender {contender.name} neither parked nor finished")
+
+        self.runner.run(until_parked_or_done())
+        assert contender.task is not None
+        if contender.task.done():
+            contender.finished = True
+            if contender.task.cancelled():
+                contender.outcome = Crashed("cancelled")
+            else:
+                exc = contender.task.exception()
+                contender.outcome = exc if exc is not None else contender.task.result()
+
+
+class GatedLedger:
+    """A ledger client whose every call parks first; the release decides faults."""
+
+    def __init__(
+        self, inner: Ledger, scheduler: Scheduler, released: set[str] | None = None
+    ) -> None:
+        self.inner = inner
+        self.scheduler = scheduler
+        # Ids whose release committed, even if its acknowledgement is then lost.
+        self.released = released if released is not None else set()
+
+    async def _fault(self, method: str) -> LedgerFault:
+        decision = await self.scheduler.gate(f"ledger.{method}")
+        fault = LedgerFault.NONE if decision is None else decision
+        contender = _current.get(None)
+        if contender is not None:
+            contender.ledger_faults.append((method, fault))
+        return fault
+
+    async def claim(self, receipt: ActionReceipt) -> tuple[ActionReceipt, bool]:
+        fault = await self._fault("claim")
+        if fault is LedgerFault.FAIL_BEFORE_WRITE:
+            raise ConnectionError("injected: claim failed before write")
+        outcome = await self.inner.claim(receipt)
+        if fault is LedgerFault.LOSE_ACKNOWLEDGEMENT:
+            raise ConnectionError("injected: claim committed, acknowledgement lost")
+        return outcome
+
+    async def get(self, action_id: str) -> ActionReceipt | None:
+        if await self._fault("get") is not LedgerFault.NONE:
+            raise ConnectionError("injected: read failed")
+        return await self.inner.get(action_id)
+
+    async def find(self, action_name: str, idempotency_key: str) -> ActionReceipt | None:
+        if await self._fault("find") is not LedgerFault.NONE:
+            raise ConnectionError("injected: read failed")
+        return await self.inner.find(action_name, idempotency_key)
+
+    async def _write(self, method: str, call: Callable[[], Awaitable[bool]]) -> bool:
+        fault = await self._fault(method)
+        if fault is LedgerFault.FAIL_BEFORE_WRITE:
+            raise ConnectionError(f"injected: {method} failed before write")
+        outcome = await call()
+        if fault is LedgerFault.LOSE_ACKNOWLEDGEMENT:
+            raise ConnectionError(f"injected: {method} committed, acknowledgement lost")
+        return outcome
+
+    async def start_attempt(self, receipt: ActionReceipt) -> bool:
+        return await self._write("start_attempt", lambda: self.inner.start_attempt(receipt))
+
+    async def record(self, receipt: ActionReceipt) -> bool:
+        return await self._write("record", lambda: self.inner.record(receipt))
+
+    async def release(self, action_id: str, version: int) -> bool:
+        async def release_and_note() -> bool:
+            done = await self.inner.release(action_id, version)
+            if done:
+                self.released.add(action_id)
+            return done
+
+        return await self._write("release", release_and_note)
+
+    async def close(self) -> None:
+        await self.inner.close()
+
+
+class WorldProvider:
+    """A provider backed by the abstract world, faulted at its gate.
+
+    At each call it also notes, from an ungated observer of the ledger, how
+    many attempts the claim had durably counted: the history, not the
+    runner's private state, shows whether an invocation was counted first.
+    """
+
+    def __init__(
+        self, world: World, scheduler: Scheduler, history: History, observer: Ledger
+    ) -> None:
+        self.world = world
+        self.scheduler = scheduler
+        self.history = history
+        self.observer = observer
+
+    async def charge(self, action_name: str, key: str, reference: str) -> str:
+        decision = await self.scheduler.gate("provider.charge")
+        fault = ProviderFault.NONE if decision is None else decision
+        contender = _current.get()
+        REACHED[("provider", fault.name)] += 1
+        stored = await self.observer.find(action_name, key)
+        contender.durable_attempts_at_call.append(
+            (0, None) if stored is None else (stored.attempts, stored.claim_state.value)
+        )
+        contender.call_allowed.append(
+            not contender.provider_calls or contender.cleared_since_last_call
+        )
+        contender.provider_calls.append(fault)
+        contender.cleared_since_last_call = False
+        if fault is ProviderFault.REJECT_RETRYABLE:
+            contender.cleared_since_last_call = True  # definitive, retry-safe evidence
+        effect = None
+        if fault in COMMITTING:
+            effect = self.world.commit(reference)
+        elif fault is ProviderFault.LATE_COMMIT:
+            self.world.send_in_flight(reference)
+        truth = (
+            "committed" if effect else ("in flight" if fault is ProviderFault.LATE_COMMIT else "nothing")
+        )
+        self.history.add(
+            f"contender {contender.name}",
+            f"provider charge {reference}: {fault.value} [{truth}; effects now "
+            f"{self.world.count(reference)}]",
+            reference=reference,
+            fault=fault.name,
+            committed=effect is not None,
+        )
+        if fault is ProviderFault.FAIL_BEFORE_SEND:
+            raise ConnectionRefusedError("could not reach the provider")
+        if fault is ProviderFault.DECLINE:
+            raise DefinitiveFailure("declined")
+        if fault is ProviderFault.REJECT_RETRYABLE:
+            raise DefinitiveFailure("rejected before processing", retryable=True)
+        if fault in (ProviderFault.COMMIT_THEN_TIMEOUT, ProviderFault.LATE_COMMIT):
+            raise TimeoutError("provider timed out")
+        if fault is ProviderFault.COMMIT_THEN_RESET:
+            raise ConnectionResetError("connection reset")
+        if fault is ProviderFault.COMMIT_THEN_GARBAGE:
+            raise ValueError("unparseable provider response")
+        assert effect is not None
+        return effect
+
+
+class WorldVerifier:
+    """A read-only verifier over the world; its gate decides how it answers."""
+
+    def __init__(self, world: World, scheduler: Scheduler, history: History) -> None:
+        self.world = world
+        self.scheduler = scheduler
+        self.history = history
+
+    def truthful(self, reference: str) -> tuple[VerificationResult, str]:
+        if self.world.holds(reference):
+            first = self.world.effects[reference][0]
+            return (
+                VerificationResult.confirmed(
+                    verified_provider_reference=reference, provider_request_id=first
+                ),
+                "confirmed",
+            )
+        if self.world.may_appear_later(reference):
+            return VerificationResult.absent(verified_provider_reference=reference), "absent"
+        return (
+            VerificationResult.absent(verified_provider_reference=reference, retry_safe=True),
+            "absent retry-safe",
+        )
+
+    async def verify(self, receipt: ActionReceipt) -> VerificationResult:
+        decision = await self.scheduler.gate("verifier.verify")
+        answer = VerifierAnswer.TRUTHFUL if decision is None else decision
+        reference = receipt.provider_reference or ""
+        contender = _current.get(None)
+        truth, truth_label = self.truthful(reference)
+        if answer is VerifierAnswer.TRUTHFUL:
+            result, label = truth, truth_label
+        elif answer is VerifierAnswer.STALE_ABSENT:
+            result = VerificationResult.absent(verified_provider_reference=reference)
+            label = "absent"
+        elif answer is VerifierAnswer.UNKNOWN:
+            result, label = VerificationResult.unknown(reason="read path down"), "unknown"
+        elif answer is VerifierAnswer.RAISES:
+            label = "raises"
+            result = None
+        else:
+            opposite = (
+                VerificationResult.absent
+                if self.world.holds(reference)
+                else VerificationResult.confirmed
+            )
+            if answer is VerifierAnswer.WRONG_REFERENCE:
+                other = f"{reference}-other"
+                result = (
+                    opposite(verified_provider_reference=other, retry_safe=True)  # type: ignore[call-arg]
+                    if opposite is VerificationResult.absent
+                    else VerificationResult.confirmed(verified_provider_reference=other)
+                )
+                label = "wrong reference"
+            else:
+                result = (
+                    VerificationResult.absent(
+                        verified_provider_reference=reference,
+                        retry_safe=True,
+                        health=VerificationHealth.DEGRADED,
+                    )
+                    if self.world.holds(reference)
+                    else VerificationResult(
+                        outcome=VerificationResult.confirmed(
+                            verified_provider_reference=reference
+                        ).outcome,
+                        health=VerificationHealth.DEGRADED,
+                        verified_provider_reference=reference,
+                    )
+                )
+                label = "unhealthy"
+        REACHED[("verifier", label)] += 1
+        if contender is not None:
+            contender.verifier_answers.append((answer, label))
+            if label == "absent retry-safe":
+                contender.cleared_since_last_call = True
+        self.history.add(
+            f"contender {contender.name}" if contender else "observer",
+            f"verifier for {reference}: {label} (world: {truth_label})",
+            reference=reference,
+            answer=answer.name,
+            label=label,
+            truth=truth_label,
+        )
+        if result is None:
+            raise RuntimeError("verifier crashed")
+        return result

@@ -1,0 +1,348 @@
+"""The properties the runner machine checks after every step.
+
+Each is a named function whose docstring states the property in one
+sentence. They read the recorded history (what contenders, the provider and
+the verifier did), the abstract world and what the ledger returns to an
+observer; never the runner's private state. A broken property raises
+InvariantViolation naming it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from dataoad import (
+    ActionInProgressError,
+    ActionResult,
+    ActionStatus,
+    IdempotencyConflictError,
+    ResultValueUnavailableError,
+    UnresolvedActionError,
+)
+from models.protocol import permitted_outcomes
+from stateful_tests.harness import LedgerFault, ProviderFault
+
+if TYPE_CHECKING:
+    from stateful_tests.test_runner_machine import RunnerMachineBase
+
+
+class InvariantViolation(AssertionError):
+    """A named property of the protocol does not hold."""
+
+    def __init__(self, name: str, detail: str) -> None:
+        super().__init__(f"invariant {name} broken: {detail}")
+        self.name = name
+        self.detail = detail
+
+
+SAFETY: list[Callable[[RunnerMachineBase], None]] = []
+PROGRESS: list[Callable[[RunnerMachineBase], None]] = []
+
+
+def safety(fn: Callable[[RunnerMachineBase], None]) -> Callable[[RunnerMachineBase], None]:
+    SAFETY.append(fn)
+    return fn
+
+
+def progress(fn: Callable[[RunnerMachineBase], None]) -> Callable[[RunnerMachineBase], None]:
+    PROGRESS.append(fn)
+    return fn
+
+
+def _name(fn: Callable[..., Any]) -> str:
+    return fn.__name__.replace("_", "-")
+
+
+def fail(fn: Callable[..., Any], detail: str) -> InvariantViolation:
+    return InvariantViolation(_name(fn), detail)
+
+
+# -- safety ------------------------------------------------------------------------------
+
+
+@safety
+def no_second_mutation_after_unknown(m: RunnerMachineBase) -> None:
+    """A claim invokes again only after definitive retry-safe evidence, unless its policy opted into retrying UNKNOWN."""
+    for c in m.contenders_list:
+        if c.escape_hatch:
+            continue
+        for n, allowed in enumerate(c.call_allowed[1:], start=2):
+            if not allowed:
+                raise fail(
+                    no_second_mutation_after_unknown,
+                    f"contender {c.name} invoked the provider a {n}th time for {c.key} after "
+                    f"{c.provider_calls[n - 2].value!r} without retry-safe evidence "
+                    f"({m.world.count(c.reference)} effects for {c.reference})",
+                )
+
+
+@safety
+def invocation_counted_before_call(m: RunnerMachineBase) -> None:
+    """Every invocation happens only after the ledger durably counted that attempt on a PENDING claim."""
+    for c in m.contenders_list:
+        for n, (durable, state) in enumerate(c.durable_attempts_at_call, start=1):
+            if durable < n or state != "PENDING":
+                raise fail(
+                    invocation_counted_before_call,
+                    f"contender {c.name} made invocation {n} for {c.key} while the ledger showed "
+                    f"{durable} attempts, claim {state}",
+                )
+
+
+@safety
+def invocations_bounded_by_policy(m: RunnerMachineBase) -> None:
+    """The operation runs at most once per attempt the policy allows, and never for a replay, an in-progress duplicate or a conflict."""
+    for c in m.contenders_list:
+        limit = c.policy.max_attempts if c.policy is not None else 0
+        if len(c.provider_calls) > limit:
+            raise fail(
+                invocations_bounded_by_policy,
+                f"contender {c.name} invoked {len(c.provider_calls)} times; policy allows {limit}",
+            )
+        if not c.finished or not c.provider_calls:
+            continue
+        outcome = c.outcome
+        if isinstance(outcome, ActionInProgressError | IdempotencyConflictError) or (
+            isinstance(outcome, ActionResult) and outcome.replayed
+        ):
+            raise fail(
+                invocations_bounded_by_policy,
+                f"contender {c.name} invoked the provider yet ended as "
+                f"{type(outcome).__name__ if not isinstance(outcome, ActionResult) else 'a replay'}",
+            )
+
+
+@safety
+def confirmed_requires_the_effect(m: RunnerMachineBase) -> None:
+    """A receipt states CONFIRMED only when the world holds the effect for its provider reference."""
+    for receipt in m.observed.values():
+        if receipt.final_status is ActionStatus.CONFIRMED:
+            ref = receipt.provider_reference or ""
+            if "CONFIRMED" not in permitted_outcomes(
+                effect_exists=m.world.holds(ref), may_appear_later=m.world.may_appear_later(ref)
+            ):
+                raise fail(
+                    confirmed_requires_the_effect,
+                    f"receipt {receipt.action_id[:8]} for {receipt.idempotency_key} is CONFIRMED "
+                    f"but the world holds no effect for {ref}",
+                )
+
+
+@safety
+def failed_requires_no_effect_now_or_later(m: RunnerMachineBase) -> None:
+    """A receipt states FAILED only when the effect does not exist and cannot appear later."""
+    for receipt in m.observed.values():
+        if receipt.final_status is ActionStatus.FAILED:
+            ref = receipt.provider_reference or ""
+            if "FAILED" not in permitted_outcomes(
+                effect_exists=m.world.holds(ref), may_appear_later=m.world.may_appear_later(ref)
+            ):
+                raise fail(
+                    failed_requires_no_effect_now_or_later,
+                    f"receipt {receipt.action_id[:8]} for {receipt.idempotency_key} is FAILED but "
+                    f"{ref} has {m.world.count(ref)} effects"
+                    + (" and a request in flight" if m.world.may_appear_later(ref) else ""),
+                )
+
+
+@safety
+def unknown_evidence_never_erased(m: RunnerMachineBase) -> None:
+    """Once an invocation ended ambiguously, the claim becomes FAILED only through fenced, retry-safe read-back made after it."""
+    for receipt in m.observed.values():
+        if receipt.final_status is not ActionStatus.FAILED:
+            continue
+        ref = receipt.provider_reference
+        last_ambiguous = None
+        for index, event in enumerate(m.history.events):
+            facts = event.facts
+            if facts.get("reference") != ref:
+                continue
+            if "fault" in facts and facts["fault"] not in (
+                ProviderFault.DECLINE.name,
+                ProviderFault.REJECT_RETRYABLE.name,
+            ):
+                last_ambiguous = index
+        if last_ambiguous is None:
+            continue
+        cleared = any(
+            e.facts.get("reference") == ref and e.facts.get("label") == "absent retry-safe"
+            for e in m.history.events[last_ambiguous + 1 :]
+        )
+        if not cleared:
+            raise fail(
+                unknown_evidence_never_erased,
+                f"receipt {receipt.action_id[:8]} for {receipt.idempotency_key} is FAILED, but "
+                f"invocation at history line {last_ambiguous + 1} ended ambiguously and no "
+                "retry-safe read-back came after it",
+            )
+
+
+@safety
+def claims_never_stolen(m: RunnerMachineBase) -> None:
+    """A claim is released only before its attempt started, and a released claim's owner never invokes."""
+    for c in m.contenders_list:
+        if c.kind == "release" and c.finished and c.outcome is None and c.action_id:
+            owners = [o for o in m.contenders_list if o.action_id == c.action_id and o.kind == "execute"]
+            for owner in owners:
+                if owner.provider_calls:
+                    raise fail(
+                        claims_never_stolen,
+                        f"contender {c.name} released claim {c.action_id[:8]} although "
+                        f"contender {owner.name} had invoked the provider for it",
+                    )
+            if c.released_attempts:
+                raise fail(
+                    claims_never_stolen,
+                    f"contender {c.name} released claim {c.action_id[:8]} which had "
+                    f"{c.released_attempts} attempts",
+                )
+
+
+_ALLOWED_FINAL = {
+    (None, None),
+    (None, ActionStatus.CONFIRMED),
+    (None, ActionStatus.FAILED),
+    (None, ActionStatus.UNKNOWN),
+    (ActionStatus.UNKNOWN, ActionStatus.CONFIRMED),
+    (ActionStatus.UNKNOWN, ActionStatus.FAILED),
+    # a later observation contradicting a settled one makes it UNKNOWN
+    (ActionStatus.CONFIRMED, ActionStatus.UNKNOWN),
+    (ActionStatus.FAILED, ActionStatus.UNKNOWN),
+}
+
+
+@safety
+def receipts_never_lost_and_only_move_forward(m: RunnerMachineBase) -> None:
+    """Receipts are never lost, versions only grow, and statuses move only along allowed transitions."""
+    for action_id, (before, after) in m.transitions.items():
+        if after is None:
+            if action_id not in m.released_ids:
+                raise fail(
+                    receipts_never_lost_and_only_move_forward,
+                    f"receipt {action_id[:8]} ({before.idempotency_key}) disappeared",
+                )
+            continue
+        if after.version < before.version or after.attempts < before.attempts:
+            raise fail(
+                receipts_never_lost_and_only_move_forward,
+                f"receipt {action_id[:8]} went back from version {before.version} to {after.version}",
+            )
+        if not before.is_pending and after.is_pending:
+            raise fail(
+                receipts_never_lost_and_only_move_forward,
+                f"receipt {action_id[:8]} was reopened from COMPLETED to PENDING",
+            )
+        if before.final_status != after.final_status and (
+            (before.final_status, after.final_status) not in _ALLOWED_FINAL
+        ):
+            raise fail(
+                receipts_never_lost_and_only_move_forward,
+                f"receipt {action_id[:8]} moved from {before.final_status} to {after.final_status}",
+            )
+
+
+@safety
+def value_unreadable_unless_confirmed_and_correlated(m: RunnerMachineBase) -> None:
+    """ActionResult.value is never readable for FAILED, UNKNOWN or replayed results."""
+    for c in m.contenders_list:
+        result = c.outcome
+        if not c.finished or not isinstance(result, ActionResult):
+            continue
+        if result.status is not ActionStatus.CONFIRMED or result.replayed:
+            expected = (
+                UnresolvedActionError
+                if result.status is not ActionStatus.CONFIRMED
+                else ResultValueUnavailableError
+            )
+            try:
+                value = result.value
+            except expected:
+                continue
+            raise fail(
+                value_unreadable_unless_confirmed_and_correlated,
+                f"contender {c.name}: {result.status.value} result (replayed={result.replayed}) "
+                f"exposed value {value!r}",
+            )
+
+
+# -- progress ----------------------------------------------------------------------------
+
+
+def _clean_ledger(c: Any) -> bool:
+    return all(fault is LedgerFault.NONE for _, fault in c.ledger_faults)
+
+
+@progress
+def clean_success_is_confirmed(m: RunnerMachineBase) -> None:
+    """A first execution with no fault anywhere and truthful read-back ends CONFIRMED."""
+    for c in m.contenders_list:
+        result = c.outcome
+        if (
+            c.kind == "execute"
+            and c.finished
+            and isinstance(result, ActionResult)
+            and not result.replayed
+            and c.provider_calls == [ProviderFault.NONE]
+            and _clean_ledger(c)
+            and all(answer.name == "TRUTHFUL" for answer, _ in c.verifier_answers)
+            and result.status is not ActionStatus.CONFIRMED
+        ):
+            raise fail(
+                clean_success_is_confirmed,
+                f"contender {c.name}: a clean success for {c.key} ended {result.status.value}",
+            )
+
+
+@progress
+def retryable_failure_is_retried(m: RunnerMachineBase) -> None:
+    """A definitive retryable failure is retried when the policy allows it and attempts remain."""
+    for c in m.contenders_list:
+        result = c.outcome
+        if (
+            c.kind == "execute"
+            and c.finished
+            and isinstance(result, ActionResult)
+            and not result.replayed
+            and c.provider_calls
+            and c.provider_calls[-1] is ProviderFault.REJECT_RETRYABLE
+            and all(f is ProviderFault.REJECT_RETRYABLE for f in c.provider_calls)
+            and c.policy.retry_on_failed
+            and len(c.provider_calls) < c.policy.max_attempts
+            and _clean_ledger(c)
+        ):
+            raise fail(
+                retryable_failure_is_retried,
+                f"contender {c.name} stopped after {len(c.provider_calls)} retryable failures; "
+                f"the policy allows {c.policy.max_attempts} attempts",
+            )
+
+
+def _settled_by(m: RunnerMachineBase, label: str, expected: ActionStatus, fn: Any) -> None:
+    for c in m.contenders_list:
+        result = c.outcome
+        if (
+            c.kind in ("reconcile", "recover")
+            and c.finished
+            and isinstance(result, ActionResult)
+            and [lbl for _, lbl in c.verifier_answers] == [label]
+            and _clean_ledger(c)
+            and not result.receipt.metadata.get("verification_conflict", False)
+            and result.status is not expected
+        ):
+            raise fail(
+                fn,
+                f"contender {c.name}: a {label!r} read-back left {c.key} {result.status.value}",
+            )
+
+
+@progress
+def bound_confirmation_settles_unknown(m: RunnerMachineBase) -> None:
+    """A healthy confirmation bound to the reference settles an UNKNOWN claim as CONFIRMED."""
+    _settled_by(m, "confirmed", ActionStatus.CONFIRMED, bound_confirmation_settles_unknown)
+
+
+@progress
+def fenced_absence_settles_failed(m: RunnerMachineBase) -> None:
+    """A healthy, conclusive, retry-safe absence bound to the reference settles it as FAILED."""
+    _settled_by(m, "absent retry-safe", ActionStatus.FAILED, fenced_absence_settles_failed)

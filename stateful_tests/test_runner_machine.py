@@ -1,0 +1,389 @@
+"""The runner machine: concurrent contenders, faults on both sides of the commit.
+
+Contenders run real ``execute`` / ``reconcile`` / ``recover_pending`` /
+``release_unstarted`` calls. Rules start contenders, advance one parked
+contender past one gate (drawing the fault or verifier answer there), crash
+contenders, and let in-flight provider requests commit or be fenced. After
+every step the invariants of ``invariants.py`` are checked against the
+recorded history, the abstract world and the ledger as an observer sees it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import shutil
+import tempfile
+import warnings
+from pathlib import Path
+from typing import Any, ClassVar
+
+import pytest
+from hypothesis import event, note
+from hypothesis import strategies as st
+from hypothesis.stateful import (
+    Bundle,
+    RuleBasedStateMachine,
+    initialize,
+    invariant,
+    multiple,
+    precondition,
+    rule,
+)
+
+from dataoad import (
+    ActionReceipt,
+    ActionResult,
+    ActionRunner,
+    InMemoryLedger,
+    Ledger,
+    RetryPolicy,
+    SQLiteLedger,
+)
+from models.world import World
+from stateful_tests import invariants as inv
+from stateful_tests.harness import (
+    Contender,
+    GatedLedger,
+    History,
+    LedgerFault,
+    ProviderFault,
+    REACHED,
+    Scheduler,
+    VerifierAnswer,
+    WorldProvider,
+    WorldVerifier,
+)
+
+ACTION = "charge"
+#: At most this many contenders are in flight at once.
+MAX_ACTIVE = 3
+KEYS = ("order-1", "order-2")
+NAMES = "ABCDEFGHIJKLMNOPQRSTUVWXYZ"
+
+with warnings.catch_warnings():
+    warnings.simplefilter("ignore", RuntimeWarning)
+    ESCAPE_HATCH = RetryPolicy(max_attempts=2, retry_on_unknown=True)
+POLICIES = {
+    "default": RetryPolicy(),
+    "retry-failed": RetryPolicy(max_attempts=3, retry_on_failed=True),
+    "retry-unknown (escape hatch)": ESCAPE_HATCH,
+}
+
+# Unfaulted calls are weighted up so that runs make progress between faults.
+LEDGER_DECISIONS = st.sampled_from([LedgerFault.NONE] * 6 + list(LedgerFault)[1:])
+READ_DECISIONS = st.sampled_from([LedgerFault.NONE] * 8 + [LedgerFault.FAIL_BEFORE_WRITE])
+PROVIDER_DECISIONS = st.sampled_from(list(ProviderFault))
+VERIFIER_DECISIONS = st.sampled_from(list(VerifierAnswer))
+
+
+def _decisions_for(gate: str) -> st.SearchStrategy[Any]:
+    if gate == "provider.charge":
+        return PROVIDER_DECISIONS
+    if gate == "verifier.verify":
+        return VERIFIER_DECISIONS
+    if gate in ("ledger.get", "ledger.find"):
+        return READ_DECISIONS
+    return LEDGER_DECISIONS
+
+
+class RunnerMachineBase(RuleBasedStateMachine):
+    """Backend-independent rules; subclasses choose the ledger and the runner."""
+
+    backend: ClassVar[str] = "memory"
+    runner_class: ClassVar[type[ActionRunner]] = ActionRunner
+    ledger_class: ClassVar[type[Any] | None] = None  # overrides the backend's ledger class
+
+    keys = Bundle("keys")
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.loop = asyncio.Runner()
+        self.history = History(type(self).__name__)
+        self.world = World()
+        self.scheduler = Scheduler(self.loop)
+        self.contenders_list: list[Contender] = []
+        self.observed: dict[str, ActionReceipt] = {}
+        self.transitions: dict[str, tuple[ActionReceipt, ActionReceipt | None]] = {}
+        self.released_ids: set[str] = set()
+        self.folder: Path | None = None
+        self.clients: list[Ledger] = []
+        if self.backend == "sqlite":
+            self.folder = Path(tempfile.mkdtemp(prefix="dataoad-machine-"))
+        self.observer = self.new_client()
+        self.provider = WorldProvider(self.world, self.scheduler, self.history, self.observer)
+        self.verifier = WorldVerifier(self.world, self.scheduler, self.history)
+
+    def new_client(self) -> Ledger:
+        """A ledger client on the machine's storage: shared in memory, a new connection for SQLite."""
+        if self.backend == "sqlite":
+            assert self.folder is not None
+            cls = self.ledger_class or SQLiteLedger
+            client: Ledger = cls(self.folder / "ledger.sqlite3")
+            self.clients.append(client)
+            return client
+        if not self.clients:
+            cls = self.ledger_class or InMemoryLedger
+            self.clients.append(cls())
+        return self.clients[0]
+
+    def teardown(self) -> None:
+        try:
+            for c in self.contenders_list:
+                if c.task is not None and not c.task.done():
+                    c.crashed = True
+                    c.task.cancel()
+            for client in self.clients:
+                self.loop.run(client.close())
+        finally:
+            self.loop.close()
+            if self.folder is not None:
+                shutil.rmtree(self.folder, ignore_errors=True)
+
+    # -- rules ---------------------------------------------------------------------
+
+    @initialize(target=keys)
+    def the_keys(self) -> Any:
+        return multiple(*KEYS)
+
+    def _start(self, contender: Contender, body: Any) -> None:
+        self.contenders_list.append(contender)
+        self.history.step += 1
+        self.scheduler.start(contender, body)
+        self._after(contender)
+
+    def _active(self) -> int:
+        return sum(1 for c in self.contenders_list if not c.finished)
+
+    @precondition(lambda self: self._active() < MAX_ACTIVE and len(self.contenders_list) < 26)
+    @rule(
+        key=keys,
+        amount=st.sampled_from([100, 250]),
+        alternate_reference=st.booleans(),
+        policy=st.sampled_from(sorted(POLICIES)),
+        with_verifier=st.booleans(),
+    )
+    def start_execute(
+        self, key: str, amount: int, alternate_reference: bool, policy: str, with_verifier: bool
+    ) -> None:
+        name = NAMES[len(self.contenders_list)]
+        reference = f"ref-{key}" + ("-alt" if alternate_reference else "")
+        c = Contender(
+            name,
+            "execute",
+            key,
+            reference,
+            policy=POLICIES[policy],
+            with_verifier=with_verifier,
+            escape_hatch=POLICIES[policy].retry_on_unknown,
+        )
+        self.history.add(
+            f"contender {name}",
+            f"execute {key} (amount {amount}, reference {reference}, policy {policy}, "
+            f"{'with' if with_verifier else 'no'} verifier)",
+        )
+        client = self.new_client()
+        runner = self.runner_class(GatedLedger(client, self.scheduler, self.released_ids), policy=POLICIES[policy])
+
+        async def body() -> Any:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", RuntimeWarning)
+                return await runner.execute(
+                    ACTION,
+                    lambda: self.provider.charge(ACTION, key, reference),
+                    request={"key": key, "amount": amount},
+                    idempotency_key=key,
+                    provider_reference=reference,
+                    verifier=self.verifier if with_verifier else None,
+                )
+
+        self._start(c, body)
+
+    @precondition(lambda self: self._active() < MAX_ACTIVE and len(self.contenders_list) < 26)
+    @rule(key=keys, how=st.sampled_from(["reconcile", "recover", "release"]))
+    def start_operator(self, key: str, how: str) -> None:
+        """An operator (or a new process) acts on whatever claim the key has now."""
+        name = NAMES[len(self.contenders_list)]
+        stored = self.loop.run(self.observer.find(ACTION, key))
+        c = Contender(name, how, key, stored.provider_reference or "" if stored else "")
+        self.history.add(f"contender {name}", f"{how} the claim of {key}")
+        if stored is None:
+            c.outcome, c.finished = "no claim", True
+            self.contenders_list.append(c)
+            return
+        c.action_id = stored.action_id
+        runner = self.runner_class(GatedLedger(self.new_client(), self.scheduler, self.released_ids))
+
+        async def body() -> Any:
+            if how == "reconcile":
+                return await runner.reconcile(stored.action_id, self.verifier)
+            if how == "recover":
+                return await runner.recover_pending(stored.action_id, self.verifier)
+            return await runner.release_unstarted(stored.action_id)
+
+        self._start(c, body)
+
+    def _parked(self) -> list[Contender]:
+        return [c for c in self.contenders_list if c.parked_at is not None and not c.finished]
+
+    @precondition(lambda self: bool(self._parked()))
+    @rule(data=st.data())
+    def advance(self, data: st.DataObject) -> None:
+        """Release one parked contender past its gate, deciding what happens there."""
+        parked = self._parked()
+        c = data.draw(st.sampled_from(parked), label="contender")
+        gate = c.parked_at
+        assert gate is not None
+        decision = data.draw(_decisions_for(gate), label=f"at {gate}")
+        kind = gate.split(".")[0]
+        if kind == "ledger":
+            REACHED[(gate, decision.name)] += 1
+            event(f"{gate}: {decision.value}")
+            if decision is not LedgerFault.NONE:
+                self.history.add(f"contender {c.name}", f"{gate}: {decision.value}")
+        else:
+            event(f"{gate}: {decision.value}")
+        self.history.step += 1
+        self.scheduler.release(c, decision)
+        self._after(c)
+
+    # Hypothesis chooses among enabled rules uniformly; two more ways to
+    # advance keep runs moving forward rather than piling up new contenders.
+    @precondition(lambda self: bool(self._parked()))
+    @rule(data=st.data())
+    def advance_another(self, data: st.DataObject) -> None:
+        """Release one parked contender past its gate (same as advance)."""
+        self.advance(data)
+
+    @precondition(lambda self: bool(self._parked()))
+    @rule(data=st.data())
+    def advance_yet_another(self, data: st.DataObject) -> None:
+        """Release one parked contender past its gate (same as advance)."""
+        self.advance(data)
+
+    @precondition(lambda self: bool(self._parked()))
+    @rule(data=st.data())
+    def crash(self, data: st.DataObject) -> None:
+        """A contender's process dies mid-protocol: its task is cancelled, its client dropped."""
+        c = data.draw(st.sampled_from(self._parked()), label="contender")
+        self.history.add(f"contender {c.name}", f"crashes while parked at {c.parked_at}")
+        event("crash")
+        self.history.step += 1
+        self.scheduler.crash(c)
+        self._after(c)
+
+    @rule(key=keys)
+    def provider_commits_in_flight(self, key: str) -> None:
+        """A slow provider finally commits requests that timed out while in flight."""
+        for ref in (f"ref-{key}", f"ref-{key}-alt"):
+            if self.world.may_appear_later(ref):
+                committed = self.world.commit_in_flight(ref)
+                event("late commit")
+                self.history.add("provider", f"{committed} in-flight request(s) for {ref} commit late")
+
+    @rule(key=keys)
+    def fence_reference(self, key: str) -> None:
+        """The provider makes in-flight requests terminal: they can never commit."""
+        for ref in (f"ref-{key}", f"ref-{key}-alt"):
+            if ref not in self.world.fenced:
+                dropped = self.world.fence(ref)
+                self.history.add("provider", f"fence {ref} ({dropped} in-flight request(s) dropped)")
+
+    # -- bookkeeping -----------------------------------------------------------
+
+    def _after(self, c: Contender) -> None:
+        if c.finished and not getattr(c, "_reported", False):
+            c._reported = True  # type: ignore[attr-defined]
+            outcome = c.outcome
+            if isinstance(outcome, ActionResult):
+                c.action_id = outcome.receipt.action_id
+                text = (
+                    f"{outcome.status.value}{' (replayed)' if outcome.replayed else ''}, "
+                    f"execution={_v(outcome.receipt.execution_status)}, "
+                    f"verification={_v(outcome.receipt.verification_status)}, "
+                    f"attempts={outcome.receipt.attempts}"
+                )
+            elif outcome is None and c.kind == "release":
+                text = "released"
+                assert c.action_id is not None
+                previous = self.observed.get(c.action_id)
+                c.released_attempts = previous.attempts if previous else 0  # type: ignore[attr-defined]
+            else:
+                text = f"raised {type(outcome).__name__}: {outcome}"
+                receipt = getattr(outcome, "receipt", None)
+                if c.kind == "execute" and isinstance(receipt, ActionReceipt):
+                    c.action_id = receipt.action_id
+            self.history.add(f"contender {c.name}", f"{c.kind} {c.key} -> {text}")
+            note(f"contender {c.name}: {c.kind} {c.key} -> {text}")
+        self._observe()
+
+    def _observe(self) -> None:
+        async def read() -> dict[str, ActionReceipt | None]:
+            seen: dict[str, ActionReceipt | None] = {}
+            for key in KEYS:
+                stored = await self.observer.find(ACTION, key)
+                if stored is not None:
+                    seen[stored.action_id] = stored
+            for action_id in self.observed:
+                if action_id not in seen:
+                    seen[action_id] = await self.observer.get(action_id)
+            return seen
+
+        self.transitions = {}
+        for action_id, receipt in self.loop.run(read()).items():
+            before = self.observed.get(action_id)
+            if before is not None:
+                self.transitions[action_id] = (before, receipt)
+            if receipt is not None:
+                self.observed[action_id] = receipt
+            elif action_id in self.observed and action_id in self.released_ids:
+                del self.observed[action_id]
+
+    def _check(self, checks: list[Any]) -> None:
+        for check in checks:
+            try:
+                check(self)
+            except inv.InvariantViolation as violation:
+                path = self.history.write(str(violation))
+                raise inv.InvariantViolation(
+                    violation.name,
+                    f"{violation.detail}\n\nWhat happened:\n{self.history.narrative()}\n\n"
+                    f"Trace written to {path}",
+                ) from None
+
+    @invariant()
+    def safety_properties_hold(self) -> None:
+        self._check(inv.SAFETY)
+
+    @invariant()
+    def progress_properties_hold(self) -> None:
+        self._check(inv.PROGRESS)
+
+    @invariant()
+    def receipt_of_each_finished_contender_was_observed(self) -> None:
+        for c in self.contenders_list:
+            if c.finished and isinstance(c.outcome, ActionResult):
+                assert c.outcome.receipt.action_id in self.observed or (
+                    c.outcome.receipt.action_id in self.released_ids
+                ), f"contender {c.name}'s receipt is missing from the ledger"
+
+
+def _v(status: Any) -> str:
+    return "None" if status is None else status.value
+
+
+def machine_for(backend: str, **overrides: Any) -> type[RunnerMachineBase]:
+    """The runner machine on one backend; ``overrides`` plant bugs for the bug tests."""
+    name = f"RunnerMachine_{backend}" + ("_" + "_".join(sorted(overrides)) if overrides else "")
+    return type(name, (RunnerMachineBase,), {"backend": backend, **overrides})
+
+
+RunnerMachineMemory = machine_for("memory")
+RunnerMachineSQLite = machine_for("sqlite")
+
+TestRunnerMachineMemory = RunnerMachineMemory.TestCase
+TestRunnerMachineSQLite = RunnerMachineSQLite.TestCase
+
+
+@pytest.fixture(autouse=True)
+def _no_leftover_tasks() -> None:
+    """Each example closes its own event loop; nothing may leak between tests."""
