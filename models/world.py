@@ -8,43 +8,61 @@ import itertools
 
 @dataclasses.dataclass
 class World:
-    """Effects per provider reference, requests still in flight, fenced references.
+    """Effects per provider reference, requests in flight, and fences.
 
-    A request in flight has reached the provider but not committed; it may
-    commit later unless its reference is fenced (made terminal).
+    A request carries its reference and the attempt number that sent it.
+    A request in flight has reached the provider without committing; it may
+    commit later. Fencing a reference up to attempt ``n`` makes every request
+    of attempts ``<= n`` terminal: in flight or not yet sent, it can never
+    commit. That is what a verifier must establish before it may call an
+    absence retry-safe.
     """
 
     effects: dict[str, list[str]] = dataclasses.field(default_factory=dict)
-    in_flight: dict[str, list[str]] = dataclasses.field(default_factory=dict)
-    fenced: set[str] = dataclasses.field(default_factory=set)
+    in_flight: dict[str, list[tuple[str, int]]] = dataclasses.field(default_factory=dict)
+    fenced_upto: dict[str, int] = dataclasses.field(default_factory=dict)
     _ids: itertools.count[int] = dataclasses.field(default_factory=lambda: itertools.count(1))
 
-    def commit(self, reference: str) -> str:
-        """An effect happens now; returns its provider request id."""
+    def is_fenced(self, reference: str, attempt: int) -> bool:
+        """Whether requests of this attempt for the reference are refused."""
+        return attempt <= self.fenced_upto.get(reference, 0)
+
+    def commit(self, reference: str, attempt: int) -> str | None:
+        """The request commits now; None if the provider refuses it as fenced."""
+        if self.is_fenced(reference, attempt):
+            return None
         effect = f"eff_{next(self._ids)}"
         self.effects.setdefault(reference, []).append(effect)
         return effect
 
-    def send_in_flight(self, reference: str) -> str:
-        """A request reaches the provider without committing yet."""
-        request = f"req_{next(self._ids)}"
-        if reference in self.fenced:
-            return request  # a fenced reference accepts nothing new
-        self.in_flight.setdefault(reference, []).append(request)
-        return request
+    def send_in_flight(self, reference: str, attempt: int) -> bool:
+        """The request reaches the provider without committing yet (False if fenced)."""
+        if self.is_fenced(reference, attempt):
+            return False
+        self.in_flight.setdefault(reference, []).append((f"req_{next(self._ids)}", attempt))
+        return True
 
     def commit_in_flight(self, reference: str) -> int:
         """Every in-flight request for the reference commits (a slow provider)."""
         pending = self.in_flight.pop(reference, [])
-        for request in pending:
+        for request, _ in pending:
             self.effects.setdefault(reference, []).append(request)
         return len(pending)
 
-    def fence(self, reference: str) -> int:
-        """In-flight requests for the reference become terminal: they never commit."""
-        dropped = len(self.in_flight.pop(reference, []))
-        self.fenced.add(reference)
-        return dropped
+    def drop_in_flight(self, reference: str) -> int:
+        """The provider gives up on in-flight requests: they never commit."""
+        return len(self.in_flight.pop(reference, []))
+
+    def fence(self, reference: str, upto_attempt: int) -> int:
+        """Refuse, now and forever, every request of attempts up to ``upto_attempt``."""
+        self.fenced_upto[reference] = max(self.fenced_upto.get(reference, 0), upto_attempt)
+        before = self.in_flight.get(reference, [])
+        kept = [(r, a) for r, a in before if a > upto_attempt]
+        if kept:
+            self.in_flight[reference] = kept
+        else:
+            self.in_flight.pop(reference, None)
+        return len(before) - len(kept)
 
     def holds(self, reference: str) -> bool:
         """Whether at least one effect exists for the reference."""
@@ -55,5 +73,5 @@ class World:
         return len(self.effects.get(reference, ()))
 
     def may_appear_later(self, reference: str) -> bool:
-        """Whether an effect for the reference can still commit."""
+        """Whether an effect for the reference can still commit from a request in flight."""
         return bool(self.in_flight.get(reference))

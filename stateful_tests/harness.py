@@ -194,7 +194,8 @@ class Scheduler:
 
     def release(self, contender: Contender, decision: Any) -> None:
         """Let a parked contender pass its gate with ``decision``; run to its next gate."""
-        assert contender.go is not None and not contender.go.done()
+        assert contender.go is not None
+        assert not contender.go.done()
         contender.park = self.runner.get_loop().create_future()
         contender.go.set_result(decision)
         self._settle(contender)
@@ -208,7 +209,8 @@ class Scheduler:
 
     def _settle(self, contender: Contender) -> None:
         async def until_parked_or_done() -> None:
-            assert contender.task is not None and contender.park is not None
+            assert contender.task is not None
+            assert contender.park is not None
             done, _ = await asyncio.wait(
                 {contender.task, contender.park},
                 timeout=self.timeout,
@@ -323,21 +325,33 @@ class WorldProvider:
             not contender.provider_calls or contender.cleared_since_last_call
         )
         contender.provider_calls.append(fault)
-        contender.cleared_since_last_call = False
-        if fault is ProviderFault.REJECT_RETRYABLE:
-            contender.cleared_since_last_call = True  # definitive, retry-safe evidence
+        attempt = len(contender.provider_calls)
+        contender.cleared_since_last_call = fault is ProviderFault.REJECT_RETRYABLE
+        if self.world.is_fenced(reference, attempt):
+            # The provider refuses a fenced request outright: nothing commits.
+            self.history.add(
+                f"contender {contender.name}",
+                f"provider charge {reference} (attempt {attempt}): refused, the attempt is "
+                f"fenced [nothing; effects now {self.world.count(reference)}]",
+                reference=reference,
+                fault="FENCED",
+                committed=False,
+            )
+            raise DefinitiveFailure("the provider refused a fenced request")
         effect = None
         if fault in COMMITTING:
-            effect = self.world.commit(reference)
+            effect = self.world.commit(reference, attempt)
         elif fault is ProviderFault.LATE_COMMIT:
-            self.world.send_in_flight(reference)
+            self.world.send_in_flight(reference, attempt)
         truth = (
-            "committed" if effect else ("in flight" if fault is ProviderFault.LATE_COMMIT else "nothing")
+            "committed"
+            if effect
+            else ("in flight" if fault is ProviderFault.LATE_COMMIT else "nothing")
         )
         self.history.add(
             f"contender {contender.name}",
-            f"provider charge {reference}: {fault.value} [{truth}; effects now "
-            f"{self.world.count(reference)}]",
+            f"provider charge {reference} (attempt {attempt}): {fault.value} [{truth}; effects "
+            f"now {self.world.count(reference)}]",
             reference=reference,
             fault=fault.name,
             committed=effect is not None,
@@ -366,7 +380,8 @@ class WorldVerifier:
         self.scheduler = scheduler
         self.history = history
 
-    def truthful(self, reference: str) -> tuple[VerificationResult, str]:
+    def truthful(self, reference: str, attempts: int) -> tuple[VerificationResult, str]:
+        """What the world shows, without fencing anything."""
         if self.world.holds(reference):
             first = self.world.effects[reference][0]
             return (
@@ -375,7 +390,7 @@ class WorldVerifier:
                 ),
                 "confirmed",
             )
-        if self.world.may_appear_later(reference):
+        if self.world.may_appear_later(reference) or not self.world.is_fenced(reference, attempts):
             return VerificationResult.absent(verified_provider_reference=reference), "absent"
         return (
             VerificationResult.absent(verified_provider_reference=reference, retry_safe=True),
@@ -387,7 +402,11 @@ class WorldVerifier:
         answer = VerifierAnswer.TRUTHFUL if decision is None else decision
         reference = receipt.provider_reference or ""
         contender = _current.get(None)
-        truth, truth_label = self.truthful(reference)
+        if answer is VerifierAnswer.TRUTHFUL and reference:
+            # A careful verifier fences the attempts it judges before it reads,
+            # so that "absent" can honestly mean "can never commit".
+            self.world.fence(reference, receipt.attempts)
+        truth, truth_label = self.truthful(reference, receipt.attempts)
         if answer is VerifierAnswer.TRUTHFUL:
             result, label = truth, truth_label
         elif answer is VerifierAnswer.STALE_ABSENT:

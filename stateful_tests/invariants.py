@@ -130,23 +130,6 @@ def confirmed_requires_the_effect(m: RunnerMachineBase) -> None:
 
 
 @safety
-def failed_requires_no_effect_now_or_later(m: RunnerMachineBase) -> None:
-    """A receipt states FAILED only when the effect does not exist and cannot appear later."""
-    for receipt in m.observed.values():
-        if receipt.final_status is ActionStatus.FAILED:
-            ref = receipt.provider_reference or ""
-            if "FAILED" not in permitted_outcomes(
-                effect_exists=m.world.holds(ref), may_appear_later=m.world.may_appear_later(ref)
-            ):
-                raise fail(
-                    failed_requires_no_effect_now_or_later,
-                    f"receipt {receipt.action_id[:8]} for {receipt.idempotency_key} is FAILED but "
-                    f"{ref} has {m.world.count(ref)} effects"
-                    + (" and a request in flight" if m.world.may_appear_later(ref) else ""),
-                )
-
-
-@safety
 def unknown_evidence_never_erased(m: RunnerMachineBase) -> None:
     """Once an invocation ended ambiguously, the claim becomes FAILED only through fenced, retry-safe read-back made after it."""
     for receipt in m.observed.values():
@@ -161,6 +144,7 @@ def unknown_evidence_never_erased(m: RunnerMachineBase) -> None:
             if "fault" in facts and facts["fault"] not in (
                 ProviderFault.DECLINE.name,
                 ProviderFault.REJECT_RETRYABLE.name,
+                "FENCED",  # the provider refused it: nothing can have happened
             ):
                 last_ambiguous = index
         if last_ambiguous is None:
@@ -179,11 +163,30 @@ def unknown_evidence_never_erased(m: RunnerMachineBase) -> None:
 
 
 @safety
+def failed_requires_no_effect_now_or_later(m: RunnerMachineBase) -> None:
+    """A receipt states FAILED only when the effect does not exist and cannot appear later."""
+    for receipt in m.observed.values():
+        if receipt.final_status is ActionStatus.FAILED:
+            ref = receipt.provider_reference or ""
+            if "FAILED" not in permitted_outcomes(
+                effect_exists=m.world.holds(ref), may_appear_later=m.world.may_appear_later(ref)
+            ):
+                raise fail(
+                    failed_requires_no_effect_now_or_later,
+                    f"receipt {receipt.action_id[:8]} for {receipt.idempotency_key} is FAILED but "
+                    f"{ref} has {m.world.count(ref)} effects"
+                    + (" and a request in flight" if m.world.may_appear_later(ref) else ""),
+                )
+
+
+@safety
 def claims_never_stolen(m: RunnerMachineBase) -> None:
     """A claim is released only before its attempt started, and a released claim's owner never invokes."""
     for c in m.contenders_list:
         if c.kind == "release" and c.finished and c.outcome is None and c.action_id:
-            owners = [o for o in m.contenders_list if o.action_id == c.action_id and o.kind == "execute"]
+            owners = [
+                o for o in m.contenders_list if o.action_id == c.action_id and o.kind == "execute"
+            ]
             for owner in owners:
                 if owner.provider_calls:
                     raise fail(

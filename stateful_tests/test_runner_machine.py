@@ -42,12 +42,12 @@ from dataoad import (
 from models.world import World
 from stateful_tests import invariants as inv
 from stateful_tests.harness import (
+    REACHED,
     Contender,
     GatedLedger,
     History,
     LedgerFault,
     ProviderFault,
-    REACHED,
     Scheduler,
     VerifierAnswer,
     WorldProvider,
@@ -70,10 +70,14 @@ POLICIES = {
 }
 
 # Unfaulted calls are weighted up so that runs make progress between faults.
-LEDGER_DECISIONS = st.sampled_from([LedgerFault.NONE] * 6 + list(LedgerFault)[1:])
-READ_DECISIONS = st.sampled_from([LedgerFault.NONE] * 8 + [LedgerFault.FAIL_BEFORE_WRITE])
+LEDGER_DECISIONS = st.sampled_from([LedgerFault.NONE] * 10 + list(LedgerFault)[1:])
+READ_DECISIONS = st.sampled_from([LedgerFault.NONE] * 12 + [LedgerFault.FAIL_BEFORE_WRITE])
+# Releases are rare operator actions; when one happens, fault it often.
+RELEASE_DECISIONS = st.sampled_from([LedgerFault.NONE] * 2 + list(LedgerFault)[1:])
 PROVIDER_DECISIONS = st.sampled_from(list(ProviderFault))
-VERIFIER_DECISIONS = st.sampled_from(list(VerifierAnswer))
+VERIFIER_DECISIONS = st.sampled_from([VerifierAnswer.TRUTHFUL] * 3 + list(VerifierAnswer)[1:])
+#: Crashes per run: enough to reach every protocol point, few enough to make progress.
+MAX_CRASHES = 2
 
 
 def _decisions_for(gate: str) -> st.SearchStrategy[Any]:
@@ -83,6 +87,8 @@ def _decisions_for(gate: str) -> st.SearchStrategy[Any]:
         return VERIFIER_DECISIONS
     if gate in ("ledger.get", "ledger.find"):
         return READ_DECISIONS
+    if gate == "ledger.release":
+        return RELEASE_DECISIONS
     return LEDGER_DECISIONS
 
 
@@ -105,6 +111,7 @@ class RunnerMachineBase(RuleBasedStateMachine):
         self.observed: dict[str, ActionReceipt] = {}
         self.transitions: dict[str, tuple[ActionReceipt, ActionReceipt | None]] = {}
         self.released_ids: set[str] = set()
+        self.crashes = 0
         self.folder: Path | None = None
         self.clients: list[Ledger] = []
         if self.backend == "sqlite":
@@ -182,7 +189,9 @@ class RunnerMachineBase(RuleBasedStateMachine):
             f"{'with' if with_verifier else 'no'} verifier)",
         )
         client = self.new_client()
-        runner = self.runner_class(GatedLedger(client, self.scheduler, self.released_ids), policy=POLICIES[policy])
+        runner = self.runner_class(
+            GatedLedger(client, self.scheduler, self.released_ids), policy=POLICIES[policy]
+        )
 
         async def body() -> Any:
             with warnings.catch_warnings():
@@ -206,12 +215,19 @@ class RunnerMachineBase(RuleBasedStateMachine):
         stored = self.loop.run(self.observer.find(ACTION, key))
         c = Contender(name, how, key, stored.provider_reference or "" if stored else "")
         self.history.add(f"contender {name}", f"{how} the claim of {key}")
-        if stored is None:
-            c.outcome, c.finished = "no claim", True
+        live_worker = any(
+            o.kind == "execute" and o.key == key and not o.finished for o in self.contenders_list
+        )
+        if stored is None or (how == "recover" and live_worker):
+            # recover_pending's contract: first make sure the original worker
+            # can no longer mutate. An operator who cannot, waits.
+            c.outcome, c.finished = "no claim" if stored is None else "worker still alive", True
             self.contenders_list.append(c)
             return
         c.action_id = stored.action_id
-        runner = self.runner_class(GatedLedger(self.new_client(), self.scheduler, self.released_ids))
+        runner = self.runner_class(
+            GatedLedger(self.new_client(), self.scheduler, self.released_ids)
+        )
 
         async def body() -> Any:
             if how == "reconcile":
@@ -222,71 +238,90 @@ class RunnerMachineBase(RuleBasedStateMachine):
 
         self._start(c, body)
 
+    def _stranded_unstarted(self) -> list[str]:
+        return sorted(
+            r.idempotency_key
+            for r in self.observed.values()
+            if r.is_pending
+            and r.attempts == 0
+            and not any(
+                c.kind == "execute" and c.key == r.idempotency_key and not c.finished
+                for c in self.contenders_list
+            )
+        )
+
+    @precondition(
+        lambda self: (
+            bool(self._stranded_unstarted())
+            and self._active() < MAX_ACTIVE
+            and len(self.contenders_list) < 26
+        )
+    )
+    @rule(data=st.data())
+    def release_stranded_claim(self, data: st.DataObject) -> None:
+        """An operator releases a claim whose worker died before its attempt started."""
+        key = data.draw(st.sampled_from(self._stranded_unstarted()), label="stranded key")
+        self.start_operator(key, "release")
+
     def _parked(self) -> list[Contender]:
         return [c for c in self.contenders_list if c.parked_at is not None and not c.finished]
 
     @precondition(lambda self: bool(self._parked()))
-    @rule(data=st.data())
-    def advance(self, data: st.DataObject) -> None:
-        """Release one parked contender past its gate, deciding what happens there."""
-        parked = self._parked()
-        c = data.draw(st.sampled_from(parked), label="contender")
-        gate = c.parked_at
-        assert gate is not None
-        decision = data.draw(_decisions_for(gate), label=f"at {gate}")
-        kind = gate.split(".")[0]
-        if kind == "ledger":
-            REACHED[(gate, decision.name)] += 1
+    @rule(data=st.data(), gates=st.integers(1, 4))
+    def advance(self, data: st.DataObject, gates: int) -> None:
+        """Release one parked contender past up to ``gates`` gates, deciding what happens at each."""
+        parked = {c.name: c for c in self._parked()}
+        c = parked[data.draw(st.sampled_from(sorted(parked)), label="contender")]
+        for _ in range(gates):
+            gate = c.parked_at
+            if gate is None or c.finished:
+                break
+            decision = data.draw(_decisions_for(gate), label=f"{c.name} at {gate}")
             event(f"{gate}: {decision.value}")
-            if decision is not LedgerFault.NONE:
-                self.history.add(f"contender {c.name}", f"{gate}: {decision.value}")
-        else:
-            event(f"{gate}: {decision.value}")
-        self.history.step += 1
-        self.scheduler.release(c, decision)
-        self._after(c)
+            if gate.startswith("ledger."):
+                REACHED[(gate, decision.name)] += 1
+                if decision is not LedgerFault.NONE:
+                    self.history.add(f"contender {c.name}", f"{gate}: {decision.value}")
+            self.history.step += 1
+            self.scheduler.release(c, decision)
+            self._after(c)
 
-    # Hypothesis chooses among enabled rules uniformly; two more ways to
-    # advance keep runs moving forward rather than piling up new contenders.
+    # Hypothesis chooses among enabled rules uniformly; a second way to
+    # advance keeps runs moving forward rather than piling up new contenders.
     @precondition(lambda self: bool(self._parked()))
-    @rule(data=st.data())
-    def advance_another(self, data: st.DataObject) -> None:
-        """Release one parked contender past its gate (same as advance)."""
-        self.advance(data)
+    @rule(data=st.data(), gates=st.integers(1, 4))
+    def advance_another(self, data: st.DataObject, gates: int) -> None:
+        """Release one parked contender past some gates (same as advance)."""
+        self.advance(data, gates)
 
-    @precondition(lambda self: bool(self._parked()))
-    @rule(data=st.data())
-    def advance_yet_another(self, data: st.DataObject) -> None:
-        """Release one parked contender past its gate (same as advance)."""
-        self.advance(data)
-
-    @precondition(lambda self: bool(self._parked()))
+    @precondition(lambda self: bool(self._parked()) and self.crashes < MAX_CRASHES)
     @rule(data=st.data())
     def crash(self, data: st.DataObject) -> None:
         """A contender's process dies mid-protocol: its task is cancelled, its client dropped."""
-        c = data.draw(st.sampled_from(self._parked()), label="contender")
+        parked = {c.name: c for c in self._parked()}
+        c = parked[data.draw(st.sampled_from(sorted(parked)), label="contender")]
         self.history.add(f"contender {c.name}", f"crashes while parked at {c.parked_at}")
         event("crash")
+        self.crashes += 1
         self.history.step += 1
         self.scheduler.crash(c)
         self._after(c)
 
-    @rule(key=keys)
-    def provider_commits_in_flight(self, key: str) -> None:
-        """A slow provider finally commits requests that timed out while in flight."""
+    @rule(key=keys, what=st.sampled_from(["late commit", "give up"]))
+    def provider_side_event(self, key: str, what: str) -> None:
+        """The provider acts on its own: in-flight requests commit late, or are given up."""
         for ref in (f"ref-{key}", f"ref-{key}-alt"):
-            if self.world.may_appear_later(ref):
+            if not self.world.may_appear_later(ref):
+                continue
+            if what == "late commit":
                 committed = self.world.commit_in_flight(ref)
-                event("late commit")
-                self.history.add("provider", f"{committed} in-flight request(s) for {ref} commit late")
-
-    @rule(key=keys)
-    def fence_reference(self, key: str) -> None:
-        """The provider makes in-flight requests terminal: they can never commit."""
-        for ref in (f"ref-{key}", f"ref-{key}-alt"):
-            if ref not in self.world.fenced:
-                dropped = self.world.fence(ref)
-                self.history.add("provider", f"fence {ref} ({dropped} in-flight request(s) dropped)")
+                self.history.add(
+                    "provider", f"{committed} in-flight request(s) for {ref} commit late"
+                )
+            else:
+                dropped = self.world.drop_in_flight(ref)
+                self.history.add("provider", f"gives up {dropped} in-flight request(s) for {ref}")
+            event(what)
 
     # -- bookkeeping -----------------------------------------------------------
 

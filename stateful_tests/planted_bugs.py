@@ -1,0 +1,290 @@
+"""Deliberately broken variants of the real code, one rule broken each.
+
+Each planted bug is a small subclass or patch of the real runner or ledger,
+with the invariant names that must catch it. ``stateful_tests`` proves the
+machines find every one and that the shrunk trace names the right property.
+The triggers are computed from state, never literal constants, so that
+Hypothesis cannot stumble on them by copying literals out of this file.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager, suppress
+from typing import Any
+
+import pytest
+
+import dataoad._evidence as evidence_module
+import dataoad._policy as policy_module
+import dataoad._runner as runner_module
+from dataoad import ActionReceipt, ActionRunner, ActionStatus, InMemoryLedger, VerificationHealth
+from dataoad._verification import VerificationResult
+
+
+@dataclasses.dataclass(frozen=True)
+class PlantedBug:
+    """A broken rule, how to plant it, and which properties must report it."""
+
+    name: str
+    trigger: str
+    machine: str  # runner | ledger | merge
+    expected: frozenset[str]
+    plant: Callable[[pytest.MonkeyPatch], dict[str, Any]]
+
+
+# -- runner and evidence bugs -------------------------------------------------------
+
+
+def _retry_unknown_by_default(mp: pytest.MonkeyPatch) -> dict[str, Any]:
+    real = policy_module.decide_retry
+
+    def buggy(status: ActionStatus, **kw: Any) -> bool:
+        if status is ActionStatus.UNKNOWN:
+            return bool(kw["attempts"] < kw["max_attempts"])
+        return real(status, **kw)
+
+    mp.setattr(policy_module, "decide_retry", buggy)
+    return {}
+
+
+def _later_failed_erases_unknown(mp: pytest.MonkeyPatch) -> dict[str, Any]:
+    def buggy(evidence: Sequence[ActionStatus]) -> ActionStatus | None:
+        return evidence[-1] if evidence else None  # the last attempt wins
+
+    mp.setattr(evidence_module, "aggregate_attempts", buggy)
+    mp.setattr(runner_module, "aggregate_attempts", buggy)
+    return {}
+
+
+def _accept_unbound_confirmation(mp: pytest.MonkeyPatch) -> dict[str, Any]:
+    real = runner_module.classify_verification
+
+    def buggy(result: object, provider_reference: str | None) -> ActionStatus:
+        if (
+            isinstance(result, VerificationResult)
+            and result.outcome is ActionStatus.CONFIRMED
+            and result.health is VerificationHealth.HEALTHY
+        ):
+            return ActionStatus.CONFIRMED  # whatever reference it echoed
+        return real(result, provider_reference)
+
+    mp.setattr(runner_module, "classify_verification", buggy)
+    return {}
+
+
+def _absence_without_retry_safe_is_failed(mp: pytest.MonkeyPatch) -> dict[str, Any]:
+    real = runner_module.classify_verification
+
+    def buggy(result: object, provider_reference: str | None) -> ActionStatus:
+        if (
+            isinstance(result, VerificationResult)
+            and result.outcome is ActionStatus.FAILED
+            and result.health is VerificationHealth.HEALTHY
+            and result.verified_provider_reference == provider_reference
+        ):
+            return ActionStatus.FAILED  # retry_safe ignored
+        return real(result, provider_reference)
+
+    mp.setattr(runner_module, "classify_verification", buggy)
+    return {}
+
+
+class FirstWriterWinsRunner(ActionRunner):
+    """On losing a reconciliation race, keeps the other writer's receipt as is."""
+
+    async def _observe_and_merge(
+        self, receipt: ActionReceipt, verify: Any, source: str, *, replayed: bool
+    ) -> Any:
+        observation = await self._observe(verify, receipt, source, receipt.attempts)
+        observations = (*runner_module._observations_of(receipt), observation.record)
+        settlement = runner_module.settle(receipt.attempt_records, observations)
+        proposed = receipt.evolve(
+            claim_state=receipt.claim_state.COMPLETED,
+            verification_status=settlement.verification_status,
+            final_status=settlement.final_status,
+            provider_request_id=settlement.provider_request_id,
+            metadata=runner_module._protocol_metadata(
+                {
+                    k: v
+                    for k, v in receipt.metadata.items()
+                    if k not in runner_module._PROTOCOL_KEYS
+                },
+                observations,
+                settlement,
+            ),
+            version=receipt.version + 1,
+        )
+        if await self._ledger.record(proposed):
+            return runner_module.ActionResult(proposed, replayed=replayed)
+        stored = await self._ledger.get(receipt.action_id)
+        assert stored is not None
+        return runner_module.ActionResult(stored, replayed=replayed)
+
+
+def _first_writer_wins(mp: pytest.MonkeyPatch) -> dict[str, Any]:
+    return {"runner_class": FirstWriterWinsRunner}
+
+
+class InvokesAfterUnprovenStart(ActionRunner):
+    """Treats a failed attempt-start write as if it had succeeded."""
+
+    async def _start_attempt(self, proposed: ActionReceipt, *, previous: ActionReceipt) -> Any:
+        with suppress(Exception):
+            await self._ledger.start_attempt(proposed)
+        return proposed
+
+
+def _invoke_after_unproven_attempt_start(mp: pytest.MonkeyPatch) -> dict[str, Any]:
+    return {"runner_class": InvokesAfterUnprovenStart}
+
+
+def _answers_unknown_to_everything(mp: pytest.MonkeyPatch) -> dict[str, Any]:
+    real = evidence_module.settle
+
+    def buggy(attempts: Any, observations: Any) -> Any:
+        return dataclasses.replace(real(attempts, observations), final_status=ActionStatus.UNKNOWN)
+
+    mp.setattr(runner_module, "settle", buggy)
+    return {}
+
+
+def _never_retries(mp: pytest.MonkeyPatch) -> dict[str, Any]:
+    mp.setattr(policy_module, "decide_retry", lambda status, **kw: False)
+    return {}
+
+
+# -- ledger bugs ---------------------------------------------------------------------
+
+
+class NonAtomicClaimLedger(InMemoryLedger):
+    """Checks for an existing claim, yields, then inserts: a read-then-write race."""
+
+    async def claim(self, receipt: ActionReceipt) -> tuple[ActionReceipt, bool]:
+        existing = await self.find(receipt.action_name, receipt.idempotency_key)
+        if existing is not None:
+            return existing, False
+        await asyncio.sleep(0)
+        with self._lock:
+            self._by_id[receipt.action_id] = receipt
+            self._by_key[(receipt.action_name, receipt.idempotency_key)] = receipt.action_id
+        return receipt, True
+
+
+def _non_atomic_claim(mp: pytest.MonkeyPatch) -> dict[str, Any]:
+    return {"memory_class": NonAtomicClaimLedger}
+
+
+class ReleasesStartedClaimsLedger(InMemoryLedger):
+    """Releases any PENDING claim, whatever its attempts or version."""
+
+    async def release(self, action_id: str, version: int) -> bool:
+        with self._lock:
+            current = self._by_id.get(action_id)
+            if current is None or not current.is_pending:
+                return False
+            del self._by_id[action_id]
+            del self._by_key[(current.action_name, current.idempotency_key)]
+            return True
+
+
+class ReleaseCheckSkippingRunner(ActionRunner):
+    """An operator tool that trusts the ledger to refuse unsafe releases."""
+
+    async def release_unstarted(self, action_id: str) -> None:
+        receipt = await self.receipt(action_id)
+        await self._ledger.release(action_id, receipt.version)
+
+
+def _release_started_claim(mp: pytest.MonkeyPatch) -> dict[str, Any]:
+    return {"ledger_class": ReleasesStartedClaimsLedger, "runner_class": ReleaseCheckSkippingRunner}
+
+
+def names(*invariants: str) -> frozenset[str]:
+    return frozenset(invariants)
+
+
+PLANTED_BUGS = [
+    PlantedBug(
+        "retry-unknown-by-default",
+        "a commit-then-timeout under a policy that retries FAILED",
+        "runner",
+        names("no-second-mutation-after-unknown"),
+        _retry_unknown_by_default,
+    ),
+    PlantedBug(
+        "later-failed-erases-unknown",
+        "escape-hatch policy: an ambiguous attempt, then a decline",
+        "runner",
+        names("unknown-evidence-never-erased", "failed-requires-no-effect-now-or-later"),
+        _later_failed_erases_unknown,
+    ),
+    PlantedBug(
+        "accept-unbound-confirmation",
+        "a verifier confirming another reference while nothing committed",
+        "runner",
+        names("confirmed-requires-the-effect"),
+        _accept_unbound_confirmation,
+    ),
+    PlantedBug(
+        "absence-without-retry-safe-is-failed",
+        "a stale healthy absence after a commit-then-timeout",
+        "runner",
+        names("failed-requires-no-effect-now-or-later", "unknown-evidence-never-erased"),
+        _absence_without_retry_safe_is_failed,
+    ),
+    PlantedBug(
+        "first-writer-wins-merge",
+        "two reconcilers whose writes race",
+        "merge",
+        names("every-observation-is-kept", "merge-is-order-independent"),
+        _first_writer_wins,
+    ),
+    PlantedBug(
+        "non-atomic-claim",
+        "concurrent claims of one key",
+        "ledger",
+        names("one-winner-per-key"),
+        _non_atomic_claim,
+    ),
+    PlantedBug(
+        "release-started-claim",
+        "a release read at zero attempts, executed after the attempt started",
+        "runner",
+        names("claims-never-stolen"),
+        _release_started_claim,
+    ),
+    PlantedBug(
+        "invoke-after-unproven-attempt-start",
+        "an attempt-start write that fails before storage",
+        "runner",
+        names("invocation-counted-before-call"),
+        _invoke_after_unproven_attempt_start,
+    ),
+    PlantedBug(
+        "answers-unknown-to-everything",
+        "any clean success",
+        "runner",
+        names("clean-success-is-confirmed"),
+        _answers_unknown_to_everything,
+    ),
+    PlantedBug(
+        "never-retries",
+        "a retryable rejection under a policy that retries FAILED",
+        "runner",
+        names("retryable-failure-is-retried"),
+        _never_retries,
+    ),
+]
+
+
+@contextmanager
+def planted(bug: PlantedBug) -> Iterator[dict[str, Any]]:
+    """Apply the bug for the duration of the block; yields class overrides."""
+    mp = pytest.MonkeyPatch()
+    try:
+        yield bug.plant(mp)
+    finally:
+        mp.undo()

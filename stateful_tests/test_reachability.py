@@ -1,0 +1,56 @@
+"""Every fault class at every gate, and every verifier answer, is reached in a ci run.
+
+A fault the machine never reaches is a fault the suite never tested, however
+green it is. This runs the runner machine with the active profile and fails
+naming every (gate, decision) pair that no example reached.
+"""
+
+from __future__ import annotations
+
+from hypothesis import settings
+from hypothesis.stateful import run_state_machine_as_test
+
+from stateful_tests.harness import REACHED, LedgerFault, ProviderFault
+from stateful_tests.test_runner_machine import RunnerMachineMemory
+
+WRITES = ("claim", "start_attempt", "record", "release")
+READS = ("get", "find")
+VERIFIER_ANSWERS = (
+    "confirmed",
+    "absent",
+    "absent retry-safe",
+    "unknown",
+    "raises",
+    "wrong reference",
+    "unhealthy",
+)
+
+
+def required() -> set[tuple[str, str]]:
+    pairs = {(f"ledger.{m}", f.name) for m in WRITES for f in LedgerFault}
+    pairs |= {
+        (f"ledger.{m}", f.name)
+        for m in READS
+        for f in (LedgerFault.NONE, LedgerFault.FAIL_BEFORE_WRITE)
+    }
+    pairs |= {("provider", f.name) for f in ProviderFault}
+    pairs |= {("verifier", label) for label in VERIFIER_ANSWERS}
+    return pairs
+
+
+#: Rounds of the profile's examples allowed before a pair counts as unreachable.
+ROUNDS = 4
+
+
+def test_every_fault_at_every_gate_and_every_verifier_answer_is_reached() -> None:
+    REACHED.clear()
+    profile = settings()
+    for _ in range(ROUNDS):
+        run_state_machine_as_test(
+            RunnerMachineMemory,
+            settings=settings(profile, max_examples=max(profile.max_examples, 150)),
+        )
+        missing = sorted(required() - set(REACHED))
+        if not missing:
+            return
+    raise AssertionError(f"never reached in {ROUNDS} rounds: {missing}")

@@ -1,0 +1,110 @@
+"""Unit tests of the reference model: it must itself say what the specification says."""
+
+from __future__ import annotations
+
+import pytest
+
+from models import AbstractLedger, Evidence, ModelReceipt, World
+from models.protocol import (
+    aggregate,
+    classify_execution,
+    classify_verification,
+    merge,
+    permitted_outcomes,
+    retry_allowed,
+)
+
+
+def test_execution_classification() -> None:
+    assert classify_execution("definitive", has_verifier=False) == "FAILED"
+    assert classify_execution("raised", has_verifier=False) == "UNKNOWN"
+    assert classify_execution("returned", has_verifier=False) == "CONFIRMED"
+    assert classify_execution("returned", has_verifier=True) == "UNKNOWN"
+
+
+@pytest.mark.parametrize(
+    ("evidence", "expected"),
+    [
+        (None, "UNKNOWN"),
+        (Evidence("CONFIRMED"), "CONFIRMED"),
+        (Evidence("CONFIRMED", bound=False), "UNKNOWN"),
+        (Evidence("CONFIRMED", healthy=False), "UNKNOWN"),
+        (Evidence("FAILED"), "UNKNOWN"),
+        (Evidence("FAILED", retry_safe=True), "FAILED"),
+        (Evidence("FAILED", retry_safe=True, conclusive=False), "UNKNOWN"),
+        (Evidence("FAILED", retry_safe=True, healthy=False), "UNKNOWN"),
+        (Evidence("FAILED", retry_safe=True, bound=False), "UNKNOWN"),
+        (Evidence("UNKNOWN"), "UNKNOWN"),
+    ],
+)
+def test_verification_classification(evidence: Evidence | None, expected: str) -> None:
+    assert classify_verification(evidence) == expected
+
+
+def test_aggregation_never_erases_unknown() -> None:
+    assert aggregate([]) is None
+    assert aggregate(["UNKNOWN", "FAILED"]) == "UNKNOWN"
+    assert aggregate(["FAILED", "FAILED"]) == "FAILED"
+    assert aggregate(["UNKNOWN", "CONFIRMED"]) == "CONFIRMED"
+
+
+def test_merge_is_order_independent_and_flags_contradictions() -> None:
+    assert merge(["CONFIRMED", "FAILED"]) == ("UNKNOWN", True)
+    assert merge(["FAILED", "CONFIRMED"]) == ("UNKNOWN", True)
+    assert merge(["UNKNOWN", "CONFIRMED"]) == ("CONFIRMED", False)
+    assert merge([]) == (None, False)
+
+
+def test_retry_rule() -> None:
+    base = {"max_attempts": 3, "retry_on_failed": True, "retry_on_unknown": False}
+    assert retry_allowed("FAILED", attempts=1, retryable=True, **base)
+    assert not retry_allowed("FAILED", attempts=1, retryable=False, **base)
+    assert not retry_allowed("FAILED", attempts=3, retryable=True, **base)
+    assert not retry_allowed("UNKNOWN", attempts=1, retryable=True, **base)
+    assert not retry_allowed("CONFIRMED", attempts=1, retryable=True, **base)
+
+
+def test_permitted_outcomes_follow_the_world() -> None:
+    assert permitted_outcomes(effect_exists=True, may_appear_later=False) == {
+        "CONFIRMED",
+        "UNKNOWN",
+    }
+    assert permitted_outcomes(effect_exists=False, may_appear_later=False) == {"FAILED", "UNKNOWN"}
+    assert permitted_outcomes(effect_exists=False, may_appear_later=True) == {"UNKNOWN"}
+
+
+def test_world_fences_attempts_in_flight_and_unsent() -> None:
+    world = World()
+    assert world.send_in_flight("r", 1)
+    assert world.may_appear_later("r")
+    assert world.fence("r", 1) == 1
+    assert not world.may_appear_later("r")
+    assert world.commit("r", 1) is None, "a fenced attempt committed"
+    assert world.commit("r", 2) is not None, "a later attempt was refused"
+    assert world.count("r") == 1
+    world.send_in_flight("s", 1)
+    assert world.commit_in_flight("s") == 1
+    assert world.holds("s")
+
+
+def test_abstract_ledger_transitions() -> None:
+    ledger = AbstractLedger()
+    claim = ModelReceipt("a1", "charge", "k", "h", pending=True, attempts=0, version=1)
+    assert ledger.claim(claim) == (claim, True)
+    other = ModelReceipt("a2", "charge", "k", "h", pending=True, attempts=0, version=1)
+    assert ledger.claim(other) == (claim, False)
+    started = ModelReceipt("a1", "charge", "k", "h", pending=True, attempts=1, version=2)
+    assert not ledger.release("a1", 2)
+    assert ledger.start_attempt(started)
+    assert not ledger.start_attempt(started)
+    assert not ledger.release("a1", 2), "released a started claim"
+    done = ModelReceipt(
+        "a1", "charge", "k", "h", pending=False, attempts=1, version=3, final="UNKNOWN"
+    )
+    assert ledger.record(done)
+    reopened = ModelReceipt("a1", "charge", "k", "h", pending=True, attempts=1, version=4)
+    assert not ledger.record(reopened)
+    fresh = ModelReceipt("a3", "charge", "j", "h", pending=True, attempts=0, version=1)
+    ledger.claim(fresh)
+    assert ledger.release("a3", 1)
+    assert ledger.find("charge", "j") is None
