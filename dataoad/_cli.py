@@ -62,15 +62,33 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _import_roots(folder: Path) -> list[str]:
+    """Where a suite file's own imports resolve: its folder, and above its package.
+
+    Like pytest's rootdir insertion: a file inside a package (folders with
+    ``__init__.py``) can import that package by name.
+    """
+    roots = [str(folder)]
+    top = folder
+    while (top / "__init__.py").exists() and top.parent != top:
+        top = top.parent
+    if top != folder:
+        roots.append(str(top))
+    return roots
+
+
 @contextlib.contextmanager
 def _importable_from(folder: Path) -> Iterator[None]:
     # Scenario files may import helpers that sit beside them.
-    sys.path.insert(0, str(folder))
+    roots = _import_roots(folder)
+    for root in reversed(roots):
+        sys.path.insert(0, root)
     try:
         yield
     finally:
-        with contextlib.suppress(ValueError):
-            sys.path.remove(str(folder))
+        for root in roots:
+            with contextlib.suppress(ValueError):
+                sys.path.remove(root)
 
 
 def load_suite(path: Path) -> Any:

@@ -13,7 +13,9 @@ committed charges with what the specification requires.
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import warnings
+from collections.abc import Callable
 from typing import Any
 
 from dataoad import (
@@ -46,6 +48,15 @@ ORDER = "order-123"
 REQUEST = {"customer_id": CUSTOMER, "amount_cents": AMOUNT}
 #: Retries of FAILED are allowed here, so the checks show they stay evidence-bound.
 RETRY_FAILED = RetryPolicy(max_attempts=2, retry_on_failed=True)
+
+#: The runner the checks use; tests swap in deliberately broken runners.
+_runner_factory: contextvars.ContextVar[Callable[[Ledger], ActionRunner]] = contextvars.ContextVar(
+    "runner_factory", default=ActionRunner
+)
+
+
+def new_runner(ledger: Ledger) -> ActionRunner:
+    return _runner_factory.get()(ledger)
 
 
 def charge_op(provider: FakePaymentProvider, amount: int = AMOUNT) -> Any:
@@ -123,7 +134,7 @@ class BlindAbsenceVerifier:
 
 async def normal_success(ledger: Ledger) -> SafetyCheck:
     provider = FakePaymentProvider()
-    result = await charge(ActionRunner(ledger), provider, verifier=PaymentVerifier(provider))
+    result = await charge(new_runner(ledger), provider, verifier=PaymentVerifier(provider))
     return expect(
         "Normal success",
         {"status": "CONFIRMED", "calls": 1, "charges": 1},
@@ -133,7 +144,7 @@ async def normal_success(ledger: Ledger) -> SafetyCheck:
 
 async def explicit_pre_side_effect_failure(ledger: Ledger) -> SafetyCheck:
     provider = FakePaymentProvider(charge_faults=[ChargeFault.DECLINED])
-    result = await charge(ActionRunner(ledger), provider, policy=RETRY_FAILED)
+    result = await charge(new_runner(ledger), provider, policy=RETRY_FAILED)
     return expect(
         "Explicit pre-side-effect failure",
         {"status": "FAILED", "calls": 1, "charges": 0},
@@ -143,7 +154,7 @@ async def explicit_pre_side_effect_failure(ledger: Ledger) -> SafetyCheck:
 
 async def replay_safety(ledger: Ledger) -> SafetyCheck:
     provider = FakePaymentProvider()
-    runner = ActionRunner(ledger)
+    runner = new_runner(ledger)
     first = await charge(runner, provider)
     again = await charge(runner, provider)
     return expect(
@@ -160,7 +171,7 @@ async def replay_safety(ledger: Ledger) -> SafetyCheck:
 
 async def concurrent_duplicate_safety(ledger: Ledger) -> SafetyCheck:
     provider = FakePaymentProvider()
-    runner = ActionRunner(ledger)
+    runner = new_runner(ledger)
     release = asyncio.Event()
 
     async def slow_charge() -> Any:
@@ -197,7 +208,7 @@ async def concurrent_duplicate_safety(ledger: Ledger) -> SafetyCheck:
 
 async def same_key_body_conflict(ledger: Ledger) -> SafetyCheck:
     provider = FakePaymentProvider()
-    runner = ActionRunner(ledger)
+    runner = new_runner(ledger)
     await charge(runner, provider)
     try:
         await charge(runner, provider, amount=99_900)
@@ -214,7 +225,7 @@ async def same_key_body_conflict(ledger: Ledger) -> SafetyCheck:
 async def timeout_before_commit_recovery(ledger: Ledger) -> SafetyCheck:
     provider = FakePaymentProvider(charge_faults=[ChargeFault.TIMEOUT_BEFORE_COMMIT])
     result = await charge(
-        ActionRunner(ledger), provider, verifier=PaymentVerifier(provider), policy=RETRY_FAILED
+        new_runner(ledger), provider, verifier=PaymentVerifier(provider), policy=RETRY_FAILED
     )
     return expect(
         "Timeout-before-commit recovery",
@@ -225,7 +236,7 @@ async def timeout_before_commit_recovery(ledger: Ledger) -> SafetyCheck:
 
 async def timeout_after_commit_recovery(ledger: Ledger) -> SafetyCheck:
     provider = FakePaymentProvider(charge_faults=[ChargeFault.TIMEOUT_AFTER_COMMIT])
-    runner = ActionRunner(ledger)
+    runner = new_runner(ledger)
     first = await charge(runner, provider, policy=RETRY_FAILED)
     settled = await runner.reconcile(first.receipt.action_id, PaymentVerifier(provider))
     return expect(
@@ -255,7 +266,7 @@ async def unknown_auto_retry_protection(ledger: Ledger) -> SafetyCheck:
             ChargeFault.MALFORMED_RESPONSE_AFTER_COMMIT,
         ]
     )
-    runner = ActionRunner(ledger)
+    runner = new_runner(ledger)
     policy = RetryPolicy(max_attempts=3, retry_on_failed=True)
     first = await charge(runner, provider, policy=policy)
     again = await charge(runner, provider, policy=policy)  # a caller retrying by hand
@@ -275,7 +286,7 @@ async def verifier_unavailable_handling(ledger: Ledger) -> SafetyCheck:
     provider = FakePaymentProvider(
         charge_faults=[ChargeFault.TIMEOUT_AFTER_COMMIT], lookup_faults=[LookupFault.UNAVAILABLE]
     )
-    runner = ActionRunner(ledger)
+    runner = new_runner(ledger)
     during = await charge(runner, provider, verifier=PaymentVerifier(provider), policy=RETRY_FAILED)
     later = await runner.reconcile(during.receipt.action_id, PaymentVerifier(provider))
     return expect(
@@ -294,7 +305,7 @@ async def unhealthy_false_negative_handling(ledger: Ledger) -> SafetyCheck:
         charge_faults=[ChargeFault.TIMEOUT_AFTER_COMMIT], lookup_faults=[LookupFault.STALE_EMPTY]
     )
     result = await charge(
-        ActionRunner(ledger),
+        new_runner(ledger),
         provider,
         verifier=StaleReadTrustingVerifier(provider),
         policy=RETRY_FAILED,
@@ -312,7 +323,7 @@ async def wrong_verification_identity(ledger: Ledger) -> SafetyCheck:
         lookup_faults=[LookupFault.WRONG_REFERENCE],
     )
     result = await charge(
-        ActionRunner(ledger), provider, verifier=BlindAbsenceVerifier(provider), policy=RETRY_FAILED
+        new_runner(ledger), provider, verifier=BlindAbsenceVerifier(provider), policy=RETRY_FAILED
     )
     return expect(
         "Wrong verification identity",
@@ -330,7 +341,7 @@ async def unknown_evidence_erasure(ledger: Ledger) -> SafetyCheck:
         provider = FakePaymentProvider(
             charge_faults=[ChargeFault.TIMEOUT_AFTER_COMMIT, ChargeFault.DECLINED]
         )
-        result = await charge(ActionRunner(ledger), provider, policy=policy)
+        result = await charge(new_runner(ledger), provider, policy=policy)
     return expect(
         "Unknown-evidence erasure",
         {"status": "UNKNOWN", "attempt_statuses": ["UNKNOWN", "FAILED"], "calls": 2, "charges": 1},
@@ -382,7 +393,7 @@ async def naive_retry() -> FakePaymentProvider:
 async def guarded_retry(ledger: Ledger) -> tuple[FakePaymentProvider, Any]:
     """The same retry loop around Dataoad: the second call replays and reconciles."""
     provider = FakePaymentProvider(charge_faults=[ChargeFault.TIMEOUT_AFTER_COMMIT])
-    runner = ActionRunner(ledger)
+    runner = new_runner(ledger)
     result = None
     for _ in range(2):
         result = await charge(runner, provider, verifier=PaymentVerifier(provider))
@@ -411,16 +422,23 @@ async def comparison(ledger_factory: LedgerFactory) -> str:
     )
 
 
-async def run_safety_suite(ledger_factory: LedgerFactory | None = None) -> SafetyReport:
+async def run_safety_suite(
+    ledger_factory: LedgerFactory | None = None,
+    runner_factory: Callable[[Ledger], ActionRunner] = ActionRunner,
+) -> SafetyReport:
     """Run the comparison and the twelve checks; each check gets a fresh ledger.
 
     Without a factory, every check runs on the embedded default ledger
     (SQLite in a temporary file).
     """
     factory = ledger_factory if ledger_factory is not None else _default_ledgers()
-    return await run_checks(
-        ACTION, CHECKS, ledger_factory=factory, comparison=await comparison(factory)
-    )
+    token = _runner_factory.set(runner_factory)
+    try:
+        return await run_checks(
+            ACTION, CHECKS, ledger_factory=factory, comparison=await comparison(factory)
+        )
+    finally:
+        _runner_factory.reset(token)
 
 
 if __name__ == "__main__":

@@ -1,0 +1,114 @@
+"""Shared plumbing for the fault scenarios: world state, fences, check helpers.
+
+Each scenario has its own fake provider; this module only holds what every
+fake needs: a record of committed effects, requests that are still in
+flight, and a fence a verifier uses before it may call an absence final.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+import itertools
+from collections.abc import Callable
+from typing import Any
+
+from dataoad import ActionRunner, Ledger, VerificationResult
+
+#: Builds the runner a check uses; tests swap in deliberately broken runners.
+RunnerFactory = Callable[[Ledger], ActionRunner]
+
+
+class Fault(enum.Enum):
+    """Where a provider call goes wrong, relative to its commit."""
+
+    NONE = "none"
+    REFUSED_BEFORE_SEND = "refused before send"  # nothing happened, but the client cannot know
+    TIMEOUT_AFTER_COMMIT = "timeout after commit"
+    RESET_AFTER_COMMIT = "connection reset after commit"
+    TIMEOUT_IN_FLIGHT = "timeout while in flight"  # may commit later unless fenced
+
+
+@dataclasses.dataclass
+class ProviderState:
+    """Committed effects and in-flight requests per reference, with fences."""
+
+    effects: dict[str, list[dict[str, Any]]] = dataclasses.field(default_factory=dict)
+    in_flight: dict[str, list[dict[str, Any]]] = dataclasses.field(default_factory=dict)
+    calls: int = 0
+    ids: itertools.count[int] = dataclasses.field(default_factory=lambda: itertools.count(1))
+
+    def new_id(self, prefix: str) -> str:
+        return f"{prefix}_{next(self.ids)}"
+
+    def apply(self, reference: str, record: dict[str, Any], fault: Fault) -> dict[str, Any]:
+        """Commit (or stage) ``record`` under ``fault``; raise what the client would see."""
+        self.calls += 1
+        if fault is Fault.REFUSED_BEFORE_SEND:
+            raise ConnectionRefusedError("could not connect")
+        if fault is Fault.TIMEOUT_IN_FLIGHT:
+            self.in_flight.setdefault(reference, []).append(record)
+            raise TimeoutError("timed out; the request may still be processed")
+        self.effects.setdefault(reference, []).append(record)
+        if fault is Fault.TIMEOUT_AFTER_COMMIT:
+            raise TimeoutError("timed out after the provider committed")
+        if fault is Fault.RESET_AFTER_COMMIT:
+            raise ConnectionResetError("connection reset after the provider committed")
+        return record
+
+    def fence(self, reference: str) -> int:
+        """Make every pending request for the reference terminal: it can never commit."""
+        return len(self.in_flight.pop(reference, []))
+
+    def pending(self, reference: str) -> bool:
+        """Whether a request for the reference is still in flight."""
+        return bool(self.in_flight.get(reference))
+
+    def settle_in_flight(self) -> None:
+        """A slow provider finally commits what was in flight."""
+        for reference, records in self.in_flight.items():
+            self.effects.setdefault(reference, []).extend(records)
+        self.in_flight.clear()
+
+    def count(self, reference: str) -> int:
+        return len(self.effects.get(reference, ()))
+
+
+def read_back(
+    state: ProviderState,
+    reference: str,
+    *,
+    fence: bool,
+    request_id: Callable[[dict[str, Any]], str],
+) -> VerificationResult:
+    """The verdict of a careful read: confirmed, or absent (retry-safe only when nothing can land)."""
+    if fence:
+        state.fence(reference)
+    records = state.effects.get(reference, [])
+    if records:
+        return VerificationResult.confirmed(
+            verified_provider_reference=reference, provider_request_id=request_id(records[0])
+        )
+    return VerificationResult.absent(
+        verified_provider_reference=reference, retry_safe=not state.pending(reference)
+    )
+
+
+def broken_runner_factories() -> dict[str, RunnerFactory]:
+    """Runners with one safety rule removed, for tests that prove checks can fail."""
+    import warnings
+
+    from dataoad import RetryPolicy
+
+    class RetriesUnknown(ActionRunner):
+        """Retries ambiguous outcomes as if they were failures."""
+
+        async def execute(self, *args: Any, **kwargs: Any) -> Any:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", RuntimeWarning)
+                kwargs["policy"] = RetryPolicy(
+                    max_attempts=3, retry_on_failed=True, retry_on_unknown=True
+                )
+                return await super().execute(*args, **kwargs)
+
+    return {"retries-unknown": RetriesUnknown}
