@@ -293,7 +293,7 @@ def test_a_read_only_file_surfaces_as_persistence_error(tmp_path: Path) -> None:
 
 def test_processes_contending_for_the_same_keys(tmp_path: Path) -> None:
     db, effects = tmp_path / "ledger.sqlite3", tmp_path / "effects.log"
-    keys, processes = 600, 4
+    keys, processes = 1000, 4
 
     async def create() -> None:
         async with SQLiteLedger(db) as ledger:
