@@ -155,6 +155,16 @@ class History:
         return path.resolve()
 
 
+def violation(history: History, name: str, detail: str) -> AssertionError:
+    """An InvariantViolation carrying the numbered narrative and the JSON trace path."""
+    from stateful_tests.invariants import InvariantViolation
+
+    path = history.write(f"invariant {name} broken: {detail}")
+    return InvariantViolation(
+        name, f"{detail}\n\nWhat happened:\n{history.narrative()}\n\nTrace written to {path}"
+    )
+
+
 class Scheduler:
     """Parks contenders at gates and releases exactly one at a time."""
 

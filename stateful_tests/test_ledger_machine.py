@@ -24,7 +24,7 @@ from dataoad import ActionReceipt, ActionStatus, ClaimState, InMemoryLedger, Led
 from dataoad.testing import make_receipt
 from dataoad.testing._ledger_contract import completed, started
 from models.ledger import AbstractLedger, ModelReceipt
-from stateful_tests.invariants import InvariantViolation
+from stateful_tests.harness import History, violation
 
 
 def project(receipt: ActionReceipt) -> ModelReceipt:
@@ -57,6 +57,7 @@ class LedgerMachineBase(RuleBasedStateMachine):
         self.peers: dict[str, list[Ledger]] = {}
         self.model = AbstractLedger()
         self.known: set[str] = set()
+        self.history = History(type(self).__name__)
 
     @initialize()
     def open_backends(self) -> None:
@@ -87,9 +88,11 @@ class LedgerMachineBase(RuleBasedStateMachine):
         return self.loop.run(run_all())
 
     def _agree(self, what: str, results: dict[str, Any], expected: Any) -> None:
+        self.history.add("all ledgers", f"{what} -> model says {expected!r}")
         for name, result in results.items():
             if result != expected:
-                raise InvariantViolation(
+                raise violation(
+                    self.history,
                     "backends-agree-with-the-model",
                     f"{what}: {name} answered {result!r}, the model {expected!r}",
                 )
@@ -107,8 +110,10 @@ class LedgerMachineBase(RuleBasedStateMachine):
         self._agree(f"claim {name}/{key}", {n: r[1] for n, r in results.items()}, created)
         for n, (got, _) in results.items():
             if project(got) != stored:
-                raise InvariantViolation(
-                    "backends-agree-with-the-model", f"claim {name}/{key}: {n} returned {got}"
+                raise violation(
+                    self.history,
+                    "backends-agree-with-the-model",
+                    f"claim {name}/{key}: {n} returned {got}",
                 )
         note(f"claim {name}/{key} -> {'created' if created else 'existing'} {stored.action_id[:8]}")
         self.known.add(stored.action_id)
@@ -130,8 +135,10 @@ class LedgerMachineBase(RuleBasedStateMachine):
             outcomes = self.loop.run(race(clients[:racers]))
             winners = [stored for stored, created in outcomes if created]
             winners_by_backend[name] = winners
+            self.history.add(name, f"{racers} concurrent claims of {key}: {len(winners)} created")
             if len(winners) != (0 if existed else 1):
-                raise InvariantViolation(
+                raise violation(
+                    self.history,
                     "one-winner-per-key",
                     f"{racers} concurrent claims of {key} on {name}: {len(winners)} created",
                 )
@@ -207,13 +214,15 @@ class LedgerMachineBase(RuleBasedStateMachine):
             memory = results["memory"]
             for name, receipt in results.items():
                 if receipt != memory:
-                    raise InvariantViolation(
+                    raise violation(
+                        self.history,
                         "backends-hold-identical-receipts",
                         f"{action_id[:8]}: {name} holds {receipt}, memory holds {memory}",
                     )
             model = self.model.by_id.get(action_id)
             if (None if memory is None else project(memory)) != model:
-                raise InvariantViolation(
+                raise violation(
+                    self.history,
                     "backends-agree-with-the-model",
                     f"{action_id[:8]}: backends hold {memory}, the model {model}",
                 )

@@ -31,8 +31,14 @@ from dataoad import (
     VerificationResult,
 )
 from models.protocol import Evidence, classify_verification, merge
-from stateful_tests.harness import Contender, GatedLedger, LedgerFault, Scheduler
-from stateful_tests.invariants import InvariantViolation
+from stateful_tests.harness import (
+    Contender,
+    GatedLedger,
+    History,
+    LedgerFault,
+    Scheduler,
+    violation,
+)
 
 REF = "ref-merge"
 ANSWERS: dict[str, tuple[Any, Evidence | None]] = {
@@ -90,6 +96,7 @@ class MergeMachineBase(RuleBasedStateMachine):
         self.reconcilers: list[Contender] = []
         self.answers: dict[str, str] = {}
         self.action_id = ""
+        self.history = History(type(self).__name__)
 
     def client(self) -> Ledger:
         if self.backend == "sqlite":
@@ -142,6 +149,7 @@ class MergeMachineBase(RuleBasedStateMachine):
             return make_result()  # type: ignore[no-any-return]
 
         note(f"reconciler {name} will observe: {answer}")
+        self.history.add(f"reconciler {name}", f"starts; its verifier will answer {answer!r}")
         event(f"answer: {answer}")
         self.scheduler.start(c, lambda: runner.reconcile(self.action_id, verify))
 
@@ -151,7 +159,17 @@ class MergeMachineBase(RuleBasedStateMachine):
         parked = {c.name: c for c in self.reconcilers if c.parked_at}
         c = parked[data.draw(st.sampled_from(sorted(parked)), label="reconciler")]
         note(f"reconciler {c.name} passes {c.parked_at}")
+        gate = c.parked_at
         self.scheduler.release(c, LedgerFault.NONE if c.parked_at != "verifier.verify" else None)
+        outcome = ""
+        if c.finished:
+            result = c.outcome
+            outcome = (
+                f" and finishes: {result.status.value}, version {result.receipt.version}"
+                if isinstance(result, ActionResult)
+                else f" and finishes: {type(result).__name__}"
+            )
+        self.history.add(f"reconciler {c.name}", f"passes {gate}{outcome}")
 
     @rule()
     def an_operator_reads_the_receipt(self) -> None:
@@ -174,7 +192,8 @@ class MergeMachineBase(RuleBasedStateMachine):
             if c.finished and isinstance(c.outcome, ActionResult) and c.verifier_answers
         ]
         if len(recorded) < len(writers):
-            raise InvariantViolation(
+            raise violation(
+                self.history,
                 "every-observation-is-kept",
                 f"{len(writers)} reconcilers wrote, the receipt keeps {len(recorded)} observations "
                 f"({', '.join(self.answers[c.name] for c in writers)})",
@@ -183,7 +202,8 @@ class MergeMachineBase(RuleBasedStateMachine):
             classify_verification(ANSWERS[self.answers[c.name]][1]) for c in writers
         )
         if writers and receipt.final_status.value != (expected or "UNKNOWN"):  # type: ignore[union-attr]
-            raise InvariantViolation(
+            raise violation(
+                self.history,
                 "merge-is-order-independent",
                 f"observations {[self.answers[c.name] for c in writers]} must merge to "
                 f"{expected} (contradiction={conflict}); the receipt says "
@@ -195,14 +215,17 @@ class MergeMachineBase(RuleBasedStateMachine):
             if self.answers[c.name].startswith("confirmed")
         }
         if set(receipt.metadata.get("provider_request_ids", ())) != ids:
-            raise InvariantViolation(
+            raise violation(
+                self.history,
                 "every-provider-request-id-is-kept",
                 f"ids {sorted(ids)} were confirmed, the receipt keeps "
                 f"{list(receipt.metadata.get('provider_request_ids', ()))}",
             )
         if len(ids) > 1 and receipt.metadata.get("provider_request_id_conflict") is not True:
-            raise InvariantViolation(
-                "every-provider-request-id-is-kept", "two ids confirmed without the conflict flag"
+            raise violation(
+                self.history,
+                "every-provider-request-id-is-kept",
+                "two ids confirmed without the conflict flag",
             )
 
 

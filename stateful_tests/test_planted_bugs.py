@@ -16,14 +16,19 @@ from stateful_tests.test_ledger_machine import LedgerMachineBase
 from stateful_tests.test_merge_machine import MergeMachineBase
 from stateful_tests.test_runner_machine import machine_for
 
-#: Generous, because each search stops at the first counterexample anyway.
+#: Generous, because each search stops at the first counterexample anyway; and
+#: derandomized, so CI reruns the same search and a green run stays green.
+#: (Detection rates over fresh seeds are measured separately, not gated here.)
 SEARCH = settings(
-    max_examples=1000,
+    max_examples=3000,
+    derandomize=True,
     stateful_step_count=30,
     deadline=None,
     database=None,
     print_blob=False,
     report_multiple_bugs=False,
+    # A planted bug may make most generated steps pointless (for example every
+    # run ends early): that is the bug's doing, not a strategy problem.
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
 )
 #: Shrinking seconds per bug. Finding takes under a few seconds; a full shrink
