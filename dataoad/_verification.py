@@ -191,28 +191,49 @@ AnyVerifier: TypeAlias = (
 def classify_verification(result: object, provider_reference: str | None) -> ActionStatus:
     """The status a verifier's result proves for a receipt with ``provider_reference``.
 
-    CONFIRMED needs an exact VerificationResult claiming CONFIRMED, healthy, and
-    echoing ``provider_reference``; FAILED needs the same binding and health plus
-    conclusive, retry-safe absence. Everything else is UNKNOWN.
+    Only an exact VerificationResult is judged at all; its fields are judged
+    by :func:`classify_fields`. Everything else is UNKNOWN.
 
     post: __return__ == ActionStatus.UNKNOWN or provider_reference is not None
-    post: __return__ != ActionStatus.FAILED or result.retry_safe is True
     """
     if type(result) is not VerificationResult:
         return ActionStatus.UNKNOWN
-    if provider_reference is None or type(result.verified_provider_reference) is not str:
+    return classify_fields(
+        result.outcome,
+        result.health,
+        result.conclusive_absence,
+        result.retry_safe,
+        result.verified_provider_reference,
+        provider_reference,
+    )
+
+
+def classify_fields(
+    outcome: ActionStatus,
+    health: VerificationHealth,
+    conclusive_absence: bool,
+    retry_safe: bool,
+    verified_provider_reference: str | None,
+    provider_reference: str | None,
+) -> ActionStatus:
+    """The specification's rule for what a verifier's claim is worth.
+
+    CONFIRMED needs a healthy claim of CONFIRMED echoing the receipt's
+    reference; FAILED needs the same binding and health plus conclusive,
+    retry-safe absence. Everything else is UNKNOWN.
+
+    post: __return__ != ActionStatus.CONFIRMED or (outcome == ActionStatus.CONFIRMED and health == VerificationHealth.HEALTHY and provider_reference is not None and verified_provider_reference == provider_reference)
+    post: __return__ != ActionStatus.FAILED or (outcome == ActionStatus.FAILED and health == VerificationHealth.HEALTHY and conclusive_absence and retry_safe and provider_reference is not None and verified_provider_reference == provider_reference)
+    """
+    if provider_reference is None or type(verified_provider_reference) is not str:
         return ActionStatus.UNKNOWN
-    if result.verified_provider_reference != provider_reference:
+    if verified_provider_reference != provider_reference:
         return ActionStatus.UNKNOWN
-    if result.health is not VerificationHealth.HEALTHY:
+    if health is not VerificationHealth.HEALTHY:
         return ActionStatus.UNKNOWN
-    if result.outcome is ActionStatus.CONFIRMED:
+    if outcome is ActionStatus.CONFIRMED:
         return ActionStatus.CONFIRMED
-    if (
-        result.outcome is ActionStatus.FAILED
-        and result.conclusive_absence is True
-        and result.retry_safe is True
-    ):
+    if outcome is ActionStatus.FAILED and conclusive_absence is True and retry_safe is True:
         return ActionStatus.FAILED
     return ActionStatus.UNKNOWN
 
