@@ -23,6 +23,7 @@ import asyncio
 import dataclasses
 import inspect
 import json
+import logging
 import uuid
 import warnings
 from collections.abc import Awaitable, Callable, Mapping
@@ -47,6 +48,7 @@ from dataoad._evidence import (
 from dataoad._failure import DefinitiveFailure
 from dataoad._frozen import FrozenDict, freeze
 from dataoad._ledger import Ledger
+from dataoad._log import transition
 from dataoad._policy import UNKNOWN_RETRY_WARNING, RetryPolicy
 from dataoad._receipt import (
     ActionReceipt,
@@ -339,6 +341,7 @@ class ActionRunner:
         claimed, created = await self._claim(proposed)
         if not created:
             return await self._answer_existing(claimed, digest, provider_reference, verify)
+        transition("claimed", claimed)
         return await self._run_attempts(claimed, operation, verify, policy)
 
     async def _claim(self, proposed: ActionReceipt) -> tuple[ActionReceipt, bool]:
@@ -370,6 +373,8 @@ class ActionRunner:
         provider_reference: str | None,
         verify: VerifyFn | None,
     ) -> ActionResult[Any]:
+        if existing.request_hash != digest or existing.provider_reference != provider_reference:
+            transition("conflict", existing, level=logging.WARNING)
         if existing.request_hash != digest:
             raise IdempotencyConflictError(
                 f"idempotency key {existing.idempotency_key!r} of {existing.action_name!r} is "
@@ -384,11 +389,13 @@ class ActionRunner:
                 receipt=existing,
             )
         if existing.claim_state is ClaimState.PENDING:
+            transition("in_progress", existing)
             raise ActionInProgressError(
                 f"action {existing.action_id} ({existing.action_name!r}, key "
                 f"{existing.idempotency_key!r}) is still in progress; it was not invoked again",
                 receipt=existing,
             )
+        transition("replayed", existing)
         if existing.final_status is ActionStatus.UNKNOWN and verify is not None:
             return await self._observe_and_merge(existing, verify, "reconcile", replayed=True)
         return ActionResult(existing, replayed=True)
@@ -418,6 +425,7 @@ class ActionRunner:
                 ),
                 previous=durable,
             )
+            transition("attempt_started", durable)
 
             try:
                 execution = await self._invoke(operation, verifying=verify is not None)
@@ -464,6 +472,12 @@ class ActionRunner:
             if retry:
                 if status is ActionStatus.UNKNOWN:
                     warnings.warn(UNKNOWN_RETRY_WARNING, RuntimeWarning, stacklevel=2)
+                transition(
+                    "retrying",
+                    durable,
+                    attempt_status=status.value,
+                    level=logging.WARNING if status is ActionStatus.UNKNOWN else logging.INFO,
+                )
                 continue
             return await self._complete(
                 durable, records, observations, base_metadata, execution, observation
@@ -482,7 +496,9 @@ class ActionRunner:
             except Exception:
                 stored = None
             if stored == proposed:
+                transition("attempt_start_acknowledgement_recovered", proposed)
                 return proposed
+            transition("attempt_not_started", previous, level=logging.WARNING)
             raise ActionPersistenceError(
                 f"attempt {proposed.attempts} of action {proposed.action_id} could not be "
                 f"proven durable ({bounded_error(exc)}); the operation was not invoked",
@@ -593,6 +609,12 @@ class ActionRunner:
         except Exception as exc:
             written, problem, cause = False, bounded_error(exc), exc
         if not written:
+            transition(
+                "outcome_not_recorded",
+                durable,
+                level=logging.ERROR,
+                observed_status=settlement.final_status.value,
+            )
             raise ActionPersistenceError(
                 f"the outcome of action {durable.action_id} ({settlement.final_status.value}) "
                 f"could not be recorded ({problem}). The operation WAS invoked: do not repeat "
@@ -604,6 +626,7 @@ class ActionRunner:
                 value_available=value is not MISSING,
                 observed_value=None if value is MISSING else value,
             ) from cause
+        transition("completed", final)
         return ActionResult(final, value=value)
 
     async def _record_cancelled(
@@ -755,6 +778,7 @@ class ActionRunner:
                         observed_metadata=proposed.metadata,
                     ) from exc
             if written:
+                transition("recovered" if source == "recover" else "reconciled", proposed)
                 value: object = MISSING
                 result = observation.result
                 # A replay never exposes a value, even a freshly recovered one:
@@ -815,12 +839,16 @@ class ActionRunner:
                     operation_invoked=False,
                 ) from exc
             if stored is None:
+                transition("released", receipt)
                 return
             raise ActionPersistenceError(
                 f"the release of action {action_id} failed ({bounded_error(exc)})",
                 receipt=stored,
                 operation_invoked=False,
             ) from exc
+        if released:
+            transition("released", receipt)
+            return
         if not released:
             stored = await self._ledger.get(action_id)
             raise RecoveryRefusedError(

@@ -59,3 +59,12 @@ def test_ruff_check_and_format_are_clean() -> None:
         check=False,
     )
     assert fmt.returncode == 0, fmt.stdout + fmt.stderr
+
+
+def test_ci_runs_exactly_the_readme_test_command() -> None:
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    command = 'python -m pip install -e ".[dev]" && python -m pytest'
+    assert command in readme
+    ci = (ROOT / ".ci" / "run").read_text(encoding="utf-8")
+    assert any(line.strip() == command for line in ci.splitlines())
+    assert '"$status" -eq 5' in ci, ".ci/run must fail when pytest ran no tests"
