@@ -20,6 +20,7 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
+from dataoad._cli_ledger import add_commands, run_ledger_command
 from dataoad._version import __version__
 
 __all__ = ["main"]
@@ -59,6 +60,7 @@ def build_parser() -> argparse.ArgumentParser:
     test.add_argument("--format", choices=("text", "json"), default="text", help="output format")
     test.add_argument("--junit-xml", metavar="FILE", help="also write a JUnit XML report to FILE")
     test.add_argument("--debug", action="store_true", help="show tracebacks for load errors")
+    add_commands(commands, _Parser)
     return parser
 
 
@@ -248,6 +250,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command is None:
         parser.print_help(sys.stderr)
         return EXIT_USAGE
+    if args.command in ("receipts", "recover", "release-unstarted"):
+        return run_ledger_command(args)
     try:
         if args.command == "test":
             return command_test(args)
