@@ -22,6 +22,7 @@ from dataoad._errors import (
     UnresolvedActionError,
 )
 from dataoad._failure import DefinitiveFailure
+from dataoad._guard import SyncActionRunner, guarded
 from dataoad._ledger import Ledger
 from dataoad._policy import RetryPolicy
 from dataoad._receipt import ActionReceipt, AttemptRecord
@@ -38,6 +39,8 @@ __all__ = [
     "ActionRunner",
     "RetryPolicy",
     "DefinitiveFailure",
+    "guarded",
+    "SyncActionRunner",
     # outcomes and receipts
     "ActionStatus",
     "ClaimState",

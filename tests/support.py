@@ -57,7 +57,52 @@ def fixed_verifier(*results: Any) -> Callable[[Any], Any]:
     return verify
 
 
+#: The ways to run an action: the runner itself, the decorator, the sync facade.
+FRONT_ENDS = ("execute", "decorator", "sync")
+
+
+async def call_via(
+    front_end: str, runner: Any, action_name: str, operation: Any, **kwargs: Any
+) -> Any:
+    """Run one action through ``front_end``; same arguments as ``ActionRunner.execute``."""
+    import asyncio
+
+    from dataoad import SyncActionRunner, guarded
+
+    if front_end == "execute":
+        return await runner.execute(action_name, operation, **kwargs)
+    if front_end == "decorator":
+        request = kwargs.pop("request")
+        key = kwargs.pop("idempotency_key")
+        reference = kwargs.pop("provider_reference", None)
+        guard = guarded(
+            action_name,
+            runner=runner,
+            request=lambda: request,
+            idempotency_key=lambda: key,
+            provider_reference=lambda: reference,
+            verifier=kwargs.pop("verifier", None),
+            policy=kwargs.pop("policy", None),
+            risk=kwargs.pop("risk", None),
+        )
+        assert not kwargs, f"unsupported in this shim: {sorted(kwargs)}"
+        return await guard(operation)()
+    assert front_end == "sync"
+    # The facade runs its own loop on its own thread: call it from a thread,
+    # as synchronous code would, sharing the same (thread-safe) ledger.
+    facade = SyncActionRunner(runner.ledger, policy=runner.policy)
+    try:
+        return await asyncio.to_thread(facade.execute, action_name, operation, **kwargs)
+    finally:
+        facade._loop.call_soon_threadsafe(facade._loop.stop)
+        facade._thread.join()
+        facade._loop.close()
+        facade._closed = True
+
+
 __all__ = [
+    "FRONT_ENDS",
+    "call_via",
     "REF",
     "REQUEST",
     "CountingOperation",

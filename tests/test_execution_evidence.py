@@ -17,7 +17,24 @@ from dataoad import (
     VerificationHealth,
     VerificationResult,
 )
-from tests.support import REF, REQUEST, CountingOperation, confirmed, fenced_absent, fixed_verifier
+from tests.support import (
+    FRONT_ENDS,
+    REF,
+    REQUEST,
+    CountingOperation,
+    call_via,
+    confirmed,
+    fenced_absent,
+    fixed_verifier,
+)
+
+FRONT = {"name": "execute"}
+
+
+@pytest.fixture(autouse=True, params=FRONT_ENDS)
+def front_end(request: pytest.FixtureRequest) -> None:
+    """Every evidence rule must hold through the decorator and the sync facade too."""
+    FRONT["name"] = request.param
 
 
 def run(coro):
@@ -27,7 +44,7 @@ def run(coro):
 async def execute(runner, op, **kw):
     kw.setdefault("request", REQUEST)
     kw.setdefault("idempotency_key", "k1")
-    return await runner.execute("charge", op, **kw)
+    return await call_via(FRONT["name"], runner, "charge", op, **kw)
 
 
 @pytest.mark.parametrize(

@@ -16,7 +16,33 @@ from dataoad import (
     InMemoryLedger,
     ResultValueUnavailableError,
 )
-from tests.support import REF, REQUEST, CountingOperation, confirmed, fixed_verifier
+from tests.support import (
+    FRONT_ENDS,
+    REF,
+    REQUEST,
+    CountingOperation,
+    call_via,
+    confirmed,
+    fixed_verifier,
+)
+
+FRONT = {"name": "execute"}
+
+
+@pytest.fixture(autouse=True, params=FRONT_ENDS)
+def front_end(request: pytest.FixtureRequest) -> None:
+    """Every idempotency rule must hold through the decorator and the sync facade too."""
+    FRONT["name"] = request.param
+
+
+def via(runner: ActionRunner):
+    """The runner as the current front end exposes it."""
+
+    class Front:
+        async def execute(self, action_name, operation, **kwargs):
+            return await call_via(FRONT["name"], runner, action_name, operation, **kwargs)
+
+    return Front()
 
 
 def run(coro):
@@ -33,7 +59,7 @@ def test_request_hash_is_sha256_of_rfc8785_form() -> None:
         assert result.receipt.request_hash == expected
         # Key order does not matter: the canonical form sorts keys.
         reordered = {"a": {"y": True, "z": None}, "b": [1, 2.5, "é"]}
-        replay = await ActionRunner(result_ledger := InMemoryLedger()).execute(
+        replay = await via(ActionRunner(result_ledger := InMemoryLedger())).execute(
             "a", lambda: None, request=reordered, idempotency_key="k"
         )
         assert replay.receipt.request_hash == expected
@@ -46,8 +72,8 @@ def test_completed_duplicate_replays_without_invoking() -> None:
     async def scenario() -> None:
         runner = ActionRunner(InMemoryLedger())
         op = CountingOperation("v1", "v2")
-        first = await runner.execute("a", op, request=REQUEST, idempotency_key="k")
-        second = await runner.execute("a", op, request=REQUEST, idempotency_key="k")
+        first = await via(runner).execute("a", op, request=REQUEST, idempotency_key="k")
+        second = await via(runner).execute("a", op, request=REQUEST, idempotency_key="k")
         assert op.calls == 1
         assert first.replayed is False
         assert second.replayed is True
@@ -76,7 +102,7 @@ def test_in_progress_duplicate_raises_without_invoking() -> None:
         first = asyncio.create_task(runner.execute("a", slow, request=REQUEST, idempotency_key="k"))
         await started.wait()
         with pytest.raises(ActionInProgressError) as info:
-            await runner.execute("a", slow, request=REQUEST, idempotency_key="k")
+            await via(runner).execute("a", slow, request=REQUEST, idempotency_key="k")
         assert calls == 1
         assert info.value.receipt.attempts == 1
         assert info.value.action_id == info.value.receipt.action_id
@@ -93,7 +119,7 @@ def test_concurrent_contenders_produce_one_winner() -> None:
 
         async def contender() -> object:
             try:
-                return await runner.execute("a", op, request=REQUEST, idempotency_key="k")
+                return await via(runner).execute("a", op, request=REQUEST, idempotency_key="k")
             except ActionInProgressError as exc:
                 return exc
 
@@ -108,9 +134,9 @@ def test_same_key_different_request_is_a_conflict_before_invoking() -> None:
     async def scenario() -> None:
         runner = ActionRunner(InMemoryLedger())
         op = CountingOperation()
-        first = await runner.execute("a", op, request=REQUEST, idempotency_key="k")
+        first = await via(runner).execute("a", op, request=REQUEST, idempotency_key="k")
         with pytest.raises(IdempotencyConflictError) as info:
-            await runner.execute(
+            await via(runner).execute(
                 "a", op, request={**REQUEST, "amount_cents": 1}, idempotency_key="k"
             )
         assert op.calls == 1
@@ -130,7 +156,7 @@ def test_same_key_different_request_while_pending_is_a_conflict() -> None:
         task = asyncio.create_task(runner.execute("a", slow, request=REQUEST, idempotency_key="k"))
         await asyncio.sleep(0.01)
         with pytest.raises(IdempotencyConflictError):
-            await runner.execute("a", slow, request={"other": 1}, idempotency_key="k")
+            await via(runner).execute("a", slow, request={"other": 1}, idempotency_key="k")
         gate.set()
         await task
 
@@ -141,13 +167,15 @@ def test_different_provider_reference_is_a_conflict() -> None:
     async def scenario() -> None:
         runner = ActionRunner(InMemoryLedger())
         op = CountingOperation()
-        await runner.execute("a", op, request=REQUEST, idempotency_key="k", provider_reference=REF)
+        await via(runner).execute(
+            "a", op, request=REQUEST, idempotency_key="k", provider_reference=REF
+        )
         with pytest.raises(IdempotencyConflictError, match="provider reference"):
-            await runner.execute(
+            await via(runner).execute(
                 "a", op, request=REQUEST, idempotency_key="k", provider_reference="order-2"
             )
         with pytest.raises(IdempotencyConflictError):
-            await runner.execute("a", op, request=REQUEST, idempotency_key="k")
+            await via(runner).execute("a", op, request=REQUEST, idempotency_key="k")
         assert op.calls == 1
 
     run(scenario())
@@ -157,8 +185,8 @@ def test_same_key_under_another_action_name_is_another_claim() -> None:
     async def scenario() -> None:
         runner = ActionRunner(InMemoryLedger())
         op = CountingOperation()
-        a = await runner.execute("refund", op, request=REQUEST, idempotency_key="k")
-        b = await runner.execute("charge", op, request=REQUEST, idempotency_key="k")
+        a = await via(runner).execute("refund", op, request=REQUEST, idempotency_key="k")
+        b = await via(runner).execute("charge", op, request=REQUEST, idempotency_key="k")
         assert op.calls == 2
         assert a.receipt.action_id != b.receipt.action_id
 
@@ -169,12 +197,12 @@ def test_unknown_replay_with_verifier_reconciles_read_only() -> None:
     async def scenario() -> None:
         runner = ActionRunner(InMemoryLedger())
         op = CountingOperation(TimeoutError(), "second")
-        first = await runner.execute(
+        first = await via(runner).execute(
             "a", op, request=REQUEST, idempotency_key="k", provider_reference=REF
         )
         assert first.status is ActionStatus.UNKNOWN
         verifier = fixed_verifier(confirmed())
-        replay = await runner.execute(
+        replay = await via(runner).execute(
             "a", op, request=REQUEST, idempotency_key="k", provider_reference=REF, verifier=verifier
         )
         assert op.calls == 1
@@ -189,8 +217,8 @@ def test_unknown_replay_without_verifier_stays_unknown() -> None:
     async def scenario() -> None:
         runner = ActionRunner(InMemoryLedger())
         op = CountingOperation(TimeoutError())
-        await runner.execute("a", op, request=REQUEST, idempotency_key="k")
-        replay = await runner.execute("a", op, request=REQUEST, idempotency_key="k")
+        await via(runner).execute("a", op, request=REQUEST, idempotency_key="k")
+        replay = await via(runner).execute("a", op, request=REQUEST, idempotency_key="k")
         assert replay.status is ActionStatus.UNKNOWN
         assert replay.replayed is True
         assert op.calls == 1

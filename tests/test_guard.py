@@ -1,0 +1,121 @@
+"""The decorator and the synchronous facade: ergonomics over the same rules.
+
+The evidence and idempotency rules themselves run through both front ends in
+test_execution_evidence.py and test_idempotency.py (the ``front_end`` fixture).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import threading
+
+import pytest
+
+from dataoad import (
+    ActionResult,
+    ActionRunner,
+    ActionStatus,
+    DataoadError,
+    InMemoryLedger,
+    SQLiteLedger,
+    SyncActionRunner,
+    guarded,
+)
+
+
+def test_decorator_keeps_name_docstring_and_signature_and_guards_calls() -> None:
+    runner = ActionRunner(InMemoryLedger())
+    calls: list[str] = []
+
+    @guarded(
+        "charge",
+        runner=runner,
+        idempotency_key=lambda order_id, amount: order_id,
+        request=lambda order_id, amount: {"order_id": order_id, "amount": amount},
+        provider_reference=lambda order_id, amount: order_id,
+    )
+    async def charge(order_id: str, amount: int) -> str:
+        """Charge an order."""
+        calls.append(order_id)
+        return f"ch-{order_id}"
+
+    assert charge.__name__ == "charge"
+    assert charge.__doc__ == "Charge an order."
+    assert list(inspect.signature(charge).parameters) == ["order_id", "amount"]
+
+    async def scenario() -> None:
+        first = await charge("o-1", 100)
+        again = await charge("o-1", 100)
+        assert isinstance(first, ActionResult)
+        assert first.value == "ch-o-1"
+        assert again.replayed is True
+        assert calls == ["o-1"]
+
+    asyncio.run(scenario())
+
+
+def test_decorator_guards_sync_functions_too() -> None:
+    runner = ActionRunner(InMemoryLedger())
+
+    @guarded("send", runner=runner, idempotency_key=lambda to: to, request=lambda to: {"to": to})
+    def send(to: str) -> int:
+        return 1
+
+    result = asyncio.run(send("a@example.org"))
+    assert result.status is ActionStatus.CONFIRMED
+    assert result.value == 1
+
+
+def test_decorator_rejects_non_callable_derivations() -> None:
+    from dataoad import InvalidArgumentError
+
+    with pytest.raises(InvalidArgumentError):
+        guarded("a", runner=ActionRunner(InMemoryLedger()), idempotency_key="k", request=dict)  # type: ignore[arg-type]
+
+
+def test_sync_facade_from_many_threads_on_sqlite(tmp_path: object) -> None:
+    calls: list[int] = []
+    lock = threading.Lock()
+
+    def op() -> str:
+        with lock:
+            calls.append(1)
+        return "ok"
+
+    with SyncActionRunner(SQLiteLedger(f"{tmp_path}/ledger.sqlite3")) as runner:
+        results: list[object] = []
+
+        def worker() -> None:
+            for n in range(20):
+                try:
+                    results.append(
+                        runner.execute("a", op, request={"n": n}, idempotency_key=f"k{n}")
+                    )
+                except DataoadError as exc:  # an in-progress duplicate is fine
+                    results.append(exc)
+
+        threads = [threading.Thread(target=worker) for _ in range(4)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert len(calls) == 20
+        receipt = runner.receipt(results[0].receipt.action_id)  # type: ignore[attr-defined]
+        assert receipt.final_status is ActionStatus.CONFIRMED
+
+
+def test_sync_facade_refuses_inside_a_running_loop() -> None:
+    runner = SyncActionRunner(InMemoryLedger())
+    try:
+
+        async def inside() -> None:
+            with pytest.raises(DataoadError, match="running event loop"):
+                runner.execute("a", lambda: 1, request={}, idempotency_key="k")
+
+        asyncio.run(inside())
+    finally:
+        runner.close()
+    runner.close()
+    with pytest.raises(DataoadError, match="closed"):
+        runner.execute("a", lambda: 1, request={}, idempotency_key="k")
