@@ -157,10 +157,10 @@ class History:
 
 def violation(history: History, name: str, detail: str) -> AssertionError:
     """An InvariantViolation carrying the numbered narrative and the JSON trace path."""
-    from stateful_tests.invariants import InvariantViolation
+    from stateful_tests.invariants import violation_type
 
     path = history.write(f"invariant {name} broken: {detail}")
-    return InvariantViolation(
+    return violation_type(name)(
         name, f"{detail}\n\nWhat happened:\n{history.narrative()}\n\nTrace written to {path}"
     )
 

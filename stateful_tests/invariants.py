@@ -54,8 +54,25 @@ def _name(fn: Callable[..., Any]) -> str:
     return fn.__name__.replace("_", "-")
 
 
+_KINDS: dict[str, type[InvariantViolation]] = {}
+
+
+def violation_type(name: str) -> type[InvariantViolation]:
+    """One exception class per property, so Hypothesis keeps them apart.
+
+    Hypothesis tells failures apart by exception type and raise site; all
+    properties are raised from one place, so without their own types a
+    shrink could wander from one broken property to another.
+    """
+    if name not in _KINDS:
+        _KINDS[name] = type(
+            "InvariantViolation_" + name.replace("-", "_"), (InvariantViolation,), {}
+        )
+    return _KINDS[name]
+
+
 def fail(fn: Callable[..., Any], detail: str) -> InvariantViolation:
-    return InvariantViolation(_name(fn), detail)
+    return violation_type(_name(fn))(_name(fn), detail)
 
 
 # -- safety ------------------------------------------------------------------------------

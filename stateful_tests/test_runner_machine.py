@@ -379,7 +379,7 @@ class RunnerMachineBase(RuleBasedStateMachine):
                 check(self)
             except inv.InvariantViolation as violation:
                 path = self.history.write(str(violation))
-                raise inv.InvariantViolation(
+                raise inv.violation_type(violation.name)(
                     violation.name,
                     f"{violation.detail}\n\nWhat happened:\n{self.history.narrative()}\n\n"
                     f"Trace written to {path}",
