@@ -326,7 +326,7 @@ async def wrong_verification_identity(ledger: Ledger) -> SafetyCheck:
         new_runner(ledger), provider, verifier=BlindAbsenceVerifier(provider), policy=RETRY_FAILED
     )
     return expect(
-        "Wrong verification identity",
+        "wrong-verification-identity",
         {"status": "UNKNOWN", "calls": 1, "charges": 1},
         {"status": result.status.value, **counts(provider)},
     )
@@ -343,7 +343,7 @@ async def unknown_evidence_erasure(ledger: Ledger) -> SafetyCheck:
         )
         result = await charge(new_runner(ledger), provider, policy=policy)
     return expect(
-        "Unknown-evidence erasure",
+        "unknown-evidence-erasure",
         {"status": "UNKNOWN", "attempt_statuses": ["UNKNOWN", "FAILED"], "calls": 2, "charges": 1},
         {
             "status": result.status.value,
@@ -366,8 +366,8 @@ CHECKS = [
     ("Unknown auto-retry protection", unknown_auto_retry_protection),
     ("Verifier unavailable handling", verifier_unavailable_handling),
     ("Unhealthy false-negative handling", unhealthy_false_negative_handling),
-    ("Wrong verification identity", wrong_verification_identity),
-    ("Unknown-evidence erasure", unknown_evidence_erasure),
+    ("wrong-verification-identity", wrong_verification_identity),
+    ("unknown-evidence-erasure", unknown_evidence_erasure),
 ]
 
 

@@ -51,6 +51,37 @@ def normalise(name: str) -> str:
     return "".join(ch for ch in name.lower() if ch.isalnum())
 
 
+SEED_REPORT = """\
+Timeout-after-commit comparison
+  Naive retry: calls=2, charges=2, total=5000 cents
+  Dataoad:    execution=UNKNOWN, verification=CONFIRMED, final=CONFIRMED, calls=1, charges=1
+
+Action: charge_customer
+
+Normal success                     PASS
+Explicit pre-side-effect failure   PASS
+Replay safety                      PASS
+Concurrent duplicate safety        PASS
+Same-key/body conflict             PASS
+Timeout-before-commit recovery     PASS
+Timeout-after-commit recovery      PASS
+Unknown auto-retry protection      PASS
+Verifier unavailable handling      PASS
+Unhealthy false-negative handling  PASS
+wrong-verification-identity        PASS
+unknown-evidence-erasure           PASS
+
+Final classification:
+SAFE UNDER TESTED CONDITIONS
+"""
+
+
+def test_example_prints_the_seed_report_line_for_line() -> None:
+    done = dataoad("test", str(EXAMPLE))
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == SEED_REPORT.strip()
+
+
 def test_example_prints_every_line_of_the_seed_report() -> None:
     done = dataoad("test", str(EXAMPLE))
     assert done.returncode == 0, done.stderr

@@ -105,7 +105,7 @@ class SafetyReport:
             lines.extend([self.comparison.rstrip("\n"), ""])
         lines.append(f"Action: {self.action_name}")
         lines.append("")
-        width = max(len(c.name) for c in self._checks) + 3
+        width = max(len(c.name) for c in self._checks) + 2
         for check in self._checks:
             verdict = "PASS" if check.passed else "FAIL"
             line = f"{check.name:<{width}}{verdict}"
