@@ -29,6 +29,8 @@ from dataoad import (
     VerificationHealth,
     VerificationResult,
 )
+from dataoad.testing import FaultyLedger
+from dataoad.testing import LedgerFault as InjectedFault
 from models.world import World
 
 #: Every (gate kind, decision) reached in this process, for the reachability test.
@@ -46,7 +48,7 @@ class SchedulerStuck(AssertionError):
 
 
 class LedgerFault(enum.Enum):
-    """What happens at a ledger gate."""
+    """What happens at a ledger gate (the harness's faults plus "nothing")."""
 
     NONE = "none"
     FAIL_BEFORE_WRITE = "write fails"
@@ -240,58 +242,24 @@ class Scheduler:
                 contender.outcome = exc if exc is not None else contender.task.result()
 
 
-class GatedLedger:
-    """A ledger client whose every call parks first; the release decides faults."""
+class GatedLedger(FaultyLedger):
+    """A ledger client whose every call parks first; the release decides the fault."""
 
     def __init__(
         self, inner: Ledger, scheduler: Scheduler, released: set[str] | None = None
     ) -> None:
-        self.inner = inner
+        super().__init__(inner)
         self.scheduler = scheduler
         # Ids whose release committed, even if its acknowledgement is then lost.
         self.released = released if released is not None else set()
 
-    async def _fault(self, method: str) -> LedgerFault:
+    async def _fault(self, method: str) -> InjectedFault | None:
         decision = await self.scheduler.gate(f"ledger.{method}")
         fault = LedgerFault.NONE if decision is None else decision
         contender = _current.get(None)
         if contender is not None:
             contender.ledger_faults.append((method, fault))
-        return fault
-
-    async def claim(self, receipt: ActionReceipt) -> tuple[ActionReceipt, bool]:
-        fault = await self._fault("claim")
-        if fault is LedgerFault.FAIL_BEFORE_WRITE:
-            raise ConnectionError("injected: claim failed before write")
-        outcome = await self.inner.claim(receipt)
-        if fault is LedgerFault.LOSE_ACKNOWLEDGEMENT:
-            raise ConnectionError("injected: claim committed, acknowledgement lost")
-        return outcome
-
-    async def get(self, action_id: str) -> ActionReceipt | None:
-        if await self._fault("get") is not LedgerFault.NONE:
-            raise ConnectionError("injected: read failed")
-        return await self.inner.get(action_id)
-
-    async def find(self, action_name: str, idempotency_key: str) -> ActionReceipt | None:
-        if await self._fault("find") is not LedgerFault.NONE:
-            raise ConnectionError("injected: read failed")
-        return await self.inner.find(action_name, idempotency_key)
-
-    async def _write(self, method: str, call: Callable[[], Awaitable[bool]]) -> bool:
-        fault = await self._fault(method)
-        if fault is LedgerFault.FAIL_BEFORE_WRITE:
-            raise ConnectionError(f"injected: {method} failed before write")
-        outcome = await call()
-        if fault is LedgerFault.LOSE_ACKNOWLEDGEMENT:
-            raise ConnectionError(f"injected: {method} committed, acknowledgement lost")
-        return outcome
-
-    async def start_attempt(self, receipt: ActionReceipt) -> bool:
-        return await self._write("start_attempt", lambda: self.inner.start_attempt(receipt))
-
-    async def record(self, receipt: ActionReceipt) -> bool:
-        return await self._write("record", lambda: self.inner.record(receipt))
+        return None if fault is LedgerFault.NONE else InjectedFault[fault.name]
 
     async def release(self, action_id: str, version: int) -> bool:
         async def release_and_note() -> bool:
@@ -301,9 +269,6 @@ class GatedLedger:
             return done
 
         return await self._write("release", release_and_note)
-
-    async def close(self) -> None:
-        await self.inner.close()
 
 
 class WorldProvider:

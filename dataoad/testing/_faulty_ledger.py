@@ -4,11 +4,14 @@ from __future__ import annotations
 
 import enum
 from collections.abc import Awaitable, Callable
+from typing import TypeVar
 
 from dataoad._ledger import Ledger
 from dataoad._receipt import ActionReceipt
 
 __all__ = ["FaultyLedger", "LedgerFault", "LedgerFaultError"]
+
+T = TypeVar("T")
 
 
 class LedgerFault(enum.Enum):
@@ -61,36 +64,35 @@ class FaultyLedger:
         queue = self._faults.get(method)
         return queue.pop(0) if queue else None
 
-    async def claim(self, receipt: ActionReceipt) -> tuple[ActionReceipt, bool]:
-        """Delegate, with any injected fault."""
-        fault = self._take("claim")
-        if fault is LedgerFault.FAIL_BEFORE_WRITE:
-            raise LedgerFaultError("injected: claim failed before write")
-        outcome = await self.inner.claim(receipt)
-        if fault is LedgerFault.LOSE_ACKNOWLEDGEMENT:
-            raise LedgerFaultError("injected: claim committed, acknowledgement lost")
-        return outcome
+    async def _fault(self, method: str) -> LedgerFault | None:
+        """The fault for this call; subclasses may decide it another way."""
+        return self._take(method)
 
-    async def get(self, action_id: str) -> ActionReceipt | None:
-        """Delegate, with any injected fault."""
-        if self._take("get") is not None:
-            raise LedgerFaultError("injected: get failed")
-        return await self.inner.get(action_id)
+    async def _read(self, method: str, call: Callable[[], Awaitable[T]]) -> T:
+        if await self._fault(method) is not None:
+            raise LedgerFaultError(f"injected: {method} failed")
+        return await call()
 
-    async def find(self, action_name: str, idempotency_key: str) -> ActionReceipt | None:
-        """Delegate, with any injected fault."""
-        if self._take("find") is not None:
-            raise LedgerFaultError("injected: find failed")
-        return await self.inner.find(action_name, idempotency_key)
-
-    async def _write(self, method: str, call: Callable[[], Awaitable[bool]]) -> bool:
-        fault = self._take(method)
+    async def _write(self, method: str, call: Callable[[], Awaitable[T]]) -> T:
+        fault = await self._fault(method)
         if fault is LedgerFault.FAIL_BEFORE_WRITE:
             raise LedgerFaultError(f"injected: {method} failed before write")
         outcome = await call()
         if fault is LedgerFault.LOSE_ACKNOWLEDGEMENT:
             raise LedgerFaultError(f"injected: {method} committed, acknowledgement lost")
-        return bool(outcome)
+        return outcome
+
+    async def claim(self, receipt: ActionReceipt) -> tuple[ActionReceipt, bool]:
+        """Delegate, with any injected fault."""
+        return await self._write("claim", lambda: self.inner.claim(receipt))
+
+    async def get(self, action_id: str) -> ActionReceipt | None:
+        """Delegate, with any injected fault."""
+        return await self._read("get", lambda: self.inner.get(action_id))
+
+    async def find(self, action_name: str, idempotency_key: str) -> ActionReceipt | None:
+        """Delegate, with any injected fault."""
+        return await self._read("find", lambda: self.inner.find(action_name, idempotency_key))
 
     async def start_attempt(self, receipt: ActionReceipt) -> bool:
         """Delegate, with any injected fault."""
