@@ -10,10 +10,11 @@ from __future__ import annotations
 import dataclasses
 import enum
 import itertools
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
-from dataoad import ActionRunner, Ledger, VerificationResult
+from dataoad import ActionRunner, IdempotencyConflictError, Ledger, VerificationResult
+from dataoad.testing import CheckFn, LedgerFactory, SafetyReport, default_ledgers, run_checks
 
 #: Builds the runner a check uses; tests swap in deliberately broken runners.
 RunnerFactory = Callable[[Ledger], ActionRunner]
@@ -72,6 +73,34 @@ class ProviderState:
 
     def count(self, reference: str) -> int:
         return len(self.effects.get(reference, ()))
+
+
+class FaultScript:
+    """The faults of successive provider calls, in order; then no more faults."""
+
+    def __init__(self, faults: tuple[Fault, ...]) -> None:
+        self._faults = list(faults)
+
+    def next(self) -> Fault:
+        return self._faults.pop(0) if self._faults else Fault.NONE
+
+
+async def raises_conflict(call: Awaitable[Any]) -> bool:
+    """Whether the call was refused as an idempotency conflict."""
+    try:
+        await call
+    except IdempotencyConflictError:
+        return True
+    return False
+
+
+async def run_scenario(
+    action: str,
+    checks: list[tuple[str, CheckFn]],
+    ledger_factory: LedgerFactory | None,
+) -> SafetyReport:
+    """Run a scenario's checks, each on a fresh ledger (SQLite in a temporary file by default)."""
+    return await run_checks(action, checks, ledger_factory=ledger_factory or default_ledgers())
 
 
 def read_back(

@@ -9,16 +9,22 @@ from __future__ import annotations
 
 from typing import Any
 
-from dataoad import ActionRunner, IdempotencyConflictError, Ledger, RetryPolicy
+from dataoad import ActionRunner, Ledger, RetryPolicy
 from dataoad.testing import (
     LedgerFactory,
     SafetyCheck,
     SafetyReport,
-    default_ledgers,
     expect,
-    run_checks,
 )
-from fault_scenarios._kit import Fault, ProviderState, RunnerFactory, read_back
+from fault_scenarios._kit import (
+    Fault,
+    FaultScript,
+    ProviderState,
+    RunnerFactory,
+    raises_conflict,
+    read_back,
+    run_scenario,
+)
 
 ACTION = "send_email"
 REF = "msg-2024-0042"
@@ -30,10 +36,10 @@ class FakeMailProvider:
 
     def __init__(self, *faults: Fault) -> None:
         self.state = ProviderState()
-        self.faults = list(faults)
+        self.script = FaultScript(faults)
 
     async def send(self, *, to: str, subject: str, message_ref: str) -> dict[str, Any]:
-        fault = self.faults.pop(0) if self.faults else Fault.NONE
+        fault = self.script.next()
         record = {"id": self.state.new_id("mail"), "to": to, "subject": subject}
         return self.state.apply(message_ref, record, fault)
 
@@ -133,11 +139,7 @@ def checks(new_runner: RunnerFactory) -> list[tuple[str, Any]]:
         provider = FakeMailProvider()
         runner = new_runner(ledger)
         await send(runner, provider)
-        try:
-            await send(runner, provider, subject="Your receipt (again)")
-            refused = False
-        except IdempotencyConflictError:
-            refused = True
+        refused = await raises_conflict(send(runner, provider, subject="Your receipt (again)"))
         return expect(
             "Changed body under the same key is refused",
             {"refused": True, "calls": 1, "emails": 1},
@@ -157,6 +159,4 @@ async def run_safety_suite(
     ledger_factory: LedgerFactory | None = None, runner_factory: RunnerFactory = ActionRunner
 ) -> SafetyReport:
     """Run the email checks, each on a fresh ledger (SQLite in a temporary file by default)."""
-    return await run_checks(
-        ACTION, checks(runner_factory), ledger_factory=ledger_factory or default_ledgers()
-    )
+    return await run_scenario(ACTION, checks(runner_factory), ledger_factory)

@@ -15,11 +15,9 @@ from dataoad.testing import (
     LedgerFactory,
     SafetyCheck,
     SafetyReport,
-    default_ledgers,
     expect,
-    run_checks,
 )
-from fault_scenarios._kit import Fault, RunnerFactory
+from fault_scenarios._kit import Fault, FaultScript, RunnerFactory, run_scenario
 
 ACTION = "scale_service"
 CHANGE = "chg-2024-11-30-a"
@@ -30,7 +28,7 @@ class FakeConfigStore:
     """One resource with a version etag; writes must name the current etag."""
 
     def __init__(self, *faults: Fault) -> None:
-        self.faults = list(faults)
+        self.script = FaultScript(faults)
         self.etag = "v1"
         self.replicas = 2
         self.applied: list[str] = []  # change ids, in order
@@ -38,7 +36,7 @@ class FakeConfigStore:
 
     async def apply(self, *, expected_etag: str, replicas: int, change_id: str) -> str:
         self.calls += 1
-        fault = self.faults.pop(0) if self.faults else Fault.NONE
+        fault = self.script.next()
         if fault is Fault.REFUSED_BEFORE_SEND:
             raise ConnectionRefusedError("control plane unreachable")
         if expected_etag != self.etag:
@@ -149,6 +147,4 @@ async def run_safety_suite(
     ledger_factory: LedgerFactory | None = None, runner_factory: RunnerFactory = ActionRunner
 ) -> SafetyReport:
     """Run the change checks, each on a fresh ledger (SQLite in a temporary file by default)."""
-    return await run_checks(
-        ACTION, checks(runner_factory), ledger_factory=ledger_factory or default_ledgers()
-    )
+    return await run_scenario(ACTION, checks(runner_factory), ledger_factory)

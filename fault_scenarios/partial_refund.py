@@ -14,11 +14,16 @@ from dataoad.testing import (
     LedgerFactory,
     SafetyCheck,
     SafetyReport,
-    default_ledgers,
     expect,
-    run_checks,
 )
-from fault_scenarios._kit import Fault, ProviderState, RunnerFactory, read_back
+from fault_scenarios._kit import (
+    Fault,
+    FaultScript,
+    ProviderState,
+    RunnerFactory,
+    read_back,
+    run_scenario,
+)
 
 ACTION = "refund_charge"
 REF = "refund-ch_9-1"
@@ -31,7 +36,7 @@ class FakeRefundProvider:
 
     def __init__(self, *faults: Fault) -> None:
         self.state = ProviderState()
-        self.faults = list(faults)
+        self.script = FaultScript(faults)
 
     def refunded(self) -> int:
         return sum(r["amount"] for records in self.state.effects.values() for r in records)
@@ -40,7 +45,7 @@ class FakeRefundProvider:
         if amount > CHARGED - self.refunded():
             self.state.calls += 1
             raise DefinitiveFailure("refund exceeds the remaining charge")
-        fault = self.faults.pop(0) if self.faults else Fault.NONE
+        fault = self.script.next()
         record = {"id": self.state.new_id("re"), "amount": amount}
         return self.state.apply(refund_ref, record, fault)
 
@@ -171,6 +176,4 @@ async def run_safety_suite(
     ledger_factory: LedgerFactory | None = None, runner_factory: RunnerFactory = ActionRunner
 ) -> SafetyReport:
     """Run the refund checks, each on a fresh ledger (SQLite in a temporary file by default)."""
-    return await run_checks(
-        ACTION, checks(runner_factory), ledger_factory=ledger_factory or default_ledgers()
-    )
+    return await run_scenario(ACTION, checks(runner_factory), ledger_factory)

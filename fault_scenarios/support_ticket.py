@@ -10,16 +10,22 @@ from __future__ import annotations
 import warnings
 from typing import Any
 
-from dataoad import ActionRunner, IdempotencyConflictError, Ledger, RetryPolicy
+from dataoad import ActionRunner, Ledger, RetryPolicy
 from dataoad.testing import (
     LedgerFactory,
     SafetyCheck,
     SafetyReport,
-    default_ledgers,
     expect,
-    run_checks,
 )
-from fault_scenarios._kit import Fault, ProviderState, RunnerFactory, read_back
+from fault_scenarios._kit import (
+    Fault,
+    FaultScript,
+    ProviderState,
+    RunnerFactory,
+    raises_conflict,
+    read_back,
+    run_scenario,
+)
 
 ACTION = "create_ticket"
 KEY = "ticket-order-77"
@@ -31,10 +37,10 @@ class FakeTicketProvider:
 
     def __init__(self, *faults: Fault) -> None:
         self.state = ProviderState()
-        self.faults = list(faults)
+        self.script = FaultScript(faults)
 
     async def create(self, *, title: str, idempotency_key: str) -> dict[str, Any]:
-        fault = self.faults.pop(0) if self.faults else Fault.NONE
+        fault = self.script.next()
         existing = self.state.effects.get(idempotency_key)
         if existing:
             self.state.calls += 1
@@ -130,11 +136,7 @@ def checks(new_runner: RunnerFactory) -> list[tuple[str, Any]]:
         provider = FakeTicketProvider()
         runner = new_runner(ledger)
         await create(runner, provider)
-        try:
-            await create(runner, provider, title="Something else")
-            refused = False
-        except IdempotencyConflictError:
-            refused = True
+        refused = await raises_conflict(create(runner, provider, title="Something else"))
         return expect(
             "Same key, changed title is a conflict",
             {"refused": True, "calls": 1, "tickets": 1},
@@ -154,6 +156,4 @@ async def run_safety_suite(
     ledger_factory: LedgerFactory | None = None, runner_factory: RunnerFactory = ActionRunner
 ) -> SafetyReport:
     """Run the ticket checks, each on a fresh ledger (SQLite in a temporary file by default)."""
-    return await run_checks(
-        ACTION, checks(runner_factory), ledger_factory=ledger_factory or default_ledgers()
-    )
+    return await run_scenario(ACTION, checks(runner_factory), ledger_factory)
