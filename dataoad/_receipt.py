@@ -34,6 +34,9 @@ def bounded_error(exc: BaseException) -> str:
     except Exception:
         message = "<unprintable message>"
     text = f"{name}: {message}" if message else name
+    # Every ledger must be able to store it: no NUL (PostgreSQL text) and no
+    # lone surrogate (no encoder writes one).
+    text = text.replace("\x00", "\\x00").encode("utf-8", "backslashreplace").decode("utf-8")
     if len(text) > MAX_ERROR_LENGTH:
         text = text[: MAX_ERROR_LENGTH - 1] + "\u2026"
     return text

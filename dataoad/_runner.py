@@ -59,7 +59,14 @@ from dataoad._receipt import (
 )
 from dataoad._result import ActionResult
 from dataoad._status import ActionStatus, ClaimState
-from dataoad._verification import MISSING, AnyVerifier, VerificationResult, classify_verification
+from dataoad._verification import (
+    MAX_IDENTIFIER_LENGTH,
+    MISSING,
+    AnyVerifier,
+    VerificationResult,
+    check_stored_text,
+    classify_verification,
+)
 
 __all__ = ["ActionRunner"]
 
@@ -94,13 +101,20 @@ class _Observation:
     record: Mapping[str, Any]
 
 
+#: Longest accepted identity strings, in characters. Every backend must be able
+#: to index ``(action_name, idempotency_key)`` in one unique key: PostgreSQL's
+#: B-tree entries stop at about 2,700 bytes, and 4 * (128 + 512) stays under it.
+MAX_TEXT_ARG_LENGTH: Final[dict[str, int]] = {
+    "action_name": 128,
+    "idempotency_key": 512,
+    "provider_reference": MAX_IDENTIFIER_LENGTH,
+    "risk": 128,
+    "action_id": 128,
+}
+
+
 def _check_text_arg(name: str, value: object, *, optional: bool = False) -> None:
-    if value is None and optional:
-        return
-    if type(value) is not str:
-        raise InvalidArgumentError(f"{name} must be a str, not {type(value).__qualname__}")
-    if not value:
-        raise InvalidArgumentError(f"{name} must not be empty")
+    check_stored_text(name, value, limit=MAX_TEXT_ARG_LENGTH[name], optional=optional)
 
 
 def _resolve_verifier(verifier: object) -> VerifyFn:
@@ -608,6 +622,14 @@ class ActionRunner:
             written = await self._ledger.record(final)
         except Exception as exc:
             written, problem, cause = False, bounded_error(exc), exc
+            # Lost acknowledgement? Only the exact receipt we wrote proves it.
+            try:
+                stored = await self._ledger.get(final.action_id)
+            except Exception:
+                stored = None
+            if stored == final:
+                transition("outcome_acknowledgement_recovered", final)
+                written = True
         if not written:
             transition(
                 "outcome_not_recorded",

@@ -48,16 +48,31 @@ def _details_error(message: str, path: str) -> Exception:
     return InvalidArgumentError(f"verification details are not JSON-compatible: {message}")
 
 
-def _check_reference(name: str, value: object, *, optional: bool) -> None:
+def check_stored_text(name: str, value: object, *, limit: int, optional: bool = False) -> None:
+    """Refuse (InvalidArgumentError) a string field every ledger could not store as given.
+
+    Non-empty ``str`` of at most ``limit`` characters, with no NUL (PostgreSQL
+    text cannot hold one) and no lone surrogate (no encoder can write one).
+    """
     if value is None and optional:
         return
-    if type(value) is not str or not value:
-        raise InvalidArgumentError(
-            f"{name} must be a non-empty str, not {type(value).__qualname__}"
-        )
-    if len(value) > MAX_IDENTIFIER_LENGTH:
-        # Identifiers are stored in receipts; an unbounded one is a provider response.
-        raise InvalidArgumentError(f"{name} is longer than {MAX_IDENTIFIER_LENGTH} characters")
+    if type(value) is not str:
+        raise InvalidArgumentError(f"{name} must be a str, not {type(value).__qualname__}")
+    if not value:
+        raise InvalidArgumentError(f"{name} must not be empty")
+    if len(value) > limit:
+        raise InvalidArgumentError(f"{name} is longer than {limit} characters")
+    if "\x00" in value:
+        raise InvalidArgumentError(f"{name} must not contain NUL characters")
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        raise InvalidArgumentError(f"{name} is not valid Unicode (lone surrogate)") from None
+
+
+def _check_reference(name: str, value: object, *, optional: bool) -> None:
+    # Identifiers are stored in receipts; an unbounded one is a provider response.
+    check_stored_text(name, value, limit=MAX_IDENTIFIER_LENGTH, optional=optional)
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from dataoad import (
     ActionInProgressError,
+    ActionReceipt,
     ActionResult,
     ActionStatus,
     IdempotencyConflictError,
@@ -260,6 +261,35 @@ def receipts_never_lost_and_only_move_forward(m: RunnerMachineBase) -> None:
                 receipts_never_lost_and_only_move_forward,
                 f"receipt {action_id[:8]} moved from {before.final_status} to {after.final_status}",
             )
+
+
+@safety
+def returned_receipts_are_durable(m: RunnerMachineBase) -> None:
+    """Every receipt a caller got back in an ActionResult is stored: the ledger holds it or a later version."""
+    for c in m.contenders_list:
+        result = c.outcome
+        if not c.finished or not isinstance(result, ActionResult):
+            continue
+        returned = result.receipt
+        stored = m.observed.get(returned.action_id)
+        if stored is None or stored.version < returned.version:
+            raise fail(
+                returned_receipts_are_durable,
+                f"contender {c.name} got receipt {returned.action_id[:8]} version "
+                f"{returned.version} ({_status_name(returned)}), but the ledger holds "
+                f"{'nothing' if stored is None else f'version {stored.version} ({_status_name(stored)})'}",
+            )
+        if stored.version == returned.version and stored != returned:
+            raise fail(
+                returned_receipts_are_durable,
+                f"contender {c.name} got receipt {returned.action_id[:8]} version "
+                f"{returned.version}, which differs from the stored version {stored.version}",
+            )
+
+
+def _status_name(receipt: ActionReceipt) -> str:
+    status = receipt.final_status
+    return f"{receipt.claim_state.value}/{'-' if status is None else status.value}"
 
 
 @safety

@@ -138,7 +138,38 @@ def test_failed_first_read_does_not_invoke() -> None:
     run(scenario())
 
 
-@pytest.mark.parametrize("fault", [BEFORE, LOST_ACK])
+def test_lost_completion_acknowledgement_is_recovered_by_reading_back() -> None:
+    async def scenario() -> None:
+        inner, faulty, runner, op = setup()
+        faulty.inject("record", LOST_ACK)
+        result = await runner.execute("a", op, request=REQUEST, idempotency_key="k")
+        assert op.calls == 1
+        assert result.status is ActionStatus.CONFIRMED
+        assert result.value == "value"
+        [stored] = inner.receipts()
+        assert stored == result.receipt
+        assert stored.claim_state is ClaimState.COMPLETED
+
+    run(scenario())
+
+
+def test_lost_completion_acknowledgement_with_failed_read_back_is_a_persistence_error() -> None:
+    async def scenario() -> None:
+        inner, faulty, runner, op = setup()
+        faulty.inject("record", LOST_ACK)
+        faulty.inject("get", BEFORE)
+        with pytest.raises(ActionPersistenceError) as info:
+            await runner.execute("a", op, request=REQUEST, idempotency_key="k")
+        assert op.calls == 1
+        assert info.value.operation_invoked is True
+        assert info.value.observed_status is ActionStatus.CONFIRMED
+        [stored] = inner.receipts()
+        assert stored.claim_state is ClaimState.COMPLETED
+
+    run(scenario())
+
+
+@pytest.mark.parametrize("fault", [BEFORE])
 def test_failed_completion_raises_persistence_error_with_observed_evidence(
     fault: LedgerFault,
 ) -> None:
