@@ -32,6 +32,7 @@ from dataoad._status import ActionStatus, ClaimState, VerificationHealth
 from dataoad._verification import VerificationResult, Verifier
 from dataoad._version import __version__
 from dataoad.ledgers.memory import InMemoryLedger
+from dataoad.ledgers.postgres import LedgerSchemaError, MissingExtraError, PostgresLedger
 from dataoad.ledgers.sqlite import LedgerFileError, SQLiteLedger
 
 __all__ = [
@@ -55,6 +56,7 @@ __all__ = [
     "Ledger",
     "InMemoryLedger",
     "SQLiteLedger",
+    "PostgresLedger",
     # errors
     "DataoadError",
     "ActionInProgressError",
@@ -68,5 +70,7 @@ __all__ = [
     "RecoveryRefusedError",
     "ActionNotFoundError",
     "LedgerFileError",
+    "LedgerSchemaError",
+    "MissingExtraError",
     "__version__",
 ]

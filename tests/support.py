@@ -112,3 +112,28 @@ __all__ = [
     "fenced_absent",
     "fixed_verifier",
 ]
+
+
+def postgres_dsn() -> str:
+    """The test PostgreSQL server's DSN; skips the test without one, fails it under CI=true."""
+    import os
+
+    import pytest
+
+    from dataoad.testing._postgres_server import PostgresUnavailableError, shared_test_dsn
+
+    try:
+        import asyncpg  # noqa: F401
+
+        return shared_test_dsn()
+    except (ImportError, PostgresUnavailableError) as exc:
+        if os.environ.get("CI", "").lower() in ("1", "true", "yes"):
+            pytest.fail(f"CI=true and PostgreSQL is unavailable: {exc}")
+        pytest.skip(f"PostgreSQL unavailable: {exc}")
+
+
+def unique_table() -> str:
+    """A fresh table name, so tests share one server without seeing each other."""
+    import uuid
+
+    return f"t_{uuid.uuid4().hex[:20]}"

@@ -25,7 +25,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import fcntl
-import json
 import os
 import sqlite3
 import threading
@@ -39,8 +38,9 @@ from typing import Any, Final, Literal
 import aiosqlite
 
 from dataoad._errors import DataoadError, InvalidArgumentError
-from dataoad._receipt import ActionReceipt, AttemptRecord
+from dataoad._receipt import ActionReceipt
 from dataoad._status import ActionStatus, ClaimState
+from dataoad.ledgers._codec import COLUMNS, receipt_of, row_of
 
 __all__ = ["SCHEMA_VERSION", "LedgerFileError", "SQLiteLedger"]
 
@@ -49,26 +49,7 @@ APPLICATION_ID: Final = 0x44414F44
 #: The schema version this code writes; older files are migrated on open.
 SCHEMA_VERSION: Final = 2
 
-_COLUMNS: Final = (
-    "action_id",
-    "action_name",
-    "idempotency_key",
-    "request_hash",
-    "provider_reference",
-    "risk",
-    "claim_state",
-    "attempts",
-    "execution_status",
-    "verification_status",
-    "final_status",
-    "provider_request_id",
-    "error",
-    "metadata",
-    "attempt_records",
-    "version",
-    "created_at",
-    "updated_at",
-)
+_COLUMNS: Final = COLUMNS
 _SELECT: Final = f"SELECT {', '.join(_COLUMNS)} FROM receipts"
 
 #: Schema steps: applying MIGRATIONS[v] to a version v-1 file gives version v.
@@ -115,102 +96,12 @@ LedgerFileError.__module__ = "dataoad"
 # -- serialisation ---------------------------------------------------------------
 
 
-def _status(value: str | None) -> ActionStatus | None:
-    return None if value is None else ActionStatus(value)
-
-
-def _status_text(status: ActionStatus | None) -> str | None:
-    return None if status is None else status.value
-
-
-def _time_text(moment: datetime | None) -> str | None:
-    return None if moment is None else moment.isoformat()
-
-
-def _json(value: Any) -> str:
-    return json.dumps(value, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
-
-
-def _attempts_json(records: Sequence[AttemptRecord]) -> str:
-    return _json(
-        [
-            {
-                "number": r.number,
-                "started_at": _time_text(r.started_at),
-                "execution_status": _status_text(r.execution_status),
-                "verification_status": _status_text(r.verification_status),
-                "error": r.error,
-                "provider_request_id": r.provider_request_id,
-                "retry_decision": r.retry_decision,
-                "finished_at": _time_text(r.finished_at),
-            }
-            for r in records
-        ]
-    )
-
-
-def _attempts_from(text: str) -> tuple[AttemptRecord, ...]:
-    return tuple(
-        AttemptRecord(
-            number=item["number"],
-            started_at=datetime.fromisoformat(item["started_at"]),
-            execution_status=_status(item["execution_status"]),
-            verification_status=_status(item["verification_status"]),
-            error=item["error"],
-            provider_request_id=item["provider_request_id"],
-            retry_decision=item["retry_decision"],
-            finished_at=None
-            if item["finished_at"] is None
-            else datetime.fromisoformat(item["finished_at"]),
-        )
-        for item in json.loads(text)
-    )
-
-
 def _row_of(receipt: ActionReceipt) -> tuple[Any, ...]:
-    return (
-        receipt.action_id,
-        receipt.action_name,
-        receipt.idempotency_key,
-        receipt.request_hash,
-        receipt.provider_reference,
-        receipt.risk,
-        receipt.claim_state.value,
-        receipt.attempts,
-        _status_text(receipt.execution_status),
-        _status_text(receipt.verification_status),
-        _status_text(receipt.final_status),
-        receipt.provider_request_id,
-        receipt.error,
-        _json(receipt.metadata),
-        _attempts_json(receipt.attempt_records),
-        receipt.version,
-        receipt.created_at.isoformat(),
-        receipt.updated_at.isoformat(),
-    )
+    return row_of(receipt, datetime.isoformat)
 
 
 def _receipt_of(row: Sequence[Any]) -> ActionReceipt:
-    return ActionReceipt(
-        action_id=row[0],
-        action_name=row[1],
-        idempotency_key=row[2],
-        request_hash=row[3],
-        provider_reference=row[4],
-        risk=row[5],
-        claim_state=ClaimState(row[6]),
-        attempts=row[7],
-        execution_status=_status(row[8]),
-        verification_status=_status(row[9]),
-        final_status=_status(row[10]),
-        provider_request_id=row[11],
-        error=row[12],
-        metadata=json.loads(row[13]),
-        attempt_records=_attempts_from(row[14]),
-        version=row[15],
-        created_at=datetime.fromisoformat(row[16]),
-        updated_at=datetime.fromisoformat(row[17]),
-    )
+    return receipt_of(row, datetime.fromisoformat)
 
 
 # -- opening and checking files ------------------------------------------------

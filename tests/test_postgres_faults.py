@@ -1,0 +1,485 @@
+"""PostgresLedger against a real server that misbehaves.
+
+* Lost acknowledgements: a TCP proxy between the ledger and the server
+  forwards a write, lets the server commit it, and then cuts the connection
+  instead of passing the answer on. The runner must read back and carry on.
+* Unproven writes: a statement terminated with ``pg_terminate_backend``, a
+  statement timeout, a serialization failure and a server restart while the
+  attempt start waits on a row lock all leave the attempt unstarted; the
+  runner must raise ActionPersistenceError without invoking the operation.
+* Schema handling, the missing-extra error, and bad arguments.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import subprocess
+import sys
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any
+
+import pytest
+
+from dataoad import (
+    ActionInProgressError,
+    ActionPersistenceError,
+    ActionRunner,
+    ActionStatus,
+    ClaimState,
+    InvalidArgumentError,
+    LedgerSchemaError,
+    PostgresLedger,
+)
+from dataoad.testing._postgres_server import PostgresServer, PostgresUnavailableError
+from tests.support import REQUEST, CountingOperation, postgres_dsn, unique_table
+
+
+async def fresh_ledger(dsn: str, **options: Any) -> PostgresLedger:
+    table = options.pop("table", None) or unique_table()
+    ledger = PostgresLedger(dsn, table=table, **options)
+    await ledger.migrate()
+    return ledger
+
+
+# -- a proxy that loses acknowledgements ------------------------------------------------
+
+
+class LossyProxy:
+    """TCP proxy to PostgreSQL that can drop the answer to the next write.
+
+    When armed with a command tag (b"INSERT 0 1", b"UPDATE 1"), the first
+    server message carrying it is swallowed and both sockets are closed: the
+    server has committed, the client never hears so.
+    """
+
+    def __init__(self, host: str, port: int) -> None:
+        self.host, self.port = host, port
+        self.armed: bytes | None = None
+        self.dropped = 0
+        self._server: asyncio.Server | None = None
+        self.listen_port = 0
+
+    async def start(self) -> None:
+        self._server = await asyncio.start_server(self._serve, "127.0.0.1", 0)
+        self.listen_port = self._server.sockets[0].getsockname()[1]
+
+    async def stop(self) -> None:
+        if self._server is not None:
+            self._server.close()
+            await self._server.wait_closed()
+
+    async def _serve(self, client_r: asyncio.StreamReader, client_w: asyncio.StreamWriter) -> None:
+        server_r, server_w = await asyncio.open_connection(self.host, self.port)
+
+        async def pump(
+            reader: asyncio.StreamReader, writer: asyncio.StreamWriter, answers: bool
+        ) -> None:
+            try:
+                while data := await reader.read(65536):
+                    if answers and self.armed is not None and self.armed in data:
+                        self.armed = None
+                        self.dropped += 1
+                        break
+                    writer.write(data)
+                    await writer.drain()
+            except (ConnectionError, OSError):
+                pass
+            finally:
+                for w in (client_w, server_w):
+                    w.close()
+
+        await asyncio.gather(pump(client_r, server_w, False), pump(server_r, client_w, True))
+
+
+@contextlib.asynccontextmanager
+async def proxied(dsn: str) -> AsyncIterator[tuple[LossyProxy, str]]:
+    host_port = dsn.split("@", 1)[1].split("/", 1)[0]
+    host, port = host_port.rsplit(":", 1)
+    proxy = LossyProxy(host, int(port))
+    await proxy.start()
+    try:
+        yield proxy, dsn.replace(host_port, f"127.0.0.1:{proxy.listen_port}")
+    finally:
+        await proxy.stop()
+
+
+@pytest.mark.parametrize(
+    ("step", "tag"),
+    [("claim", b"INSERT 0 1"), ("start_attempt", b"UPDATE 1"), ("record", b"UPDATE 1")],
+)
+def test_lost_acknowledgement_is_read_back_and_the_operation_runs_once(
+    step: str, tag: bytes
+) -> None:
+    dsn = postgres_dsn()
+
+    async def scenario() -> None:
+        async with proxied(dsn) as (proxy, proxy_dsn):
+            ledger = await fresh_ledger(proxy_dsn)
+            real = getattr(ledger, step)
+
+            async def arm_then_call(*args: Any) -> Any:
+                proxy.armed = tag
+                return await real(*args)
+
+            setattr(ledger, step, arm_then_call)
+            runner = ActionRunner(ledger)
+            op = CountingOperation("charged")
+            result = await runner.execute("charge", op, request=REQUEST, idempotency_key="k")
+            assert proxy.dropped == 1, "the proxy never saw the write's answer"
+            assert op.calls == 1
+            assert result.status is ActionStatus.CONFIRMED
+            setattr(ledger, step, real)
+            stored = await ledger.find("charge", "k")
+            assert stored == result.receipt
+            again = await runner.execute("charge", op, request=REQUEST, idempotency_key="k")
+            assert again.replayed
+            assert op.calls == 1
+            await ledger.close()
+
+    asyncio.run(scenario())
+
+
+# -- unproven attempt starts ---------------------------------------------------------------
+
+
+class PausingLedger(PostgresLedger):
+    """Runs ``before_start`` just before the attempt-start statement."""
+
+    before_start: Callable[[], Awaitable[None]] | None = None
+
+    async def start_attempt(self, receipt: Any) -> bool:
+        if self.before_start is not None:
+            await self.before_start()
+        return await super().start_attempt(receipt)
+
+
+async def attempt_start_under_row_lock(
+    dsn: str,
+    interfere: Callable[[Any, PausingLedger], Awaitable[None]],
+    *,
+    commit_lock: bool = False,
+    **options: Any,
+) -> tuple[PausingLedger, CountingOperation, BaseException | Any]:
+    """Execute while another session holds the claim's row lock; ``interfere`` acts meanwhile."""
+    import asyncpg
+
+    table = unique_table()
+    await (await fresh_ledger(dsn, table=table)).close()
+    ledger = PausingLedger(dsn, table=table, **options)
+    blocker = await asyncpg.connect(dsn)
+    lock = blocker.transaction()
+
+    async def take_row_lock() -> None:
+        await lock.start()
+        await blocker.execute(f'UPDATE "public"."{table}" SET updated_at = updated_at')
+        ledger.before_start = None
+
+    ledger.before_start = take_row_lock
+    runner = ActionRunner(ledger)
+    op = CountingOperation("charged")
+    task = asyncio.create_task(runner.execute("charge", op, request=REQUEST, idempotency_key="k"))
+    # Wait until the attempt start is blocked on the row lock, then interfere.
+    for _ in range(500):
+        waiting = await blocker.fetchval(
+            "SELECT count(*) FROM pg_stat_activity WHERE application_name = 'dataoad' "
+            "AND wait_event_type = 'Lock'"
+        )
+        if waiting:
+            break
+        await asyncio.sleep(0.01)
+    else:
+        raise AssertionError("the attempt start never waited on the row lock")
+    await interfere(blocker, ledger)
+    with contextlib.suppress(Exception):
+        await (lock.commit() if commit_lock else lock.rollback())
+    outcome: BaseException | Any
+    try:
+        outcome = await asyncio.wait_for(task, 30)
+    except Exception as exc:
+        outcome = exc
+    with contextlib.suppress(Exception):
+        await blocker.close()
+    return ledger, op, outcome
+
+
+def assert_not_invoked(ledger: PausingLedger, op: CountingOperation, outcome: object) -> None:
+    assert isinstance(outcome, ActionPersistenceError), outcome
+    assert outcome.operation_invoked is False
+    assert op.calls == 0
+
+
+async def check_barrier(ledger: PostgresLedger) -> None:
+    """The durable claim stays a barrier with zero attempts; a duplicate does not run."""
+    receipt = await ledger.find("charge", "k")
+    assert receipt is not None
+    assert receipt.claim_state is ClaimState.PENDING
+    assert receipt.attempts == 0
+    runner = ActionRunner(ledger)
+    op = CountingOperation("charged")
+    with pytest.raises(ActionInProgressError):
+        await runner.execute("charge", op, request=REQUEST, idempotency_key="k")
+    assert op.calls == 0
+
+
+def test_terminated_backend_during_attempt_start_does_not_invoke() -> None:
+    dsn = postgres_dsn()
+
+    async def terminate(blocker: Any, ledger: PausingLedger) -> None:
+        killed = await blocker.fetchval(
+            "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
+            "WHERE application_name = 'dataoad' AND wait_event_type = 'Lock'"
+        )
+        assert killed == 1
+
+    async def scenario() -> None:
+        ledger, op, outcome = await attempt_start_under_row_lock(dsn, terminate)
+        assert_not_invoked(ledger, op, outcome)
+        await check_barrier(ledger)
+        await ledger.close()
+
+    asyncio.run(scenario())
+
+
+def test_statement_timeout_during_attempt_start_does_not_invoke() -> None:
+    dsn = postgres_dsn()
+
+    async def wait_for_timeout(blocker: Any, ledger: PausingLedger) -> None:
+        await asyncio.sleep(0.5)  # longer than the ledger's 0.2 s statement timeout
+
+    async def scenario() -> None:
+        ledger, op, outcome = await attempt_start_under_row_lock(
+            dsn, wait_for_timeout, statement_timeout=0.2
+        )
+        assert_not_invoked(ledger, op, outcome)
+        assert "QueryCanceled" in str(outcome) or "statement timeout" in str(outcome)
+        await check_barrier(ledger)
+        await ledger.close()
+
+    asyncio.run(scenario())
+
+
+def serializable(dsn: str) -> str:
+    return f"{dsn}?default_transaction_isolation=serializable"
+
+
+def test_serialization_failure_without_retries_does_not_invoke() -> None:
+    dsn = postgres_dsn()
+
+    async def nothing(blocker: Any, ledger: PausingLedger) -> None:
+        return None
+
+    async def scenario() -> None:
+        # The blocker's UPDATE commits while the attempt start waits: under
+        # SERIALIZABLE the waiting statement fails with a serialization error.
+        ledger, op, outcome = await attempt_start_under_row_lock(
+            serializable(dsn), nothing, commit_lock=True, serialization_retries=0
+        )
+        assert_not_invoked(ledger, op, outcome)
+        assert "SerializationError" in str(outcome)
+        await check_barrier(ledger)
+        await ledger.close()
+
+    asyncio.run(scenario())
+
+
+def test_serialization_failure_is_rerun_by_the_ledger() -> None:
+    dsn = postgres_dsn()
+
+    async def nothing(blocker: Any, ledger: PausingLedger) -> None:
+        return None
+
+    async def scenario() -> None:
+        ledger, op, outcome = await attempt_start_under_row_lock(
+            serializable(dsn), nothing, commit_lock=True
+        )
+        # The server rolled the statement back, so re-running it was safe;
+        # the version did not change, so it applied the second time.
+        assert not isinstance(outcome, BaseException), outcome
+        assert outcome.status is ActionStatus.CONFIRMED
+        assert op.calls == 1
+        await ledger.close()
+
+    asyncio.run(scenario())
+
+
+# -- a server of its own: restarts and crashes ---------------------------------------------
+
+
+@pytest.fixture
+def own_server() -> Any:
+    postgres_dsn()  # skip or fail the same way as every PostgreSQL test
+    try:
+        server = PostgresServer().start()
+    except PostgresUnavailableError as exc:
+        if os.environ.get("CI", "").lower() in ("1", "true", "yes"):
+            pytest.fail(f"CI=true and a private PostgreSQL server cannot start: {exc}")
+        pytest.skip(f"a private PostgreSQL server cannot start: {exc}")
+    yield server
+    server.cleanup()
+
+
+def test_server_restart_during_attempt_start_does_not_invoke(own_server: PostgresServer) -> None:
+    async def restart(blocker: Any, ledger: PausingLedger) -> None:
+        await asyncio.to_thread(own_server.restart)
+
+    async def scenario() -> None:
+        ledger, op, outcome = await attempt_start_under_row_lock(own_server.dsn, restart)
+        assert_not_invoked(ledger, op, outcome)
+        # The pool's connections died with the server; later calls reconnect.
+        await check_barrier(ledger)
+        result = await ActionRunner(ledger).execute(
+            "charge", CountingOperation("ok"), request=REQUEST, idempotency_key="after"
+        )
+        assert result.status is ActionStatus.CONFIRMED
+        await ledger.close()
+
+    asyncio.run(scenario())
+
+
+def test_server_crash_keeps_every_acknowledged_receipt(own_server: PostgresServer) -> None:
+    """Acknowledged transitions survive an immediate shutdown (crash recovery from WAL)."""
+
+    async def scenario() -> None:
+        ledger = await fresh_ledger(own_server.dsn)
+        runner = ActionRunner(ledger)
+        results = [
+            await runner.execute(
+                "charge", CountingOperation("ok"), request=REQUEST, idempotency_key=f"k{n}"
+            )
+            for n in range(20)
+        ]
+        await asyncio.to_thread(own_server.kill)
+        await asyncio.to_thread(own_server.start)
+        for result in results:
+            assert await ledger.get(result.receipt.action_id) == result.receipt
+        await ledger.close()
+
+    asyncio.run(scenario())
+
+
+# -- schema ---------------------------------------------------------------------------------
+
+
+def test_ledger_refuses_a_database_without_the_schema() -> None:
+    dsn = postgres_dsn()
+
+    async def scenario() -> None:
+        ledger = PostgresLedger(dsn, table=unique_table())
+        op = CountingOperation("ok")
+        with pytest.raises(LedgerSchemaError, match="ledger migrate"):
+            await ledger.find("a", "k")
+        with pytest.raises(ActionPersistenceError, match="ledger migrate") as info:
+            await ActionRunner(ledger).execute("a", op, request=REQUEST, idempotency_key="k")
+        assert isinstance(info.value.__cause__, LedgerSchemaError)
+        assert op.calls == 0
+        assert await ledger.schema_version() is None  # nothing was created
+        await ledger.close()
+
+    asyncio.run(scenario())
+
+
+def test_concurrent_migrations_from_many_clients_apply_once() -> None:
+    dsn = postgres_dsn()
+    table = unique_table()
+
+    async def scenario() -> None:
+        ledgers = [PostgresLedger(dsn, table=table) for _ in range(8)]
+        found = await asyncio.gather(*(ledger.migrate() for ledger in ledgers))
+        assert sorted(found) == [0] + [1] * 7
+        assert await ledgers[0].schema_version() == 1
+        assert await ledgers[0].migrate() == 1  # idempotent
+        for ledger in ledgers:
+            await ledger.close()
+
+    asyncio.run(scenario())
+
+
+def test_newer_schema_is_refused_and_left_alone() -> None:
+    dsn = postgres_dsn()
+
+    async def scenario() -> None:
+        ledger = await fresh_ledger(dsn)
+        pool = await ledger._raw_pool()
+        await pool.execute(f'INSERT INTO "public"."{ledger.table}_schema" (version) VALUES (99)')
+        other = PostgresLedger(dsn, table=ledger.table)
+        with pytest.raises(LedgerSchemaError, match="newer"):
+            await other.find("a", "k")
+        with pytest.raises(LedgerSchemaError, match="newer"):
+            await other.migrate()
+        assert await other.schema_version() == 99
+        await other.close()
+        await ledger.close()
+
+    asyncio.run(scenario())
+
+
+def test_schema_and_table_names_isolate_ledgers() -> None:
+    dsn = postgres_dsn()
+
+    async def scenario() -> None:
+        schema = unique_table()
+        a = await fresh_ledger(dsn, schema=schema, table="receipts")
+        b = await fresh_ledger(dsn, table=unique_table())
+        op = CountingOperation("ok")
+        await ActionRunner(a).execute("a", op, request=REQUEST, idempotency_key="k")
+        await ActionRunner(b).execute("a", op, request=REQUEST, idempotency_key="k")
+        assert op.calls == 2
+        assert len(await a.receipts()) == len(await b.receipts()) == 1
+        await a.close()
+        await b.close()
+
+    asyncio.run(scenario())
+
+
+def test_given_pool_is_used_and_not_closed() -> None:
+    dsn = postgres_dsn()
+
+    async def scenario() -> None:
+        import asyncpg
+
+        await (await fresh_ledger(dsn, table="given_pool_table")).close()
+        pool = await asyncpg.create_pool(dsn, min_size=1, max_size=2)
+        async with PostgresLedger(pool=pool, table="given_pool_table") as ledger:
+            result = await ActionRunner(ledger).execute(
+                "a", CountingOperation("ok"), request=REQUEST, idempotency_key=unique_table()
+            )
+            assert result.status is ActionStatus.CONFIRMED
+        assert await pool.fetchval("SELECT 1") == 1
+        await pool.close()
+
+    asyncio.run(scenario())
+
+
+@pytest.mark.parametrize(
+    "kwargs",
+    [
+        {},
+        {"dsn": ""},
+        {"dsn": "postgresql://x", "pool": object()},
+        {"dsn": "postgresql://x", "table": "Bad-Name"},
+        {"dsn": "postgresql://x", "schema": 'x"; DROP TABLE y; --'},
+        {"dsn": "postgresql://x", "min_size": 5, "max_size": 2},
+        {"dsn": "postgresql://x", "statement_timeout": 0},
+        {"dsn": "postgresql://x", "serialization_retries": -1},
+    ],
+)
+def test_bad_arguments_are_refused(kwargs: dict[str, Any]) -> None:
+    with pytest.raises(InvalidArgumentError):
+        PostgresLedger(**kwargs)
+
+
+def test_without_the_extra_import_works_and_the_error_names_the_extra() -> None:
+    code = (
+        "import sys; sys.modules['asyncpg'] = None\n"
+        "import dataoad\n"
+        "try:\n"
+        "    dataoad.PostgresLedger('postgresql://localhost/x')\n"
+        "except dataoad.MissingExtraError as exc:\n"
+        "    print(exc)\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60
+    )
+    assert "pip install 'dataoad[postgres]'" in done.stdout
