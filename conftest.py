@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 
+import pytest
 from hypothesis import HealthCheck, settings
 
 # The example database lives outside the repository tree's tracked files
@@ -46,3 +47,11 @@ _profile = os.environ.get("HYPOTHESIS_PROFILE", "ci")
 if _profile not in {"ci", "deep", "dev"}:
     raise RuntimeError(f"HYPOTHESIS_PROFILE must be ci, deep or dev, not {_profile!r}")
 settings.load_profile(_profile)
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    """Fold every "PostgreSQL unavailable" skip into one line of the short summary."""
+    for report in terminalreporter.stats.get("skipped", []):
+        longrepr = getattr(report, "longrepr", None)
+        if isinstance(longrepr, tuple) and "PostgreSQL unavailable" in str(longrepr[2]):
+            report.longrepr = ("tests/support.py", 0, longrepr[2])

@@ -14,7 +14,7 @@ import shutil
 import tempfile
 import uuid
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any, ClassVar, cast
 
 from hypothesis import note
 from hypothesis import strategies as st
@@ -25,6 +25,7 @@ from dataoad.testing import make_receipt
 from dataoad.testing._ledger_contract import completed, started
 from models.ledger import AbstractLedger, ModelReceipt
 from stateful_tests.harness import History, violation
+from tests.support import PostgresTestTable
 
 
 def project(receipt: ActionReceipt) -> ModelReceipt:
@@ -46,6 +47,8 @@ class LedgerMachineBase(RuleBasedStateMachine):
 
     memory_class: ClassVar[type[Any]] = InMemoryLedger
     sqlite_class: ClassVar[type[Any]] = SQLiteLedger
+    #: The backends compared with the in-memory ledger and the model.
+    durable_backends: ClassVar[tuple[str, ...]] = ("sqlite",)
 
     claims = Bundle("claims")
 
@@ -58,15 +61,28 @@ class LedgerMachineBase(RuleBasedStateMachine):
         self.model = AbstractLedger()
         self.known: set[str] = set()
         self.history = History(type(self).__name__)
+        self.postgres: PostgresTestTable | None = None
+        if "postgres" in self.durable_backends:
+            self.postgres = PostgresTestTable()
+            self.loop.run(self.postgres.create())
+
+    def client(self, backend: str) -> Ledger:
+        """A new client (connection) of one durable backend's storage."""
+        if backend == "sqlite":
+            ledger: Ledger = self.sqlite_class(self.folder / "l.sqlite3")
+            return ledger
+        if backend != "postgres" or self.postgres is None:
+            raise ValueError(f"no such backend: {backend}")
+        return cast(Ledger, self.postgres.client())
 
     @initialize()
     def open_backends(self) -> None:
         memory = self.memory_class()
-        self.ledgers = {"memory": memory, "sqlite": self.sqlite_class(self.folder / "l.sqlite3")}
-        self.peers = {
-            "memory": [memory] * 4,
-            "sqlite": [self.sqlite_class(self.folder / "l.sqlite3") for _ in range(4)],
-        }
+        self.ledgers = {"memory": memory}
+        self.peers = {"memory": [memory] * 4}
+        for backend in self.durable_backends:
+            self.ledgers[backend] = self.client(backend)
+            self.peers[backend] = [self.client(backend) for _ in range(4)]
 
     def teardown(self) -> None:
         try:
@@ -75,6 +91,8 @@ class LedgerMachineBase(RuleBasedStateMachine):
                 for peer in self.peers.get(name, []):
                     if peer is not ledger:
                         self.loop.run(peer.close())
+            if self.postgres is not None:
+                self.loop.run(self.postgres.drop())
         finally:
             self.loop.close()
             shutil.rmtree(self.folder, ignore_errors=True)
@@ -145,10 +163,11 @@ class LedgerMachineBase(RuleBasedStateMachine):
         # Backends may pick different winners; make them agree again.
         if not existed:
             memory_winner = winners_by_backend["memory"][0]
-            sqlite_winner = winners_by_backend["sqlite"][0]
-            if memory_winner.action_id != sqlite_winner.action_id:
-                self.loop.run(self.ledgers["sqlite"].release(sqlite_winner.action_id, 1))
-                self.loop.run(self.ledgers["sqlite"].claim(memory_winner))
+            for backend in self.durable_backends:
+                winner = winners_by_backend[backend][0]
+                if memory_winner.action_id != winner.action_id:
+                    self.loop.run(self.ledgers[backend].release(winner.action_id, 1))
+                    self.loop.run(self.ledgers[backend].claim(memory_winner))
             self.model.claim(project(memory_winner))
             self.known.add(memory_winner.action_id)
 
@@ -230,3 +249,8 @@ class LedgerMachineBase(RuleBasedStateMachine):
 
 LedgerMachine = type("LedgerMachine", (LedgerMachineBase,), {})
 TestLedgerMachine = LedgerMachine.TestCase
+
+LedgerMachinePostgres = type(
+    "LedgerMachinePostgres", (LedgerMachineBase,), {"durable_backends": ("postgres",)}
+)
+TestLedgerMachinePostgres = LedgerMachinePostgres.TestCase

@@ -39,6 +39,7 @@ from stateful_tests.harness import (
     Scheduler,
     violation,
 )
+from tests.support import PostgresTestTable
 
 REF = "ref-merge"
 ANSWERS: dict[str, tuple[Any, Evidence | None]] = {
@@ -97,10 +98,16 @@ class MergeMachineBase(RuleBasedStateMachine):
         self.answers: dict[str, str] = {}
         self.action_id = ""
         self.history = History(type(self).__name__)
+        self.postgres: PostgresTestTable | None = None
 
     def client(self) -> Ledger:
-        if self.backend == "sqlite":
-            ledger: Ledger = SQLiteLedger(self.folder / "merge.sqlite3")
+        if self.backend == "postgres":
+            if self.postgres is None:
+                self.postgres = PostgresTestTable()
+                self.loop.run(self.postgres.create())
+            ledger: Ledger = self.postgres.client()
+        elif self.backend == "sqlite":
+            ledger = SQLiteLedger(self.folder / "merge.sqlite3")
         elif self.clients:
             return self.clients[0]
         else:
@@ -116,6 +123,8 @@ class MergeMachineBase(RuleBasedStateMachine):
                     c.task.cancel()
             for ledger in self.clients:
                 self.loop.run(ledger.close())
+            if self.postgres is not None:
+                self.loop.run(self.postgres.drop())
         finally:
             self.loop.close()
             shutil.rmtree(self.folder, ignore_errors=True)
@@ -231,5 +240,7 @@ class MergeMachineBase(RuleBasedStateMachine):
 
 MergeMachineMemory = type("MergeMachineMemory", (MergeMachineBase,), {"backend": "memory"})
 MergeMachineSQLite = type("MergeMachineSQLite", (MergeMachineBase,), {"backend": "sqlite"})
+MergeMachinePostgres = type("MergeMachinePostgres", (MergeMachineBase,), {"backend": "postgres"})
 TestMergeMachineMemory = MergeMachineMemory.TestCase
 TestMergeMachineSQLite = MergeMachineSQLite.TestCase
+TestMergeMachinePostgres = MergeMachinePostgres.TestCase

@@ -53,6 +53,7 @@ from stateful_tests.harness import (
     WorldProvider,
     WorldVerifier,
 )
+from tests.support import PostgresTestTable
 
 ACTION = "charge"
 #: At most this many contenders are in flight at once.
@@ -114,18 +115,27 @@ class RunnerMachineBase(RuleBasedStateMachine):
         self.crashes = 0
         self.folder: Path | None = None
         self.clients: list[Ledger] = []
+        self.postgres: PostgresTestTable | None = None
         if self.backend == "sqlite":
             self.folder = Path(tempfile.mkdtemp(prefix="dataoad-machine-"))
+        elif self.backend == "postgres":
+            self.postgres = PostgresTestTable()
+            self.loop.run(self.postgres.create())
         self.observer = self.new_client()
         self.provider = WorldProvider(self.world, self.scheduler, self.history, self.observer)
         self.verifier = WorldVerifier(self.world, self.scheduler, self.history)
 
     def new_client(self) -> Ledger:
-        """A ledger client on the machine's storage: shared in memory, a new connection for SQLite."""
+        """A ledger client on the machine's storage: shared in memory, a new connection otherwise."""
         if self.backend == "sqlite":
             assert self.folder is not None
             cls = self.ledger_class or SQLiteLedger
             client: Ledger = cls(self.folder / "ledger.sqlite3")
+            self.clients.append(client)
+            return client
+        if self.backend == "postgres":
+            assert self.postgres is not None
+            client = self.postgres.client()
             self.clients.append(client)
             return client
         if not self.clients:
@@ -141,6 +151,8 @@ class RunnerMachineBase(RuleBasedStateMachine):
                     c.task.cancel()
             for client in self.clients:
                 self.loop.run(client.close())
+            if self.postgres is not None:
+                self.loop.run(self.postgres.drop())
         finally:
             self.loop.close()
             if self.folder is not None:
@@ -414,9 +426,11 @@ def machine_for(backend: str, **overrides: Any) -> type[RunnerMachineBase]:
 
 RunnerMachineMemory = machine_for("memory")
 RunnerMachineSQLite = machine_for("sqlite")
+RunnerMachinePostgres = machine_for("postgres")
 
 TestRunnerMachineMemory = RunnerMachineMemory.TestCase
 TestRunnerMachineSQLite = RunnerMachineSQLite.TestCase
+TestRunnerMachinePostgres = RunnerMachinePostgres.TestCase
 
 
 @pytest.fixture(autouse=True)

@@ -137,3 +137,37 @@ def unique_table() -> str:
     import uuid
 
     return f"t_{uuid.uuid4().hex[:20]}"
+
+
+class PostgresTestTable:
+    """A fresh ledger table on the test server: clients on it, created and dropped by tests."""
+
+    def __init__(self, dsn: str | None = None) -> None:
+        self.dsn = dsn or postgres_dsn()
+        self.table = unique_table()
+
+    def client(self, **options: Any) -> Any:
+        """A new PostgresLedger (its own pool) on this table."""
+        from dataoad import PostgresLedger
+
+        options.setdefault("min_size", 1)
+        options.setdefault("max_size", 2)
+        return PostgresLedger(self.dsn, table=self.table, **options)
+
+    async def create(self) -> None:
+        """Run the migrations for this table."""
+        ledger = self.client()
+        try:
+            await ledger.migrate()
+        finally:
+            await ledger.close()
+
+    async def drop(self) -> None:
+        """Drop the table and its schema-version table."""
+        import asyncpg
+
+        conn = await asyncpg.connect(self.dsn)
+        try:
+            await conn.execute(f'DROP TABLE IF EXISTS "{self.table}", "{self.table}_schema"')
+        finally:
+            await conn.close()

@@ -27,7 +27,7 @@ from dataoad import (
 )
 from dataoad.ledgers.sqlite import APPLICATION_ID, MIGRATIONS, SCHEMA_VERSION, _row_of
 from dataoad.testing import make_receipt
-from tests.sqlite_child import CRASH_POINTS
+from tests.ledger_child import CRASH_POINTS
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -305,7 +305,7 @@ def test_processes_contending_for_the_same_keys(tmp_path: Path) -> None:
             [
                 sys.executable,
                 "-m",
-                "tests.sqlite_child",
+                "tests.ledger_child",
                 "contend",
                 str(db),
                 str(effects),
@@ -362,7 +362,7 @@ class EffectsVerifier:
 def test_sigkill_at_each_protocol_point_leaves_a_safe_state(tmp_path: Path, point: str) -> None:
     db, effects = tmp_path / "ledger.sqlite3", tmp_path / "effects.log"
     child = subprocess.run(
-        [sys.executable, "-m", "tests.sqlite_child", "crash", str(db), str(effects), point],
+        [sys.executable, "-m", "tests.ledger_child", "crash", str(db), str(effects), point],
         cwd=ROOT,
         capture_output=True,
         text=True,

@@ -40,11 +40,11 @@ class PostgresUnavailableError(RuntimeError):
 
 def find_server_binaries() -> Path | None:
     """The folder holding ``initdb`` and ``postgres``, newest version first, or None."""
-    candidates = []
     if configured := os.environ.get("DATAOAD_PG_BINDIR"):
-        candidates.append(configured)
-    candidates += sorted(glob.glob("/usr/lib/postgresql/*/bin"), reverse=True)
-    candidates += ["/usr/local/pgsql/bin", "/usr/local/bin", "/usr/bin"]
+        candidates = [configured]  # explicit configuration wins, even when wrong
+    else:
+        candidates = sorted(glob.glob("/usr/lib/postgresql/*/bin"), reverse=True)
+        candidates += ["/usr/local/pgsql/bin", "/usr/local/bin", "/usr/bin"]
     for folder in candidates:
         path = Path(folder)
         if (path / "initdb").exists() and (path / "postgres").exists():

@@ -1,10 +1,12 @@
-"""A child process for the cross-process and crash tests of SQLiteLedger.
+"""A child process for the cross-process and crash tests of the durable ledgers.
 
-``python -m tests.sqlite_child contend DB EFFECTS KEYS SEED``: execute one
-action per key, in a shuffled order, and print a JSON summary.
+``python -m tests.ledger_child contend LEDGER EFFECTS KEYS SEED``: execute one
+action per key, in a shuffled order, and print a JSON summary. LEDGER is a
+SQLite file path, or ``postgresql://...#TABLE`` for PostgresLedger with its
+own pool on TABLE.
 
-``python -m tests.sqlite_child crash DB EFFECTS POINT``: run one action and
-kill this process with SIGKILL at the named protocol point.
+``python -m tests.ledger_child crash DB EFFECTS POINT``: run one SQLite action
+and kill this process with SIGKILL at the named protocol point.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from dataoad import ActionInProgressError, ActionRunner, SQLiteLedger
+from dataoad import ActionInProgressError, ActionRunner, PostgresLedger, SQLiteLedger
 from dataoad.testing import FaultyLedger
 
 CRASH_POINTS = (
@@ -45,12 +47,19 @@ def die() -> None:
     os.kill(os.getpid(), signal.SIGKILL)
 
 
-async def contend(db: Path, effects: Path, keys: int, seed: int) -> dict[str, Any]:
+def open_ledger(spec: str) -> Any:
+    if spec.startswith("postgresql://"):
+        dsn, table = spec.rsplit("#", 1)
+        return PostgresLedger(dsn, table=table, min_size=1, max_size=2)
+    return SQLiteLedger(spec)
+
+
+async def contend(spec: str, effects: Path, keys: int, seed: int) -> dict[str, Any]:
     order = list(range(keys))
     random.Random(seed).shuffle(order)
     won = replayed = in_progress = 0
     started = time.monotonic()
-    async with SQLiteLedger(db) as ledger:
+    async with open_ledger(spec) as ledger:
         runner = ActionRunner(ledger)
         for n in order:
             key = f"k{n}"
@@ -129,11 +138,11 @@ async def crash(db: Path, effects: Path, point: str) -> None:
 
 
 def main(argv: list[str]) -> None:
-    mode, db, effects = argv[0], Path(argv[1]), Path(argv[2])
+    mode, spec, effects = argv[0], argv[1], Path(argv[2])
     if mode == "contend":
-        print(json.dumps(asyncio.run(contend(db, effects, int(argv[3]), int(argv[4])))))
+        print(json.dumps(asyncio.run(contend(spec, effects, int(argv[3]), int(argv[4])))))
     elif mode == "crash":
-        asyncio.run(crash(db, effects, argv[3]))
+        asyncio.run(crash(Path(spec), effects, argv[3]))
     else:
         raise SystemExit(f"unknown mode {mode!r}")
 

@@ -1,0 +1,68 @@
+"""Multi-host simulation: OS processes, each with its own pool, contend through one server."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from dataoad import ActionStatus, ClaimState
+from tests.support import PostgresTestTable
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_eight_processes_contending_for_the_same_keys(tmp_path: Path) -> None:
+    table = PostgresTestTable()
+    keys, processes = 400, 8
+    effects = tmp_path / "effects.log"
+    asyncio.run(table.create())
+    spec = f"{table.dsn}#{table.table}"
+    command = [sys.executable, "-m", "tests.ledger_child", "contend", spec, str(effects)]
+    started = time.monotonic()
+    children = [
+        subprocess.Popen(
+            [*command, str(keys), str(seed)],
+            cwd=ROOT,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for seed in range(processes)
+    ]
+    summaries = []
+    for child in children:
+        out, err = child.communicate(timeout=600)
+        assert child.returncode == 0, err
+        summaries.append(json.loads(out))
+    elapsed = time.monotonic() - started
+    calls = keys * processes
+    print(
+        f"\n{processes} processes, {keys} shared keys: {calls} execute calls in {elapsed:.2f} s "
+        f"({calls / elapsed:.0f} calls/s, {keys / elapsed:.0f} actions/s including start-up)"
+    )
+    # Exactly one effect per key: one winner each, nothing invoked twice.
+    lines = effects.read_text().split()
+    assert sorted(lines) == sorted(f"k{n}" for n in range(keys))
+    assert sum(s["won"] for s in summaries) == keys
+    for summary in summaries:
+        assert summary["won"] + summary["replayed"] + summary["in_progress"] == keys
+
+    async def check() -> None:
+        ledger = table.client()
+        try:
+            receipts = await ledger.receipts()
+        finally:
+            await ledger.close()
+            await table.drop()
+        # No receipt lost: every key settled CONFIRMED with exactly one attempt.
+        assert sorted(r.idempotency_key for r in receipts) == sorted(f"k{n}" for n in range(keys))
+        for receipt in receipts:
+            assert receipt.claim_state is ClaimState.COMPLETED
+            assert receipt.final_status is ActionStatus.CONFIRMED
+            assert receipt.attempts == 1
+
+    asyncio.run(check())
