@@ -250,7 +250,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command is None:
         parser.print_help(sys.stderr)
         return EXIT_USAGE
-    if args.command in ("receipts", "recover", "release-unstarted"):
+    if args.command in ("receipts", "recover", "release-unstarted", "ledger"):
         return run_ledger_command(args)
     try:
         if args.command == "test":

@@ -40,13 +40,35 @@ class UsageError(Exception):
 def add_commands(commands: Any, parser_class: type[argparse.ArgumentParser]) -> None:
     """Register ``receipts``, ``recover`` and ``release-unstarted``."""
 
+    def table_option(p: argparse.ArgumentParser) -> None:
+        p.add_argument(
+            "--table",
+            metavar="[SCHEMA.]TABLE",
+            default=os.environ.get("DATAOAD_LEDGER_TABLE", "public.dataoad_receipts"),
+            help="PostgreSQL only: the ledger's table (default: $DATAOAD_LEDGER_TABLE or "
+            "public.dataoad_receipts)",
+        )
+
     def ledger_option(p: argparse.ArgumentParser) -> None:
         p.add_argument(
             "--ledger",
             metavar="URL",
             default=os.environ.get("DATAOAD_LEDGER"),
-            help="sqlite:///path/to/file (or a plain path); default: $DATAOAD_LEDGER",
+            help="sqlite:///path/to/file (or a plain path) or postgresql://...; "
+            "default: $DATAOAD_LEDGER",
         )
+        table_option(p)
+
+    ledger = commands.add_parser("ledger", help="create or upgrade a ledger's schema")
+    ledger_sub = ledger.add_subparsers(
+        dest="ledger_command", metavar="COMMAND", parser_class=parser_class
+    )
+    migrate = ledger_sub.add_parser(
+        "migrate",
+        help="create the ledger schema, or upgrade it; safe to run from several hosts at once",
+    )
+    migrate.add_argument("url", metavar="URL", help="postgresql://... or a SQLite file path")
+    table_option(migrate)
 
     receipts = commands.add_parser("receipts", help="inspect stored receipts")
     sub = receipts.add_subparsers(
@@ -81,20 +103,65 @@ def add_commands(commands: Any, parser_class: type[argparse.ArgumentParser]) -> 
     release.add_argument("--yes", action="store_true", help="do not ask for confirmation")
 
 
-def _open_ledger(url: str | None) -> Any:
+def _is_postgres(url: str) -> bool:
+    return url.startswith(("postgresql://", "postgres://"))
+
+
+def _sqlite_path(url: str) -> Path:
+    # sqlite:///abs/path and sqlite:////abs/path both mean /abs/path.
+    rest = url.removeprefix("sqlite://")
+    return Path("/" + rest.lstrip("/")) if rest.startswith("/") else Path(rest)
+
+
+def _postgres_ledger(url: str, table: str) -> Any:
+    from dataoad.ledgers.postgres import PostgresLedger
+
+    schema, _, name = table.rpartition(".")
+    return PostgresLedger(url, schema=schema or "public", table=name, min_size=1, max_size=2)
+
+
+def _open_ledger(url: str | None, table: str) -> Any:
     from dataoad.ledgers.sqlite import SQLiteLedger
 
     if not url:
-        raise UsageError("no ledger given: pass --ledger sqlite:///path or set DATAOAD_LEDGER")
-    if url.startswith(("postgresql://", "postgres://")):
-        raise CommandError("PostgreSQL ledgers are not supported by this version of Dataoad yet")
-    path = Path(url.removeprefix("sqlite://")) if url.startswith("sqlite://") else Path(url)
-    if url.startswith("sqlite:///"):
-        path = Path("/" + url.removeprefix("sqlite:///"))
+        raise UsageError(
+            "no ledger given: pass --ledger sqlite:///path or postgresql://..., "
+            "or set DATAOAD_LEDGER"
+        )
+    if _is_postgres(url):
+        return _postgres_ledger(url, table)
+    path = _sqlite_path(url)
     if not path.is_file():
         # Inspection must never create an empty ledger where none was.
         raise CommandError(f"no ledger file at {path}")
     return SQLiteLedger(path)
+
+
+async def _migrate(args: argparse.Namespace) -> int:
+    from dataoad.ledgers.postgres import SCHEMA_VERSION as PG_SCHEMA_VERSION
+    from dataoad.ledgers.sqlite import SCHEMA_VERSION as SQLITE_SCHEMA_VERSION
+    from dataoad.ledgers.sqlite import SQLiteLedger, inspect_file
+
+    if _is_postgres(args.url):
+        ledger = _postgres_ledger(args.url, args.table)
+        try:
+            found = await ledger.migrate()
+        finally:
+            await ledger.close()
+        where, target = f"{ledger.schema}.{ledger.table}", PG_SCHEMA_VERSION
+    else:
+        path = _sqlite_path(args.url)
+        if not path.parent.is_dir():
+            raise CommandError(f"folder {path.parent} does not exist")
+        found = (inspect_file(path) or 0) if path.is_file() else 0
+        async with SQLiteLedger(path):  # opening creates or upgrades the file
+            pass
+        where, target = str(path), SQLITE_SCHEMA_VERSION
+    if found == target:
+        print(f"{where}: ledger schema {target}, up to date")
+    else:
+        print(f"{where}: ledger schema {found} -> {target}")
+    return EXIT_OK
 
 
 def _status(value: Any) -> str:
@@ -273,7 +340,11 @@ def _confirm(question: str, assume_yes: bool) -> None:
 async def _run(args: argparse.Namespace) -> int:
     from dataoad._runner import ActionRunner
 
-    ledger = _open_ledger(args.ledger)
+    if args.command == "ledger":
+        if args.ledger_command != "migrate":
+            raise UsageError("name a subcommand: ledger migrate URL")
+        return await _migrate(args)
+    ledger = _open_ledger(args.ledger, args.table)
     try:
         runner = ActionRunner(ledger)
         if args.command == "receipts" and args.receipts_command == "list":
@@ -291,10 +362,9 @@ async def _run(args: argparse.Namespace) -> int:
                 final_status=ActionStatus(args.status) if args.status else None,
                 pending=True if args.pending else None,
                 action_name=args.action,
+                since=since,
                 limit=args.limit,
             )
-            if since is not None:
-                receipts = [r for r in receipts if r.created_at >= since]
             if args.json:
                 print(json.dumps([receipt_dict(r) for r in receipts], indent=2))
             else:
@@ -345,6 +415,13 @@ def run_ledger_command(args: argparse.Namespace) -> int:
     except (CommandError, DataoadError) as problem:
         first_line = str(problem).splitlines()[0] if str(problem) else type(problem).__name__
         print(f"dataoad {args.command}: error: {first_line}", file=sys.stderr)
+        return EXIT_ERROR
+    except OSError as problem:
+        print(
+            f"dataoad {args.command}: error: cannot reach the ledger: "
+            f"{type(problem).__name__}: {problem}",
+            file=sys.stderr,
+        )
         return EXIT_ERROR
     except Exception as problem:  # an operator gets one line, never a traceback
         print(

@@ -3,16 +3,19 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import os
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from dataoad import ActionPersistenceError, ActionRunner, SQLiteLedger
 from dataoad.testing import ChargeFault, FakePaymentProvider, FaultyLedger, LedgerFault
+from tests.support import PostgresTestTable
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -41,14 +44,33 @@ def dataoad(
     )
 
 
-@pytest.fixture
-def ledger_file(tmp_path: Path) -> Path:
+@dataclasses.dataclass
+class Store:
+    """A ledger the commands run against: a SQLite file or a PostgreSQL table."""
+
+    url: str
+    env: dict[str, str]
+    cwd: Path
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Store]:
     """A ledger with one UNKNOWN charge, one CONFIRMED one and one stranded claim."""
-    path = tmp_path / "ledger.sqlite3"
+    table: PostgresTestTable | None = None
+    if request.param == "postgres":
+        table = PostgresTestTable()
+        asyncio.run(table.create())
+        url = table.dsn
+        env = {"DATAOAD_LEDGER": url, "DATAOAD_LEDGER_TABLE": table.table}
+    else:
+        path = tmp_path / "ledger.sqlite3"
+        url = f"sqlite:///{path}"
+        env = {"DATAOAD_LEDGER": url}
 
     async def build() -> None:
         provider = FakePaymentProvider(charge_faults=[ChargeFault.TIMEOUT_AFTER_COMMIT])
-        async with SQLiteLedger(path) as ledger:
+        ledger = table.client() if table is not None else SQLiteLedger(tmp_path / "ledger.sqlite3")
+        async with ledger:
             runner = ActionRunner(ledger)
             for key in ("order-1", "order-2"):
                 await runner.execute(
@@ -69,43 +91,36 @@ def ledger_file(tmp_path: Path) -> Path:
 
     asyncio.run(build())
     (tmp_path / "ops_verifier.py").write_text(VERIFIER)
-    return path
+    yield Store(url, env, tmp_path)
+    if table is not None:
+        asyncio.run(table.drop())
 
 
-def listing(ledger_file: Path, *args: str) -> list[dict[str, object]]:
-    done = dataoad(
-        "receipts",
-        "list",
-        "--ledger",
-        f"sqlite:///{ledger_file}",
-        "--json",
-        *args,
-        cwd=ledger_file.parent,
-    )
+def listing(store: Store, *args: str) -> list[dict[str, object]]:
+    done = dataoad("receipts", "list", "--json", *args, cwd=store.cwd, env=store.env)
     assert done.returncode == 0, done.stderr
     return json.loads(done.stdout)  # type: ignore[no-any-return]
 
 
-def test_list_filters_and_table(ledger_file: Path) -> None:
-    assert len(listing(ledger_file)) == 3
-    unknown = listing(ledger_file, "--status", "UNKNOWN")
+def test_list_filters_and_table(store: Store) -> None:
+    assert len(listing(store)) == 3
+    unknown = listing(store, "--status", "UNKNOWN")
     assert [r["idempotency_key"] for r in unknown] == ["order-1"]
-    pending = listing(ledger_file, "--pending")
+    pending = listing(store, "--pending")
     assert [r["idempotency_key"] for r in pending] == ["order-3"]
-    assert [r["action_name"] for r in listing(ledger_file, "--action", "refund")] == ["refund"]
-    assert listing(ledger_file, "--since", "2999-01-01") == []
-    table = dataoad(
-        "receipts", "list", cwd=ledger_file.parent, env={"DATAOAD_LEDGER": str(ledger_file)}
-    )
+    assert [r["action_name"] for r in listing(store, "--action", "refund")] == ["refund"]
+    assert listing(store, "--since", "2999-01-01") == []
+    assert len(listing(store, "--since", "2000-01-01T00:00:00+02:00")) == 3
+    assert len(listing(store, "--limit", "2")) == 2
+    table = dataoad("receipts", "list", cwd=store.cwd, env=store.env)
     assert table.returncode == 0
     assert "(3 receipts)" in table.stdout
     assert "UNKNOWN" in table.stdout
 
 
-def test_show_recover_and_release(ledger_file: Path) -> None:
-    env = {"DATAOAD_LEDGER": f"sqlite:///{ledger_file}"}
-    cwd = ledger_file.parent
-    unknown_id = str(listing(ledger_file, "--status", "UNKNOWN")[0]["action_id"])
+def test_show_recover_and_release(store: Store) -> None:
+    env, cwd = store.env, store.cwd
+    unknown_id = str(listing(store, "--status", "UNKNOWN")[0]["action_id"])
     shown = dataoad("receipts", "show", unknown_id, cwd=cwd, env=env)
     assert shown.returncode == 0
     assert "final_status         UNKNOWN" in shown.stdout
@@ -114,17 +129,17 @@ def test_show_recover_and_release(ledger_file: Path) -> None:
         "recover", unknown_id, "--verifier", "ops_verifier:Confirms", cwd=cwd, env=env
     )
     assert refused.returncode == 2, "recover without --yes and without a terminal must refuse"
-    assert listing(ledger_file, "--status", "UNKNOWN"), "a refused recover changed something"
+    assert listing(store, "--status", "UNKNOWN"), "a refused recover changed something"
     done = dataoad(
         "recover", unknown_id, "--verifier", "ops_verifier:Confirms", "--yes", cwd=cwd, env=env
     )
     assert done.returncode == 0, done.stderr
     assert "final_status         CONFIRMED" in done.stdout
-    assert not listing(ledger_file, "--status", "UNKNOWN")
-    stranded_id = str(listing(ledger_file, "--pending")[0]["action_id"])
+    assert not listing(store, "--status", "UNKNOWN")
+    stranded_id = str(listing(store, "--pending")[0]["action_id"])
     released = dataoad("release-unstarted", stranded_id, "--yes", cwd=cwd, env=env)
     assert released.returncode == 0, released.stderr
-    assert not listing(ledger_file, "--pending")
+    assert not listing(store, "--pending")
     again = dataoad("release-unstarted", unknown_id, "--yes", cwd=cwd, env=env)
     assert again.returncode == 1
     assert "only a claim that never invoked" in again.stderr
@@ -135,20 +150,29 @@ def test_show_recover_and_release(ledger_file: Path) -> None:
     [
         (("receipts", "show", "no-such-id"), 1, "no action with id"),
         (("receipts", "list", "--ledger", "/nonexistent/ledger.sqlite3"), 1, "no ledger file"),
-        (("receipts", "list", "--ledger", "postgresql://x/y"), 1, "not supported"),
+        (("receipts", "list", "--ledger", "postgresql://127.0.0.1:1/y"), 1, "cannot reach"),
         (("recover", "x", "--verifier", "missing_module:X", "--yes"), 1, "cannot import"),
         (("recover", "x", "--verifier", "no-colon", "--yes"), 2, "module:attribute"),
         (("receipts", "list", "--since", "yesterday"), 2, "ISO 8601"),
     ],
 )
 def test_problems_are_one_line_errors(
-    ledger_file: Path, args: tuple[str, ...], code: int, message: str
+    store: Store, args: tuple[str, ...], code: int, message: str
 ) -> None:
-    env = {"DATAOAD_LEDGER": str(ledger_file)}
-    done = dataoad(*args, cwd=ledger_file.parent, env=env)
+    done = dataoad(*args, cwd=store.cwd, env=store.env)
     assert done.returncode == code, done.stderr
     assert message in done.stderr
     assert "Traceback" not in done.stderr
+    assert len(done.stderr.strip().splitlines()) == 1
+
+
+def test_bad_table_name_is_a_one_line_error() -> None:
+    table = PostgresTestTable()
+    done = dataoad(
+        "receipts", "list", "--ledger", table.dsn, "--table", "x.Bad-Name", cwd=ROOT, env={}
+    )
+    assert done.returncode == 1
+    assert "SQL identifier" in done.stderr
     assert len(done.stderr.strip().splitlines()) == 1
 
 
@@ -165,3 +189,46 @@ def test_no_ledger_given_is_a_usage_error(tmp_path: Path) -> None:
     assert done.returncode == 2
     assert "DATAOAD_LEDGER" in done.stderr
     assert not list(tmp_path.iterdir()), "inspection created a file"
+
+
+def test_ledger_migrate_on_postgres_from_several_processes_at_once() -> None:
+    table = PostgresTestTable()
+    command = [sys.executable, "-m", "dataoad", "ledger", "migrate", table.dsn]
+    children = [
+        subprocess.Popen(
+            [*command, "--table", f"public.{table.table}"],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for _ in range(4)
+    ]
+    outputs = [child.communicate(timeout=120) for child in children]
+    assert all(child.returncode == 0 for child in children), outputs
+    lines = sorted(out.strip() for out, _ in outputs)
+    assert (
+        lines
+        == [f"public.{table.table}: ledger schema 0 -> 1"]
+        + [f"public.{table.table}: ledger schema 1, up to date"] * 3
+    )
+
+    async def usable() -> None:
+        ledger = table.client()
+        try:
+            assert await ledger.schema_version() == 1
+            assert await ledger.receipts() == []
+        finally:
+            await ledger.close()
+            await table.drop()
+
+    asyncio.run(usable())
+
+
+def test_ledger_migrate_creates_a_sqlite_file(tmp_path: Path) -> None:
+    path = tmp_path / "new.sqlite3"
+    first = dataoad("ledger", "migrate", str(path), cwd=tmp_path)
+    assert first.returncode == 0, first.stderr
+    assert first.stdout.strip() == f"{path}: ledger schema 0 -> 2"
+    second = dataoad("ledger", "migrate", f"sqlite:///{path}", cwd=tmp_path)
+    assert second.stdout.strip() == f"{path}: ledger schema 2, up to date"
+    assert (path.stat().st_mode & 0o777) == 0o600

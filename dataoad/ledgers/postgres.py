@@ -130,7 +130,7 @@ class PostgresLedger:
     The table (``schema.table``, default ``public.dataoad_receipts``) must
     be created first with ``await ledger.migrate()`` or ``dataoad ledger
     migrate DSN``. ``statement_timeout`` (seconds) bounds every statement on
-    connections the ledger opens. A write that the server rolls back with a
+    connections the ledger opens; ``connect_timeout`` bounds opening one. A write that the server rolls back with a
     serialization failure or deadlock is re-run up to ``serialization_retries``
     times (it changed nothing, and it re-checks its condition); after that
     the error reaches the runner. Needs the ``postgres`` extra.
@@ -147,6 +147,7 @@ class PostgresLedger:
         max_size: int = 10,
         statement_timeout: float | None = None,
         serialization_retries: int = 5,
+        connect_timeout: float = 10.0,
     ) -> None:
         if (dsn is None) == (pool is None):
             raise InvalidArgumentError("PostgresLedger needs exactly one of dsn or pool")
@@ -161,6 +162,9 @@ class PostgresLedger:
             type(statement_timeout) not in (int, float) or not 0 < statement_timeout <= 86_400
         ):
             raise InvalidArgumentError("statement_timeout must be seconds in (0, 86400] or None")
+        if type(connect_timeout) not in (int, float) or not 0 < connect_timeout <= 600:
+            raise InvalidArgumentError("connect_timeout must be seconds in (0, 600]")
+        self._connect_timeout = float(connect_timeout)
         if type(serialization_retries) is not int or not 0 <= serialization_retries <= 100:
             raise InvalidArgumentError("serialization_retries must be an int in [0, 100]")
         self._serialization_retries = serialization_retries
@@ -248,6 +252,7 @@ class PostgresLedger:
                     max_size=self._max_size,
                     reset=_no_reset,
                     server_settings=settings,
+                    timeout=self._connect_timeout,
                 )
         assert self._pool is not None
         return self._pool
@@ -421,7 +426,7 @@ class PostgresLedger:
         since: datetime | None = None,
         limit: int | None = None,
     ) -> list[ActionReceipt]:
-        """Stored receipts, oldest first, optionally filtered."""
+        """Stored receipts, oldest first, optionally filtered (``since``: created at or after)."""
         clauses: list[str] = []
         params: list[Any] = []
 

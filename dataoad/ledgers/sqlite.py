@@ -30,7 +30,7 @@ import sqlite3
 import threading
 import weakref
 from collections.abc import Iterable, Sequence
-from datetime import datetime
+from datetime import UTC, datetime
 from pathlib import Path
 from types import TracebackType
 from typing import Any, Final, Literal
@@ -472,9 +472,10 @@ class SQLiteLedger:
         final_status: ActionStatus | None = None,
         pending: bool | None = None,
         action_name: str | None = None,
+        since: datetime | None = None,
         limit: int | None = None,
     ) -> list[ActionReceipt]:
-        """Stored receipts, oldest first, optionally filtered."""
+        """Stored receipts, oldest first, optionally filtered (``since``: created at or after)."""
         clauses: list[str] = []
         params: list[Any] = []
         if final_status is not None:
@@ -486,6 +487,10 @@ class SQLiteLedger:
         if action_name is not None:
             clauses.append("action_name = ?")
             params.append(action_name)
+        if since is not None:
+            # Stored times are UTC ISO 8601 text, which sorts like the times.
+            clauses.append("created_at >= ?")
+            params.append(since.astimezone(UTC).isoformat())
         sql = _SELECT + (f" WHERE {' AND '.join(clauses)}" if clauses else "")
         sql += " ORDER BY created_at, action_id"
         if limit is not None:

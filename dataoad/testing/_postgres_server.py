@@ -20,7 +20,9 @@ import shutil
 import signal
 import socket
 import subprocess
+import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 from types import TracebackType
@@ -249,3 +251,25 @@ def shared_test_dsn() -> str:
         _shared_server = server
         atexit.register(server.cleanup)
     return _shared_server.dsn
+
+
+def _serve(argv: list[str]) -> int:
+    """``python -m dataoad.testing._postgres_server DSN_FILE``: run a server until SIGTERM.
+
+    Writes the DSN to DSN_FILE once the server accepts connections; CI scripts
+    start this in the background and export the DSN for the tests.
+    """
+    if len(argv) != 1:
+        print("usage: python -m dataoad.testing._postgres_server DSN_FILE", file=sys.stderr)
+        return 2
+    stop = threading.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: stop.set())
+    with PostgresServer(max_connections=300) as server:
+        Path(argv[0]).write_text(server.dsn + "\n")
+        stop.wait()
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(_serve(sys.argv[1:]))
