@@ -38,6 +38,7 @@ class _Guard:
         verifier: AnyVerifier | None,
         policy: RetryPolicy | None,
         risk: str | None,
+        wait_in_progress: float | None,
     ) -> None:
         if type(runner) is not ActionRunner and not isinstance(runner, ActionRunner):
             raise InvalidArgumentError("runner must be an ActionRunner")
@@ -54,6 +55,7 @@ class _Guard:
         self.verifier = verifier
         self.policy = policy
         self.risk = risk
+        self.wait_in_progress = wait_in_progress
 
     async def call(
         self, fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]
@@ -69,6 +71,7 @@ class _Guard:
             verifier=self.verifier,
             risk=self.risk,
             policy=self.policy,
+            wait_in_progress=self.wait_in_progress,
         )
 
 
@@ -104,6 +107,7 @@ def guarded(
     verifier: AnyVerifier | None = None,
     policy: RetryPolicy | None = None,
     risk: str | None = None,
+    wait_in_progress: float | None = None,
 ) -> _Decorator:
     """Guard a function with ``runner``: calling it runs ``runner.execute``.
 
@@ -111,6 +115,7 @@ def guarded(
     callables given the function's own arguments; nothing is inferred. The
     guarded function, sync or async, becomes a coroutine function returning
     an ``ActionResult``; its name, docstring and signature are kept.
+    ``policy``, ``risk`` and ``wait_in_progress`` are passed to ``execute``.
     """
     return _Decorator(
         _Guard(
@@ -122,6 +127,7 @@ def guarded(
             verifier,
             policy,
             risk,
+            wait_in_progress,
         )
     )
 

@@ -21,9 +21,12 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import functools
 import inspect
 import json
 import logging
+import math
+import time
 import uuid
 import warnings
 from collections.abc import Awaitable, Callable, Mapping
@@ -74,6 +77,11 @@ T = TypeVar("T")
 
 #: How often a reconciliation re-reads and re-merges after losing a race.
 MAX_MERGE_ROUNDS: Final = 32
+#: Longest accepted ``wait_in_progress``, in seconds.
+MAX_WAIT_IN_PROGRESS: Final = 3600.0
+#: First and longest pause between looks at a claim held by another caller.
+WAIT_FIRST_DELAY: Final = 0.005
+WAIT_MAX_DELAY: Final = 0.25
 #: Verifier details larger than this (as JSON) are not stored.
 MAX_DETAILS_CHARS: Final = 4000
 
@@ -228,6 +236,11 @@ class ActionRunner:
         self._ledger = ledger
         self._policy = policy
 
+    # How ``wait_in_progress`` tells and passes time; the state machines
+    # substitute a virtual clock so that a shrunk trace replays exactly.
+    _clock: Callable[[], float] = staticmethod(time.monotonic)
+    _sleep: Callable[[float], Awaitable[None]] = staticmethod(asyncio.sleep)
+
     @property
     def ledger(self) -> Ledger:
         """The ledger this runner records receipts in."""
@@ -253,6 +266,7 @@ class ActionRunner:
         risk: str | None = ...,
         metadata: dict[str, Any] | None = ...,
         policy: RetryPolicy | None = ...,
+        wait_in_progress: float | None = ...,
     ) -> ActionResult[T]: ...
 
     @overload
@@ -268,6 +282,7 @@ class ActionRunner:
         risk: str | None = ...,
         metadata: dict[str, Any] | None = ...,
         policy: RetryPolicy | None = ...,
+        wait_in_progress: float | None = ...,
     ) -> ActionResult[T]: ...
 
     async def execute(
@@ -282,6 +297,7 @@ class ActionRunner:
         risk: str | None = None,
         metadata: dict[str, Any] | None = None,
         policy: RetryPolicy | None = None,
+        wait_in_progress: float | None = None,
     ) -> ActionResult[Any]:
         """Run ``operation`` at most as often as the policy and evidence allow.
 
@@ -289,6 +305,12 @@ class ActionRunner:
         ActionPersistenceError as documented, and InvalidArgumentError (or its
         relatives) for bad arguments before any ledger access. Every other
         outcome, provider exceptions included, is returned as an ActionResult.
+
+        ``wait_in_progress`` (seconds): when another caller holds the claim,
+        wait up to that long for it to complete and return its receipt as a
+        replay, instead of raising ActionInProgressError at once. Waiting never
+        invokes the operation for the other caller's claim; if that claim is
+        released unstarted, this call claims the key like any new caller.
         """
         _check_text_arg("action_name", action_name)
         if not callable(operation):
@@ -317,8 +339,58 @@ class ActionRunner:
             raise InvalidArgumentError(
                 f"policy must be a RetryPolicy, not {type(policy).__qualname__}"
             )
+        if wait_in_progress is not None and (
+            type(wait_in_progress) not in (int, float)
+            or not math.isfinite(wait_in_progress)
+            or not 0 <= wait_in_progress <= MAX_WAIT_IN_PROGRESS
+        ):
+            raise InvalidArgumentError(
+                f"wait_in_progress must be None or seconds in [0, {MAX_WAIT_IN_PROGRESS}], "
+                f"not {wait_in_progress!r}"
+            )
         digest = request_hash(request)
+        attempt = functools.partial(
+            self._execute_once,
+            action_name,
+            operation,
+            idempotency_key=idempotency_key,
+            digest=digest,
+            provider_reference=provider_reference,
+            verify=verify,
+            risk=risk,
+            caller_metadata=caller_metadata,
+            policy=policy,
+        )
+        if wait_in_progress is None:
+            return await attempt()
+        deadline = self._clock() + wait_in_progress
+        delay = WAIT_FIRST_DELAY
+        while True:
+            try:
+                return await attempt()
+            except ActionInProgressError:
+                remaining = deadline - self._clock()
+                if remaining <= 0:
+                    raise
+            # Poll the ledger, backing off: the claim holder is usually quick,
+            # and a stranded claim must not be hammered.
+            await self._sleep(min(delay, remaining))
+            delay = min(delay * 2, WAIT_MAX_DELAY)
 
+    async def _execute_once(
+        self,
+        action_name: str,
+        operation: Callable[[], Any],
+        *,
+        idempotency_key: str,
+        digest: str,
+        provider_reference: str | None,
+        verify: VerifyFn | None,
+        risk: str | None,
+        caller_metadata: Mapping[str, Any],
+        policy: RetryPolicy,
+    ) -> ActionResult[Any]:
+        """One pass of ``execute`` over validated arguments."""
         try:
             existing = await self._ledger.find(action_name, idempotency_key)
         except Exception as exc:

@@ -39,6 +39,11 @@ REACHED: Counter[tuple[str, str]] = Counter()
 _current: contextvars.ContextVar[Contender] = contextvars.ContextVar("dataoad_contender")
 
 
+def current_contender() -> Contender | None:
+    """The contender whose task is running, or None for the machine's own calls."""
+    return _current.get(None)
+
+
 class Crashed(Exception):
     """Raised at a gate of a contender whose process has died."""
 
@@ -123,6 +128,7 @@ class Contender:
     call_allowed: list[bool] = dataclasses.field(default_factory=list)
     durable_attempts_at_call: list[tuple[int, str | None]] = dataclasses.field(default_factory=list)
     action_id: str | None = None
+    waited: bool = False  # saw the claim held by another caller and waited
 
     def __repr__(self) -> str:
         where = "finished" if self.finished else f"parked at {self.parked_at}"
@@ -286,6 +292,11 @@ class WorldProvider:
         self.scheduler = scheduler
         self.history = history
         self.observer = observer
+        #: Every invocation, in order: (reference, contender, allowed for the claim).
+        self.calls_by_claim: list[tuple[str, Contender, bool]] = []
+        #: References whose latest invocation was cleared for another one by
+        #: definitive, retry-safe evidence (whoever observed it).
+        self.cleared: dict[str, bool] = {}
 
     async def charge(self, action_name: str, key: str, reference: str) -> str:
         decision = await self.scheduler.gate("provider.charge")
@@ -299,6 +310,10 @@ class WorldProvider:
         contender.call_allowed.append(
             not contender.provider_calls or contender.cleared_since_last_call
         )
+        # One claim per reference (a released claim never invoked anything), so
+        # the reference names the claim across contenders.
+        self.calls_by_claim.append((reference, contender, self.cleared.get(reference, True)))
+        self.cleared[reference] = fault is ProviderFault.REJECT_RETRYABLE
         contender.provider_calls.append(fault)
         attempt = len(contender.provider_calls)
         contender.cleared_since_last_call = fault is ProviderFault.REJECT_RETRYABLE
@@ -350,10 +365,18 @@ class WorldProvider:
 class WorldVerifier:
     """A read-only verifier over the world; its gate decides how it answers."""
 
-    def __init__(self, world: World, scheduler: Scheduler, history: History) -> None:
+    def __init__(
+        self,
+        world: World,
+        scheduler: Scheduler,
+        history: History,
+        cleared: dict[str, bool] | None = None,
+    ) -> None:
         self.world = world
         self.scheduler = scheduler
         self.history = history
+        # Shared with WorldProvider: a retry-safe absence clears the claim for a retry.
+        self.cleared = cleared if cleared is not None else {}
 
     def truthful(self, reference: str, attempts: int) -> tuple[VerificationResult, str]:
         """What the world shows, without fencing anything."""
@@ -428,6 +451,8 @@ class WorldVerifier:
             contender.verifier_answers.append((answer, label))
             if label == "absent retry-safe":
                 contender.cleared_since_last_call = True
+        if label == "absent retry-safe":
+            self.cleared[reference] = True
         self.history.add(
             f"contender {contender.name}" if contender else "observer",
             f"verifier for {reference}: {label} (world: {truth_label})",

@@ -96,6 +96,21 @@ def no_second_mutation_after_unknown(m: RunnerMachineBase) -> None:
 
 
 @safety
+def no_second_mutation_of_a_claim_by_anyone(m: RunnerMachineBase) -> None:
+    """Across all contenders, a claim is invoked again only after definitive retry-safe evidence about its last invocation."""
+    previous: dict[str, str] = {}
+    for reference, c, allowed in m.provider.calls_by_claim:
+        if not allowed and not c.escape_hatch:
+            raise fail(
+                no_second_mutation_of_a_claim_by_anyone,
+                f"contender {c.name} invoked the provider for {reference} after contender "
+                f"{previous[reference]}'s invocation, with no retry-safe evidence in between "
+                f"({m.world.count(reference)} effects for {reference})",
+            )
+        previous[reference] = c.name
+
+
+@safety
 def invocation_counted_before_call(m: RunnerMachineBase) -> None:
     """Every invocation happens only after the ledger durably counted that attempt on a PENDING claim."""
     for c in m.contenders_list:

@@ -141,6 +141,50 @@ def _invoke_after_unproven_attempt_start(mp: pytest.MonkeyPatch) -> dict[str, An
     return {"runner_class": InvokesAfterUnprovenStart}
 
 
+class TakesOverAfterWaiting(ActionRunner):
+    """Waits for a claim holder by taking its claim over when the wait runs out."""
+
+    async def execute(self, action_name: str, operation: Any, **kwargs: Any) -> Any:
+        wait = kwargs.pop("wait_in_progress", None)
+        try:
+            return await super().execute(action_name, operation, **kwargs)
+        except runner_module.ActionInProgressError as exc:
+            if wait is None or exc.receipt is None:
+                raise
+            current = await self._ledger.get(exc.receipt.action_id)
+            if current is None or not current.is_pending:
+                raise
+            policy = kwargs.get("policy") or self.policy
+            return await self._run_attempts(current, operation, None, policy)
+
+
+def _take_over_after_waiting(mp: pytest.MonkeyPatch) -> dict[str, Any]:
+    return {"runner_class": TakesOverAfterWaiting}
+
+
+class AcceptsUnprovenCompletion(ActionRunner):
+    """After a failed completion write, believes it was stored if anything is there."""
+
+    async def _complete(self, durable: ActionReceipt, *args: Any, **kwargs: Any) -> Any:
+        real_record = self._ledger.record
+
+        async def record(receipt: ActionReceipt) -> bool:
+            try:
+                return await real_record(receipt)
+            except Exception:
+                return await self._ledger.get(receipt.action_id) is not None
+
+        self._ledger.record = record  # type: ignore[method-assign]
+        try:
+            return await super()._complete(durable, *args, **kwargs)
+        finally:
+            del self._ledger.record
+
+
+def _accept_unproven_completion(mp: pytest.MonkeyPatch) -> dict[str, Any]:
+    return {"runner_class": AcceptsUnprovenCompletion}
+
+
 def _answers_unknown_to_everything(mp: pytest.MonkeyPatch) -> dict[str, Any]:
     real = evidence_module.settle
 
@@ -269,6 +313,20 @@ PLANTED_BUGS = [
         "runner",
         names("clean-success-is-confirmed"),
         _answers_unknown_to_everything,
+    ),
+    PlantedBug(
+        "take-over-after-waiting",
+        "a duplicate whose wait runs out while the holder's attempt is unsettled",
+        "runner",
+        names("no-second-mutation-of-a-claim-by-anyone"),
+        _take_over_after_waiting,
+    ),
+    PlantedBug(
+        "accept-unproven-completion",
+        "a completion write that fails before storage, then a successful read",
+        "runner",
+        names("returned-receipts-are-durable"),
+        _accept_unproven_completion,
     ),
     PlantedBug(
         "never-retries",

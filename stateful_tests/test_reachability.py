@@ -1,4 +1,4 @@
-"""Every fault class at every gate, and every verifier answer, is reached in a ci run.
+"""Every fault at every gate, every verifier answer and every wait outcome is reached.
 
 A fault the machine never reaches is a fault the suite never tested, however
 green it is. This runs the runner machine with the active profile and fails
@@ -35,6 +35,8 @@ def required() -> set[tuple[str, str]]:
     }
     pairs |= {("provider", f.name) for f in ProviderFault}
     pairs |= {("verifier", label) for label in VERIFIER_ANSWERS}
+    # A duplicate that waited for the claim holder ended each possible way.
+    pairs |= {("wait", "replayed"), ("wait", "ActionInProgressError")}
     return pairs
 
 

@@ -52,6 +52,7 @@ from stateful_tests.harness import (
     VerifierAnswer,
     WorldProvider,
     WorldVerifier,
+    current_contender,
 )
 from tests.support import PostgresTestTable
 
@@ -69,6 +70,31 @@ POLICIES = {
     "retry-failed": RetryPolicy(max_attempts=3, retry_on_failed=True),
     "retry-unknown (escape hatch)": ESCAPE_HATCH,
 }
+
+#: How long a duplicate waits for the claim holder (virtual seconds; see VirtualClock).
+WAITS = {"no wait": None, "wait 0 s": 0.0, "wait 0.02 s": 0.02, "wait 1 s": 1.0}
+
+
+class VirtualClock:
+    """Time for ``wait_in_progress`` that passes only when a waiter sleeps.
+
+    Real time would make a shrunk trace depend on the machine's speed; here a
+    waiter's deadline is reached after a fixed number of looks at the claim.
+    """
+
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def clock(self) -> float:
+        return self.now
+
+    async def sleep(self, seconds: float) -> None:
+        contender = current_contender()
+        if contender is not None:
+            contender.waited = True
+        self.now += seconds
+        await asyncio.sleep(0)
+
 
 # Unfaulted calls are weighted up so that runs make progress between faults.
 LEDGER_DECISIONS = st.sampled_from([LedgerFault.NONE] * 10 + list(LedgerFault)[1:])
@@ -113,6 +139,7 @@ class RunnerMachineBase(RuleBasedStateMachine):
         self.transitions: dict[str, tuple[ActionReceipt, ActionReceipt | None]] = {}
         self.released_ids: set[str] = set()
         self.crashes = 0
+        self.virtual_time = VirtualClock()
         self.folder: Path | None = None
         self.clients: list[Ledger] = []
         self.postgres: PostgresTestTable | None = None
@@ -123,7 +150,9 @@ class RunnerMachineBase(RuleBasedStateMachine):
             self.loop.run(self.postgres.create())
         self.observer = self.new_client()
         self.provider = WorldProvider(self.world, self.scheduler, self.history, self.observer)
-        self.verifier = WorldVerifier(self.world, self.scheduler, self.history)
+        self.verifier = WorldVerifier(
+            self.world, self.scheduler, self.history, cleared=self.provider.cleared
+        )
 
     def new_client(self) -> Ledger:
         """A ledger client on the machine's storage: shared in memory, a new connection otherwise."""
@@ -180,9 +209,16 @@ class RunnerMachineBase(RuleBasedStateMachine):
         alternate_reference=st.booleans(),
         policy=st.sampled_from(sorted(POLICIES)),
         with_verifier=st.booleans(),
+        wait=st.sampled_from(["no wait", "no wait", "wait 0 s", "wait 0.02 s", "wait 1 s"]),
     )
     def start_execute(
-        self, key: str, amount: int, alternate_reference: bool, policy: str, with_verifier: bool
+        self,
+        key: str,
+        amount: int,
+        alternate_reference: bool,
+        policy: str,
+        with_verifier: bool,
+        wait: str,
     ) -> None:
         name = NAMES[len(self.contenders_list)]
         reference = f"ref-{key}" + ("-alt" if alternate_reference else "")
@@ -198,12 +234,14 @@ class RunnerMachineBase(RuleBasedStateMachine):
         self.history.add(
             f"contender {name}",
             f"execute {key} (amount {amount}, reference {reference}, policy {policy}, "
-            f"{'with' if with_verifier else 'no'} verifier)",
+            f"{'with' if with_verifier else 'no'} verifier, {wait} for a claim holder)",
         )
         client = self.new_client()
         runner = self.runner_class(
             GatedLedger(client, self.scheduler, self.released_ids), policy=POLICIES[policy]
         )
+        runner._clock = self.virtual_time.clock  # type: ignore[method-assign]
+        runner._sleep = self.virtual_time.sleep  # type: ignore[method-assign]
 
         async def body() -> Any:
             with warnings.catch_warnings():
@@ -215,6 +253,7 @@ class RunnerMachineBase(RuleBasedStateMachine):
                     idempotency_key=key,
                     provider_reference=reference,
                     verifier=self.verifier if with_verifier else None,
+                    wait_in_progress=WAITS[wait],
                 )
 
         self._start(c, body)
@@ -359,6 +398,9 @@ class RunnerMachineBase(RuleBasedStateMachine):
                 receipt = getattr(outcome, "receipt", None)
                 if c.kind == "execute" and isinstance(receipt, ActionReceipt):
                     c.action_id = receipt.action_id
+            if c.waited:
+                text += " after waiting for the claim holder"
+                REACHED[("wait", _wait_outcome(outcome))] += 1
             self.history.add(f"contender {c.name}", f"{c.kind} {c.key} -> {text}")
             note(f"contender {c.name}: {c.kind} {c.key} -> {text}")
         self._observe()
@@ -412,6 +454,12 @@ class RunnerMachineBase(RuleBasedStateMachine):
                 assert c.outcome.receipt.action_id in self.observed or (
                     c.outcome.receipt.action_id in self.released_ids
                 ), f"contender {c.name}'s receipt is missing from the ledger"
+
+
+def _wait_outcome(outcome: Any) -> str:
+    if isinstance(outcome, ActionResult):
+        return "replayed" if outcome.replayed else "claimed after a release"
+    return type(outcome).__name__
 
 
 def _v(status: Any) -> str:

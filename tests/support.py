@@ -84,6 +84,7 @@ async def call_via(
             verifier=kwargs.pop("verifier", None),
             policy=kwargs.pop("policy", None),
             risk=kwargs.pop("risk", None),
+            wait_in_progress=kwargs.pop("wait_in_progress", None),
         )
         assert not kwargs, f"unsupported in this shim: {sorted(kwargs)}"
         return await guard(operation)()

@@ -1,0 +1,207 @@
+"""``execute(..., wait_in_progress=...)``: a bounded wait for a duplicate's claim holder.
+
+Each rule runs through every front end (the runner, the decorator and the
+sync facade), with the claim holder running in the test's own event loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+from typing import Any
+
+import pytest
+
+from dataoad import (
+    ActionInProgressError,
+    ActionPersistenceError,
+    ActionRunner,
+    ActionStatus,
+    IdempotencyConflictError,
+    InMemoryLedger,
+    InvalidArgumentError,
+)
+from dataoad.testing import FaultyLedger, LedgerFault
+from tests.support import FRONT_ENDS, REQUEST, CountingOperation, call_via
+
+
+@pytest.fixture(params=FRONT_ENDS)
+def front_end(request: pytest.FixtureRequest) -> str:
+    return str(request.param)
+
+
+class HeldOperation:
+    """An operation that runs until released, counting its calls."""
+
+    def __init__(self) -> None:
+        self.calls = 0
+        self.started = asyncio.Event()
+        self.release = asyncio.Event()
+
+    async def __call__(self) -> str:
+        self.calls += 1
+        self.started.set()
+        await self.release.wait()
+        return "charged"
+
+
+async def start_holder() -> tuple[ActionRunner, HeldOperation, asyncio.Task[Any]]:
+    """A runner, and a first caller that holds the claim inside its operation."""
+    runner = ActionRunner(InMemoryLedger())
+    held = HeldOperation()
+    holder = asyncio.create_task(
+        runner.execute("charge", held, request=REQUEST, idempotency_key="k")
+    )
+    await held.started.wait()
+    return runner, held, holder
+
+
+def test_waiter_gets_the_holders_receipt_as_a_replay(front_end: str) -> None:
+    async def scenario() -> None:
+        runner, held, holder = await start_holder()
+        asyncio.get_running_loop().call_later(0.05, held.release.set)
+        duplicate = CountingOperation("must not run")
+        waited = await call_via(
+            front_end,
+            runner,
+            "charge",
+            duplicate,
+            request=REQUEST,
+            idempotency_key="k",
+            wait_in_progress=10,
+        )
+        first = await holder
+        assert duplicate.calls == 0
+        assert held.calls == 1
+        assert waited.replayed
+        assert waited.status is ActionStatus.CONFIRMED
+        assert waited.receipt == first.receipt
+
+    asyncio.run(scenario())
+
+
+def test_waiter_gives_up_with_in_progress_error_when_time_runs_out(front_end: str) -> None:
+    async def scenario() -> None:
+        runner, held, holder = await start_holder()
+        duplicate = CountingOperation("must not run")
+        loop = asyncio.get_running_loop()
+        began = loop.time()
+        with pytest.raises(ActionInProgressError) as info:
+            await call_via(
+                front_end,
+                runner,
+                "charge",
+                duplicate,
+                request=REQUEST,
+                idempotency_key="k",
+                wait_in_progress=0.2,
+            )
+        assert loop.time() - began >= 0.2
+        assert info.value.receipt is not None
+        assert info.value.receipt.is_pending
+        assert duplicate.calls == 0
+        held.release.set()
+        assert (await holder).status is ActionStatus.CONFIRMED
+
+    asyncio.run(scenario())
+
+
+def test_zero_wait_looks_once() -> None:
+    async def scenario() -> None:
+        runner, held, holder = await start_holder()
+        with pytest.raises(ActionInProgressError):
+            await runner.execute(
+                "charge", held, request=REQUEST, idempotency_key="k", wait_in_progress=0
+            )
+        held.release.set()
+        await holder
+        assert held.calls == 1
+
+    asyncio.run(scenario())
+
+
+def test_a_conflict_is_raised_at_once_not_waited_on(front_end: str) -> None:
+    async def scenario() -> None:
+        runner, held, holder = await start_holder()
+        loop = asyncio.get_running_loop()
+        began = loop.time()
+        with pytest.raises(IdempotencyConflictError):
+            await call_via(
+                front_end,
+                runner,
+                "charge",
+                CountingOperation(),
+                request={**REQUEST, "amount_cents": 1},
+                idempotency_key="k",
+                wait_in_progress=30,
+            )
+        assert loop.time() - began < 5
+        held.release.set()
+        await holder
+
+    asyncio.run(scenario())
+
+
+def test_a_claim_released_unstarted_while_waiting_is_claimed_afresh(front_end: str) -> None:
+    async def scenario() -> None:
+        inner = InMemoryLedger()
+        faulty = FaultyLedger(inner)
+        faulty.inject("start_attempt", LedgerFault.FAIL_BEFORE_WRITE)
+        never = CountingOperation()
+        with pytest.raises(ActionPersistenceError):
+            await ActionRunner(faulty).execute(
+                "charge", never, request=REQUEST, idempotency_key="k"
+            )
+        [stranded] = inner.receipts()
+        runner = ActionRunner(inner)
+        asyncio.get_running_loop().call_later(
+            0.05, lambda: asyncio.ensure_future(runner.release_unstarted(stranded.action_id))
+        )
+        waiter = CountingOperation("charged")
+        result = await call_via(
+            front_end,
+            runner,
+            "charge",
+            waiter,
+            request=REQUEST,
+            idempotency_key="k",
+            wait_in_progress=10,
+        )
+        # The released claim never invoked anything; the waiter's own claim did, once.
+        assert never.calls == 0
+        assert waiter.calls == 1
+        assert not result.replayed
+        assert result.receipt.action_id != stranded.action_id
+
+    asyncio.run(scenario())
+
+
+class RecordingLedger(InMemoryLedger):
+    """Counts every ledger call, to prove bad arguments touch nothing."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.calls = 0
+
+    async def find(self, *args: Any) -> Any:
+        self.calls += 1
+        return await super().find(*args)
+
+    async def claim(self, *args: Any) -> Any:
+        self.calls += 1
+        return await super().claim(*args)
+
+
+@pytest.mark.parametrize("bad", [-1, -0.001, math.nan, math.inf, True, "1", 3601, [1], 1e300])
+def test_bad_wait_is_refused_before_any_ledger_access(bad: Any) -> None:
+    async def scenario() -> None:
+        ledger = RecordingLedger()
+        op = CountingOperation()
+        with pytest.raises(InvalidArgumentError, match="wait_in_progress"):
+            await ActionRunner(ledger).execute(
+                "charge", op, request=REQUEST, idempotency_key="k", wait_in_progress=bad
+            )
+        assert ledger.calls == 0
+        assert op.calls == 0
+
+    asyncio.run(scenario())
