@@ -20,6 +20,7 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
+from dataoad._cli_check import add_check_command, run_check_command
 from dataoad._cli_ledger import add_commands, run_ledger_command
 from dataoad._version import __version__
 
@@ -60,6 +61,7 @@ def build_parser() -> argparse.ArgumentParser:
     test.add_argument("--format", choices=("text", "json"), default="text", help="output format")
     test.add_argument("--junit-xml", metavar="FILE", help="also write a JUnit XML report to FILE")
     test.add_argument("--debug", action="store_true", help="show tracebacks for load errors")
+    add_check_command(commands)
     add_commands(commands, _Parser)
     return parser
 
@@ -93,8 +95,8 @@ def _importable_from(folder: Path) -> Iterator[None]:
                 sys.path.remove(root)
 
 
-def load_suite(path: Path) -> Any:
-    """Import the file at ``path`` and return its ``run_safety_suite`` callable."""
+def load_module(path: Path) -> Any:
+    """Import the Python file at ``path`` as a fresh module (its folder importable)."""
     if not path.is_file():
         raise UsageProblem(f"{path}: no such file")
     if path.suffix != ".py":
@@ -110,6 +112,12 @@ def load_suite(path: Path) -> Any:
             spec.loader.exec_module(module)
     except Exception as exc:
         raise UsageProblem(f"{path}: failed to import: {type(exc).__name__}: {exc}") from exc
+    return module
+
+
+def load_suite(path: Path) -> Any:
+    """Import the file at ``path`` and return its ``run_safety_suite`` callable."""
+    module = load_module(path)
     suite = getattr(module, "run_safety_suite", None)
     if suite is None:
         raise UsageProblem(f"{path}: defines no run_safety_suite()")
@@ -252,6 +260,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_USAGE
     if args.command in ("receipts", "recover", "release-unstarted", "ledger"):
         return run_ledger_command(args)
+    if args.command == "check":
+        return run_check_command(args)
     try:
         if args.command == "test":
             return command_test(args)

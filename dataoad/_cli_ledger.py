@@ -307,21 +307,35 @@ def render_receipt(receipt: ActionReceipt) -> str:
     return "\n".join(lines)
 
 
-def _load_verifier(spec: str) -> Any:
+def import_attribute(spec: str) -> Any:
+    """The object ``module:attribute`` names, importing from the working folder too.
+
+    Raises ValueError when ``spec`` is not of that form, and LookupError
+    (one line) when the module cannot be imported or lacks the attribute.
+    """
     module_name, _, attribute = spec.partition(":")
     if not module_name or not attribute:
-        raise UsageError(f"--verifier must look like module:attribute, not {spec!r}")
+        raise ValueError(f"must look like module:attribute, not {spec!r}")
     sys.path.insert(0, os.getcwd())
     try:
         module = importlib.import_module(module_name)
     except Exception as exc:
-        raise CommandError(f"cannot import {module_name}: {type(exc).__name__}: {exc}") from exc
+        raise LookupError(f"cannot import {module_name}: {type(exc).__name__}: {exc}") from exc
     finally:
         sys.path.remove(os.getcwd())
     try:
-        verifier = getattr(module, attribute)
+        return getattr(module, attribute)
     except AttributeError:
-        raise CommandError(f"{module_name} has no attribute {attribute!r}") from None
+        raise LookupError(f"{module_name} has no attribute {attribute!r}") from None
+
+
+def _load_verifier(spec: str) -> Any:
+    try:
+        verifier = import_attribute(spec)
+    except ValueError as problem:
+        raise UsageError(f"--verifier {problem}") from None
+    except LookupError as problem:
+        raise CommandError(str(problem)) from None
     if isinstance(verifier, type):
         verifier = verifier()  # a verifier class with no arguments
     return verifier

@@ -1,7 +1,12 @@
-"""Deterministic fakes, fault injection and safety reports for testing adapters."""
+"""Deterministic fakes, fault injection, safety reports and the adapter checker.
+
+The adapter checker (``check_adapter``, ``adapter_test_case``) needs
+Hypothesis: install the ``testing`` extra.
+"""
 
 from __future__ import annotations
 
+from dataoad.testing._adapter import ProviderAdapter, ReadFault, SandboxFault
 from dataoad.testing._faulty_ledger import FaultyLedger, LedgerFault, LedgerFaultError
 from dataoad.testing._ledger_contract import DurableLedgerContract, LedgerContract, make_receipt
 from dataoad.testing._payment import (
@@ -24,6 +29,13 @@ from dataoad.testing._suite import (
 )
 
 __all__ = [
+    "AdapterCheckReport",
+    "AdapterViolation",
+    "ProviderAdapter",
+    "ReadFault",
+    "SandboxFault",
+    "adapter_test_case",
+    "check_adapter",
     "Charge",
     "DurableLedgerContract",
     "LedgerContract",
@@ -46,3 +58,12 @@ __all__ = [
     "run_checks",
     "sqlite_ledgers",
 ]
+
+
+def __getattr__(name: str) -> object:
+    # The checker imports Hypothesis; load it only when asked for.
+    if name in {"AdapterCheckReport", "AdapterViolation", "adapter_test_case", "check_adapter"}:
+        from dataoad.testing import _adapter_check
+
+        return getattr(_adapter_check, name)
+    raise AttributeError(f"module 'dataoad.testing' has no attribute {name!r}")

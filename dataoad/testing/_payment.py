@@ -99,6 +99,18 @@ class FakePaymentProvider:
         self._in_flight: list[Charge] = []
         self._ids = itertools.count(1)
 
+    def add_charge_fault(self, fault: ChargeFault) -> None:
+        """Queue ``fault`` for a later ``charge`` call, after those already queued."""
+        if type(fault) is not ChargeFault:
+            raise TypeError(f"expected a ChargeFault, not {fault!r}")
+        self._charge_faults.append(fault)
+
+    def add_lookup_fault(self, fault: LookupFault) -> None:
+        """Queue ``fault`` for a later ``lookup`` call, after those already queued."""
+        if type(fault) is not LookupFault:
+            raise TypeError(f"expected a LookupFault, not {fault!r}")
+        self._lookup_faults.append(fault)
+
     def _next_charge(self, customer_id: str, amount_cents: int, client_reference: str) -> Charge:
         return Charge(f"ch_{next(self._ids)}", customer_id, amount_cents, client_reference)
 

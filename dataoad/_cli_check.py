@@ -1,0 +1,141 @@
+"""``dataoad check TARGET``: search a user's provider adapter for contract violations.
+
+TARGET is a Python file defining one ProviderAdapter subclass (or an
+``adapter`` attribute), or ``module:attribute`` naming a subclass, an
+instance, or a zero-argument factory. Exit status: 0 no violation found
+within the budget, 1 a violation (with its shrunk trace), 2 a usage error.
+"""
+
+from __future__ import annotations
+
+import argparse
+import inspect
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+__all__ = ["add_check_command", "run_check_command"]
+
+EXIT_OK, EXIT_VIOLATION, EXIT_USAGE = 0, 1, 2
+
+
+class CheckUsageError(Exception):
+    """A one-line reason the check cannot run (exit status 2)."""
+
+
+def add_check_command(commands: Any) -> None:
+    """Register ``check`` on the top-level subcommand parser."""
+    check = commands.add_parser(
+        "check",
+        help="search your provider adapter for contract violations, with shrunk traces",
+        description=(
+            "Run the adapter-contract state machine over TARGET with a bounded budget. "
+            "TARGET is a .py file defining one ProviderAdapter subclass, or module:attribute."
+        ),
+    )
+    check.add_argument("target", metavar="TARGET", help="path/to/adapter.py or module:attribute")
+    check.add_argument("--profile", choices=("ci", "deep"), default="ci", help="search budget")
+    check.add_argument("--max-examples", type=int, metavar="N", help="override the budget")
+    check.add_argument("--seed", type=int, metavar="N", help="seed the search (reproducible)")
+    check.add_argument("--trace-json", metavar="FILE", help="also write the report as JSON")
+    check.add_argument("--junit-xml", metavar="FILE", help="also write a JUnit XML report")
+
+
+def _module_from_file(path: Path) -> Any:
+    from dataoad._cli import UsageProblem, load_module
+
+    try:
+        return load_module(path)
+    except UsageProblem as problem:
+        raise CheckUsageError(str(problem)) from None
+
+
+def _adapter_from(obj: Any, where: str) -> Any:
+    from dataoad.testing._adapter import ProviderAdapter
+
+    if isinstance(obj, ProviderAdapter):
+        return obj
+    if inspect.isclass(obj) and issubclass(obj, ProviderAdapter):
+        return obj()
+    if callable(obj):
+        made = obj()
+        if isinstance(made, ProviderAdapter):
+            return made
+        raise CheckUsageError(
+            f"{where}() returned {type(made).__qualname__}, not a ProviderAdapter"
+        )
+    raise CheckUsageError(f"{where} is not a ProviderAdapter subclass, instance or factory")
+
+
+def load_adapter(target: str) -> tuple[Any, str]:
+    """The adapter instance TARGET names, and a display name."""
+    from dataoad.testing._adapter import ProviderAdapter
+
+    if target.endswith(".py") or os.sep in target:
+        path = Path(target)
+        module = _module_from_file(path)
+        if hasattr(module, "adapter"):
+            return _adapter_from(module.adapter, f"{target}:adapter"), f"{target}:adapter"
+        own = [
+            value
+            for value in vars(module).values()
+            if inspect.isclass(value)
+            and issubclass(value, ProviderAdapter)
+            and value is not ProviderAdapter
+            and value.__module__ == module.__name__
+        ]
+        if len(own) != 1:
+            names = ", ".join(sorted(c.__name__ for c in own)) or "none"
+            raise CheckUsageError(
+                f"{target}: define exactly one ProviderAdapter subclass or an `adapter` "
+                f"attribute (found: {names}); or name one as module:attribute"
+            )
+        return own[0](), f"{target}:{own[0].__name__}"
+    from dataoad._cli_ledger import import_attribute
+
+    try:
+        obj = import_attribute(target)
+    except ValueError:
+        raise CheckUsageError(
+            f"TARGET must be a .py file or module:attribute, not {target!r}"
+        ) from None
+    except LookupError as problem:
+        raise CheckUsageError(str(problem)) from None
+    return _adapter_from(obj, target), target
+
+
+def run_check_command(args: argparse.Namespace) -> int:
+    """Run ``dataoad check``; prints the report and returns the exit status."""
+    try:
+        from dataoad.testing import _adapter_check
+    except ImportError as exc:
+        print(
+            f"dataoad check: error: needs Hypothesis ({exc}); pip install 'dataoad[testing]'",
+            file=sys.stderr,
+        )
+        return EXIT_USAGE
+    if args.max_examples is not None and not 1 <= args.max_examples <= 1_000_000:
+        print("dataoad check: error: --max-examples must be in [1, 1000000]", file=sys.stderr)
+        return EXIT_USAGE
+    try:
+        adapter, name = load_adapter(args.target)
+    except CheckUsageError as problem:
+        print(f"dataoad check: error: {problem}", file=sys.stderr)
+        return EXIT_USAGE
+    except Exception as exc:
+        print(f"dataoad check: error: {args.target}: {type(exc).__name__}: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    report = _adapter_check.check_adapter(
+        adapter,
+        profile=args.profile,
+        max_examples=args.max_examples,
+        seed_value=args.seed,
+        name=name,
+    )
+    print(report.render())
+    if args.trace_json:
+        _adapter_check.write_json(report, args.trace_json)
+    if args.junit_xml:
+        _adapter_check.write_junit(report, args.junit_xml)
+    return EXIT_OK if report.passed else EXIT_VIOLATION

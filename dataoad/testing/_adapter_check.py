@@ -1,0 +1,566 @@
+"""The adapter-contract state machine behind ``dataoad check``.
+
+Hypothesis drives the real ActionRunner over a user's ProviderAdapter:
+concurrent contenders for the same keys, faults on both sides of the
+provider's commit (staged in the sandbox, or injected around ``perform``),
+verifier outages and bad reads, in-flight requests that land later, and
+read-only reconciliation. After every step the receipts and every verifier
+answer are checked against the adapter's oracle. A violation is shrunk and
+reported as a numbered trace in words.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import json
+import time
+import unittest
+from collections.abc import Callable
+from typing import Any, ClassVar
+
+from hypothesis import HealthCheck, note, seed, settings
+from hypothesis import strategies as st
+from hypothesis.stateful import (
+    RuleBasedStateMachine,
+    invariant,
+    rule,
+    run_state_machine_as_test,
+)
+
+from dataoad._errors import DataoadError
+from dataoad._failure import DefinitiveFailure
+from dataoad._policy import RetryPolicy
+from dataoad._receipt import ActionReceipt
+from dataoad._result import ActionResult
+from dataoad._runner import ActionRunner
+from dataoad._status import ActionStatus, VerificationHealth
+from dataoad._verification import VerificationResult
+from dataoad.ledgers.memory import InMemoryLedger
+from dataoad.testing._adapter import ProviderAdapter, ReadFault, SandboxFault
+
+__all__ = [
+    "INVARIANTS",
+    "AdapterCheckReport",
+    "AdapterViolation",
+    "adapter_test_case",
+    "check_adapter",
+]
+
+KEYS = ("order-1", "order-2")
+#: What each invariant means, in words; the trace names the one that broke.
+INVARIANTS: dict[str, str] = {
+    "confirmed-only-with-the-effect": "a receipt or a bound, healthy verifier answer says "
+    "CONFIRMED only when the provider holds the effect",
+    "failed-only-when-nothing-can-appear": "a receipt says FAILED only when the provider holds "
+    "no effect and no request for it is still in flight",
+    "at-most-one-effect-per-claim": "one claim never leads to two effects at the provider",
+    "retry-safe-absence-only-when-final": "the verifier says 'absent, retry-safe' only when the "
+    "provider holds no effect and nothing for the reference is in flight",
+    "verifier-names-the-receipts-reference": "without a staged read fault, a healthy verifier "
+    "answer names the receipt's own provider reference",
+    "definitive-failure-only-when-nothing-committed": "perform raises DefinitiveFailure only "
+    "when the call left no effect and nothing in flight",
+}
+
+#: Faults the checker injects around ``perform`` itself (no sandbox needed).
+AROUND_PERFORM = ("none", "raise before sending", "lose the response after perform returns")
+#: Faults the checker injects around ``verify`` itself.
+AROUND_VERIFY = ("none", "verifier outage")
+
+POLICIES = {
+    "default": RetryPolicy(),
+    "retry-failed": RetryPolicy(max_attempts=3, retry_on_failed=True),
+}
+
+
+class AdapterViolation(AssertionError):
+    """The adapter (with Dataoad) broke a named invariant; carries the trace."""
+
+    def __init__(self, invariant_name: str, detail: str, steps: list[dict[str, Any]]) -> None:
+        super().__init__(f"{invariant_name}: {detail}")
+        self.invariant = invariant_name
+        self.detail = detail
+        self.steps = steps
+
+
+@dataclasses.dataclass
+class AdapterCheckReport:
+    """What a check found: a violation with its trace, or none within the budget."""
+
+    adapter: str
+    examples: int
+    seconds: float
+    violation: AdapterViolation | None
+    skipped_faults: list[str]
+
+    @property
+    def passed(self) -> bool:
+        """True when no violation was found (which is not a proof of correctness)."""
+        return self.violation is None
+
+    def render(self) -> str:
+        """The human-readable report."""
+        lines = [f"dataoad check {self.adapter}"]
+        for fault in self.skipped_faults:
+            lines.append(f"  skipped fault: {fault} (the adapter cannot stage it)")
+        if self.violation is None:
+            lines.append(
+                f"none found in {self.examples} examples ({self.seconds:.1f} s): no violation "
+                "within this budget, which is a search result, not a proof"
+            )
+            return "\n".join(lines)
+        v = self.violation
+        lines.append(f"VIOLATION of {v.invariant}: {INVARIANTS.get(v.invariant, '')}")
+        lines.append(f"  {v.detail}")
+        lines.append(f"Shrunk trace ({len(v.steps)} steps, found in {self.seconds:.1f} s):")
+        for step in v.steps:
+            lines.append(f"  {step['number']:>2}. {step['actor']}: {step['text']}")
+            if step.get("provider"):
+                lines.append(f"      provider: {step['provider']}")
+            if step.get("ledger"):
+                lines.append(f"      ledger:   {step['ledger']}")
+        return "\n".join(lines)
+
+    def to_json(self) -> dict[str, Any]:
+        """The same report as JSON-ready data."""
+        return {
+            "adapter": self.adapter,
+            "examples": self.examples,
+            "seconds": round(self.seconds, 3),
+            "skipped_faults": self.skipped_faults,
+            "violation": None
+            if self.violation is None
+            else {
+                "invariant": self.violation.invariant,
+                "meaning": INVARIANTS.get(self.violation.invariant, ""),
+                "detail": self.violation.detail,
+                "steps": self.violation.steps,
+            },
+        }
+
+
+def _supported(adapter: ProviderAdapter) -> tuple[list[str], list[str], list[str]]:
+    """Which optional fault controls the adapter implements (probed on a fresh sandbox)."""
+    sandbox: list[str] = []
+    reads: list[str] = []
+    skipped: list[str] = []
+    for fault in SandboxFault:
+        adapter.reset()
+        try:
+            adapter.stage_sandbox_fault(fault)
+        except NotImplementedError:
+            skipped.append(f"sandbox: {fault.value}")
+        else:
+            sandbox.append(fault.name)
+    adapter.reset()
+    try:
+        adapter.land_in_flight()
+    except NotImplementedError:
+        if SandboxFault.IN_FLIGHT.name in sandbox:
+            sandbox.remove(SandboxFault.IN_FLIGHT.name)
+            skipped.append(f"sandbox: {SandboxFault.IN_FLIGHT.value} (no land_in_flight)")
+    for read in ReadFault:
+        adapter.reset()
+        try:
+            adapter.stage_read_fault(read)
+        except NotImplementedError:
+            skipped.append(f"read: {read.value}")
+        else:
+            reads.append(read.name)
+    adapter.reset()
+    return sandbox, reads, skipped
+
+
+def _label(fault: str) -> str:
+    """A fault's words: the enum's description for sandbox and read faults."""
+    if fault in SandboxFault.__members__:
+        return f"sandbox {SandboxFault[fault].value}"
+    if fault in ReadFault.__members__:
+        return f"sandbox read: {ReadFault[fault].value}"
+    return "no fault" if fault == "none" else fault
+
+
+def _describe(receipt: ActionReceipt | None) -> str:
+    if receipt is None:
+        return "no claim"
+    final = "-" if receipt.final_status is None else receipt.final_status.value
+    return (
+        f"{receipt.claim_state.value}/{final}, {receipt.attempts} attempt"
+        f"{'s' if receipt.attempts != 1 else ''}"
+    )
+
+
+def _outcome(outcome: object) -> str:
+    if isinstance(outcome, ActionResult):
+        return (
+            f"{outcome.status.value}"
+            f"{' (replayed)' if outcome.replayed else ''}, execution="
+            f"{'-' if outcome.receipt.execution_status is None else outcome.receipt.execution_status.value}"
+        )
+    if isinstance(outcome, BaseException):
+        return f"raised {type(outcome).__name__}: {str(outcome)[:120]}"
+    return repr(outcome)
+
+
+class AdapterMachine(RuleBasedStateMachine):
+    """Contenders, faults and reconciliation over one adapter; see the module docstring."""
+
+    adapter: ClassVar[ProviderAdapter]
+    sandbox_faults: ClassVar[list[str]] = []
+    read_faults: ClassVar[list[str]] = []
+    examples: ClassVar[int] = 0
+
+    def __init__(self) -> None:
+        super().__init__()
+        type(self).examples += 1
+        self.adapter.reset()
+        self.loop = asyncio.Runner()
+        self.ledger = InMemoryLedger()
+        self.steps: list[dict[str, Any]] = []
+        self.problems: list[tuple[str, str]] = []
+        self.read_fault_staged = False
+        self.names = iter("ABCDEFGHIJKLMNOPQRSTUVWXYZ" * 4)
+
+    def teardown(self) -> None:
+        self.loop.close()
+
+    # -- bookkeeping -------------------------------------------------------------------
+
+    def _reference(self, key: str) -> str:
+        return f"ref-{key}"
+
+    def _provider_state(self, key: str) -> str:
+        ref = self._reference(key)
+        effects = self.adapter.effects(ref)
+        flight = ", a request in flight" if self.adapter.in_flight(ref) else ""
+        return f"{ref} has {effects} effect{'s' if effects != 1 else ''}{flight}"
+
+    def _step(self, actor: str, text: str, key: str | None) -> None:
+        entry: dict[str, Any] = {"number": len(self.steps) + 1, "actor": actor, "text": text}
+        if key is not None:
+            entry["provider"] = self._provider_state(key)
+            stored = self.loop.run(self.ledger.find(self.adapter.action_name, key))
+            entry["ledger"] = _describe(stored)
+        self.steps.append(entry)
+        note(f"{entry['number']}. {actor}: {text}")
+
+    def _problem(self, name: str, detail: str) -> None:
+        self.problems.append((name, detail))
+
+    # -- wrappers that inject faults and watch each call ---------------------------------
+
+    def _operation(self, key: str, fault: str) -> Callable[[], Any]:
+        ref = self._reference(key)
+        request = self.adapter.request_for(key)
+
+        async def operation() -> Any:
+            if fault == "raise before sending":
+                raise ConnectionError("injected: the request never left the client")
+            if fault in SandboxFault.__members__:
+                self.adapter.stage_sandbox_fault(SandboxFault[fault])
+            before = self.adapter.effects(ref)
+            try:
+                value = await self.adapter.perform(dict(request), ref)
+            except DefinitiveFailure:
+                after = self.adapter.effects(ref)
+                if after > before or self.adapter.in_flight(ref):
+                    self._problem(
+                        "definitive-failure-only-when-nothing-committed",
+                        f"perform raised DefinitiveFailure for {ref}, yet the provider went "
+                        f"from {before} to {after} effects"
+                        + (" with a request in flight" if self.adapter.in_flight(ref) else ""),
+                    )
+                raise
+            if fault == "lose the response after perform returns":
+                raise TimeoutError("injected: the response was lost")
+            return value
+
+        return operation
+
+    def _verifier(self, read: str) -> Callable[[ActionReceipt], Any]:
+        async def verify(receipt: ActionReceipt) -> VerificationResult:
+            if read == "verifier outage":
+                raise ConnectionError("injected: the verifier's read path is down")
+            staged = read in ReadFault.__members__
+            if staged:
+                self.adapter.stage_read_fault(ReadFault[read])
+            result = await self.adapter.verify(receipt)
+            self._judge(receipt, result, staged)
+            return result
+
+        return verify
+
+    def _judge(self, receipt: ActionReceipt, result: object, staged: bool) -> None:
+        if not isinstance(result, VerificationResult):
+            return  # the runner records a malformed answer as UNKNOWN
+        ref = receipt.provider_reference
+        assert ref is not None
+        healthy = result.health is VerificationHealth.HEALTHY
+        bound = result.verified_provider_reference == ref
+        effects = self.adapter.effects(ref)
+        flight = self.adapter.in_flight(ref)
+        if healthy and not staged and result.verified_provider_reference is not None and not bound:
+            self._problem(
+                "verifier-names-the-receipts-reference",
+                f"asked about {ref} with no read fault staged, the verifier answered "
+                f"{result.outcome.value} for {result.verified_provider_reference!r}",
+            )
+        if not (healthy and bound):
+            return
+        if result.outcome is ActionStatus.CONFIRMED and effects == 0:
+            self._problem(
+                "confirmed-only-with-the-effect",
+                f"the verifier confirmed {ref}, but the provider holds no effect for it",
+            )
+        if (
+            result.outcome is ActionStatus.FAILED
+            and result.conclusive_absence
+            and result.retry_safe
+            and (effects or flight)
+        ):
+            self._problem(
+                "retry-safe-absence-only-when-final",
+                f"the verifier said {ref} is absent and retry-safe"
+                + (" after a staged read fault" if staged else "")
+                + f", but the provider holds {effects} effect(s)"
+                + (" and a request in flight" if flight else ""),
+            )
+
+    # -- rules ---------------------------------------------------------------------------
+
+    def _fault_names(self) -> list[str]:
+        return [*AROUND_PERFORM, *self.sandbox_faults]
+
+    def _read_names(self) -> list[str]:
+        return [*AROUND_VERIFY, *self.read_faults]
+
+    @rule(data=st.data(), key=st.sampled_from(KEYS), policy=st.sampled_from(sorted(POLICIES)))
+    def contenders_execute(self, data: st.DataObject, key: str, policy: str) -> None:
+        """One to three contenders execute the same key at once, each with its own faults."""
+        plans = data.draw(
+            st.lists(
+                st.tuples(
+                    st.sampled_from(self._fault_names()), st.sampled_from(self._read_names())
+                ),
+                min_size=1,
+                max_size=3,
+            ),
+            label="contenders (provider fault, read)",
+        )
+        runner = ActionRunner(self.ledger, policy=POLICIES[policy])
+        names = [next(self.names) for _ in plans]
+
+        async def run_all() -> list[Any]:
+            return await asyncio.gather(  # type: ignore[no-any-return]
+                *(
+                    runner.execute(
+                        self.adapter.action_name,
+                        self._operation(key, fault),
+                        request=self.adapter.request_for(key),
+                        idempotency_key=key,
+                        provider_reference=self._reference(key),
+                        verifier=self._verifier(read),
+                    )
+                    for fault, read in plans
+                ),
+                return_exceptions=True,
+            )
+
+        outcomes = self.loop.run(run_all())
+        for name, (fault, read), outcome in zip(names, plans, outcomes, strict=True):
+            self._step(
+                f"contender {name}",
+                f"execute {key} (policy {policy}; provider: {_label(fault)}; verifier read: "
+                f"{_label(read)}) -> {_outcome(outcome)}",
+                key,
+            )
+            if isinstance(outcome, BaseException) and not isinstance(outcome, DataoadError):
+                raise outcome
+
+    @rule(key=st.sampled_from(KEYS), read=st.data())
+    def operator_reconciles(self, key: str, read: st.DataObject) -> None:
+        """An operator reconciles the key's UNKNOWN (or stranded) receipt, read-only."""
+        receipt = self.loop.run(self.ledger.find(self.adapter.action_name, key))
+        if receipt is None or (
+            not receipt.is_pending
+            and receipt.final_status is not None
+            and receipt.final_status is not ActionStatus.UNKNOWN
+        ):
+            return
+        how = read.draw(st.sampled_from(self._read_names()), label="verifier read")
+        runner = ActionRunner(self.ledger)
+
+        async def reconcile() -> Any:
+            try:
+                return await runner.recover_pending(receipt.action_id, self._verifier(how))
+            except DataoadError as exc:
+                return exc
+
+        outcome = self.loop.run(reconcile())
+        self._step(
+            "operator",
+            f"reconciles {key} read-only (verifier read: {_label(how)}) -> {_outcome(outcome)}",
+            key,
+        )
+
+    @rule(key=st.sampled_from(KEYS))
+    def in_flight_request_lands(self, key: str) -> None:
+        """The provider finally processes requests still in flight (unless fenced)."""
+        if SandboxFault.IN_FLIGHT.name not in self.sandbox_faults:
+            return
+        if not self.adapter.in_flight(self._reference(key)):
+            return
+        self.adapter.land_in_flight()
+        self._step("provider", "in-flight requests land", key)
+
+    # -- invariants --------------------------------------------------------------------------
+
+    def _fail(self, name: str, detail: str) -> None:
+        self._step("checker", f"invariant {name} broken: {detail}", None)
+        raise AdapterViolation(name, detail, list(self.steps))
+
+    @invariant()
+    def every_call_kept_the_contract(self) -> None:
+        """Each perform and verify call, judged against the oracle when it returned."""
+        if self.problems:
+            name, detail = self.problems[0]
+            self._fail(name, detail)
+
+    @invariant()
+    def receipts_agree_with_the_provider(self) -> None:
+        """CONFIRMED and FAILED receipts match the oracle; no claim has two effects."""
+        for key in KEYS:
+            ref = self._reference(key)
+            effects = self.adapter.effects(ref)
+            if effects > 1:
+                self._fail(
+                    "at-most-one-effect-per-claim",
+                    f"the provider holds {effects} effects for {ref}, which has one claim",
+                )
+            receipt = self.loop.run(self.ledger.find(self.adapter.action_name, key))
+            if receipt is None:
+                continue
+            if receipt.final_status is ActionStatus.CONFIRMED and effects == 0:
+                self._fail(
+                    "confirmed-only-with-the-effect",
+                    f"the receipt for {key} says CONFIRMED, but the provider holds no effect",
+                )
+            if receipt.final_status is ActionStatus.FAILED and (
+                effects or self.adapter.in_flight(ref)
+            ):
+                self._fail(
+                    "failed-only-when-nothing-can-appear",
+                    f"the receipt for {key} says FAILED, but the provider holds {effects} "
+                    f"effect(s){' and a request in flight' if self.adapter.in_flight(ref) else ''}",
+                )
+
+
+PROFILES: dict[str, dict[str, Any]] = {
+    "ci": {"max_examples": 200, "stateful_step_count": 12},
+    "deep": {"max_examples": 3000, "stateful_step_count": 25},
+}
+
+
+def _machine_for(adapter: ProviderAdapter) -> type[AdapterMachine]:
+    sandbox, reads, skipped = _supported(adapter)
+    machine = type(
+        f"AdapterMachine_{type(adapter).__name__}",
+        (AdapterMachine,),
+        {"adapter": adapter, "sandbox_faults": sandbox, "read_faults": reads, "examples": 0},
+    )
+    machine.skipped = skipped  # type: ignore[attr-defined]
+    return machine
+
+
+def _settings(profile: str, max_examples: int | None, derandomize: bool) -> settings:
+    base = PROFILES[profile]
+    return settings(
+        max_examples=max_examples or base["max_examples"],
+        stateful_step_count=base["stateful_step_count"],
+        deadline=None,
+        database=None,
+        derandomize=derandomize,
+        report_multiple_bugs=False,
+        print_blob=False,
+        suppress_health_check=list(HealthCheck),
+    )
+
+
+def check_adapter(
+    adapter: ProviderAdapter,
+    *,
+    profile: str = "ci",
+    max_examples: int | None = None,
+    seed_value: int | None = None,
+    name: str | None = None,
+) -> AdapterCheckReport:
+    """Run the adapter-contract machine over ``adapter`` within a budget; never raises for a violation."""
+    if not isinstance(adapter, ProviderAdapter):
+        raise TypeError(f"expected a ProviderAdapter, not {type(adapter).__qualname__}")
+    if profile not in PROFILES:
+        raise ValueError(f"profile must be one of {sorted(PROFILES)}, not {profile!r}")
+    machine = _machine_for(adapter)
+    if seed_value is not None:
+        machine = seed(seed_value)(machine)
+    started = time.monotonic()
+    violation: AdapterViolation | None = None
+    try:
+        run_state_machine_as_test(  # type: ignore[no-untyped-call]
+            machine, settings=_settings(profile, max_examples, False)
+        )
+    except AdapterViolation as exc:
+        violation = exc
+    return AdapterCheckReport(
+        adapter=name or type(adapter).__qualname__,
+        examples=machine.examples,
+        seconds=time.monotonic() - started,
+        violation=violation,
+        skipped_faults=list(machine.skipped),  # type: ignore[attr-defined]
+    )
+
+
+def adapter_test_case(
+    adapter_factory: Callable[[], ProviderAdapter],
+    *,
+    profile: str = "ci",
+    max_examples: int | None = None,
+) -> type[unittest.TestCase]:
+    """A TestCase class that runs the checker; assign it to a ``Test...`` name in your tests."""
+
+    class AdapterContract(unittest.TestCase):
+        def test_adapter_keeps_the_contract(self) -> None:
+            report = check_adapter(adapter_factory(), profile=profile, max_examples=max_examples)
+            if report.violation is not None:
+                self.fail(report.render())
+
+    AdapterContract.__qualname__ = AdapterContract.__name__ = "AdapterContract"
+    return AdapterContract
+
+
+def write_junit(report: AdapterCheckReport, path: str) -> None:
+    """A one-test JUnit XML file for CI systems."""
+    from xml.sax.saxutils import escape, quoteattr
+
+    failure = ""
+    if report.violation is not None:
+        failure = (
+            f"<failure message={quoteattr(report.violation.invariant)}>"
+            f"{escape(report.render())}</failure>"
+        )
+    xml = (
+        '<?xml version="1.0" encoding="utf-8"?>\n'
+        f'<testsuite name="dataoad check" tests="1" failures="{0 if report.passed else 1}" '
+        f'time="{report.seconds:.3f}">'
+        f'<testcase classname="dataoad.check" name={quoteattr(report.adapter)} '
+        f'time="{report.seconds:.3f}">{failure}</testcase></testsuite>\n'
+    )
+    with open(path, "w", encoding="utf-8") as handle:
+        handle.write(xml)
+
+
+def write_json(report: AdapterCheckReport, path: str) -> None:
+    """The report as a JSON file."""
+    with open(path, "w", encoding="utf-8") as handle:
+        json.dump(report.to_json(), handle, indent=2)
+        handle.write("\n")
