@@ -29,6 +29,10 @@ from typing import Any
 
 import rfc8785
 
+from benchmarks import _contention as contention
+from benchmarks import _growth as growth
+from benchmarks import _postgres as pg
+from benchmarks import _suite_speed as suite_speed
 from dataoad import ActionRunner, InMemoryLedger, SQLiteLedger
 
 REQUEST = {"customer_id": "customer_123", "amount_cents": 2_500, "currency": "EUR"}
@@ -112,6 +116,15 @@ def sqlite_floor(path: Path, synchronous: str) -> Callable[[int], Awaitable[None
 # -- Dataoad ------------------------------------------------------------------------------
 
 
+async def rfc8785_hash(n: int) -> str:
+    return hashlib.sha256(rfc8785.dumps(REQUEST)).hexdigest()
+
+
+async def stdlib_hash(n: int) -> str:
+    text = json.dumps(REQUEST, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
 def dataoad_step(runner: ActionRunner) -> Callable[[int], Awaitable[Any]]:
     async def step(n: int) -> Any:
         return await runner.execute("charge", noop, request=REQUEST, idempotency_key=f"k{n}")
@@ -119,12 +132,21 @@ def dataoad_step(runner: ActionRunner) -> Callable[[int], Awaitable[Any]]:
     return step
 
 
-async def run(count: int) -> dict[str, Any]:
-    results: dict[str, Any] = {}
+async def run_floors(count: int, results: dict[str, Any], ratios: dict[str, Any]) -> None:
+    """Per-action overhead on each backend next to its floor."""
     results["bare awaited no-op"] = await measure(lambda n: noop(), count)
     results["memory floor"] = await measure(memory_floor(), count)
     results["InMemoryLedger execute"] = await measure(
         dataoad_step(ActionRunner(InMemoryLedger())), count
+    )
+    results["request hash (rfc8785 + sha256)"] = await measure(rfc8785_hash, count)
+    results["request hash floor (json.dumps sorted + sha256)"] = await measure(stdlib_hash, count)
+    ratios["InMemoryLedger / memory floor (goal <= 2.0)"] = (
+        results["InMemoryLedger execute"]["median_us"] / results["memory floor"]["median_us"]
+    )
+    ratios["request hash / stdlib canonical json + sha256 (goal <= 1.2)"] = (
+        results["request hash (rfc8785 + sha256)"]["median_us"]
+        / results["request hash floor (json.dumps sorted + sha256)"]["median_us"]
     )
     with tempfile.TemporaryDirectory() as folder:
         for sync in ("FULL", "NORMAL"):
@@ -136,19 +158,160 @@ async def run(count: int) -> dict[str, Any]:
                 results[f"SQLiteLedger execute ({sync})"] = await measure(
                     dataoad_step(ActionRunner(ledger)), count
                 )
-    results["PostgresLedger"] = "skipped: PostgresLedger is not implemented yet (issue 7)"
-    ratios = {
-        "InMemoryLedger / memory floor (goal <= 2.0)": results["InMemoryLedger execute"][
-            "median_us"
-        ]
-        / results["memory floor"]["median_us"],
-    }
     for sync, goal in (("FULL", 0.8), ("NORMAL", 0.7)):
         ratios[f"SQLiteLedger {sync} throughput / sqlite3 floor (goal >= {goal})"] = (
             results[f"SQLiteLedger execute ({sync})"]["per_second"]
             / results[f"sqlite3 floor ({sync})"]["per_second"]
         )
+
+
+async def run_postgres(
+    count: int, seconds: int, results: dict[str, Any], ratios: dict[str, Any]
+) -> None:
+    """PostgresLedger on one connection and on a pool of 8, against the raw floor and pgbench."""
+    async with pg.server() as (dsn, local, why):
+        if dsn is None:
+            results["PostgreSQL"] = why
+            ratios["PostgresLedger / pgbench (goal >= 0.5)"] = why
+            return
+        step, close = await pg.raw_floor(dsn)
+        results["asyncpg floor (3 statements, 1 connection)"] = await measure(step, count)
+        await close()
+        rate = pg.pgbench_rate(local, dsn, seconds)
+        results["pgbench floor (same 3 statements, C client)"] = (
+            rate if isinstance(rate, str) else {"per_second": rate}
+        )
+        one = await pg.ledger(dsn, min_size=1, max_size=1)
+        results["PostgresLedger execute (1 connection)"] = await measure(
+            pg.runner_step(ActionRunner(one), "one-"), count
+        )
+        await one.close()
+        pooled = await pg.ledger(dsn, min_size=8, max_size=8)
+        pool_result = await contention.contend(pooled, 8, max(1, count // 8), "distinct", "pool-")
+        results["PostgresLedger execute (pool of 8, 8 tasks)"] = pool_result
+        await pooled.close()
+        single = results["PostgresLedger execute (1 connection)"]["per_second"]
+        floor = results["asyncpg floor (3 statements, 1 connection)"]["per_second"]
+        ratios["PostgresLedger 1 connection / asyncpg floor"] = single / floor
+        if not isinstance(rate, str):
+            ratios["PostgresLedger 1 connection / pgbench (goal >= 0.5)"] = single / rate
+        ratios["PostgresLedger pool of 8 / 1 connection (goal >= 1.0)"] = (
+            pool_result["per_second"] / single
+        )
+        await run_contention(count, dsn, results, ratios)
+
+
+async def run_contention(
+    count: int, dsn: str | None, results: dict[str, Any], ratios: dict[str, Any]
+) -> None:
+    """Tasks (1, 4, 16, 64) and 4 processes, distinct keys and one hot key."""
+    with tempfile.TemporaryDirectory() as folder:
+        backends: dict[str, Callable[[str], Any]] = {
+            "SQLite": lambda name: str(Path(folder) / f"{name}.sqlite3"),
+        }
+        if dsn is not None:
+            backends["PostgreSQL"] = lambda name: f"{dsn}#{name}"
+        for backend, spec_for in backends.items():
+            for tasks in (1, 4, 16, 64):
+                for mode in ("distinct", "hot"):
+                    spec = spec_for(f"c_{mode}_{tasks}_{uuid.uuid4().hex[:6]}")
+                    if backend == "PostgreSQL":
+                        await (await pg.ledger(spec.rsplit("#", 1)[0])).close()
+                        made = contention.open_ledger(spec)
+                        await made.migrate()
+                    else:
+                        made = contention.open_ledger(spec)
+                    async with made as ledger:
+                        figure = await contention.contend(
+                            ledger, tasks, max(1, count // tasks), mode, ""
+                        )
+                    if mode == "hot" and figure["invocations"] != 1:
+                        raise AssertionError(f"hot key invoked {figure['invocations']} times")
+                    results[f"{backend} {tasks} tasks, {mode} keys"] = figure
+            single_spec = spec_for(f"p1_{uuid.uuid4().hex[:6]}")
+            multi_spec = spec_for(f"p4_{uuid.uuid4().hex[:6]}")
+            hot_spec = spec_for(f"p4hot_{uuid.uuid4().hex[:6]}")
+            for spec in (single_spec, multi_spec, hot_spec):
+                if backend == "PostgreSQL":
+                    dsn_part, table = spec.rsplit("#", 1)
+                    from dataoad import PostgresLedger
+
+                    async with PostgresLedger(dsn_part, table=table) as made:
+                        await made.migrate()
+                else:
+                    async with contention.open_ledger(spec):
+                        pass
+            one = contention.processes(single_spec, 1, count, "distinct")
+            four = contention.processes(multi_spec, 4, count, "distinct")
+            hot = contention.processes(hot_spec, 4, count, "hot")
+            if hot["invocations"] != 1:
+                raise AssertionError(f"hot key invoked {hot['invocations']} times by 4 processes")
+            results[f"{backend} 1 process"] = one
+            results[f"{backend} 4 processes, distinct keys"] = four
+            results[f"{backend} 4 processes, one hot key"] = hot
+            ratios[f"{backend} 4 processes aggregate / 1 process (goal >= 0.7)"] = (
+                four["per_second"] / one["per_second"]
+            )
+            ratios[f"{backend} 4 processes slowest / fair share (goal >= 0.8)"] = four[
+                "slowest_share"
+            ]
+            ratios[f"{backend} 4 processes p99 ms (goal <= 15)"] = four["p99_ms"]
+
+
+async def run_growth(
+    quick: bool, count: int, results: dict[str, Any], ratios: dict[str, Any]
+) -> None:
+    """Ledger size from 1e3 upwards, and attempt records per action."""
+    sizes = [1_000, 100_000] if quick else [1_000, 10_000, 100_000, 1_000_000]
+    with tempfile.TemporaryDirectory() as folder:
+        figures = await growth.ledger_growth(Path(folder), sizes, min(count, 300))
+    results["SQLite execute median us by ledger size"] = figures
+    values = list(figures.values())
+    ratios[f"SQLite execute at {sizes[-1]:.0e} / at 1e+03 receipts (goal <= 1.2)"] = (
+        values[-1] / values[0]
+    )
+    per_attempt: dict[str, float] = {}
+    memory = ActionRunner(InMemoryLedger())
+    for attempts in (1, 4, 16):
+        median = await growth.timed(growth.attempts_step(memory, attempts), min(count, 300))
+        per_attempt[str(attempts)] = median / attempts * 1e6
+    results["InMemoryLedger us per attempt, by attempts per action"] = per_attempt
+    ratios["us per attempt at 16 attempts / at 1 attempt"] = per_attempt["16"] / per_attempt["1"]
+
+
+def run_suite_speed(quick: bool, results: dict[str, Any]) -> None:
+    """How fast the verification suite itself explores."""
+    results["stateful runner machine (memory)"] = suite_speed.stateful_steps_per_second(
+        10 if quick else 60
+    )
+    results["python -m models states per second"] = (
+        "skipped: the bounded exhaustive checker does not exist yet (issue 5)"
+    )
+
+
+async def run(args: argparse.Namespace) -> dict[str, Any]:
+    count = 300 if args.quick else 3000
+    results: dict[str, Any] = {}
+    ratios: dict[str, Any] = {}
+    await run_floors(count, results, ratios)
+    await run_postgres(count, 5 if args.quick else 20, results, ratios)
+    if "PostgreSQL" in results:  # no server: contention on SQLite only
+        await run_contention(count, None, results, ratios)
+    await run_growth(args.quick, count, results, ratios)
     return {"results": results, "ratios": ratios, "count": count}
+
+
+def _line(name: str, figures: Any) -> str:
+    if isinstance(figures, str):
+        return f"{name:<52} {figures}"
+    if "median_us" in figures:
+        return (
+            f"{name:<52} median {figures['median_us']:9.1f} us  p99 {figures['p99_us']:9.1f} us"
+            f"  {figures['per_second']:10.0f}/s"
+        )
+    return f"{name:<52} " + "  ".join(
+        f"{k}={v:.3g}" if isinstance(v, float) else f"{k}={v}" for k, v in figures.items()
+    )
 
 
 def main() -> None:
@@ -156,20 +319,15 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="fewer iterations (about a minute)")
     parser.add_argument("--json", metavar="FILE", help="also write the results as JSON")
     args = parser.parse_args()
-    count = 300 if args.quick else 3000
-    report = asyncio.run(run(count))
-    print(f"{count} actions per measurement\n")
+    report = asyncio.run(run(args))
+    # The state machines run their own event loops, so outside asyncio.run.
+    run_suite_speed(args.quick, report["results"])
+    print(f"{report['count']} actions per measurement\n")
     for name, figures in report["results"].items():
-        if isinstance(figures, str):
-            print(f"{name:<34} {figures}")
-        else:
-            print(
-                f"{name:<34} median {figures['median_us']:9.1f} us  p99 {figures['p99_us']:9.1f} us"
-                f"  {figures['per_second']:10.0f}/s"
-            )
+        print(_line(name, figures))
     print()
     for name, ratio in report["ratios"].items():
-        print(f"{name:<62} {ratio:6.2f}")
+        print(f"{name:<72} {ratio if isinstance(ratio, str) else f'{ratio:8.2f}'}")
     if args.json:
         Path(args.json).write_text(json.dumps(report, indent=2))
 

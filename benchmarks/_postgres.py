@@ -1,0 +1,144 @@
+"""PostgreSQL figures: PostgresLedger against a raw asyncpg loop and pgbench.
+
+The server is ``DATAOAD_BENCH_POSTGRES_DSN`` when set, otherwise a throwaway
+one started from the local binaries with fsync on (the durability the
+ledger's users get). Without either, every figure says why it is skipped.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import shutil
+import subprocess
+import tempfile
+import uuid
+from collections.abc import AsyncIterator, Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+from dataoad import ActionRunner, PostgresLedger
+from dataoad.testing._postgres_server import PostgresServer, PostgresUnavailableError
+
+BODY = '{"attempts":[{"number":1,"started_at":"2026-11-30T00:00:00+00:00"}]}'
+FLOOR_TABLE = """
+CREATE TABLE IF NOT EXISTS bench_floor (
+    id text PRIMARY KEY, name text NOT NULL, key text NOT NULL,
+    state text NOT NULL, version integer NOT NULL, body text NOT NULL,
+    UNIQUE (name, key)
+)
+"""
+CLAIM = (
+    "INSERT INTO bench_floor (id, name, key, state, version, body) VALUES ($1, 'charge', $2, "
+    "'PENDING', 1, $3) ON CONFLICT (name, key) DO NOTHING RETURNING id"
+)
+START = "UPDATE bench_floor SET version = 2, body = $2 WHERE id = $1 AND version = 1 RETURNING id"
+FINISH = (
+    "UPDATE bench_floor SET version = 3, state = 'COMPLETED', body = $2 WHERE id = $1 "
+    "AND version = 2 RETURNING id"
+)
+
+
+@contextlib.asynccontextmanager
+async def server() -> AsyncIterator[tuple[str | None, PostgresServer | None, str]]:
+    """(dsn, local server or None, why skipped)."""
+    if dsn := os.environ.get("DATAOAD_BENCH_POSTGRES_DSN"):
+        yield dsn, None, ""
+        return
+    try:
+        import asyncpg  # noqa: F401
+    except ImportError:
+        yield None, None, "skipped: asyncpg not installed (pip install 'dataoad[postgres]')"
+        return
+    try:
+        local = PostgresServer(durable=True).start()
+    except (PostgresUnavailableError, OSError) as exc:
+        yield None, None, f"skipped: no server ({exc})"
+        return
+    try:
+        yield local.dsn, local, ""
+    finally:
+        local.cleanup()
+
+
+async def raw_floor(dsn: str) -> tuple[Callable[[int], Awaitable[None]], Callable[[], Any]]:
+    """The three statements on one asyncpg connection, no Dataoad."""
+    import asyncpg
+
+    conn = await asyncpg.connect(dsn)
+    await conn.execute(FLOOR_TABLE)
+
+    async def step(n: int) -> None:
+        ident = uuid.uuid4().hex
+        await conn.fetch(CLAIM, ident, ident, BODY)
+        await conn.fetch(START, ident, BODY)
+        await conn.fetch(FINISH, ident, BODY)
+
+    return step, conn.close
+
+
+def pgbench_rate(local: PostgresServer | None, dsn: str, seconds: int, clients: int = 1) -> Any:
+    """Actions per second of pgbench running the same three statements, or a reason."""
+    found = shutil.which("pgbench")
+    binary = local.bindir / "pgbench" if local is not None else (Path(found) if found else None)
+    if binary is None or not binary.exists():
+        return "skipped: pgbench not found"
+    k = "'b' || :client_id || '-' || :k"
+    script = (
+        "\\set k random(1, 1000000000)\n"
+        + CLAIM.replace("$1", k).replace("$2", k).replace("$3", f"'{BODY}'")
+        + ";\n"
+        + START.replace("$1", k).replace("$2", f"'{BODY}'")
+        + ";\n"
+        + FINISH.replace("$1", k).replace("$2", f"'{BODY}'")
+        + ";\n"
+    )
+    with tempfile.NamedTemporaryFile("w", suffix=".sql", delete=False) as handle:
+        handle.write(script)
+    try:
+        done = subprocess.run(
+            [
+                str(binary),
+                "-n",
+                "-c",
+                str(clients),
+                "-j",
+                str(min(clients, 2)),
+                "-T",
+                str(seconds),
+                "-M",
+                "prepared",
+                "-f",
+                handle.name,
+                dsn,
+            ],
+            capture_output=True,
+            text=True,
+            check=False,
+            timeout=seconds + 60,
+        )
+    finally:
+        os.unlink(handle.name)
+    match = re.search(r"tps = ([0-9.]+)", done.stdout)
+    return float(match.group(1)) if match else f"skipped: pgbench failed: {done.stderr[-200:]}"
+
+
+async def ledger(dsn: str, **options: Any) -> PostgresLedger:
+    """A migrated PostgresLedger on a fresh table."""
+    table = f"bench_{uuid.uuid4().hex[:12]}"
+    created = PostgresLedger(dsn, table=table, **options)
+    await created.migrate()
+    return created
+
+
+def runner_step(runner: ActionRunner, prefix: str) -> Callable[[int], Awaitable[Any]]:
+    async def noop() -> None:
+        return None
+
+    async def step(n: int) -> Any:
+        return await runner.execute(
+            "charge", noop, request={"n": 1}, idempotency_key=f"{prefix}{n}"
+        )
+
+    return step
