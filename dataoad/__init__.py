@@ -16,6 +16,7 @@ from dataoad._errors import (
     IdempotencyConflictError,
     InvalidArgumentError,
     InvalidRequestError,
+    MissingExtraError,
     RecoveryRefusedError,
     ReservedMetadataError,
     ResultValueUnavailableError,
@@ -29,10 +30,11 @@ from dataoad._receipt import ActionReceipt, AttemptRecord
 from dataoad._result import ActionResult
 from dataoad._runner import ActionRunner
 from dataoad._status import ActionStatus, ClaimState, VerificationHealth
+from dataoad._tool import GuardedTool, ToolOutcome, describe_result, run_tool
 from dataoad._verification import VerificationResult, Verifier
 from dataoad._version import __version__
 from dataoad.ledgers.memory import InMemoryLedger
-from dataoad.ledgers.postgres import LedgerSchemaError, MissingExtraError, PostgresLedger
+from dataoad.ledgers.postgres import LedgerSchemaError, PostgresLedger
 from dataoad.ledgers.sqlite import LedgerFileError, SQLiteLedger
 
 __all__ = [
@@ -48,6 +50,11 @@ __all__ = [
     "ActionResult",
     "ActionReceipt",
     "AttemptRecord",
+    # agent tools
+    "GuardedTool",
+    "ToolOutcome",
+    "describe_result",
+    "run_tool",
     # verification
     "Verifier",
     "VerificationResult",

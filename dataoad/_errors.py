@@ -10,6 +10,7 @@ if TYPE_CHECKING:
     from dataoad._status import ActionStatus
 
 __all__ = [
+    "MissingExtraError",
     "ActionInProgressError",
     "ActionNotFoundError",
     "ActionPersistenceError",
@@ -159,6 +160,10 @@ class ActionPersistenceError(DataoadError):
             "observed_value": self.observed_value,
         }
         return (_rebuild, (type(self), self.args, state))
+
+
+class MissingExtraError(DataoadError, ImportError):
+    """An optional dependency is not installed; the message names the extra to install."""
 
 
 def _rebuild(cls: type[BaseException], args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:

@@ -35,7 +35,7 @@ from datetime import datetime
 from types import TracebackType
 from typing import Any, Final
 
-from dataoad._errors import DataoadError, InvalidArgumentError
+from dataoad._errors import DataoadError, InvalidArgumentError, MissingExtraError
 from dataoad._receipt import ActionReceipt
 from dataoad._status import ActionStatus, ClaimState
 from dataoad.ledgers._codec import COLUMNS, receipt_of, row_of
@@ -89,15 +89,10 @@ _NAME: Final = re.compile(r"[a-z_][a-z0-9_]{0,47}")
 _RETRYABLE_READ_ERRORS: Final = (OSError, ConnectionError, asyncio.TimeoutError)
 
 
-class MissingExtraError(DataoadError, ImportError):
-    """An optional dependency is not installed; the message names the extra."""
-
-
 class LedgerSchemaError(DataoadError):
     """The database has no ledger schema yet, or a newer one; nothing was changed."""
 
 
-MissingExtraError.__module__ = "dataoad"
 LedgerSchemaError.__module__ = "dataoad"
 
 

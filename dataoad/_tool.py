@@ -1,0 +1,211 @@
+"""What a language model should read after a guarded tool call.
+
+Framework adapters (``dataoad.integrations.*``) are thin: they call
+:func:`run_tool` and hand its :class:`ToolOutcome` message to the model.
+The message states the evidence plainly: CONFIRMED with the value, FAILED
+"did not happen", UNKNOWN "may have happened, do not call again, it will be
+verified", always with the action id a person can look up.
+
+The idempotency key must come from the business intent the caller declares
+(an order id, a ticket number in the tool's arguments), never from the
+framework's per-call tool-call id: a model that retries a timed-out call
+issues a *new* tool-call id for the *same* intent, and only a key derived
+from the intent makes that retry a replay instead of a second charge.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from dataoad._errors import (
+    ActionInProgressError,
+    ActionPersistenceError,
+    IdempotencyConflictError,
+)
+from dataoad._policy import RetryPolicy
+from dataoad._result import ActionResult
+from dataoad._runner import ActionRunner
+from dataoad._status import ActionStatus
+from dataoad._verification import AnyVerifier
+
+__all__ = ["GuardedTool", "ToolOutcome", "describe_result", "run_tool"]
+
+#: Longest rendering of a CONFIRMED value put in front of the model.
+MAX_VALUE_CHARS = 2000
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class ToolOutcome:
+    """A guarded tool call's outcome, and the message the model should read."""
+
+    #: CONFIRMED, FAILED or UNKNOWN, or IN_PROGRESS, CONFLICT, NOT_ATTEMPTED.
+    status: str
+    message: str
+    action_id: str | None
+    replayed: bool = False
+    #: The operation's return value, only for a fresh CONFIRMED result.
+    value: Any = None
+
+    def __str__(self) -> str:
+        return self.message
+
+
+def _render_value(value: Any) -> str:
+    try:
+        text = json.dumps(value, ensure_ascii=False, default=str)
+    except (TypeError, ValueError):
+        text = repr(value)
+    return text if len(text) <= MAX_VALUE_CHARS else text[: MAX_VALUE_CHARS - 1] + "\u2026"
+
+
+def describe_result(result: ActionResult[Any], action: str) -> ToolOutcome:
+    """The model-facing outcome of a finished ``execute`` (or replay)."""
+    receipt = result.receipt
+    ref = f"action id {receipt.action_id}"
+    if result.status is ActionStatus.CONFIRMED:
+        if result.replayed:
+            return ToolOutcome(
+                "CONFIRMED",
+                f"CONFIRMED: {action} already happened earlier ({ref}). This call did not "
+                "repeat it. Do not call again for the same request.",
+                receipt.action_id,
+                replayed=True,
+            )
+        value = result.value if result.value_available else None
+        shown = f" Result: {_render_value(value)}" if result.value_available else ""
+        return ToolOutcome(
+            "CONFIRMED",
+            f"CONFIRMED: {action} happened ({ref}).{shown}",
+            receipt.action_id,
+            value=value,
+        )
+    if result.status is ActionStatus.FAILED:
+        reason = f" Reason: {receipt.error}." if receipt.error else ""
+        return ToolOutcome(
+            "FAILED",
+            f"FAILED: {action} did not happen ({ref}).{reason} Nothing was changed, so a new "
+            "attempt is safe, but it needs a new request: repeating this same call returns "
+            "this same answer.",
+            receipt.action_id,
+            replayed=result.replayed,
+        )
+    return ToolOutcome(
+        "UNKNOWN",
+        f"UNKNOWN: {action} may have happened ({ref}); the provider did not confirm it. Do "
+        "NOT call this tool again for the same request: that could do it twice. It will be "
+        "verified read-only; tell the user the outcome is being checked.",
+        receipt.action_id,
+        replayed=result.replayed,
+    )
+
+
+def describe_error(exc: Exception, action: str) -> ToolOutcome:
+    """The model-facing outcome of a refusal: in progress, conflict, or not recorded."""
+    receipt = getattr(exc, "receipt", None)
+    action_id = None if receipt is None else receipt.action_id
+    ref = "" if action_id is None else f" (action id {action_id})"
+    if isinstance(exc, ActionInProgressError):
+        return ToolOutcome(
+            "IN_PROGRESS",
+            f"IN PROGRESS: {action} is already running for this request{ref}. Do NOT call "
+            "again; its outcome will be recorded and can be checked later.",
+            action_id,
+        )
+    if isinstance(exc, IdempotencyConflictError):
+        return ToolOutcome(
+            "CONFLICT",
+            f"CONFLICT: this request's key was already used for a different request{ref}. "
+            "Nothing was done. Check the arguments; do not reuse the key for another request.",
+            action_id,
+        )
+    if isinstance(exc, ActionPersistenceError) and exc.operation_invoked:
+        return ToolOutcome(
+            "UNKNOWN",
+            f"UNKNOWN: {action} was attempted but its outcome could not be recorded{ref}. Do "
+            "NOT call this tool again for the same request; an operator must check it.",
+            action_id,
+        )
+    if isinstance(exc, ActionPersistenceError):
+        return ToolOutcome(
+            "NOT_ATTEMPTED",
+            f"NOT ATTEMPTED: {action} was not run, because it could not be recorded safely"
+            f"{ref}. Nothing was changed; it may be tried again later.",
+            action_id,
+        )
+    raise exc
+
+
+async def run_tool(
+    runner: ActionRunner,
+    action_name: str,
+    operation: Callable[[], Any],
+    *,
+    request: dict[str, Any],
+    idempotency_key: str,
+    provider_reference: str | None = None,
+    verifier: AnyVerifier | None = None,
+    policy: RetryPolicy | None = None,
+    action: str | None = None,
+) -> ToolOutcome:
+    """``runner.execute`` for a tool call; every protocol outcome becomes a ToolOutcome.
+
+    Refusals the model can act on (in progress, conflict, not recorded) are
+    outcomes too; bad arguments (``InvalidArgumentError``) still raise,
+    because they are a programming error in the adapter, not news for the model.
+    """
+    label = action or action_name
+    try:
+        result = await runner.execute(
+            action_name,
+            operation,
+            request=request,
+            idempotency_key=idempotency_key,
+            provider_reference=provider_reference,
+            verifier=verifier,
+            policy=policy,
+        )
+    except (ActionInProgressError, IdempotencyConflictError, ActionPersistenceError) as exc:
+        return describe_error(exc, label)
+    return describe_result(result, label)
+
+
+@dataclasses.dataclass(frozen=True)
+class GuardedTool:
+    """How a tool's arguments map onto the runner: explicit callables, no inference.
+
+    ``idempotency_key`` and ``request`` (and ``provider_reference``) receive
+    the tool's keyword arguments. Framework adapters build on this.
+    """
+
+    runner: ActionRunner
+    action_name: str
+    idempotency_key: Callable[..., str]
+    request: Callable[..., dict[str, Any]]
+    provider_reference: Callable[..., str | None] | None = None
+    verifier: AnyVerifier | None = None
+    policy: RetryPolicy | None = None
+    action: str | None = None
+
+    async def call(self, fn: Callable[..., Any], arguments: Mapping[str, Any]) -> ToolOutcome:
+        """Run ``fn(**arguments)`` under the runner and describe the outcome."""
+        kwargs = dict(arguments)
+        return await run_tool(
+            self.runner,
+            self.action_name,
+            lambda: fn(**kwargs),
+            request=self.request(**kwargs),
+            idempotency_key=self.idempotency_key(**kwargs),
+            provider_reference=None
+            if self.provider_reference is None
+            else self.provider_reference(**kwargs),
+            verifier=self.verifier,
+            policy=self.policy,
+            action=self.action,
+        )
+
+
+for _public in (ToolOutcome, GuardedTool, describe_result, run_tool):
+    _public.__module__ = "dataoad"

@@ -1,0 +1,57 @@
+"""The shop every agent example uses: a payment provider whose answer gets lost.
+
+The first charge commits and then times out; the provider's lookup is down
+for the next two reads, so both the tool call and the model's retry end
+UNKNOWN. An operator's later read-only reconciliation settles it.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from dataoad import ActionRunner, GuardedTool, InMemoryLedger
+from dataoad.testing import ChargeFault, FakePaymentProvider, LookupFault, PaymentVerifier
+
+ORDER = {"order_id": "order-7", "amount_cents": 2500}
+
+provider = FakePaymentProvider(
+    charge_faults=[ChargeFault.TIMEOUT_AFTER_COMMIT],
+    lookup_faults=[LookupFault.UNAVAILABLE, LookupFault.UNAVAILABLE],
+)
+verifier = PaymentVerifier(provider)
+runner = ActionRunner(InMemoryLedger())
+
+
+async def charge_order(order_id: str, amount_cents: int) -> dict[str, Any]:
+    """Charge the customer of an order."""
+    charge = await provider.charge(
+        customer_id=f"cus_{order_id}", amount_cents=amount_cents, client_reference=order_id
+    )
+    return {"charge_id": charge.charge_id}
+
+
+#: How the tool's arguments map onto Dataoad. The key is the order id (the
+#: business intent), never the framework's per-call tool-call id.
+GUARD = GuardedTool(
+    runner,
+    "charge_order",
+    idempotency_key=lambda order_id, amount_cents: order_id,
+    request=lambda order_id, amount_cents: {"order_id": order_id, "amount_cents": amount_cents},
+    provider_reference=lambda order_id, amount_cents: order_id,
+    verifier=verifier,
+)
+
+
+def show(label: str, text: str) -> None:
+    """Print a tool result with its action id shortened, so the output is stable."""
+    print(f"{label}: {re.sub(r'[0-9a-f]{32}', '<action-id>', text)}")
+
+
+async def settle() -> None:
+    """What an operator (or a scheduled job) does later: verify read-only."""
+    receipt = await runner.ledger.find("charge_order", ORDER["order_id"])
+    assert receipt is not None
+    result = await runner.reconcile(receipt.action_id, verifier)
+    print(f"later, read-only verification: {result.status.value}")
+    print(f"charges at the provider: {len(provider.charges)}")

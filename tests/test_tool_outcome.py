@@ -1,0 +1,158 @@
+"""The framework-neutral tool layer: what the model reads for every outcome."""
+
+from __future__ import annotations
+
+import asyncio
+import subprocess
+import sys
+
+import pytest
+
+from dataoad import (
+    ActionRunner,
+    DefinitiveFailure,
+    InMemoryLedger,
+    InvalidArgumentError,
+    ToolOutcome,
+    run_tool,
+)
+from dataoad.testing import FaultyLedger, LedgerFault
+from tests.support import REQUEST
+
+
+async def ok() -> dict[str, str]:
+    return {"charge_id": "ch_1"}
+
+
+def call(runner: ActionRunner, operation: object, **kwargs: object) -> ToolOutcome:
+    options = {"request": REQUEST, "idempotency_key": "order-1", **kwargs}
+    return asyncio.run(run_tool(runner, "charge", operation, action="the charge", **options))  # type: ignore[arg-type]
+
+
+def test_confirmed_carries_the_value_then_replays_without_it() -> None:
+    runner = ActionRunner(InMemoryLedger())
+    first = call(runner, ok)
+    assert first.status == "CONFIRMED"
+    assert first.value == {"charge_id": "ch_1"}
+    assert first.message.startswith("CONFIRMED: the charge happened (action id ")
+    assert '"charge_id": "ch_1"' in first.message
+    again = call(runner, ok)
+    assert again.replayed
+    assert again.value is None
+    assert "already happened earlier" in again.message
+    assert again.action_id == first.action_id
+
+
+def test_failed_says_it_did_not_happen_and_how_to_retry() -> None:
+    async def declined() -> None:
+        raise DefinitiveFailure("card declined", retryable=False)
+
+    outcome = call(ActionRunner(InMemoryLedger()), declined)
+    assert outcome.status == "FAILED"
+    assert "did not happen" in outcome.message
+    assert "card declined" in outcome.message
+    assert "needs a new request" in outcome.message
+
+
+def test_unknown_says_do_not_call_again() -> None:
+    async def lost() -> None:
+        raise TimeoutError("response lost")
+
+    outcome = call(ActionRunner(InMemoryLedger()), lost)
+    assert outcome.status == "UNKNOWN"
+    assert "may have happened" in outcome.message
+    assert "Do NOT call this tool again" in outcome.message
+    assert outcome.action_id is not None
+    assert outcome.action_id in outcome.message
+
+
+def test_in_progress_and_conflict_are_outcomes_not_exceptions() -> None:
+    async def scenario() -> tuple[ToolOutcome, ToolOutcome]:
+        runner = ActionRunner(InMemoryLedger())
+        started, release = asyncio.Event(), asyncio.Event()
+
+        async def held() -> None:
+            started.set()
+            await release.wait()
+
+        holder = asyncio.create_task(
+            run_tool(runner, "charge", held, request=REQUEST, idempotency_key="k")
+        )
+        await started.wait()
+        busy = await run_tool(runner, "charge", ok, request=REQUEST, idempotency_key="k")
+        clash = await run_tool(runner, "charge", ok, request={"other": 1}, idempotency_key="k")
+        release.set()
+        await holder
+        return busy, clash
+
+    busy, clash = asyncio.run(scenario())
+    assert busy.status == "IN_PROGRESS"
+    assert "Do NOT call again" in busy.message
+    assert clash.status == "CONFLICT"
+    assert "Nothing was done" in clash.message
+
+
+def test_unrecorded_outcomes_say_whether_anything_ran() -> None:
+    before = FaultyLedger(InMemoryLedger())
+    before.inject("start_attempt", LedgerFault.FAIL_BEFORE_WRITE)
+    assert call(ActionRunner(before), ok).status == "NOT_ATTEMPTED"
+    after = FaultyLedger(InMemoryLedger())
+    after.inject("record", LedgerFault.FAIL_BEFORE_WRITE)
+    outcome = call(ActionRunner(after), ok)
+    assert outcome.status == "UNKNOWN"
+    assert "could not be recorded" in outcome.message
+
+
+def test_bad_arguments_still_raise() -> None:
+    with pytest.raises(InvalidArgumentError):
+        call(ActionRunner(InMemoryLedger()), ok, idempotency_key="")
+
+
+def test_positional_only_tools_are_refused() -> None:
+    from dataoad import GuardedTool
+    from dataoad.integrations._common import tool_function
+
+    def positional(order_id: str, /) -> None: ...
+
+    guard = GuardedTool(ActionRunner(InMemoryLedger()), "a", lambda **k: "k", lambda **k: {})
+    with pytest.raises(TypeError, match="keyword"):
+        tool_function(guard, positional)
+
+
+@pytest.mark.parametrize(
+    ("module", "framework", "extra"),
+    [
+        ("pydantic_ai", "pydantic_ai", "pydantic-ai"),
+        ("openai_agents", "agents", "openai-agents"),
+        ("langgraph", "langchain_core.tools", "langgraph"),
+        ("mcp", "mcp", "mcp"),
+    ],
+)
+def test_an_adapter_without_its_framework_names_the_extra(
+    module: str, framework: str, extra: str
+) -> None:
+    code = (
+        f"import sys; sys.modules[{framework!r}] = None\n"
+        "import dataoad\n"
+        "try:\n"
+        f"    import dataoad.integrations.{module}\n"
+        "except dataoad.MissingExtraError as exc:\n"
+        "    print(exc)\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=120
+    )
+    assert f"pip install 'dataoad[{extra}]'" in done.stdout
+
+
+def test_the_core_imports_no_framework() -> None:
+    code = (
+        "import sys, dataoad, dataoad.testing\n"
+        "loaded = [m for m in ('pydantic_ai', 'agents', 'langgraph', 'langchain_core', 'mcp')"
+        " if m in sys.modules]\n"
+        "print(loaded)\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=120
+    )
+    assert done.stdout.strip() == "[]"
