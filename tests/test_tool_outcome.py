@@ -126,6 +126,7 @@ def test_positional_only_tools_are_refused() -> None:
         ("openai_agents", "agents", "openai-agents"),
         ("langgraph", "langchain_core.tools", "langgraph"),
         ("mcp", "mcp", "mcp"),
+        ("otel", "opentelemetry.trace", "otel"),
     ],
 )
 def test_an_adapter_without_its_framework_names_the_extra(

@@ -1,0 +1,96 @@
+"""OpenTelemetry: one span per action, with statuses and no request contents."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from tests.agents.support import framework
+
+framework("opentelemetry.sdk", "otel")
+
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import (
+    InMemorySpanExporter,
+)
+
+from dataoad import ActionInProgressError, InMemoryLedger
+from dataoad.integrations.otel import TracedActionRunner
+from tests.support import confirmed
+
+SECRET_REQUEST = {"card_number": "4242424242424242", "amount_cents": 2500}
+
+
+@pytest.fixture
+def spans() -> tuple[InMemorySpanExporter, TracerProvider]:
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    return exporter, provider
+
+
+def test_one_span_per_action_with_outcome_attributes(spans: tuple) -> None:
+    exporter, provider = spans
+    runner = TracedActionRunner(InMemoryLedger(), tracer=provider.get_tracer("test"))
+
+    async def lost() -> None:
+        raise TimeoutError("response lost")
+
+    async def scenario() -> None:
+        first = await runner.execute(
+            "charge",
+            lost,
+            request=SECRET_REQUEST,
+            idempotency_key="order-1",
+            provider_reference="order-1",
+        )
+        await runner.execute(
+            "charge",
+            lost,
+            request=SECRET_REQUEST,
+            idempotency_key="order-1",
+            provider_reference="order-1",
+        )
+        await runner.reconcile(first.receipt.action_id, lambda receipt: confirmed(ref="order-1"))
+
+    asyncio.run(scenario())
+    execute, replay, reconcile = exporter.get_finished_spans()
+    assert execute.name == "dataoad.execute charge"
+    assert execute.attributes["dataoad.final_status"] == "UNKNOWN"
+    assert execute.attributes["dataoad.attempts"] == 1
+    assert execute.attributes["dataoad.replayed"] is False
+    assert replay.attributes["dataoad.replayed"] is True
+    assert reconcile.name == "dataoad.reconcile"
+    assert reconcile.attributes["dataoad.final_status"] == "CONFIRMED"
+    for span in (execute, replay, reconcile):
+        text = repr(dict(span.attributes)) + repr(span.events)
+        assert "4242" not in text
+        assert "card_number" not in text
+
+
+def test_a_refusal_marks_the_span_with_its_outcome(spans: tuple) -> None:
+    exporter, provider = spans
+    runner = TracedActionRunner(InMemoryLedger(), tracer=provider.get_tracer("test"))
+
+    async def scenario() -> None:
+        started, release = asyncio.Event(), asyncio.Event()
+
+        async def held() -> None:
+            started.set()
+            await release.wait()
+
+        holder = asyncio.create_task(
+            runner.execute("charge", held, request=SECRET_REQUEST, idempotency_key="k")
+        )
+        await started.wait()
+        with pytest.raises(ActionInProgressError):
+            await runner.execute("charge", held, request=SECRET_REQUEST, idempotency_key="k")
+        release.set()
+        await holder
+
+    asyncio.run(scenario())
+    refused = next(s for s in exporter.get_finished_spans() if "dataoad.outcome" in s.attributes)
+    assert refused.attributes["dataoad.outcome"] == "ActionInProgressError"
+    assert refused.status.status_code.name == "ERROR"
