@@ -39,3 +39,25 @@ def stateful_steps_per_second(examples: int) -> dict[str, Any]:
     )
     seconds = time.perf_counter() - began
     return {"examples": examples, "steps": steps, "seconds": seconds, "per_second": steps / seconds}
+
+
+def exhaustive_states_per_second() -> dict[str, Any]:
+    """``python -m models``'s first default-bound scenario: states and steps per second."""
+    from models.__main__ import BOUNDS
+    from models.explore import explore
+    from models.real_runner import RealRunnerRun, quiet_hypothesis
+
+    name, plans, faults, crashes = BOUNDS["default"][0]
+    with quiet_hypothesis():
+        result = explore(
+            name,
+            lambda: RealRunnerRun(plans, fault_budget=faults, crashes=crashes),
+            depth=40,
+        )
+    return {
+        "scenario": name,
+        "states": result.states,
+        "seconds": result.seconds,
+        "states_per_second": result.states / result.seconds,
+        "steps_per_second": result.steps / result.seconds,
+    }
