@@ -56,6 +56,22 @@ BOUNDS: dict[str, list[tuple[str, list[ContenderPlan], int, int]]] = {
             1,
             1,
         ),
+        (
+            "1 contender, retrying policy, 3 faults",
+            [P("order-1", policy=RETRYING, with_verifier=False)],
+            3,
+            0,
+        ),
+        (
+            "3 contenders, 1 key, the same request written three ways",
+            [
+                P("order-1"),
+                P("order-1", form="keys reversed"),
+                P("order-1", form="amount as float"),
+            ],
+            0,
+            0,
+        ),
         # The largest, last: a planted bug is usually found before it.
         ("3 contenders, 2 keys", [P("order-1"), P("order-2"), P("order-1")], 1, 0),
     ],
@@ -119,6 +135,12 @@ def report(results: Sequence[ExplorationResult]) -> bool:
 OUT_OF_REACH = {
     "non-atomic-claim": "the race is inside one ledger call; the scheduler gates between calls",
     "first-writer-wins-merge": "losing an observation is judged by the merge machine's model",
+    "latest-observation-wins": "losing an observation is judged by the merge machine's model",
+    "memory-record-ignores-version": "a ledger-level bug: the ledger machine compares with the model",
+    "memory-starts-attempts-on-completed-claims": "a ledger-level bug (the ledger machine)",
+    "memory-claim-always-created": "a ledger-level bug (the ledger machine)",
+    "sqlite-claim-replaces-unstarted": "a SQLite bug; this explorer runs InMemoryLedger",
+    "sqlite-releases-started-claims": "a SQLite bug; this explorer runs InMemoryLedger",
 }
 
 

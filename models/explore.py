@@ -35,6 +35,7 @@ class ContenderPlan:
     policy: str = "default"  # default | retry-failed | retry-unknown (escape hatch)
     with_verifier: bool = True
     wait: str = "no wait"  # how long a duplicate waits for the claim holder (virtual time)
+    form: str = "as built"  # how the request is written: as built, keys reversed, amount as float
 
     def __str__(self) -> str:
         if self.kind != "execute":

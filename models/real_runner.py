@@ -112,6 +112,7 @@ class RealRunnerRun:
                     policy=plan.policy,
                     with_verifier=plan.with_verifier,
                     wait=plan.wait,
+                    form=plan.form,
                 )
             else:
                 m.start_operator(plan.key, plan.kind)

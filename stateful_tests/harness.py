@@ -129,6 +129,7 @@ class Contender:
     durable_attempts_at_call: list[tuple[int, str | None]] = dataclasses.field(default_factory=list)
     action_id: str | None = None
     waited: bool = False  # saw the claim held by another caller and waited
+    amount: int = 0  # what the request asks for (the rest is the key)
 
     def __repr__(self) -> str:
         where = "finished" if self.finished else f"parked at {self.parked_at}"

@@ -359,6 +359,37 @@ def clean_success_is_confirmed(m: RunnerMachineBase) -> None:
             )
 
 
+def _made_the_claim(c: Any) -> bool:
+    """Whether the contender's action id is its own claim (not one it was refused by)."""
+    outcome = c.outcome
+    if isinstance(outcome, ActionInProgressError | IdempotencyConflictError):
+        return False
+    return not (isinstance(outcome, ActionResult) and outcome.replayed)
+
+
+@progress
+def equal_requests_never_conflict(m: RunnerMachineBase) -> None:
+    """A duplicate whose request and reference equal the claim's is a replay or in progress, never a conflict, however the request is written."""
+    for c in m.contenders_list:
+        if not c.finished or not isinstance(c.outcome, IdempotencyConflictError):
+            continue
+        holder_id = c.outcome.receipt.action_id if c.outcome.receipt is not None else None
+        for other in m.contenders_list:
+            if (
+                other.kind == "execute"
+                and other.action_id == holder_id
+                and _made_the_claim(other)
+                and other.amount == c.amount
+                and other.reference == c.reference
+            ):
+                raise fail(
+                    equal_requests_never_conflict,
+                    f"contender {c.name} got a conflict for {c.key} although contender "
+                    f"{other.name}'s claim is for the same request (amount {c.amount}, "
+                    f"reference {c.reference})",
+                )
+
+
 @progress
 def retryable_failure_is_retried(m: RunnerMachineBase) -> None:
     """A definitive retryable failure is retried when the policy allows it and attempts remain."""

@@ -20,7 +20,14 @@ import pytest
 import dataoad._evidence as evidence_module
 import dataoad._policy as policy_module
 import dataoad._runner as runner_module
-from dataoad import ActionReceipt, ActionRunner, ActionStatus, InMemoryLedger, VerificationHealth
+from dataoad import (
+    ActionReceipt,
+    ActionRunner,
+    ActionStatus,
+    InMemoryLedger,
+    SQLiteLedger,
+    VerificationHealth,
+)
 from dataoad._verification import VerificationResult
 
 
@@ -246,6 +253,176 @@ def _release_started_claim(mp: pytest.MonkeyPatch) -> dict[str, Any]:
     return {"ledger_class": ReleasesStartedClaimsLedger, "runner_class": ReleaseCheckSkippingRunner}
 
 
+# -- more runner, policy, verification, merge and canonicalisation bugs --------------------
+
+
+def _retries_beyond_max_attempts(mp: pytest.MonkeyPatch) -> dict[str, Any]:
+    real = policy_module.decide_retry
+
+    def buggy(status: ActionStatus, **kw: Any) -> bool:
+        # The attempt budget is forgotten: as if every policy had one more attempt.
+        return bool(real(status, **{**kw, "max_attempts": kw["max_attempts"] + 1}))
+
+    mp.setattr(policy_module, "decide_retry", buggy)
+    return {}
+
+
+def _retries_definitive_declines(mp: pytest.MonkeyPatch) -> dict[str, Any]:
+    real = policy_module.decide_retry
+
+    def buggy(status: ActionStatus, **kw: Any) -> bool:
+        return bool(real(status, **{**kw, "failure_is_retryable": True}))
+
+    mp.setattr(policy_module, "decide_retry", buggy)
+    return {}
+
+
+def _accepts_degraded_evidence(mp: pytest.MonkeyPatch) -> dict[str, Any]:
+    real = runner_module.classify_verification
+
+    def buggy(result: Any, provider_reference: str | None) -> ActionStatus:
+        if (
+            isinstance(result, VerificationResult)
+            and result.health is not VerificationHealth.HEALTHY
+        ):
+            result = dataclasses.replace(result, health=VerificationHealth.HEALTHY)
+        return real(result, provider_reference)
+
+    mp.setattr(runner_module, "classify_verification", buggy)
+    return {}
+
+
+def _latest_observation_wins(mp: pytest.MonkeyPatch) -> dict[str, Any]:
+    def buggy(statuses: Any) -> tuple[ActionStatus | None, bool]:
+        statuses = list(statuses)
+        decisive = [s for s in statuses if s is not ActionStatus.UNKNOWN]
+        if decisive:
+            return decisive[-1], False
+        return (ActionStatus.UNKNOWN if statuses else None), False
+
+    mp.setattr(evidence_module, "merge_observations", buggy)
+    return {}
+
+
+def _hash_depends_on_key_order(mp: pytest.MonkeyPatch) -> dict[str, Any]:
+    import hashlib
+    import json
+
+    def buggy(request: Any) -> str:
+        text = json.dumps(request, separators=(",", ":"))  # insertion order, no RFC 8785
+        return hashlib.sha256(text.encode()).hexdigest()
+
+    mp.setattr(runner_module, "request_hash", buggy)
+    return {}
+
+
+def _hash_tells_int_from_float(mp: pytest.MonkeyPatch) -> dict[str, Any]:
+    import hashlib
+
+    real = runner_module.request_hash
+
+    def buggy(request: Any) -> str:
+        kinds = "".join(sorted(f"{k}:{type(v).__name__}" for k, v in request.items()))
+        return hashlib.sha256((real(request) + kinds).encode()).hexdigest()
+
+    mp.setattr(runner_module, "request_hash", buggy)
+    return {}
+
+
+class InvokesForAnInProgressClaim(ActionRunner):
+    """Treats a claim held by another caller as abandoned and runs the operation anyway."""
+
+    async def execute(self, action_name: str, operation: Any, **kwargs: Any) -> Any:
+        try:
+            return await super().execute(action_name, operation, **kwargs)
+        except runner_module.ActionInProgressError as exc:
+            receipt = exc.receipt
+            if receipt is None:
+                raise
+            await operation()
+            return runner_module.ActionResult(receipt, replayed=True)
+
+
+class StartReadBackAcceptsAnyReceipt(ActionRunner):
+    """After an attempt-start write raises, continues if the claim merely still exists."""
+
+    async def _start_attempt(self, proposed: ActionReceipt, *, previous: ActionReceipt) -> Any:
+        try:
+            if await self._ledger.start_attempt(proposed):
+                return proposed
+        except Exception:
+            if await self._ledger.get(proposed.action_id) is not None:  # not "== proposed"
+                return proposed
+        return await super()._start_attempt(proposed, previous=previous)
+
+
+def _start_read_back_accepts_any_receipt(mp: pytest.MonkeyPatch) -> dict[str, Any]:
+    return {"runner_class": StartReadBackAcceptsAnyReceipt}
+
+
+class ClaimAlwaysCreatedLedger(InMemoryLedger):
+    """Reports every claim as newly created, even when it returns the existing one."""
+
+    async def claim(self, receipt: ActionReceipt) -> tuple[ActionReceipt, bool]:
+        stored, _ = await super().claim(receipt)
+        return stored, True
+
+
+def _invokes_for_in_progress_claim(mp: pytest.MonkeyPatch) -> dict[str, Any]:
+    return {"runner_class": InvokesForAnInProgressClaim}
+
+
+# -- more ledger bugs ----------------------------------------------------------------------
+
+
+class VersionBlindRecordLedger(InMemoryLedger):
+    """Applies a completion whatever version is stored: a stale writer wins."""
+
+    async def record(self, receipt: ActionReceipt) -> bool:
+        stored = self._by_id.get(receipt.action_id)
+        if stored is None:
+            return False
+        with self._lock:
+            self._by_id[receipt.action_id] = receipt
+        return True
+
+
+class StartsAttemptsOnCompletedClaims(InMemoryLedger):
+    """Starts an attempt on any claim with the right version, completed or not."""
+
+    async def start_attempt(self, receipt: ActionReceipt) -> bool:
+        stored = self._by_id.get(receipt.action_id)
+        if stored is None or stored.version != receipt.version - 1:
+            return False
+        with self._lock:
+            self._by_id[receipt.action_id] = receipt
+        return True
+
+
+class ReplacingClaimSQLiteLedger(SQLiteLedger):
+    """``INSERT OR REPLACE``: a second claim of a key overwrites the first."""
+
+    async def claim(self, receipt: ActionReceipt) -> tuple[ActionReceipt, bool]:
+        existing = await self.find(receipt.action_name, receipt.idempotency_key)
+        if existing is not None and existing.attempts > 0:
+            return existing, False
+        if existing is not None:
+            await self._write("DELETE FROM receipts WHERE action_id = ?", (existing.action_id,))
+        return await super().claim(receipt)
+
+
+class ReleasesStartedSQLiteLedger(SQLiteLedger):
+    """Releases a claim at the right version even after its attempt started."""
+
+    async def release(self, action_id: str, version: int) -> bool:
+        deleted = await self._write(
+            "DELETE FROM receipts WHERE action_id = ? AND version = ? AND claim_state = 'PENDING' "
+            "RETURNING action_id",
+            (action_id, version),
+        )
+        return bool(deleted)
+
+
 def names(*invariants: str) -> frozenset[str]:
     return frozenset(invariants)
 
@@ -318,7 +495,7 @@ PLANTED_BUGS = [
         "take-over-after-waiting",
         "a duplicate whose wait runs out while the holder's attempt is unsettled",
         "runner",
-        names("no-second-mutation-of-a-claim-by-anyone"),
+        names("no-second-mutation-of-a-claim-by-anyone", "invocation-counted-before-call"),
         _take_over_after_waiting,
     ),
     PlantedBug(
@@ -327,6 +504,109 @@ PLANTED_BUGS = [
         "runner",
         names("returned-receipts-are-durable"),
         _accept_unproven_completion,
+    ),
+    PlantedBug(
+        "retries-beyond-max-attempts",
+        "retryable rejections until the policy's attempts run out",
+        "runner",
+        names("invocations-bounded-by-policy"),
+        _retries_beyond_max_attempts,
+    ),
+    PlantedBug(
+        "retries-definitive-declines",
+        "a decline (definitive, not retryable) under a policy that retries FAILED",
+        "runner",
+        names("no-second-mutation-after-unknown", "no-second-mutation-of-a-claim-by-anyone"),
+        _retries_definitive_declines,
+    ),
+    PlantedBug(
+        "accepts-degraded-evidence",
+        "a degraded read claiming the opposite of the world",
+        "runner",
+        names(
+            "confirmed-requires-the-effect",
+            "failed-requires-no-effect-now-or-later",
+            "unknown-evidence-never-erased",
+        ),
+        _accepts_degraded_evidence,
+    ),
+    PlantedBug(
+        "latest-observation-wins",
+        "two reconcilers observing opposite answers",
+        "merge",
+        names("merge-is-order-independent", "every-observation-is-kept"),
+        _latest_observation_wins,
+    ),
+    PlantedBug(
+        "hash-depends-on-key-order",
+        "a duplicate whose request lists its keys in another order",
+        "runner",
+        names("equal-requests-never-conflict"),
+        _hash_depends_on_key_order,
+    ),
+    PlantedBug(
+        "hash-tells-int-from-float",
+        "a duplicate whose amount is written as a float",
+        "runner",
+        names("equal-requests-never-conflict"),
+        _hash_tells_int_from_float,
+    ),
+    PlantedBug(
+        "invokes-for-in-progress-claim",
+        "a duplicate arriving while the first contender's attempt is unsettled",
+        "runner",
+        names(
+            "invocations-bounded-by-policy",
+            "no-second-mutation-of-a-claim-by-anyone",
+            "invocation-counted-before-call",
+        ),
+        _invokes_for_in_progress_claim,
+    ),
+    PlantedBug(
+        "start-read-back-accepts-any-receipt",
+        "an attempt-start write that fails before storage",
+        "runner",
+        names("invocation-counted-before-call"),
+        _start_read_back_accepts_any_receipt,
+    ),
+    PlantedBug(
+        "memory-claim-always-created",
+        "a second claim of a taken key",
+        "ledger",
+        names("backends-agree-with-the-model", "one-winner-per-key"),
+        lambda mp: {"memory_class": ClaimAlwaysCreatedLedger},
+    ),
+    PlantedBug(
+        "memory-record-ignores-version",
+        "a completion written with a stale version",
+        "ledger",
+        names("backends-agree-with-the-model", "backends-hold-identical-receipts"),
+        lambda mp: {"memory_class": VersionBlindRecordLedger},
+    ),
+    PlantedBug(
+        "memory-starts-attempts-on-completed-claims",
+        "an attempt start proposed on a completed claim",
+        "ledger",
+        names("backends-agree-with-the-model", "backends-hold-identical-receipts"),
+        lambda mp: {"memory_class": StartsAttemptsOnCompletedClaims},
+    ),
+    PlantedBug(
+        "sqlite-claim-replaces-unstarted",
+        "a second claim of a key whose first claim has not started",
+        "ledger",
+        names(
+            "backends-agree-with-the-model",
+            "backends-hold-identical-receipts",
+            "one-winner-per-key",
+        ),
+        lambda mp: {"sqlite_class": ReplacingClaimSQLiteLedger},
+    ),
+    PlantedBug(
+        "sqlite-releases-started-claims",
+        "a release at the current version of a claim whose attempt started",
+        "ledger",
+        names("backends-agree-with-the-model", "backends-hold-identical-receipts"),
+        lambda mp: {"sqlite_class": ReleasesStartedSQLiteLedger},
     ),
     PlantedBug(
         "never-retries",

@@ -210,6 +210,7 @@ class RunnerMachineBase(RuleBasedStateMachine):
         policy=st.sampled_from(sorted(POLICIES)),
         with_verifier=st.booleans(),
         wait=st.sampled_from(["no wait", "no wait", "wait 0 s", "wait 0.02 s", "wait 1 s"]),
+        form=st.sampled_from(["as built", "as built", "keys reversed", "amount as float"]),
     )
     def start_execute(
         self,
@@ -219,6 +220,7 @@ class RunnerMachineBase(RuleBasedStateMachine):
         policy: str,
         with_verifier: bool,
         wait: str,
+        form: str = "as built",
     ) -> None:
         name = NAMES[len(self.contenders_list)]
         reference = f"ref-{key}" + ("-alt" if alternate_reference else "")
@@ -230,12 +232,20 @@ class RunnerMachineBase(RuleBasedStateMachine):
             policy=POLICIES[policy],
             with_verifier=with_verifier,
             escape_hatch=POLICIES[policy].retry_on_unknown,
+            amount=amount,
         )
         self.history.add(
             f"contender {name}",
             f"execute {key} (amount {amount}, reference {reference}, policy {policy}, "
-            f"{'with' if with_verifier else 'no'} verifier, {wait} for a claim holder)",
+            f"{'with' if with_verifier else 'no'} verifier, {wait} for a claim holder, "
+            f"request {form})",
         )
+        # The same request written differently must hash the same (RFC 8785).
+        request: dict[str, Any] = {"key": key, "amount": amount}
+        if form == "keys reversed":
+            request = {"amount": amount, "key": key}
+        elif form == "amount as float":
+            request = {"key": key, "amount": float(amount)}
         client = self.new_client()
         runner = self.runner_class(
             GatedLedger(client, self.scheduler, self.released_ids), policy=POLICIES[policy]
@@ -249,7 +259,7 @@ class RunnerMachineBase(RuleBasedStateMachine):
                 return await runner.execute(
                     ACTION,
                     lambda: self.provider.charge(ACTION, key, reference),
-                    request={"key": key, "amount": amount},
+                    request=request,
                     idempotency_key=key,
                     provider_reference=reference,
                     verifier=self.verifier if with_verifier else None,

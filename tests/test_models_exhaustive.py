@@ -33,6 +33,13 @@ TRIGGER = {
     "take-over-after-waiting": "a duplicate that waits for the claim holder",
     "accept-unproven-completion": "2 contenders, 1 key",
     "never-retries": "2 contenders, 1 key, retrying policy and no verifier",
+    "retries-beyond-max-attempts": "1 contender, retrying policy, 3 faults",
+    "retries-definitive-declines": "2 contenders, 1 key, retrying policy and no verifier",
+    "accepts-degraded-evidence": "2 contenders, 1 key",
+    "hash-depends-on-key-order": "3 contenders, 1 key, the same request written three ways",
+    "hash-tells-int-from-float": "3 contenders, 1 key, the same request written three ways",
+    "invokes-for-in-progress-claim": "2 contenders, 1 key",
+    "start-read-back-accepts-any-receipt": "2 contenders, 1 key",
 }
 
 
