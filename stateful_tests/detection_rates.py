@@ -35,7 +35,9 @@ def one_seed(bug: PlantedBug, n: int) -> tuple[bool, float, int]:
     with planted(bug) as overrides:
         cls = seed(n)(machine(bug, overrides))
         try:
-            run_state_machine_as_test(cls, settings=settings(ci, print_blob=False))
+            run_state_machine_as_test(
+                cls, settings=settings(ci, print_blob=False, report_multiple_bugs=False)
+            )
         except InvariantViolation as violation:
             return True, time.monotonic() - started, len(STEP.findall(str(violation)))
     return False, time.monotonic() - started, 0

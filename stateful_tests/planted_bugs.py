@@ -453,7 +453,12 @@ PLANTED_BUGS = [
         "absence-without-retry-safe-is-failed",
         "a stale healthy absence after a commit-then-timeout",
         "runner",
-        names("failed-requires-no-effect-now-or-later", "unknown-evidence-never-erased"),
+        # Under a retrying policy the wrong FAILED also licenses a second invocation.
+        names(
+            "failed-requires-no-effect-now-or-later",
+            "unknown-evidence-never-erased",
+            "no-second-mutation-after-unknown",
+        ),
         _absence_without_retry_safe_is_failed,
     ),
     PlantedBug(
