@@ -3,9 +3,10 @@
 Every scenario below is explored completely: every interleaving of its
 contenders, every placement of up to ``fault budget`` faults (each provider
 fault, ledger fault and verifier answer, at every gate), and up to one
-crash at every point, on the real ActionRunner with InMemoryLedger through
-the deterministic scheduler of the state machines. Exit 0 when nothing is
-violated, 1 with the trace otherwise.
+crash at every point: first on the abstract protocol (``models.abstract``,
+the design itself), then on the real ActionRunner with InMemoryLedger
+through the deterministic scheduler of the state machines. Exit 0 when
+nothing is violated, 1 with the trace otherwise.
 
     python -m models                   # the default bound (the test suite runs it)
     python -m models --bound large     # two faults per run, more scenarios
@@ -115,6 +116,23 @@ def run_real(
     return results
 
 
+def run_abstract(bound: str, depth: int = 40) -> list[ExplorationResult]:
+    """Explore every scenario of ``bound`` on the abstract protocol (``models.abstract``)."""
+    from models.abstract import AbstractRun
+
+    results = []
+    for name, plans, faults, crashes in BOUNDS[bound]:
+        result = explore(
+            f"abstract protocol: {name}, {faults} fault(s), {crashes} crash(es)",
+            lambda plans=plans, faults=faults, crashes=crashes: AbstractRun(plans, faults, crashes),
+            depth=depth,
+        )
+        results.append(result)
+        if result.violation is not None:
+            break
+    return results
+
+
 def report(results: Sequence[ExplorationResult]) -> bool:
     """Print each exploration; True when none found a violation."""
     for r in results:
@@ -182,8 +200,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.planted:
         return planted(args.planted)
     started = time.monotonic()
-    results = run_real(args.bound)
+    results = run_abstract(args.bound)
     ok = report(results)
+    if ok:
+        real = run_real(args.bound)
+        ok = report(real)
+        results += real
     print(
         f"\ntotal: {sum(r.states for r in results)} distinct states, "
         f"{sum(r.schedules for r in results)} schedules, {sum(r.steps for r in results)} steps "

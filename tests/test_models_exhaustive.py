@@ -11,6 +11,7 @@ import re
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -103,3 +104,58 @@ def test_planted_mode_reports_each_bug() -> None:
     assert done.returncode == 0, done.stdout  # found, as it must be
     assert "never-retries" in done.stdout
     assert "found as retryable-failure-is-retried" in done.stdout
+
+
+def _abstract(bound_scenario: str) -> Any:
+    from models.abstract import AbstractRun
+
+    _, plans, faults, crashes = next(s for s in BOUNDS["default"] if s[0] == bound_scenario)
+    return explore(bound_scenario, lambda: AbstractRun(plans, faults, crashes), depth=40)
+
+
+def test_the_abstract_protocol_is_clean_at_the_default_bound() -> None:
+    for name, *_ in BOUNDS["default"]:
+        result = _abstract(name)
+        assert result.violation is None, result.violation
+        assert result.states > 0
+
+
+@pytest.mark.parametrize(
+    ("broken_rule", "scenario", "expected"),
+    [
+        (
+            "retry without retry-safe evidence",
+            "2 contenders, 1 key, retrying policy and no verifier",
+            "no-second-mutation-after-unknown",
+        ),
+        (
+            "a degraded verifier's word taken",
+            "2 contenders, 1 key",
+            "receipts-state-only-permitted-outcomes",
+        ),
+    ],
+)
+def test_the_abstract_explorer_finds_a_broken_protocol_rule(
+    monkeypatch: pytest.MonkeyPatch, broken_rule: str, scenario: str, expected: str
+) -> None:
+    import models.abstract as abstract
+    from models.protocol import CONFIRMED, FAILED, UNKNOWN
+
+    if broken_rule == "retry without retry-safe evidence":
+
+        def careless(status: str, **kw: Any) -> bool:
+            return kw["attempts"] < kw["max_attempts"] and status in (FAILED, UNKNOWN)
+
+        monkeypatch.setattr(abstract, "retry_allowed", careless)
+    else:
+
+        def credulous(evidence: Any) -> str:
+            if evidence is None or not evidence.bound:
+                return UNKNOWN
+            return CONFIRMED if evidence.claim == CONFIRMED else FAILED
+
+        monkeypatch.setattr(abstract, "classify_verification", credulous)
+    result = _abstract(scenario)
+    assert result.violation is not None
+    assert result.violation.name == expected
+    assert result.violation.trace
