@@ -7,6 +7,7 @@ import dataclasses
 import datetime
 import enum
 import uuid
+import warnings
 from typing import Any
 
 import pytest
@@ -17,6 +18,7 @@ from dataoad import (
     InvalidArgumentError,
     InvalidRequestError,
     ReservedMetadataError,
+    RetryPolicy,
 )
 from tests.support import CountingOperation
 
@@ -230,3 +232,11 @@ def test_bad_input_leaves_existing_receipts_untouched() -> None:
 def test_ledger_must_implement_the_protocol() -> None:
     with pytest.raises(InvalidArgumentError, match="Ledger protocol"):
         ActionRunner(object())  # type: ignore[arg-type]
+
+
+def test_the_escape_hatch_warning_points_at_the_caller() -> None:
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        RetryPolicy(max_attempts=2, retry_on_unknown=True)
+    [warning] = caught
+    assert warning.filename == __file__

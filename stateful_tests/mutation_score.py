@@ -1,0 +1,115 @@
+"""``python -m stateful_tests.mutation_score``: the mutation score of the safety-critical code.
+
+Runs mutmut on a copy of the checkout (so ``mutants/`` never lands in the
+tree) over the given modules, with the unit and stateful tests that cover
+them, then prints the raw score, the score after triage, and every
+surviving mutant. A survivor listed in ``mutation_equivalents.txt`` (one
+line each: the mutant's name, a tab, why it cannot change a safety-relevant
+behaviour) is triaged; any other survivor makes the exit status 1.
+
+    python -m stateful_tests.mutation_score                       # policy and evidence rules
+    python -m stateful_tests.mutation_score --modules dataoad/_runner.py   # hours
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+EQUIVALENTS = Path(__file__).with_name("mutation_equivalents.txt")
+DEFAULT_MODULES = ["dataoad/_policy.py", "dataoad/_evidence.py"]
+TESTS = [
+    "tests/test_retry_and_aggregation.py",
+    "tests/test_rule_gaps.py",
+    "tests/test_mutation_kills.py",
+    "tests/test_recovery_and_merge.py",
+    "tests/test_execution_evidence.py",
+    "tests/test_idempotency.py",
+    "tests/test_persistence_faults.py",
+    "tests/test_ledger_contract.py",
+    "stateful_tests/test_runner_machine.py::TestRunnerMachineMemory",
+    "stateful_tests/test_merge_machine.py::TestMergeMachineMemory",
+    "stateful_tests/test_ledger_machine.py",
+]
+
+
+def config(modules: list[str]) -> str:
+    quoted = ", ".join(f'"{m}"' for m in modules)
+    tests = ", ".join(f'"{t}"' for t in TESTS)
+    return (
+        "\n[tool.mutmut]\n"
+        'source_paths = ["dataoad/"]\n'
+        f"only_mutate = [{quoted}]\n"
+        'also_copy = ["stateful_tests/", "models/", "conftest.py", "examples/", "fault_scenarios/"]\n'
+        'pytest_add_cli_args = ["-p", "no:cacheprovider", "-x", "-q"]\n'
+        f"pytest_add_cli_args_test_selection = [{tests}]\n"
+    )
+
+
+def reviewed() -> dict[str, str]:
+    if not EQUIVALENTS.exists():
+        return {}
+    lines = [
+        line for line in EQUIVALENTS.read_text().splitlines() if line and not line.startswith("#")
+    ]
+    return dict(line.split("\t", 1) for line in lines)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(prog="python -m stateful_tests.mutation_score")
+    parser.add_argument("--modules", nargs="+", default=DEFAULT_MODULES)
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory(prefix="dataoad-mutation-") as folder:
+        copy = Path(folder) / "repo"
+        shutil.copytree(
+            ROOT, copy, ignore=shutil.ignore_patterns(".git", "mutants", ".hypothesis", "*.pyc")
+        )
+        with (copy / "pyproject.toml").open("a") as handle:
+            handle.write(config(args.modules))
+        env = {**os.environ, "HYPOTHESIS_PROFILE": "dev"}
+        run = subprocess.run(
+            ["mutmut", "run"], cwd=copy, env=env, check=False, capture_output=True, text=True
+        )
+        if run.returncode != 0:
+            print(f"mutmut run failed:\n{run.stdout[-2000:]}{run.stderr[-2000:]}", file=sys.stderr)
+            return 2
+        results = subprocess.run(
+            ["mutmut", "results", "--all", "true"],
+            cwd=copy,
+            env=env,
+            check=False,
+            capture_output=True,
+            text=True,
+        ).stdout
+    statuses = dict(re.findall(r"^\s*(\S+): (\w[\w ]*)$", results, re.M))
+    total = len(statuses)
+    survivors = sorted(name for name, status in statuses.items() if status == "survived")
+    killed = total - len(survivors)
+    known = reviewed()
+    triaged = [s for s in survivors if s in known]
+    open_ = [s for s in survivors if s not in known]
+    if not total:
+        print("mutmut produced no results", file=sys.stderr)
+        return 2
+    print(f"modules: {', '.join(args.modules)}")
+    print(f"mutants: {total}, killed: {killed}, survived: {len(survivors)}")
+    print(f"raw score: {killed / total:.1%}")
+    print(
+        f"after triage ({len(triaged)} reviewed as equivalent): {(killed + len(triaged)) / total:.1%}"
+    )
+    for name in triaged:
+        print(f"  equivalent  {name}: {known[name]}")
+    for name in open_:
+        print(f"  SURVIVED    {name}")
+    return 1 if open_ else 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
