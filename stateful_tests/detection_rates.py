@@ -40,6 +40,8 @@ def one_seed(bug: PlantedBug, n: int) -> tuple[bool, float, int]:
             )
         except InvariantViolation as violation:
             return True, time.monotonic() - started, len(STEP.findall(str(violation)))
+        except Exception as exc:  # for example Hypothesis's flakiness report: not a find
+            print(f"  {bug.name}, seed {n}: {type(exc).__name__}", flush=True)
     return False, time.monotonic() - started, 0
 
 
