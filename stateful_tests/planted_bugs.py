@@ -399,16 +399,13 @@ class StartsAttemptsOnCompletedClaims(InMemoryLedger):
         return True
 
 
-class ReplacingClaimSQLiteLedger(SQLiteLedger):
-    """``INSERT OR REPLACE``: a second claim of a key overwrites the first."""
+class ReopeningSQLiteLedger(SQLiteLedger):
+    """Its record() lost the guard against moving a COMPLETED claim back to PENDING."""
 
-    async def claim(self, receipt: ActionReceipt) -> tuple[ActionReceipt, bool]:
-        existing = await self.find(receipt.action_name, receipt.idempotency_key)
-        if existing is not None and existing.attempts > 0:
-            return existing, False
-        if existing is not None:
-            await self._write("DELETE FROM receipts WHERE action_id = ?", (existing.action_id,))
-        return await super().claim(receipt)
+    async def record(self, receipt: ActionReceipt) -> bool:
+        if len(receipt.attempt_records) != receipt.attempts:
+            return False
+        return await self._update(receipt, "attempts = ?", (receipt.attempts,))
 
 
 class ReleasesStartedSQLiteLedger(SQLiteLedger):
@@ -596,15 +593,11 @@ PLANTED_BUGS = [
         lambda mp: {"memory_class": StartsAttemptsOnCompletedClaims},
     ),
     PlantedBug(
-        "sqlite-claim-replaces-unstarted",
-        "a second claim of a key whose first claim has not started",
+        "sqlite-record-reopens-completed-claims",
+        "a record that moves a completed claim back to PENDING",
         "ledger",
-        names(
-            "backends-agree-with-the-model",
-            "backends-hold-identical-receipts",
-            "one-winner-per-key",
-        ),
-        lambda mp: {"sqlite_class": ReplacingClaimSQLiteLedger},
+        names("backends-agree-with-the-model", "backends-hold-identical-receipts"),
+        lambda mp: {"sqlite_class": ReopeningSQLiteLedger},
     ),
     PlantedBug(
         "sqlite-releases-started-claims",
