@@ -238,6 +238,22 @@ class LedgerContract:
 
         self._run(check)
 
+    def test_start_attempt_stores_only_a_consistent_pending_proposal(self) -> None:
+        """The proposed receipt itself must be PENDING, with one record per attempt."""
+
+        async def check(ledger: Ledger, extra: list[Ledger]) -> None:
+            claim = make_receipt()
+            await ledger.claim(claim)
+            proposed = started(claim)
+            closing = proposed.evolve(claim_state=ClaimState.COMPLETED)
+            assert await ledger.start_attempt(closing) is False, "a COMPLETED proposal started"
+            missing_record = proposed.evolve(attempt_records=())
+            assert await ledger.start_attempt(missing_record) is False, "attempts without records"
+            assert await ledger.get(claim.action_id) == claim, "a refused start wrote something"
+            assert await ledger.start_attempt(proposed) is True
+
+        self._run(check)
+
     def test_one_winner_among_concurrent_attempt_starts(self) -> None:
         """Racing starts from the same version: exactly one succeeds."""
 
