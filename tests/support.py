@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import Any, NoReturn
 
 from dataoad import DefinitiveFailure, VerificationHealth, VerificationResult
 
@@ -115,12 +115,22 @@ __all__ = [
 ]
 
 
-def postgres_dsn() -> str:
-    """The test PostgreSQL server's DSN; skips the test without one, fails it under CI=true."""
+def unavailable(reason: str, *, module_level: bool = False) -> NoReturn:
+    """Skip for want of a service or extra on a developer machine; fail under CI=true.
+
+    CI must never pass by skipping what it was set up to run.
+    """
     import os
 
     import pytest
 
+    if os.environ.get("CI", "").lower() in ("1", "true", "yes"):
+        pytest.fail(f"CI=true and {reason}")
+    pytest.skip(reason, allow_module_level=module_level)
+
+
+def postgres_dsn() -> str:
+    """The test PostgreSQL server's DSN; skips the test without one, fails it under CI=true."""
     from dataoad.testing._postgres_server import PostgresUnavailableError, shared_test_dsn
 
     try:
@@ -128,9 +138,7 @@ def postgres_dsn() -> str:
 
         return shared_test_dsn()
     except (ImportError, PostgresUnavailableError) as exc:
-        if os.environ.get("CI", "").lower() in ("1", "true", "yes"):
-            pytest.fail(f"CI=true and PostgreSQL is unavailable: {exc}")
-        pytest.skip(f"PostgreSQL unavailable: {exc}")
+        unavailable(f"PostgreSQL unavailable: {exc}")
 
 
 def unique_table() -> str:

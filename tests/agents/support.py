@@ -8,14 +8,12 @@ model's retry both end UNKNOWN. A later read-only reconciliation settles it.
 from __future__ import annotations
 
 import importlib
-import os
 from types import ModuleType
 from typing import Any
 
-import pytest
-
 from dataoad import ActionRunner, GuardedTool, InMemoryLedger
 from dataoad.testing import ChargeFault, FakePaymentProvider, LookupFault, PaymentVerifier
+from tests.support import unavailable
 
 ARGS = {"order_id": "order-7", "amount_cents": 2500}
 
@@ -64,6 +62,4 @@ def framework(module: str, extra: str) -> ModuleType:
     try:
         return importlib.import_module(module)
     except ImportError:
-        if os.environ.get("CI", "").lower() in ("1", "true", "yes"):
-            raise
-        pytest.skip(f"the {extra} extra is not installed", allow_module_level=True)
+        unavailable(f"the {extra} extra is not installed", module_level=True)
