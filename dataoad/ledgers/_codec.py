@@ -17,6 +17,7 @@ from dataoad._status import ActionStatus, ClaimState
 
 __all__ = [
     "COLUMNS",
+    "listing_query",
     "attempts_from",
     "attempts_json",
     "json_text",
@@ -157,3 +158,38 @@ def receipt_of(row: Sequence[Any], time: Callable[[Any], datetime] = _same) -> A
         created_at=time(row[16]),
         updated_at=time(row[17]),
     )
+
+
+def listing_query(
+    select: str,
+    placeholder: Callable[[int], str],
+    *,
+    final_status: ActionStatus | None,
+    pending: bool | None,
+    action_name: str | None,
+    since: Any,
+    limit: int | None,
+) -> tuple[str, list[Any]]:
+    """The SQL and parameters of a filtered receipts listing, oldest first.
+
+    ``placeholder(n)`` writes the n-th parameter (``?`` or ``$n``); ``since``
+    is already encoded the way the backend stores ``created_at``.
+    """
+    conditions = [
+        ("final_status", None if final_status is None else final_status.value, "="),
+        ("claim_state", None if pending is None else ("PENDING" if pending else "COMPLETED"), "="),
+        ("action_name", action_name, "="),
+        ("created_at", since, ">="),
+    ]
+    clauses: list[str] = []
+    params: list[Any] = []
+    for column, value, operator in conditions:
+        if value is not None:
+            params.append(value)
+            clauses.append(f"{column} {operator} {placeholder(len(params))}")
+    sql = select + (f" WHERE {' AND '.join(clauses)}" if clauses else "")
+    sql += " ORDER BY created_at, action_id"
+    if limit is not None:
+        params.append(int(limit))
+        sql += f" LIMIT {placeholder(len(params))}"
+    return sql, params

@@ -38,7 +38,7 @@ from typing import Any, Final
 from dataoad._errors import DataoadError, InvalidArgumentError, MissingExtraError
 from dataoad._receipt import ActionReceipt
 from dataoad._status import ActionStatus, ClaimState
-from dataoad.ledgers._codec import COLUMNS, receipt_of, row_of
+from dataoad.ledgers._codec import COLUMNS, listing_query, receipt_of, row_of
 
 __all__ = ["SCHEMA_VERSION", "LedgerSchemaError", "MissingExtraError", "PostgresLedger"]
 
@@ -424,26 +424,15 @@ class PostgresLedger:
         limit: int | None = None,
     ) -> list[ActionReceipt]:
         """Stored receipts, oldest first, optionally filtered (``since``: created at or after)."""
-        clauses: list[str] = []
-        params: list[Any] = []
-
-        def where(clause: str, value: Any) -> None:
-            params.append(value)
-            clauses.append(clause.format(f"${len(params)}"))
-
-        if final_status is not None:
-            where("final_status = {}", final_status.value)
-        if pending is not None:
-            where("claim_state = {}", "PENDING" if pending else "COMPLETED")
-        if action_name is not None:
-            where("action_name = {}", action_name)
-        if since is not None:
-            where("created_at >= {}", since)
-        sql = self._sql_select + (f" WHERE {' AND '.join(clauses)}" if clauses else "")
-        sql += " ORDER BY created_at, action_id"
-        if limit is not None:
-            params.append(int(limit))
-            sql += f" LIMIT ${len(params)}"
+        sql, params = listing_query(
+            self._sql_select,
+            lambda n: f"${n}",
+            final_status=final_status,
+            pending=pending,
+            action_name=action_name,
+            since=since,
+            limit=limit,
+        )
         return [receipt_of(row) for row in await self._read(sql, *params)]
 
 

@@ -40,7 +40,7 @@ import aiosqlite
 from dataoad._errors import DataoadError, InvalidArgumentError
 from dataoad._receipt import ActionReceipt
 from dataoad._status import ActionStatus, ClaimState
-from dataoad.ledgers._codec import COLUMNS, receipt_of, row_of
+from dataoad.ledgers._codec import COLUMNS, listing_query, receipt_of, row_of
 
 __all__ = ["SCHEMA_VERSION", "LedgerFileError", "SQLiteLedger"]
 
@@ -476,26 +476,16 @@ class SQLiteLedger:
         limit: int | None = None,
     ) -> list[ActionReceipt]:
         """Stored receipts, oldest first, optionally filtered (``since``: created at or after)."""
-        clauses: list[str] = []
-        params: list[Any] = []
-        if final_status is not None:
-            clauses.append("final_status = ?")
-            params.append(final_status.value)
-        if pending is not None:
-            clauses.append("claim_state = ?")
-            params.append("PENDING" if pending else "COMPLETED")
-        if action_name is not None:
-            clauses.append("action_name = ?")
-            params.append(action_name)
-        if since is not None:
+        sql, params = listing_query(
+            _SELECT,
+            lambda n: "?",
+            final_status=final_status,
+            pending=pending,
+            action_name=action_name,
             # Stored times are UTC ISO 8601 text, which sorts like the times.
-            clauses.append("created_at >= ?")
-            params.append(since.astimezone(UTC).isoformat())
-        sql = _SELECT + (f" WHERE {' AND '.join(clauses)}" if clauses else "")
-        sql += " ORDER BY created_at, action_id"
-        if limit is not None:
-            sql += " LIMIT ?"
-            params.append(int(limit))
+            since=None if since is None else since.astimezone(UTC).isoformat(),
+            limit=limit,
+        )
         return [_receipt_of(row) for row in await self._read(sql, params)]
 
 
