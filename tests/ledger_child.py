@@ -137,6 +137,30 @@ async def crash(db: Path, effects: Path, point: str) -> None:
     raise SystemExit("the crash point was never reached")
 
 
+def contend_in_processes(spec: str, effects: Path, keys: int, processes: int) -> list[Any]:
+    """Parent side: run ``processes`` children of ``contend`` at once; their JSON summaries."""
+    import subprocess
+
+    root = Path(__file__).resolve().parents[1]
+    command = [sys.executable, "-m", "tests.ledger_child", "contend", spec, str(effects)]
+    children = [
+        subprocess.Popen(
+            [*command, str(keys), str(seed)],
+            cwd=root,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for seed in range(processes)
+    ]
+    summaries = []
+    for child in children:
+        out, err = child.communicate(timeout=600)
+        assert child.returncode == 0, err
+        summaries.append(json.loads(out))
+    return summaries
+
+
 def main(argv: list[str]) -> None:
     mode, spec, effects = argv[0], argv[1], Path(argv[2])
     if mode == "contend":

@@ -3,13 +3,11 @@
 from __future__ import annotations
 
 import asyncio
-import json
-import subprocess
-import sys
 import time
 from pathlib import Path
 
 from dataoad import ActionStatus, ClaimState
+from tests.ledger_child import contend_in_processes
 from tests.support import PostgresTestTable
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -21,23 +19,8 @@ def test_eight_processes_contending_for_the_same_keys(tmp_path: Path) -> None:
     effects = tmp_path / "effects.log"
     asyncio.run(table.create())
     spec = f"{table.dsn}#{table.table}"
-    command = [sys.executable, "-m", "tests.ledger_child", "contend", spec, str(effects)]
     started = time.monotonic()
-    children = [
-        subprocess.Popen(
-            [*command, str(keys), str(seed)],
-            cwd=ROOT,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
-        for seed in range(processes)
-    ]
-    summaries = []
-    for child in children:
-        out, err = child.communicate(timeout=600)
-        assert child.returncode == 0, err
-        summaries.append(json.loads(out))
+    summaries = contend_in_processes(spec, effects, keys, processes)
     elapsed = time.monotonic() - started
     calls = keys * processes
     print(

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
-import json
 import os
 import sqlite3
 import stat
@@ -27,7 +26,7 @@ from dataoad import (
 )
 from dataoad.ledgers.sqlite import APPLICATION_ID, MIGRATIONS, SCHEMA_VERSION, _row_of
 from dataoad.testing import make_receipt
-from tests.ledger_child import CRASH_POINTS
+from tests.ledger_child import CRASH_POINTS, contend_in_processes
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -300,30 +299,7 @@ def test_processes_contending_for_the_same_keys(tmp_path: Path) -> None:
             await ledger.find("act", "none")
 
     run(create())
-    children = [
-        subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "tests.ledger_child",
-                "contend",
-                str(db),
-                str(effects),
-                str(keys),
-                str(seed),
-            ],
-            cwd=ROOT,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
-        for seed in range(processes)
-    ]
-    summaries = []
-    for child in children:
-        out, err = child.communicate(timeout=600)
-        assert child.returncode == 0, err
-        summaries.append(json.loads(out))
+    summaries = contend_in_processes(str(db), effects, keys, processes)
     lines = effects.read_text().split()
     # Exactly one effect per key: one winner each, and nothing invoked twice.
     assert sorted(lines) == sorted(f"k{n}" for n in range(keys))
