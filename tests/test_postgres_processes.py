@@ -10,8 +10,6 @@ from dataoad import ActionStatus, ClaimState
 from tests.ledger_child import contend_in_processes
 from tests.support import PostgresTestTable
 
-ROOT = Path(__file__).resolve().parents[1]
-
 
 def test_eight_processes_contending_for_the_same_keys(tmp_path: Path) -> None:
     table = PostgresTestTable()
