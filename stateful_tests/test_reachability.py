@@ -41,7 +41,7 @@ def required() -> set[tuple[str, str]]:
 
 
 #: Rounds of the profile's examples allowed before a pair counts as unreachable.
-ROUNDS = 4
+ROUNDS = 8
 
 
 def test_every_fault_at_every_gate_and_every_verifier_answer_is_reached() -> None:

@@ -72,7 +72,15 @@ POLICIES = {
 }
 
 #: How long a duplicate waits for the claim holder (virtual seconds; see VirtualClock).
-WAITS = {"no wait": None, "wait 0 s": 0.0, "wait 0.02 s": 0.02, "wait 1 s": 1.0}
+#: "wait 3 s" gives the holder about 17 looks at the claim to settle in, so
+#: the duplicate's wait often ends in a replay rather than running out.
+WAITS = {
+    "no wait": None,
+    "wait 0 s": 0.0,
+    "wait 0.02 s": 0.02,
+    "wait 1 s": 1.0,
+    "wait 3 s": 3.0,
+}
 
 
 class VirtualClock:
@@ -99,6 +107,9 @@ class VirtualClock:
 # Unfaulted calls are weighted up so that runs make progress between faults.
 LEDGER_DECISIONS = st.sampled_from([LedgerFault.NONE] * 10 + list(LedgerFault)[1:])
 READ_DECISIONS = st.sampled_from([LedgerFault.NONE] * 12 + [LedgerFault.FAIL_BEFORE_WRITE])
+# A waiting duplicate looks at the claim many times; faulting each look as
+# often as a single read would end nearly every long wait in a read error.
+WAITING_READ_DECISIONS = st.sampled_from([LedgerFault.NONE] * 40 + [LedgerFault.FAIL_BEFORE_WRITE])
 # Releases are rare operator actions; when one happens, fault it often.
 RELEASE_DECISIONS = st.sampled_from([LedgerFault.NONE] * 2 + list(LedgerFault)[1:])
 PROVIDER_DECISIONS = st.sampled_from(list(ProviderFault))
@@ -107,7 +118,9 @@ VERIFIER_DECISIONS = st.sampled_from([VerifierAnswer.TRUTHFUL] * 3 + list(Verifi
 MAX_CRASHES = 2
 
 
-def _decisions_for(gate: str) -> st.SearchStrategy[Any]:
+def _decisions_for(gate: str, contender: Contender) -> st.SearchStrategy[Any]:
+    if gate in ("ledger.get", "ledger.find") and contender.waited:
+        return WAITING_READ_DECISIONS
     if gate == "provider.charge":
         return PROVIDER_DECISIONS
     if gate == "verifier.verify":
@@ -209,7 +222,7 @@ class RunnerMachineBase(RuleBasedStateMachine):
         alternate_reference=st.booleans(),
         policy=st.sampled_from(sorted(POLICIES)),
         with_verifier=st.booleans(),
-        wait=st.sampled_from(["no wait", "no wait", "wait 0 s", "wait 0.02 s", "wait 1 s"]),
+        wait=st.sampled_from(["no wait", "no wait", *list(WAITS)[1:]]),
         form=st.sampled_from(["as built", "as built", "keys reversed", "amount as float"]),
     )
     def start_execute(
@@ -337,7 +350,7 @@ class RunnerMachineBase(RuleBasedStateMachine):
             gate = c.parked_at
             if gate is None or c.finished:
                 break
-            decision = data.draw(_decisions_for(gate), label=f"{c.name} at {gate}")
+            decision = data.draw(_decisions_for(gate, c), label=f"{c.name} at {gate}")
             event(f"{gate}: {decision.value}")
             if gate.startswith("ledger."):
                 REACHED[(gate, decision.name)] += 1
