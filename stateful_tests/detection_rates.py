@@ -1,21 +1,26 @@
 """``python -m stateful_tests.detection_rates``: how reliably each planted bug is found.
 
 For every planted bug, run its machine under the ``ci`` profile with fresh
-seeds (10 by default) and report how many seeds found it, and the median
-time and number of steps to the first shrunk counterexample. Shrinking is
-capped like in ``test_planted_bugs.py``. ``--markdown`` prints the table for
+seeds (10 by default) and report how many seeds found it; the median time to
+the first counterexample (the first failing run, before any shrinking, machine
+set-up included); and the median time to, and number of steps in, the shrunk
+counterexample Hypothesis reports. Shrinking is capped like in
+``test_planted_bugs.py``. ``--markdown`` prints the table for
 ``stateful_tests/README.md``.
 """
 
 from __future__ import annotations
 
 import argparse
+import math
 import re
 import statistics
 import time
-from typing import Any
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any, NamedTuple
 
-from hypothesis import seed, settings
+from hypothesis import Phase, seed, settings
 from hypothesis.internal.conjecture import engine
 from hypothesis.stateful import run_state_machine_as_test
 
@@ -28,27 +33,81 @@ from stateful_tests.test_planted_bugs import SHRINK_SECONDS, machine
 STEP = re.compile(r"^\s*\d+\. ", re.M)
 
 
-def one_seed(bug: PlantedBug, n: int) -> tuple[bool, float, int]:
-    """(found, seconds, steps in the shrunk trace) for one seed."""
+class Run(NamedTuple):
+    """One seed's search for one planted bug."""
+
+    found: bool
+    first_seconds: float  # to the first failing run, before shrinking
+    shrunk_seconds: float  # to the reported, shrunk counterexample
+    steps: int  # numbered steps in the shrunk counterexample
+
+
+@contextmanager
+def first_violation_clock() -> Iterator[list[float]]:
+    """Record when each property violation is raised (the first one is the find)."""
+    stamps: list[float] = []
+    original = InvariantViolation.__init__
+
+    def stamped(self: InvariantViolation, name: str, detail: str) -> None:
+        stamps.append(time.monotonic())
+        original(self, name, detail)
+
+    InvariantViolation.__init__ = stamped  # type: ignore[method-assign]
+    try:
+        yield stamps
+    finally:
+        InvariantViolation.__init__ = original  # type: ignore[method-assign]
+
+
+def ledgers(bug: PlantedBug, backend: str) -> str:
+    """The ledgers the bug's machine drives."""
+    if bug.machine == "ledger":
+        return "memory+sqlite"
+    return backend if bug.machine == "runner" else "memory"
+
+
+def one_seed(
+    bug: PlantedBug, n: int, backend: str, max_examples: int | None = None, shrink: bool = True
+) -> Run:
+    """Search for ``bug`` with seed ``n`` under the ci profile."""
     ci = settings.get_profile("ci")
+    if max_examples is not None:
+        ci = settings(ci, max_examples=max_examples)
+    if not shrink:
+        ci = settings(ci, phases=[p for p in Phase if p is not Phase.shrink])
     started = time.monotonic()
-    with planted(bug) as overrides:
-        cls = seed(n)(machine(bug, overrides))
+    with planted(bug) as overrides, first_violation_clock() as stamps:
+        cls = seed(n)(machine(bug, overrides, backend))
         try:
             run_state_machine_as_test(
                 cls, settings=settings(ci, print_blob=False, report_multiple_bugs=False)
             )
         except InvariantViolation as violation:
-            return True, time.monotonic() - started, len(STEP.findall(str(violation)))
+            now = time.monotonic()
+            return Run(True, stamps[0] - started, now - started, len(STEP.findall(str(violation))))
         except Exception as exc:  # for example Hypothesis's flakiness report: not a find
             print(f"  {bug.name}, seed {n}: {type(exc).__name__}", flush=True)
-    return False, time.monotonic() - started, 0
+    return Run(False, math.nan, time.monotonic() - started, 0)
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(prog="python -m stateful_tests.detection_rates")
     parser.add_argument("--seeds", type=int, default=10)
     parser.add_argument("--bugs", nargs="*", help="planted bug names (default: all)")
+    parser.add_argument(
+        "--backend",
+        choices=["memory", "sqlite"],
+        default="memory",
+        help="the ledger under the runner machine (the ledger machine runs both)",
+    )
+    parser.add_argument(
+        "--max-examples", type=int, help="override the ci profile's budget (for experiments)"
+    )
+    parser.add_argument(
+        "--no-shrink",
+        action="store_true",
+        help="stop at the first counterexample (detection only; steps are then unshrunk)",
+    )
     parser.add_argument("--markdown", action="store_true")
     args = parser.parse_args()
     engine.MAX_SHRINKING_SECONDS = SHRINK_SECONDS  # type: ignore[attr-defined]
@@ -57,21 +116,36 @@ def main() -> None:
         for bug in PLANTED_BUGS:
             if args.bugs and bug.name not in args.bugs:
                 continue
-            runs = [one_seed(bug, n) for n in range(args.seeds)]
-            found = [r for r in runs if r[0]]
-            median_s = statistics.median(r[1] for r in found) if found else float("nan")
-            median_steps = statistics.median(r[2] for r in found) if found else float("nan")
-            rows.append((bug.name, bug.machine, len(found), args.seeds, median_s, median_steps))
+            runs = [
+                one_seed(bug, n, args.backend, args.max_examples, not args.no_shrink)
+                for n in range(args.seeds)
+            ]
+            found = [r for r in runs if r.found]
+
+            def median(values: list[float]) -> float:
+                return statistics.median(values) if values else math.nan
+
+            first = median([r.first_seconds for r in found])
+            shrunk = median([r.shrunk_seconds for r in found])
+            steps = median([r.steps for r in found])
+            rows.append(
+                (bug.name, ledgers(bug, args.backend), len(found), args.seeds, first, shrunk, steps)
+            )
             print(
-                f"{bug.name:<44} {bug.machine:<7} found {len(found):>2}/{args.seeds}  "
-                f"median {median_s:5.1f} s, {median_steps:4.0f} steps",
+                f"{bug.name:<44} {ledgers(bug, args.backend):<13} found {len(found):>2}/{args.seeds}  "
+                f"median first {first:5.2f} s, shrunk {shrunk:5.1f} s, {steps:4.0f} steps",
                 flush=True,
             )
     if args.markdown:
-        print("\n| planted bug | machine | found | median time | median steps |")
-        print("| --- | --- | ---: | ---: | ---: |")
-        for name, kind, hits, total, secs, steps in rows:
-            print(f"| `{name}` | {kind} | {hits}/{total} | {secs:.1f} s | {steps:.0f} |")
+        print(
+            "\n| planted bug | ledger | found | median to first | median to shrunk | median steps |"
+        )
+        print("| --- | --- | ---: | ---: | ---: | ---: |")
+        for name, backend, hits, total, first, shrunk, steps in rows:
+            print(
+                f"| `{name}` | {backend} | {hits}/{total} | {first:.2f} s | {shrunk:.1f} s "
+                f"| {steps:.0f} |"
+            )
 
 
 if __name__ == "__main__":

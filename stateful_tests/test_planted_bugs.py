@@ -45,9 +45,13 @@ def _bounded_shrinking(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     return
 
 
-def machine(bug: PlantedBug, overrides: dict[str, object]) -> type:
+def machine(bug: PlantedBug, overrides: dict[str, object], backend: str = "memory") -> type:
+    """The machine that hunts ``bug``; runner bugs on ``backend``'s ledger.
+
+    The ledger machine always runs every embedded backend side by side.
+    """
     if bug.machine == "runner":
-        return machine_for("memory", **overrides)
+        return machine_for(backend, **overrides)
     base = LedgerMachineBase if bug.machine == "ledger" else MergeMachineBase
     return type(f"{base.__name__}_{bug.name}", (base,), dict(overrides))
 
