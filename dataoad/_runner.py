@@ -557,7 +557,8 @@ class ActionRunner:
             records[-1] = dataclasses.replace(finished, retry_decision="retry" if retry else "stop")
             if retry:
                 if status is ActionStatus.UNKNOWN:
-                    warnings.warn(UNKNOWN_RETRY_WARNING, RuntimeWarning, stacklevel=2)
+                    # Point at the caller of execute (via _execute_once).
+                    warnings.warn(UNKNOWN_RETRY_WARNING, RuntimeWarning, stacklevel=4)
                 transition(
                     "retrying",
                     durable,

@@ -34,10 +34,26 @@ TESTS = [
     "tests/test_idempotency.py",
     "tests/test_persistence_faults.py",
     "tests/test_ledger_contract.py",
+    "tests/test_sqlite_ledger.py",
+    "tests/test_in_memory_ledger.py",
+    "tests/test_input_validation.py",
+    "tests/test_storable_text.py",
+    "tests/test_storage_hygiene.py",
+    "tests/test_wait_in_progress.py",
+    "tests/test_operation_counts.py",
+    "tests/test_cancellation.py",
+    "tests/test_logging.py",
+    "tests/test_guard.py",
+    "tests/test_runner_failure_details.py",
     "stateful_tests/test_runner_machine.py::TestRunnerMachineMemory",
     "stateful_tests/test_merge_machine.py::TestMergeMachineMemory",
     "stateful_tests/test_ledger_machine.py",
 ]
+
+
+#: Tests that cannot run under mutmut. This one drops root privileges in a
+#: child process, which then cannot read mutmut's own modules under /root.
+DESELECTED = ["tests/test_sqlite_ledger.py::test_a_read_only_file_surfaces_as_persistence_error"]
 
 
 def config(modules: list[str]) -> str:
@@ -48,7 +64,9 @@ def config(modules: list[str]) -> str:
         'source_paths = ["dataoad/"]\n'
         f"only_mutate = [{quoted}]\n"
         'also_copy = ["stateful_tests/", "models/", "conftest.py", "examples/", "fault_scenarios/"]\n'
-        'pytest_add_cli_args = ["-p", "no:cacheprovider", "-x", "-q"]\n'
+        'pytest_add_cli_args = ["-p", "no:cacheprovider", "-x", "-q"'
+        + "".join(f', "--deselect", "{t}"' for t in DESELECTED)
+        + "]\n"
         f"pytest_add_cli_args_test_selection = [{tests}]\n"
     )
 
@@ -65,9 +83,17 @@ def reviewed() -> dict[str, str]:
 def main() -> int:
     parser = argparse.ArgumentParser(prog="python -m stateful_tests.mutation_score")
     parser.add_argument("--modules", nargs="+", default=DEFAULT_MODULES)
+    parser.add_argument(
+        "--keep",
+        type=Path,
+        metavar="DIR",
+        help="work in DIR and keep it, so `mutmut show NAME` can be run there afterwards",
+    )
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="dataoad-mutation-") as folder:
-        copy = Path(folder) / "repo"
+        copy = args.keep.resolve() if args.keep else Path(folder) / "repo"
+        if copy.exists():
+            shutil.rmtree(copy)
         shutil.copytree(
             ROOT, copy, ignore=shutil.ignore_patterns(".git", "mutants", ".hypothesis", "*.pyc")
         )

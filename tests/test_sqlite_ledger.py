@@ -390,3 +390,64 @@ def test_sigkill_at_each_protocol_point_leaves_a_safe_state(tmp_path: Path, poin
     assert (effects.read_text().split() if effects.exists() else []) == effects_before
     expected_effects = [] if point in ("after_claim", "after_attempt_start") else ["order-1"]
     assert effects_before == expected_effects
+
+
+def test_the_receipts_listing_applies_every_filter(tmp_path: Path) -> None:
+    from datetime import UTC, datetime, timedelta, timezone
+
+    from dataoad import ActionStatus, DefinitiveFailure
+    from dataoad.testing import FaultyLedger, LedgerFault
+
+    async def scenario() -> None:
+        async with SQLiteLedger(tmp_path / "l.sqlite3") as ledger:
+            runner = ActionRunner(ledger)
+
+            def decline() -> None:
+                raise DefinitiveFailure("declined")
+
+            ok = await runner.execute("charge", lambda: 1, request={}, idempotency_key="a")
+            failed = await runner.execute("charge", decline, request={}, idempotency_key="b")
+            faulty = FaultyLedger(ledger)
+            faulty.inject("record", LedgerFault.FAIL_BEFORE_WRITE)
+            with pytest.raises(ActionPersistenceError):
+                await ActionRunner(faulty).execute(
+                    "refund", lambda: 1, request={}, idempotency_key="c"
+                )
+            ids = lambda receipts: [r.idempotency_key for r in receipts]  # noqa: E731
+            assert ids(await ledger.receipts()) == ["a", "b", "c"]
+            assert ids(await ledger.receipts(final_status=ActionStatus.FAILED)) == ["b"]
+            assert ids(await ledger.receipts(pending=True)) == ["c"]
+            assert ids(await ledger.receipts(pending=False)) == ["a", "b"]
+            assert ids(await ledger.receipts(action_name="refund")) == ["c"]
+            assert ids(await ledger.receipts(limit=2)) == ["a", "b"]
+            # "since" is compared as a time, whatever the caller's time zone.
+            since = failed.receipt.created_at.astimezone(timezone(timedelta(hours=-5)))
+            assert ids(await ledger.receipts(since=since)) == ["b", "c"]
+            later = datetime.now(UTC) + timedelta(days=1)
+            assert await ledger.receipts(since=later) == []
+            assert (await ledger.receipts(final_status=ActionStatus.CONFIRMED))[0] == ok.receipt
+
+    run(scenario())
+
+
+def test_a_failing_contended_lock_wait_surfaces_its_error(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import fcntl
+
+    from dataoad.ledgers import sqlite as sqlite_module
+
+    lock = sqlite_module._WriterLock(tmp_path / "lock")
+    lock.open()
+
+    def flock(fd: int, operation: int) -> None:
+        if operation & fcntl.LOCK_NB:
+            raise BlockingIOError  # contended: wait on a thread
+        raise OSError(37, "No locks available")
+
+    monkeypatch.setattr(sqlite_module.fcntl, "flock", flock)
+    try:
+        with pytest.raises(OSError, match="No locks available"):
+            run(lock.acquire())
+    finally:
+        lock.close()

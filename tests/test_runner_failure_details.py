@@ -1,0 +1,1088 @@
+"""What each runner path leaves behind: errors, stored records and log records.
+
+Mutation testing of the runner (see stateful_tests/README.md) showed these
+details unchecked. Each is part of the contract an operator or caller relies
+on: which receipt an error carries and whether it says the operation ran, the
+fields of a stored attempt or observation, what a cancelled attempt records,
+which log record each transition leaves and at what level.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+from collections.abc import Coroutine
+from typing import Any, TypeVar
+
+import pytest
+
+from dataoad import (
+    ActionNotFoundError,
+    ActionPersistenceError,
+    ActionReceipt,
+    ActionRunner,
+    ActionStatus,
+    ClaimState,
+    DefinitiveFailure,
+    InMemoryLedger,
+    InvalidArgumentError,
+    RecoveryRefusedError,
+    VerificationHealth,
+    VerificationResult,
+)
+from dataoad.testing import FaultyLedger, LedgerFault
+from tests.support import REF, REQUEST, CountingOperation, confirmed, fixed_verifier
+
+T = TypeVar("T")
+FAIL = LedgerFault.FAIL_BEFORE_WRITE
+LOSE = LedgerFault.LOSE_ACKNOWLEDGEMENT
+
+
+def run(coro: Coroutine[Any, Any, T]) -> T:
+    return asyncio.run(coro)
+
+
+def events(caplog: pytest.LogCaptureFixture) -> list[tuple[str, int, dict[str, Any]]]:
+    """(event, level, fields) of every dataoad log record, in order."""
+    return [
+        (r.dataoad["event"], r.levelno, r.dataoad)  # type: ignore[attr-defined]
+        for r in caplog.records
+        if hasattr(r, "dataoad")
+    ]
+
+
+async def execute(runner: ActionRunner, op: Any = None, **kwargs: Any) -> Any:
+    return await runner.execute(
+        "charge",
+        op or CountingOperation("ok"),
+        request=REQUEST,
+        idempotency_key=kwargs.pop("key", "k"),
+        provider_reference=REF,
+        **kwargs,
+    )
+
+
+async def stranded(ledger: Any) -> ActionReceipt:
+    """A PENDING claim with one started attempt, as a crashed worker leaves it."""
+    faulty = FaultyLedger(ledger)
+    faulty.inject("record", FAIL)
+    with pytest.raises(ActionPersistenceError) as info:
+        await execute(ActionRunner(faulty))
+    assert info.value.receipt is not None
+    return info.value.receipt
+
+
+async def unstarted(ledger: Any, key: str = "k") -> ActionReceipt:
+    """A PENDING claim whose attempt start failed: it never invoked anything."""
+    faulty = FaultyLedger(ledger)
+    faulty.inject("start_attempt", FAIL)
+    with pytest.raises(ActionPersistenceError) as info:
+        await execute(ActionRunner(faulty), key=key)
+    assert info.value.receipt is not None
+    return info.value.receipt
+
+
+async def refuse(*args: Any) -> bool:
+    """A conditional write whose condition no longer holds."""
+    return False
+
+
+# -- claim -----------------------------------------------------------------------
+
+
+def test_an_unproven_claim_carries_the_proposed_claim_and_says_nothing_ran() -> None:
+    async def scenario() -> None:
+        inner = InMemoryLedger()
+        ledger = FaultyLedger(inner)
+        ledger.inject("claim", FAIL)
+        original_find = ledger.find
+        looks = 0
+
+        async def find(action_name: str, key: str) -> ActionReceipt | None:
+            nonlocal looks
+            looks += 1
+            if looks == 2:  # the read-back after the failed claim write
+                raise ConnectionError("read-back failed too")
+            return await original_find(action_name, key)
+
+        ledger.find = find  # type: ignore[method-assign]
+        op = CountingOperation("ok")
+        with pytest.raises(ActionPersistenceError) as info:
+            await execute(ActionRunner(ledger), op)
+        assert op.calls == 0
+        assert info.value.operation_invoked is False
+        assert info.value.receipt is not None
+        assert info.value.receipt.idempotency_key == "k"
+        assert "a stored PENDING claim with zero attempts can be released" in str(info.value)
+        assert await inner.find("charge", "k") is None
+
+    run(scenario())
+
+
+# -- attempt start ---------------------------------------------------------------
+
+
+@pytest.mark.parametrize("read_back_fails", [False, True])
+def test_an_unproven_attempt_start_carries_the_durable_claim(
+    read_back_fails: bool, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, logger="dataoad")
+
+    async def scenario() -> None:
+        ledger = FaultyLedger(InMemoryLedger())
+        ledger.inject("start_attempt", FAIL)
+        if read_back_fails:
+            ledger.on_call = None
+            original_get = ledger.get
+
+            async def get(action_id: str) -> ActionReceipt | None:
+                raise ConnectionError("read-back failed")
+
+            ledger.get = get  # type: ignore[method-assign]
+            del original_get
+        op = CountingOperation("ok")
+        with pytest.raises(ActionPersistenceError) as info:
+            await execute(ActionRunner(ledger), op)
+        error = info.value
+        assert op.calls == 0
+        assert error.operation_invoked is False
+        # Either way the error carries the claim as durably stored: PENDING, no attempt.
+        assert isinstance(error.receipt, ActionReceipt)
+        assert error.receipt.claim_state is ClaimState.PENDING
+        assert error.receipt.attempts == 0
+        assert str(error).startswith(f"attempt 1 of action {error.receipt.action_id} could not")
+        assert "injected: start_attempt failed before write" in str(error)
+
+    run(scenario())
+    (event, level, fields) = events(caplog)[-1]
+    assert (event, level) == ("attempt_not_started", logging.WARNING)
+    assert fields["attempt"] == 0
+
+
+def test_a_recovered_attempt_start_acknowledgement_is_logged(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    caplog.set_level(logging.INFO, logger="dataoad")
+
+    async def scenario() -> None:
+        ledger = FaultyLedger(InMemoryLedger())
+        ledger.inject("start_attempt", LOSE)
+        result = await execute(ActionRunner(ledger))
+        assert result.status is ActionStatus.CONFIRMED
+
+    run(scenario())
+    names = [(e, lvl) for e, lvl, _ in events(caplog)]
+    assert names == [
+        ("claimed", logging.INFO),
+        ("attempt_start_acknowledgement_recovered", logging.INFO),
+        ("attempt_started", logging.INFO),
+        ("completed", logging.INFO),
+    ]
+    recovered = events(caplog)[1][2]
+    assert recovered["attempt"] == 1
+
+
+def test_an_attempt_start_refused_by_the_ledger_carries_what_is_stored() -> None:
+    async def scenario() -> None:
+        inner = InMemoryLedger()
+        ledger = FaultyLedger(inner)
+        runner = ActionRunner(ledger)
+        held: dict[str, ActionReceipt] = {}
+
+        async def release_first(receipt: ActionReceipt) -> bool:
+            # Someone releases the claim between its creation and the attempt start.
+            stored = await inner.find("charge", "k")
+            assert stored is not None
+            assert await inner.release(stored.action_id, stored.version)
+            held["stored"] = stored
+            return await inner.start_attempt(receipt)
+
+        ledger.start_attempt = release_first  # type: ignore[method-assign]
+        op = CountingOperation("ok")
+        with pytest.raises(ActionPersistenceError) as info:
+            await execute(runner, op)
+        error = info.value
+        assert op.calls == 0
+        assert error.operation_invoked is False
+        # Nothing is stored any more, so the error carries the claim it last knew.
+        assert error.receipt == held["stored"]
+        assert str(error).startswith(f"action {held['stored'].action_id} changed before attempt 1")
+
+    run(scenario())
+
+
+def test_an_attempt_start_refused_carries_the_newer_stored_receipt() -> None:
+    async def scenario() -> None:
+        inner = InMemoryLedger()
+        ledger = FaultyLedger(inner)
+
+        ledger.start_attempt = refuse  # type: ignore[method-assign]
+        with pytest.raises(ActionPersistenceError) as info:
+            await execute(ActionRunner(ledger))
+        stored = await inner.find("charge", "k")
+        assert info.value.receipt == stored
+        assert info.value.operation_invoked is False
+
+    run(scenario())
+
+
+# -- attempts and observations as stored ----------------------------------------------
+
+
+def test_a_finished_attempt_record_keeps_its_number_error_and_confirmed_request_id() -> None:
+    async def scenario() -> None:
+        ledger = InMemoryLedger()
+        verifier = fixed_verifier(confirmed(rid="pr_9"))
+        result = await execute(
+            ActionRunner(ledger), CountingOperation(TimeoutError("lost")), verifier=verifier
+        )
+        (attempt,) = result.receipt.attempt_records
+        assert attempt.number == 1
+        assert attempt.error is not None
+        assert "TimeoutError" in attempt.error
+        assert attempt.provider_request_id == "pr_9"
+        assert attempt.finished_at is not None
+        assert attempt.execution_status is ActionStatus.UNKNOWN
+        assert attempt.verification_status is ActionStatus.CONFIRMED
+        assert result.receipt.provider_request_id == "pr_9"
+
+    run(scenario())
+
+
+def test_an_attempt_confirmed_by_nothing_records_no_request_id() -> None:
+    async def scenario() -> None:
+        absent = VerificationResult.absent(verified_provider_reference=REF, retry_safe=True)
+        result = await execute(
+            ActionRunner(InMemoryLedger()),
+            CountingOperation(TimeoutError("lost")),
+            verifier=fixed_verifier(absent),
+        )
+        (attempt,) = result.receipt.attempt_records
+        assert attempt.verification_status is ActionStatus.FAILED
+        assert attempt.provider_request_id is None
+
+    run(scenario())
+
+
+def test_a_stored_observation_keeps_every_field_of_the_verifier_answer() -> None:
+    async def scenario() -> None:
+        answer = VerificationResult.absent(
+            verified_provider_reference=REF,
+            retry_safe=False,
+            health=VerificationHealth.DEGRADED,
+            conclusive_absence=False,
+            details={"region": "eu"},
+        )
+        result = await execute(
+            ActionRunner(InMemoryLedger()),
+            CountingOperation(TimeoutError("lost")),
+            verifier=fixed_verifier(answer),
+        )
+        observation = result.receipt.metadata["verification"]
+        assert observation["source"] == "execute"
+        assert observation["attempt"] == 1
+        assert observation["claimed"] == "FAILED"
+        assert observation["health"] == "DEGRADED"
+        assert observation["conclusive_absence"] is False
+        assert observation["retry_safe"] is False
+        assert observation["verified_provider_reference"] == REF
+        assert observation["provider_request_id"] is None
+        assert observation["details"] == {"region": "eu"}
+        assert result.receipt.metadata["verification_observations"] == (observation,)
+
+    run(scenario())
+
+
+@pytest.mark.parametrize(("size", "kept"), [(3990, True), (4100, False)])
+def test_observation_details_are_kept_only_while_small(size: int, kept: bool) -> None:
+    # The bound is measured on compact JSON: "{"d":"xxx"}" is the text plus 8.
+    details = {"d": "é" * (size - 8)}
+
+    async def scenario() -> None:
+        result = await execute(
+            ActionRunner(InMemoryLedger()),
+            CountingOperation(TimeoutError("lost")),
+            verifier=fixed_verifier(
+                VerificationResult.confirmed(verified_provider_reference=REF, details=details)
+            ),
+        )
+        stored = result.receipt.metadata["verification"]["details"]
+        assert stored == (details if kept else {"truncated": True})
+
+    run(scenario())
+
+
+def test_details_exactly_at_the_bound_are_kept() -> None:
+    details = {"d": "x" * (4000 - 8)}
+
+    async def scenario() -> None:
+        result = await execute(
+            ActionRunner(InMemoryLedger()),
+            CountingOperation(TimeoutError("lost")),
+            verifier=fixed_verifier(
+                VerificationResult.confirmed(verified_provider_reference=REF, details=details)
+            ),
+        )
+        assert result.receipt.metadata["verification"]["details"] == details
+
+    run(scenario())
+
+
+def test_a_raising_or_malformed_verifier_is_recorded_as_an_unknown_observation() -> None:
+    async def scenario() -> None:
+        for answer, problem in [
+            (RuntimeError("read path down"), "verifier raised RuntimeError: read path down"),
+            ("not a result", "verifier returned str, not a VerificationResult"),
+        ]:
+            result = await execute(
+                ActionRunner(InMemoryLedger()),
+                CountingOperation(TimeoutError("lost")),
+                verifier=fixed_verifier(answer),
+            )
+            observation = result.receipt.metadata["verification"]
+            assert observation["source"] == "execute"
+            assert observation["attempt"] == 1
+            assert observation["status"] == "UNKNOWN"
+            assert observation["provider_request_id"] is None
+            assert observation["error"] == problem
+            assert result.receipt.verification_status is ActionStatus.UNKNOWN
+
+    run(scenario())
+
+
+def test_an_unbound_confirmation_is_recorded_with_the_reason() -> None:
+    async def scenario() -> None:
+        result = await execute(
+            ActionRunner(InMemoryLedger()),
+            CountingOperation(TimeoutError("lost")),
+            verifier=fixed_verifier(confirmed(ref="another-order")),
+        )
+        observation = result.receipt.metadata["verification"]
+        assert observation["status"] == "UNKNOWN"
+        assert "another-order" in observation["error"]
+        assert result.status is ActionStatus.UNKNOWN
+
+    run(scenario())
+
+
+def test_an_unknown_answer_for_another_reference_is_not_a_binding_problem() -> None:
+    async def scenario() -> None:
+        answer = VerificationResult.unknown(reason="queue lag", verified_provider_reference="x")
+        result = await execute(
+            ActionRunner(InMemoryLedger()),
+            CountingOperation(TimeoutError("lost")),
+            verifier=fixed_verifier(answer),
+        )
+        observation = result.receipt.metadata["verification"]
+        assert observation["status"] == "UNKNOWN"
+        assert observation["reason"] == "queue lag"
+        assert observation["verified_provider_reference"] == "x"
+        assert "error" not in observation
+
+    run(scenario())
+
+
+# -- cancellation --------------------------------------------------------------------
+
+
+def test_a_cancelled_attempt_is_recorded_completed_unknown_with_its_evidence() -> None:
+    async def scenario() -> None:
+        ledger = InMemoryLedger()
+        runner = ActionRunner(ledger)
+        started = asyncio.Event()
+
+        async def slow() -> None:
+            started.set()
+            await asyncio.sleep(3600)
+
+        task = asyncio.create_task(
+            runner.execute(
+                "charge",
+                slow,
+                request=REQUEST,
+                idempotency_key="k",
+                provider_reference=REF,
+                metadata={"ticket": "T-1"},
+            )
+        )
+        await started.wait()
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        stored = await ledger.find("charge", "k")
+        assert stored is not None
+        assert stored.claim_state is ClaimState.COMPLETED
+        assert stored.version == 3
+        assert stored.execution_status is ActionStatus.UNKNOWN
+        assert stored.final_status is ActionStatus.UNKNOWN
+        assert stored.verification_status is None
+        assert stored.error == "CancelledError: cancelled after the operation was invoked"
+        assert stored.metadata == {"ticket": "T-1"}
+        (attempt,) = stored.attempt_records
+        assert attempt.execution_status is ActionStatus.UNKNOWN
+        assert attempt.error == "CancelledError: cancelled after the operation was invoked"
+        assert attempt.retry_decision == "stop"
+        assert attempt.finished_at is not None
+        assert stored.updated_at >= attempt.finished_at
+
+    run(scenario())
+
+
+def test_a_cancelled_retry_keeps_the_earlier_attempt_as_it_finished() -> None:
+    from dataoad import RetryPolicy
+
+    async def scenario() -> None:
+        ledger = InMemoryLedger()
+        runner = ActionRunner(ledger, policy=RetryPolicy(max_attempts=2, retry_on_failed=True))
+        retrying = asyncio.Event()
+        calls = 0
+
+        async def op() -> None:
+            nonlocal calls
+            calls += 1
+            if calls == 1:
+                raise DefinitiveFailure("busy, try again", retryable=True)
+            retrying.set()
+            await asyncio.sleep(3600)
+
+        task = asyncio.create_task(
+            runner.execute(
+                "charge", op, request=REQUEST, idempotency_key="k", provider_reference=REF
+            )
+        )
+        await retrying.wait()
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        stored = await ledger.find("charge", "k")
+        assert stored is not None
+        assert stored.attempts == 2
+        first, second = stored.attempt_records
+        assert first.execution_status is ActionStatus.FAILED
+        assert first.retry_decision == "retry"
+        assert second.execution_status is ActionStatus.UNKNOWN
+        assert stored.execution_status is ActionStatus.UNKNOWN
+        assert stored.final_status is ActionStatus.UNKNOWN
+
+    run(scenario())
+
+
+# -- reading, recovering, reconciling, releasing --------------------------------------
+
+
+def test_a_failed_read_of_a_receipt_says_nothing_was_invoked() -> None:
+    async def scenario() -> None:
+        ledger = FaultyLedger(InMemoryLedger())
+        ledger.inject("get", FAIL)
+        with pytest.raises(ActionPersistenceError) as info:
+            await ActionRunner(ledger).receipt("a1")
+        assert info.value.operation_invoked is False
+        assert info.value.receipt is None
+        assert str(info.value).startswith("could not read action a1 from the ledger: ")
+        with pytest.raises(ActionNotFoundError) as missing:
+            await ActionRunner(ledger).receipt("a2")
+        assert missing.value.action_id == "a2"
+        assert str(missing.value) == "no action with id 'a2'"
+
+    run(scenario())
+
+
+def test_recover_pending_settles_a_completed_unknown_and_leaves_a_settled_one() -> None:
+    async def scenario() -> None:
+        ledger = InMemoryLedger()
+        runner = ActionRunner(ledger)
+        unknown = await execute(runner, CountingOperation(TimeoutError("lost")), key="u")
+        settled = await execute(runner, key="c")
+        verifier = fixed_verifier(confirmed())
+        recovered = await runner.recover_pending(unknown.receipt.action_id, verifier)
+        assert recovered.status is ActionStatus.CONFIRMED
+        assert recovered.replayed is False
+        assert recovered.receipt.metadata["verification"]["source"] == "reconcile"
+        assert "recovery" not in recovered.receipt.metadata
+        again = await runner.recover_pending(settled.receipt.action_id, verifier)
+        assert again.receipt == settled.receipt
+        assert len(verifier.calls) == 1  # type: ignore[attr-defined]
+
+    run(scenario())
+
+
+def test_recovering_a_stranded_claim_records_how_and_keeps_caller_metadata() -> None:
+    async def scenario() -> None:
+        inner = InMemoryLedger()
+        faulty = FaultyLedger(inner)
+        faulty.inject("record", FAIL)
+        with pytest.raises(ActionPersistenceError) as info:
+            await ActionRunner(faulty).execute(
+                "charge",
+                CountingOperation("ok"),
+                request=REQUEST,
+                idempotency_key="k",
+                provider_reference=REF,
+                metadata={"ticket": "T-1"},
+            )
+        assert info.value.receipt is not None
+        action_id = info.value.receipt.action_id
+        recovered = await ActionRunner(inner).recover_pending(
+            action_id, fixed_verifier(confirmed())
+        )
+        metadata = recovered.receipt.metadata
+        assert recovered.replayed is False
+        assert recovered.status is ActionStatus.CONFIRMED
+        assert metadata["ticket"] == "T-1"
+        assert metadata["recovery"]["method"] == "recover_pending"
+        assert metadata["recovery"]["attempts"] == 1
+        assert metadata["verification"]["source"] == "recover"
+        assert recovered.receipt.provider_request_id == "pr_1"
+        # Reconciling later keeps both the caller's metadata and the recovery note.
+        later = await ActionRunner(inner).reconcile(action_id, fixed_verifier(confirmed()))
+        assert later.receipt.metadata["ticket"] == "T-1"
+        assert later.receipt.metadata["recovery"] == metadata["recovery"]
+        assert later.replayed is False
+
+    run(scenario())
+
+
+def test_refusals_carry_the_receipt_they_refused() -> None:
+    async def scenario() -> None:
+        ledger = InMemoryLedger()
+        runner = ActionRunner(ledger)
+        done = await execute(runner, key="done")
+        claim = await unstarted(ledger, key="unstarted")
+        unstarted_id = claim.action_id
+        stuck = await stranded(ledger)
+        for call, action_id in [
+            (runner.release_unstarted, done.receipt.action_id),
+            (runner.release_unstarted, stuck.action_id),
+            (lambda a: runner.recover_pending(a, fixed_verifier(confirmed())), unstarted_id),
+            (lambda a: runner.reconcile(a, fixed_verifier(confirmed())), stuck.action_id),
+        ]:
+            with pytest.raises(RecoveryRefusedError) as info:
+                await call(action_id)
+            assert info.value.receipt == await ledger.get(action_id)
+
+    run(scenario())
+
+
+def test_a_completed_claim_with_no_attempt_cannot_be_released() -> None:
+    # Not produced by the runner, but a ledger may hold one (an import, a repair):
+    # "completed" alone must refuse the release.
+    async def scenario() -> None:
+        ledger = InMemoryLedger()
+        claim = await unstarted(ledger)
+        completed = claim.evolve(
+            claim_state=ClaimState.COMPLETED,
+            execution_status=ActionStatus.FAILED,
+            final_status=ActionStatus.FAILED,
+            version=claim.version + 1,
+        )
+        assert await ledger.record(completed)
+        with pytest.raises(RecoveryRefusedError):
+            await ActionRunner(ledger).release_unstarted(claim.action_id)
+        assert await ledger.get(claim.action_id) == completed
+
+    run(scenario())
+
+
+@pytest.mark.parametrize("committed", [False, True])
+def test_an_unacknowledged_release_is_settled_by_reading_back(
+    committed: bool, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, logger="dataoad")
+
+    async def scenario() -> None:
+        ledger = InMemoryLedger()
+        claim = await unstarted(ledger)
+        faulty = FaultyLedger(ledger)
+        faulty.inject("release", LOSE if committed else FAIL)
+        runner = ActionRunner(faulty)
+        if committed:
+            await runner.release_unstarted(claim.action_id)
+            assert await ledger.get(claim.action_id) is None
+        else:
+            with pytest.raises(ActionPersistenceError) as failed:
+                await runner.release_unstarted(claim.action_id)
+            assert failed.value.receipt == claim
+            assert failed.value.operation_invoked is False
+            assert str(failed.value).startswith(f"the release of action {claim.action_id} failed")
+            assert await ledger.get(claim.action_id) == claim
+
+    run(scenario())
+    if committed:
+        assert events(caplog)[-1][:2] == ("released", logging.INFO)
+
+
+def test_a_release_whose_read_back_fails_carries_the_claim_it_meant_to_release() -> None:
+    async def scenario() -> None:
+        ledger = InMemoryLedger()
+        claim = await unstarted(ledger)
+        faulty = FaultyLedger(ledger)
+        faulty.inject("release", FAIL)
+        original = faulty.get
+        reads = 0
+
+        async def get(action_id: str) -> ActionReceipt | None:
+            nonlocal reads
+            reads += 1
+            if reads == 2:  # the read-back after the release
+                raise ConnectionError("read-back failed")
+            return await original(action_id)
+
+        faulty.get = get  # type: ignore[method-assign]
+        with pytest.raises(ActionPersistenceError) as failed:
+            await ActionRunner(faulty).release_unstarted(claim.action_id)
+        assert failed.value.receipt == claim
+        assert failed.value.operation_invoked is False
+        assert str(failed.value).startswith(
+            f"the release of action {claim.action_id} could not be confirmed"
+        )
+
+    run(scenario())
+
+
+def test_a_release_that_loses_a_race_carries_the_newer_receipt() -> None:
+    async def scenario() -> None:
+        ledger = InMemoryLedger()
+        claim = await unstarted(ledger)
+        faulty = FaultyLedger(ledger)
+
+        faulty.release = refuse  # type: ignore[method-assign]
+        with pytest.raises(RecoveryRefusedError) as refused:
+            await ActionRunner(faulty).release_unstarted(claim.action_id)
+        assert refused.value.receipt == claim
+
+    run(scenario())
+
+
+def test_a_failed_reconciliation_write_carries_what_is_stored_and_what_was_seen() -> None:
+    async def scenario() -> None:
+        ledger = InMemoryLedger()
+        unknown = await execute(ActionRunner(ledger), CountingOperation(TimeoutError("lost")))
+        faulty = FaultyLedger(ledger)
+        faulty.inject("record", FAIL)
+        with pytest.raises(ActionPersistenceError) as info:
+            await ActionRunner(faulty).reconcile(
+                unknown.receipt.action_id, fixed_verifier(confirmed())
+            )
+        error = info.value
+        assert error.receipt == unknown.receipt
+        assert error.operation_invoked is False
+        assert error.observed_status is ActionStatus.CONFIRMED
+        assert error.observed_metadata is not None
+        assert error.observed_metadata["verification"]["status"] == "CONFIRMED"
+        assert str(error).startswith(
+            f"the verification of action {unknown.receipt.action_id} could not be recorded"
+        )
+
+    run(scenario())
+
+
+def test_a_lost_reconciliation_acknowledgement_is_a_success() -> None:
+    async def scenario() -> None:
+        ledger = InMemoryLedger()
+        unknown = await execute(ActionRunner(ledger), CountingOperation(TimeoutError("lost")))
+        faulty = FaultyLedger(ledger)
+        faulty.inject("record", LOSE)
+        result = await ActionRunner(faulty).reconcile(
+            unknown.receipt.action_id, fixed_verifier(confirmed(value="v"))
+        )
+        assert result.status is ActionStatus.CONFIRMED
+        assert result.receipt == await ledger.get(unknown.receipt.action_id)
+        assert result.value == "v"
+
+    run(scenario())
+
+
+def test_a_claim_that_disappears_during_reconciliation_is_reported_by_id() -> None:
+    async def scenario() -> None:
+        ledger = InMemoryLedger()
+        unknown = await execute(ActionRunner(ledger), CountingOperation(TimeoutError("lost")))
+        faulty = FaultyLedger(ledger)
+        reads = 0
+        original = faulty.get
+
+        async def get(action_id: str) -> ActionReceipt | None:
+            nonlocal reads
+            reads += 1
+            return None if reads > 1 else await original(action_id)
+
+        faulty.get = get  # type: ignore[method-assign]
+        faulty.record = refuse  # type: ignore[method-assign]
+        with pytest.raises(ActionNotFoundError) as info:
+            await ActionRunner(faulty).reconcile(
+                unknown.receipt.action_id, fixed_verifier(confirmed())
+            )
+        assert info.value.action_id == unknown.receipt.action_id
+        assert unknown.receipt.action_id in str(info.value)
+
+    run(scenario())
+
+
+def test_a_reconciliation_that_keeps_losing_races_gives_up_with_the_latest_receipt() -> None:
+    async def scenario() -> None:
+        ledger = InMemoryLedger()
+        unknown = await execute(ActionRunner(ledger), CountingOperation(TimeoutError("lost")))
+        faulty = FaultyLedger(ledger)
+
+        faulty.record = refuse  # type: ignore[method-assign]
+        with pytest.raises(ActionPersistenceError) as info:
+            await ActionRunner(faulty).reconcile(
+                unknown.receipt.action_id, fixed_verifier(confirmed())
+            )
+        assert info.value.receipt == unknown.receipt
+        assert info.value.operation_invoked is False
+        assert "races in a row; nothing was invoked" in str(info.value)
+
+    run(scenario())
+
+
+# -- the outcome write ----------------------------------------------------------------
+
+
+def test_an_unrecorded_outcome_says_the_operation_ran_and_what_was_seen(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    caplog.set_level(logging.INFO, logger="dataoad")
+
+    async def scenario() -> None:
+        ledger = FaultyLedger(InMemoryLedger())
+        ledger.inject("record", FAIL)
+        with pytest.raises(ActionPersistenceError) as info:
+            await execute(ActionRunner(ledger), CountingOperation("charged"))
+        error = info.value
+        assert error.operation_invoked is True
+        assert error.observed_status is ActionStatus.CONFIRMED
+        assert error.value_available is True
+        assert error.observed_value == "charged"
+        assert "injected: record failed before write" in str(error)
+
+    run(scenario())
+    event, level, fields = events(caplog)[-1]
+    assert (event, level) == ("outcome_not_recorded", logging.ERROR)
+    assert fields["observed_status"] == "CONFIRMED"
+
+
+def test_an_outcome_refused_by_the_ledger_names_the_concurrent_change() -> None:
+    async def scenario() -> None:
+        ledger = FaultyLedger(InMemoryLedger())
+
+        ledger.record = refuse  # type: ignore[method-assign]
+        with pytest.raises(ActionPersistenceError) as info:
+            await execute(ActionRunner(ledger), CountingOperation(None))
+        assert "(the claim changed concurrently)" in str(info.value)
+        assert info.value.value_available is True
+        assert info.value.observed_value is None
+
+    run(scenario())
+
+
+def test_a_lost_outcome_acknowledgement_is_logged_as_recovered(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    caplog.set_level(logging.INFO, logger="dataoad")
+
+    async def scenario() -> None:
+        ledger = FaultyLedger(InMemoryLedger())
+        ledger.inject("record", LOSE)
+        result = await execute(ActionRunner(ledger))
+        assert result.status is ActionStatus.CONFIRMED
+
+    run(scenario())
+    assert [e for e, _, _ in events(caplog)][-2:] == [
+        "outcome_acknowledgement_recovered",
+        "completed",
+    ]
+
+
+# -- retries and waiting ----------------------------------------------------------------
+
+
+def test_a_retry_is_logged_with_the_status_that_caused_it(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    from dataoad import RetryPolicy
+
+    caplog.set_level(logging.INFO, logger="dataoad")
+
+    async def scenario() -> None:
+        runner = ActionRunner(
+            InMemoryLedger(), policy=RetryPolicy(max_attempts=2, retry_on_failed=True)
+        )
+        op = CountingOperation(DefinitiveFailure("busy", retryable=True), "ok")
+        result = await execute(runner, op)
+        assert result.status is ActionStatus.CONFIRMED
+
+    run(scenario())
+    retrying = [(lvl, f) for e, lvl, f in events(caplog) if e == "retrying"]
+    assert len(retrying) == 1
+    level, fields = retrying[0]
+    assert level == logging.INFO
+    assert fields["attempt_status"] == "FAILED"
+    assert fields["attempt"] == 1
+
+
+def test_an_unknown_retried_through_the_escape_hatch_is_a_warning(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    import warnings
+
+    from dataoad import RetryPolicy
+
+    caplog.set_level(logging.INFO, logger="dataoad")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        policy = RetryPolicy(max_attempts=2, retry_on_unknown=True)
+
+    async def scenario() -> None:
+        runner = ActionRunner(InMemoryLedger(), policy=policy)
+        with pytest.warns(RuntimeWarning) as caught:
+            await execute(runner, CountingOperation(TimeoutError("lost"), "ok"))
+        # mutmut's trampolines add stack frames, so only an unmutated run can
+        # check where the warning points.
+        if "MUTANT_UNDER_TEST" not in os.environ:
+            assert caught[0].filename == __file__
+
+    run(scenario())
+    retrying = [(lvl, f) for e, lvl, f in events(caplog) if e == "retrying"]
+    assert retrying[0][0] == logging.WARNING
+    assert retrying[0][1]["attempt_status"] == "UNKNOWN"
+
+
+def test_conflicts_are_warnings_whichever_field_differs(caplog: pytest.LogCaptureFixture) -> None:
+    from dataoad import IdempotencyConflictError
+
+    caplog.set_level(logging.INFO, logger="dataoad")
+
+    async def scenario() -> None:
+        runner = ActionRunner(InMemoryLedger())
+        await execute(runner)
+        with pytest.raises(IdempotencyConflictError):
+            await runner.execute(
+                "charge", CountingOperation(), request=REQUEST, idempotency_key="k"
+            )
+
+    run(scenario())
+    assert events(caplog)[-1][:2] == ("conflict", logging.WARNING)
+
+
+def test_wait_in_progress_accepts_its_documented_maximum() -> None:
+    from dataoad._runner import MAX_WAIT_IN_PROGRESS
+
+    async def scenario() -> None:
+        result = await execute(
+            ActionRunner(InMemoryLedger()), wait_in_progress=MAX_WAIT_IN_PROGRESS
+        )
+        assert result.status is ActionStatus.CONFIRMED
+        with pytest.raises(InvalidArgumentError):
+            await execute(ActionRunner(InMemoryLedger()), wait_in_progress=MAX_WAIT_IN_PROGRESS + 1)
+
+    run(scenario())
+
+
+def test_waiting_backs_off_by_doubling_and_stops_at_the_deadline() -> None:
+    from dataoad import ActionInProgressError
+    from dataoad._runner import WAIT_FIRST_DELAY, WAIT_MAX_DELAY
+
+    async def scenario() -> None:
+        ledger = InMemoryLedger()
+        holder = FaultyLedger(ledger)
+        holder.inject("record", FAIL)
+        await stranded(ledger)  # the claim of "k" stays PENDING
+        del holder
+        runner = ActionRunner(ledger)
+        now = [0.0]
+        sleeps: list[float] = []
+
+        async def sleep(seconds: float) -> None:
+            sleeps.append(seconds)
+            now[0] += seconds
+
+        runner._clock = lambda: now[0]  # type: ignore[method-assign]
+        runner._sleep = sleep  # type: ignore[method-assign]
+        total = WAIT_FIRST_DELAY * 7  # 1 + 2 + 4 delays
+        with pytest.raises(ActionInProgressError):
+            await execute(runner, wait_in_progress=total)
+        assert sleeps == pytest.approx(
+            [WAIT_FIRST_DELAY, 2 * WAIT_FIRST_DELAY, 4 * WAIT_FIRST_DELAY]
+        )
+        assert now[0] == pytest.approx(total)
+        # The delay never grows past the cap.
+        sleeps.clear()
+        now[0] = 0.0
+        with pytest.raises(ActionInProgressError):
+            await execute(runner, wait_in_progress=3.0)
+        assert max(sleeps) == WAIT_MAX_DELAY
+
+    run(scenario())
+
+
+# -- verifier answers ------------------------------------------------------------------
+
+
+def test_confirmed_and_absent_answers_must_name_the_reference() -> None:
+    for build in (VerificationResult.confirmed, VerificationResult.absent):
+        with pytest.raises(
+            InvalidArgumentError, match=r"^verified_provider_reference must be a str"
+        ):
+            build(verified_provider_reference=None)  # type: ignore[arg-type]
+
+
+def test_each_field_of_a_verifier_answer_is_kept() -> None:
+    answer = VerificationResult.absent(
+        verified_provider_reference=REF,
+        health=VerificationHealth.DEGRADED,
+        details={"a": 1},
+    )
+    assert answer.health is VerificationHealth.DEGRADED
+    assert answer.details == {"a": 1}
+    answer = VerificationResult.confirmed(verified_provider_reference=REF, details={"b": 2})
+    assert answer.details == {"b": 2}
+    answer = VerificationResult.unknown(
+        reason="lag", health=VerificationHealth.DEGRADED, verified_provider_reference=REF
+    )
+    assert answer.health is VerificationHealth.DEGRADED
+    assert answer.verified_provider_reference == REF
+
+
+# -- what every refusal says -------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("fields", "message"),
+    [
+        ({"outcome": "CONFIRMED"}, "outcome must be an ActionStatus"),
+        ({"health": "HEALTHY"}, "health must be a VerificationHealth"),
+        ({"retry_safe": 1}, "retry_safe must be a bool"),
+        ({"conclusive_absence": None}, "conclusive_absence must be a bool"),
+        ({"verified_provider_reference": 7}, "verified_provider_reference must be a str, not int"),
+        ({"provider_request_id": ""}, "provider_request_id must not be empty"),
+        ({"reason": b"x"}, "reason must be a str"),
+        ({"details": {"x": object()}}, "verification details are not JSON-compatible: "),
+    ],
+)
+def test_a_malformed_verifier_answer_names_the_field(fields: dict[str, Any], message: str) -> None:
+    base: dict[str, Any] = {"outcome": ActionStatus.UNKNOWN}
+    with pytest.raises(InvalidArgumentError) as info:
+        VerificationResult(**{**base, **fields})
+    assert str(info.value).startswith(message)
+
+
+def test_an_unknown_answer_needs_a_textual_reason() -> None:
+    with pytest.raises(InvalidArgumentError) as info:
+        VerificationResult.unknown(reason=3)  # type: ignore[arg-type]
+    assert str(info.value) == "reason must be a str"
+
+
+def test_a_stored_text_must_be_encodable() -> None:
+    from dataoad._verification import check_stored_text
+
+    with pytest.raises(InvalidArgumentError) as info:
+        check_stored_text("name", "a\ud800", limit=10)
+    assert str(info.value) == "name is not valid Unicode (lone surrogate)"
+    with pytest.raises(InvalidArgumentError) as info:
+        check_stored_text("name", None, limit=10)
+    assert str(info.value) == "name must be a str, not NoneType"
+
+
+@pytest.mark.parametrize(
+    ("call", "message"),
+    [
+        (lambda: ActionRunner(object()), "ledger object does not implement the Ledger protocol"),
+        (lambda: ActionRunner(InMemoryLedger(), policy=3), "policy must be a RetryPolicy, not int"),
+    ],
+)
+def test_a_bad_runner_argument_is_named(call: Any, message: str) -> None:
+    with pytest.raises(InvalidArgumentError) as info:
+        call()
+    assert str(info.value).startswith(message)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"operation": 3}, "operation must be callable, not int"),
+        ({"policy": "x"}, "policy must be a RetryPolicy, not str"),
+        (
+            {"verifier": fixed_verifier(confirmed()), "provider_reference": None},
+            "a verifier needs provider_reference: verification must be bound to the "
+            "provider's own reference for this mutation",
+        ),
+        (
+            {"verifier": 3},
+            "verifier must have a callable verify(receipt) method or be a callable, not int",
+        ),
+    ],
+)
+def test_a_bad_execute_argument_is_named_before_anything_is_stored(
+    kwargs: dict[str, Any], message: str
+) -> None:
+    async def scenario() -> None:
+        ledger = InMemoryLedger()
+        call: dict[str, Any] = {
+            "operation": CountingOperation(),
+            "request": REQUEST,
+            "idempotency_key": "k",
+            "provider_reference": REF,
+            **kwargs,
+        }
+        operation = call.pop("operation")
+        with pytest.raises(InvalidArgumentError) as info:
+            await ActionRunner(ledger).execute("charge", operation, **call)
+        assert str(info.value) == message
+        assert await ledger.find("charge", "k") is None
+
+    run(scenario())
+
+
+def test_operator_refusals_say_what_to_do_instead() -> None:
+    async def scenario() -> None:
+        ledger = InMemoryLedger()
+        stuck = await stranded(ledger)
+        claim = await unstarted(ledger, key="unstarted")
+        runner = ActionRunner(ledger)
+        verifier = fixed_verifier(confirmed())
+        with pytest.raises(RecoveryRefusedError) as info:
+            await runner.reconcile(stuck.action_id, verifier)
+        assert str(info.value).endswith(
+            "make sure its worker has stopped, then use recover_pending"
+        )
+        with pytest.raises(RecoveryRefusedError) as info:
+            await runner.recover_pending(claim.action_id, verifier)
+        assert str(info.value).endswith("so use release_unstarted instead")
+        with pytest.raises(RecoveryRefusedError) as info:
+            await runner.release_unstarted(stuck.action_id)
+        assert str(info.value).endswith(
+            "only a claim that never invoked its operation can be released"
+        )
+
+    run(scenario())
+
+
+def test_an_unrecorded_outcome_tells_the_operator_not_to_repeat_it() -> None:
+    async def scenario() -> None:
+        ledger = FaultyLedger(InMemoryLedger())
+        ledger.inject("record", FAIL)
+        with pytest.raises(ActionPersistenceError) as info:
+            await execute(ActionRunner(ledger))
+        assert str(info.value).endswith(
+            "The operation WAS invoked: do not repeat it. Re-read the ledger; a PENDING claim "
+            "needs read-only recover_pending"
+        )
+
+    run(scenario())
+
+
+def test_observations_and_recoveries_are_timestamped() -> None:
+    from datetime import datetime
+
+    async def scenario() -> None:
+        ledger = InMemoryLedger()
+        stuck = await stranded(ledger)
+        recovered = await ActionRunner(ledger).recover_pending(
+            stuck.action_id, fixed_verifier(confirmed())
+        )
+        metadata = recovered.receipt.metadata
+        assert datetime.fromisoformat(metadata["verification"]["observed_at"])
+        assert datetime.fromisoformat(metadata["recovery"]["recovered_at"])
+
+    run(scenario())
