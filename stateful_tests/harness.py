@@ -22,6 +22,8 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
+from hypothesis import settings
+
 from dataoad import (
     ActionReceipt,
     DefinitiveFailure,
@@ -465,3 +467,14 @@ class WorldVerifier:
         if result is None:
             raise RuntimeError("verifier crashed")
         return result
+
+
+def io_bound_settings() -> settings:
+    """The active profile with a quarter of its examples, for machines whose every
+    ledger call is a file write or a server round trip (at least 10 examples).
+
+    The in-memory machines get the whole budget: they run the same rules some
+    ten times faster, and the detection rates in README.md are measured on them.
+    """
+    profile = settings()
+    return settings(profile, max_examples=max(10, profile.max_examples // 4))

@@ -525,10 +525,12 @@ PLANTED_BUGS = [
         "accepts-degraded-evidence",
         "a degraded read claiming the opposite of the world",
         "runner",
+        # Under a retrying policy the wrong FAILED also licenses a second invocation.
         names(
             "confirmed-requires-the-effect",
             "failed-requires-no-effect-now-or-later",
             "unknown-evidence-never-erased",
+            "no-second-mutation-after-unknown",
         ),
         _accepts_degraded_evidence,
     ),

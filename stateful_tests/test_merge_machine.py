@@ -37,6 +37,7 @@ from stateful_tests.harness import (
     History,
     LedgerFault,
     Scheduler,
+    io_bound_settings,
     violation,
 )
 from tests.support import PostgresTestTable
@@ -244,3 +245,5 @@ MergeMachinePostgres = type("MergeMachinePostgres", (MergeMachineBase,), {"backe
 TestMergeMachineMemory = MergeMachineMemory.TestCase
 TestMergeMachineSQLite = MergeMachineSQLite.TestCase
 TestMergeMachinePostgres = MergeMachinePostgres.TestCase
+TestMergeMachineSQLite.settings = io_bound_settings()
+TestMergeMachinePostgres.settings = io_bound_settings()

@@ -53,6 +53,7 @@ from stateful_tests.harness import (
     WorldProvider,
     WorldVerifier,
     current_contender,
+    io_bound_settings,
 )
 from tests.support import PostgresTestTable
 
@@ -112,7 +113,11 @@ READ_DECISIONS = st.sampled_from([LedgerFault.NONE] * 12 + [LedgerFault.FAIL_BEF
 WAITING_READ_DECISIONS = st.sampled_from([LedgerFault.NONE] * 40 + [LedgerFault.FAIL_BEFORE_WRITE])
 # Releases are rare operator actions; when one happens, fault it often.
 RELEASE_DECISIONS = st.sampled_from([LedgerFault.NONE] * 2 + list(LedgerFault)[1:])
-PROVIDER_DECISIONS = st.sampled_from(list(ProviderFault))
+# Definitive failures are listed twice: only they exercise the retry
+# policy's FAILED branch, which needs a retrying policy as well.
+PROVIDER_DECISIONS = st.sampled_from(
+    [*ProviderFault, ProviderFault.REJECT_RETRYABLE, ProviderFault.DECLINE]
+)
 VERIFIER_DECISIONS = st.sampled_from([VerifierAnswer.TRUTHFUL] * 3 + list(VerifierAnswer)[1:])
 #: Crashes per run: enough to reach every protocol point, few enough to make progress.
 MAX_CRASHES = 2
@@ -220,7 +225,8 @@ class RunnerMachineBase(RuleBasedStateMachine):
         key=keys,
         amount=st.sampled_from([100, 250]),
         alternate_reference=st.booleans(),
-        policy=st.sampled_from(sorted(POLICIES)),
+        # The retrying policies listed twice: the default stops after one attempt.
+        policy=st.sampled_from([*sorted(POLICIES), *sorted(POLICIES)[1:]]),
         with_verifier=st.booleans(),
         wait=st.sampled_from(["no wait", "no wait", *list(WAITS)[1:]]),
         form=st.sampled_from(["as built", "as built", "keys reversed", "amount as float"]),
@@ -507,3 +513,7 @@ TestRunnerMachinePostgres = RunnerMachinePostgres.TestCase
 @pytest.fixture(autouse=True)
 def _no_leftover_tasks() -> None:
     """Each example closes its own event loop; nothing may leak between tests."""
+
+
+TestRunnerMachineSQLite.settings = io_bound_settings()
+TestRunnerMachinePostgres.settings = io_bound_settings()
