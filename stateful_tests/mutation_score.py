@@ -8,12 +8,13 @@ line each: the mutant's name, a tab, why it cannot change a safety-relevant
 behaviour) is triaged; any other survivor makes the exit status 1.
 
     python -m stateful_tests.mutation_score                       # policy and evidence rules
-    python -m stateful_tests.mutation_score --modules dataoad/_runner.py   # hours
+    python -m stateful_tests.mutation_score --safety-critical          # about 45 minutes
 """
 
 from __future__ import annotations
 
 import argparse
+import fnmatch
 import os
 import re
 import shutil
@@ -25,6 +26,41 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 EQUIVALENTS = Path(__file__).with_name("mutation_equivalents.txt")
 DEFAULT_MODULES = ["dataoad/_policy.py", "dataoad/_evidence.py"]
+#: ``--safety-critical``: the runner, verifier answers and the embedded
+#: ledgers' transitions. The SQLite file's opening, schema set-up and closing
+#: are left out (their own tests cover them, and each of their mutants reruns
+#: every SQLite test, which alone would take hours).
+SAFETY_CRITICAL_MODULES = [
+    "dataoad/_runner.py",
+    "dataoad/_verification.py",
+    "dataoad/ledgers/memory.py",
+    "dataoad/ledgers/sqlite.py",
+]
+SAFETY_CRITICAL_MUTANTS = [
+    "dataoad._runner.*",
+    "dataoad._verification.*",
+    "dataoad.ledgers.memory.*",
+    *(
+        f"dataoad.ledgers.sqlite.{name}__mutmut_*"
+        for name in (
+            "x__row_of",
+            "x__receipt_of",
+            "x__settle",
+            "xǁ_WriterLockǁacquire",
+            "xǁ_WriterLockǁrelease",
+            "xǁSQLiteLedgerǁ_read",
+            "xǁSQLiteLedgerǁ_write",
+            "xǁSQLiteLedgerǁclaim",
+            "xǁSQLiteLedgerǁget",
+            "xǁSQLiteLedgerǁfind",
+            "xǁSQLiteLedgerǁ_update",
+            "xǁSQLiteLedgerǁstart_attempt",
+            "xǁSQLiteLedgerǁrecord",
+            "xǁSQLiteLedgerǁrelease",
+            "xǁSQLiteLedgerǁreceipts",
+        )
+    ),
+]
 TESTS = [
     "tests/test_retry_and_aggregation.py",
     "tests/test_rule_gaps.py",
@@ -84,12 +120,20 @@ def main() -> int:
     parser = argparse.ArgumentParser(prog="python -m stateful_tests.mutation_score")
     parser.add_argument("--modules", nargs="+", default=DEFAULT_MODULES)
     parser.add_argument(
+        "--safety-critical",
+        action="store_true",
+        help="the runner, verifier answers and ledger transitions (about 45 minutes)",
+    )
+    parser.add_argument(
         "--keep",
         type=Path,
         metavar="DIR",
         help="work in DIR and keep it, so `mutmut show NAME` can be run there afterwards",
     )
     args = parser.parse_args()
+    patterns: list[str] = []
+    if args.safety_critical:
+        args.modules, patterns = SAFETY_CRITICAL_MODULES, SAFETY_CRITICAL_MUTANTS
     with tempfile.TemporaryDirectory(prefix="dataoad-mutation-") as folder:
         copy = args.keep.resolve() if args.keep else Path(folder) / "repo"
         if copy.exists():
@@ -101,7 +145,12 @@ def main() -> int:
             handle.write(config(args.modules))
         env = {**os.environ, "HYPOTHESIS_PROFILE": "dev"}
         run = subprocess.run(
-            ["mutmut", "run"], cwd=copy, env=env, check=False, capture_output=True, text=True
+            ["mutmut", "run", *patterns],
+            cwd=copy,
+            env=env,
+            check=False,
+            capture_output=True,
+            text=True,
         )
         if run.returncode != 0:
             print(f"mutmut run failed:\n{run.stdout[-2000:]}{run.stderr[-2000:]}", file=sys.stderr)
@@ -115,6 +164,12 @@ def main() -> int:
             text=True,
         ).stdout
     statuses = dict(re.findall(r"^\s*(\S+): (\w[\w ]*)$", results, re.M))
+    if patterns:
+        statuses = {
+            name: status
+            for name, status in statuses.items()
+            if any(fnmatch.fnmatchcase(name, pattern) for pattern in patterns)
+        }
     total = len(statuses)
     survivors = sorted(name for name, status in statuses.items() if status == "survived")
     killed = total - len(survivors)

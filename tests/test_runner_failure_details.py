@@ -429,48 +429,6 @@ def test_a_cancelled_attempt_is_recorded_completed_unknown_with_its_evidence() -
     run(scenario())
 
 
-def test_a_cancelled_retry_keeps_the_earlier_attempt_as_it_finished() -> None:
-    from dataoad import RetryPolicy
-
-    async def scenario() -> None:
-        ledger = InMemoryLedger()
-        runner = ActionRunner(ledger, policy=RetryPolicy(max_attempts=2, retry_on_failed=True))
-        retrying = asyncio.Event()
-        calls = 0
-
-        async def op() -> None:
-            nonlocal calls
-            calls += 1
-            if calls == 1:
-                raise DefinitiveFailure("busy, try again", retryable=True)
-            retrying.set()
-            await asyncio.sleep(3600)
-
-        task = asyncio.create_task(
-            runner.execute(
-                "charge", op, request=REQUEST, idempotency_key="k", provider_reference=REF
-            )
-        )
-        await retrying.wait()
-        task.cancel()
-        with pytest.raises(asyncio.CancelledError):
-            await task
-        stored = await ledger.find("charge", "k")
-        assert stored is not None
-        assert stored.attempts == 2
-        first, second = stored.attempt_records
-        assert first.execution_status is ActionStatus.FAILED
-        assert first.retry_decision == "retry"
-        assert second.execution_status is ActionStatus.UNKNOWN
-        assert stored.execution_status is ActionStatus.UNKNOWN
-        assert stored.final_status is ActionStatus.UNKNOWN
-
-    run(scenario())
-
-
-# -- reading, recovering, reconciling, releasing --------------------------------------
-
-
 def test_a_failed_read_of_a_receipt_says_nothing_was_invoked() -> None:
     async def scenario() -> None:
         ledger = FaultyLedger(InMemoryLedger())
@@ -689,6 +647,9 @@ def test_a_lost_reconciliation_acknowledgement_is_a_success() -> None:
         assert result.status is ActionStatus.CONFIRMED
         assert result.receipt == await ledger.get(unknown.receipt.action_id)
         assert result.value == "v"
+        # Written once: a recovered acknowledgement is not merged a second time.
+        assert len(result.receipt.metadata["verification_observations"]) == 1
+        assert result.receipt.version == unknown.receipt.version + 1
 
     run(scenario())
 
@@ -1084,5 +1045,353 @@ def test_observations_and_recoveries_are_timestamped() -> None:
         metadata = recovered.receipt.metadata
         assert datetime.fromisoformat(metadata["verification"]["observed_at"])
         assert datetime.fromisoformat(metadata["recovery"]["recovered_at"])
+
+    run(scenario())
+
+
+# -- more of what reconciliation and recovery keep --------------------------------------
+
+
+def test_reconciling_an_inconclusive_recovery_keeps_its_recovery_note(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    caplog.set_level(logging.INFO, logger="dataoad")
+
+    async def scenario() -> None:
+        ledger = InMemoryLedger()
+        stuck = await stranded(ledger)
+        runner = ActionRunner(ledger)
+        lagging = VerificationResult.unknown(reason="lagging")
+        recovered = await runner.recover_pending(stuck.action_id, fixed_verifier(lagging))
+        assert recovered.status is ActionStatus.UNKNOWN
+        note = recovered.receipt.metadata["recovery"]
+        later = await runner.reconcile(stuck.action_id, fixed_verifier(confirmed()))
+        assert later.status is ActionStatus.CONFIRMED
+        assert later.replayed is False
+        assert later.receipt.metadata["recovery"] == note
+        assert len(later.receipt.metadata["verification_observations"]) == 2
+
+    run(scenario())
+    settled = [
+        (e, f["action_id"]) for e, _, f in events(caplog) if e in ("recovered", "reconciled")
+    ]
+    assert [e for e, _ in settled] == ["recovered", "reconciled"]
+
+
+def test_a_recovery_refuses_when_the_worker_starts_another_attempt_meanwhile() -> None:
+    from dataoad.testing._ledger_contract import started
+
+    async def scenario() -> None:
+        ledger = InMemoryLedger()
+        stuck = await stranded(ledger)
+
+        async def verifier(receipt: ActionReceipt) -> VerificationResult:
+            # The "dead" worker was alive after all: it starts attempt 2.
+            assert await ledger.start_attempt(started(receipt))
+            return confirmed()
+
+        with pytest.raises(RecoveryRefusedError) as info:
+            await ActionRunner(ledger).recover_pending(stuck.action_id, verifier)
+        assert info.value.receipt == await ledger.get(stuck.action_id)
+        assert info.value.receipt is not None
+        assert info.value.receipt.attempts == 2
+        assert str(info.value).endswith(
+            "its worker is still active, so this observation is out of date"
+        )
+
+    run(scenario())
+
+
+def test_a_failed_reconciliation_write_carries_the_newer_stored_receipt() -> None:
+    async def scenario() -> None:
+        ledger = InMemoryLedger()
+        unknown = await execute(ActionRunner(ledger), CountingOperation(TimeoutError("lost")))
+        other = await ActionRunner(ledger).reconcile(
+            unknown.receipt.action_id, fixed_verifier(VerificationResult.unknown(reason="lag"))
+        )
+        faulty = FaultyLedger(ledger)
+
+        async def fails(receipt: ActionReceipt) -> bool:
+            raise ConnectionError("write failed")
+
+        faulty.record = fails  # type: ignore[method-assign]
+        runner = ActionRunner(faulty)
+        # The runner read the claim before the other reconciliation landed.
+        runner_receipt = runner.receipt
+
+        async def stale(action_id: str) -> ActionReceipt:
+            return unknown.receipt
+
+        runner.receipt = stale  # type: ignore[method-assign]
+        with pytest.raises(ActionPersistenceError) as info:
+            await runner.reconcile(unknown.receipt.action_id, fixed_verifier(confirmed()))
+        assert info.value.receipt == other.receipt
+        del runner_receipt
+
+    run(scenario())
+
+
+def test_a_failed_reconciliation_write_and_read_back_carries_the_receipt_it_read() -> None:
+    async def scenario() -> None:
+        ledger = InMemoryLedger()
+        unknown = await execute(ActionRunner(ledger), CountingOperation(TimeoutError("lost")))
+        faulty = FaultyLedger(ledger)
+        faulty.inject("record", FAIL)
+        reads = 0
+        original = faulty.get
+
+        async def get(action_id: str) -> ActionReceipt | None:
+            nonlocal reads
+            reads += 1
+            if reads > 1:
+                raise ConnectionError("read-back failed")
+            return await original(action_id)
+
+        faulty.get = get  # type: ignore[method-assign]
+        with pytest.raises(ActionPersistenceError) as info:
+            await ActionRunner(faulty).reconcile(
+                unknown.receipt.action_id, fixed_verifier(confirmed())
+            )
+        assert info.value.receipt == unknown.receipt
+        assert "ConnectionError" not in str(info.value)  # the write's error, not the read's
+        assert "injected: record failed before write" in str(info.value)
+
+    run(scenario())
+
+
+# -- what a duplicate gets ------------------------------------------------------------
+
+
+class StaleFindLedger(FaultyLedger):
+    """Its first look never sees an existing claim (a replica that lags)."""
+
+    async def find(self, action_name: str, idempotency_key: str) -> ActionReceipt | None:
+        self.calls.append("find")
+        return None
+
+
+def test_a_duplicate_that_loses_the_claim_race_gets_the_stored_claim_answered() -> None:
+    async def scenario() -> None:
+        ledger = InMemoryLedger()
+        first = await execute(
+            ActionRunner(ledger),
+            CountingOperation(TimeoutError("lost")),
+            verifier=fixed_verifier(VerificationResult.unknown(reason="lag")),
+        )
+        assert first.status is ActionStatus.UNKNOWN
+        op = CountingOperation("ok")
+        second = await execute(
+            ActionRunner(StaleFindLedger(ledger)), op, verifier=fixed_verifier(confirmed())
+        )
+        assert op.calls == 0
+        assert second.replayed is True
+        # The duplicate's verifier settled the stored UNKNOWN claim.
+        assert second.status is ActionStatus.CONFIRMED
+        assert second.receipt.action_id == first.receipt.action_id
+
+    run(scenario())
+
+
+def test_a_failed_first_look_says_nothing_was_invoked() -> None:
+    async def scenario() -> None:
+        ledger = FaultyLedger(InMemoryLedger())
+        ledger.inject("find", FAIL)
+        op = CountingOperation()
+        with pytest.raises(ActionPersistenceError) as info:
+            await execute(ActionRunner(ledger), op)
+        assert op.calls == 0
+        assert info.value.operation_invoked is False
+        assert info.value.receipt is None
+        assert str(info.value).endswith("; nothing was invoked")
+
+    run(scenario())
+
+
+def test_duplicates_are_told_what_they_met(caplog: pytest.LogCaptureFixture) -> None:
+    from dataoad import ActionInProgressError, IdempotencyConflictError
+
+    caplog.set_level(logging.INFO, logger="dataoad")
+
+    async def scenario() -> None:
+        ledger = InMemoryLedger()
+        stuck = await stranded(ledger)
+        runner = ActionRunner(ledger)
+        with pytest.raises(ActionInProgressError) as busy:
+            await execute(runner)
+        assert str(busy.value) == (
+            f"action {stuck.action_id} ('charge', key 'k') is still in progress; "
+            "it was not invoked again"
+        )
+        with pytest.raises(IdempotencyConflictError) as conflict:
+            await runner.execute("charge", CountingOperation(), request={}, idempotency_key="k")
+        assert str(conflict.value) == (
+            f"idempotency key 'k' of 'charge' is already claimed by action {stuck.action_id} "
+            "for a different request"
+        )
+
+    run(scenario())
+    tail = events(caplog)[-2:]
+    assert [(e, lvl) for e, lvl, _ in tail] == [
+        ("in_progress", logging.INFO),
+        ("conflict", logging.WARNING),
+    ]
+
+
+def test_every_transition_record_names_its_action(caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.INFO, logger="dataoad")
+
+    async def scenario() -> None:
+        ledger = InMemoryLedger()
+        runner = ActionRunner(ledger)
+        await execute(runner, key="plain")
+        await execute(runner, key="plain")  # replayed
+        faulty = FaultyLedger(ledger)
+        faulty.inject("record", LOSE)
+        await execute(ActionRunner(faulty), key="lost-ack")
+        claim = await unstarted(ledger, key="to-release")
+        await runner.release_unstarted(claim.action_id)
+        claim = await unstarted(ledger, key="to-release-unacknowledged")
+        faulty.inject("release", LOSE)
+        await ActionRunner(faulty).release_unstarted(claim.action_id)
+
+    run(scenario())
+    seen = {e for e, _, _ in events(caplog)}
+    assert {
+        "claimed",
+        "attempt_started",
+        "completed",
+        "replayed",
+        "outcome_acknowledgement_recovered",
+        "released",
+    } <= seen
+    for event, _, fields in events(caplog):
+        assert fields.get("action_id"), f"{event} record without an action id"
+        assert fields.get("action_name") == "charge", event
+
+
+# -- what a started attempt stores -----------------------------------------------------
+
+
+def test_a_started_attempt_is_stored_numbered_with_the_callers_metadata() -> None:
+    async def scenario() -> None:
+        ledger = InMemoryLedger()
+        faulty = FaultyLedger(ledger)
+        faulty.inject("record", FAIL)
+        with pytest.raises(ActionPersistenceError):
+            await ActionRunner(faulty).execute(
+                "charge",
+                CountingOperation(),
+                request=REQUEST,
+                idempotency_key="k",
+                provider_reference=REF,
+                risk="financial",
+                metadata={"ticket": "T-1"},
+            )
+        stored = await ledger.find("charge", "k")
+        assert stored is not None
+        assert stored.risk == "financial"
+        assert stored.metadata == {"ticket": "T-1"}
+        (attempt,) = stored.attempt_records
+        assert attempt.number == 1
+        assert stored.updated_at == attempt.started_at
+
+    run(scenario())
+
+
+def test_a_retry_starts_with_the_earlier_observations_stored() -> None:
+    from dataoad import RetryPolicy
+
+    async def scenario() -> None:
+        ledger = InMemoryLedger()
+        faulty = FaultyLedger(ledger)
+        faulty.inject("record", FAIL)
+        runner = ActionRunner(faulty, policy=RetryPolicy(max_attempts=2, retry_on_failed=True))
+        absent = VerificationResult.absent(verified_provider_reference=REF, retry_safe=True)
+        with pytest.raises(ActionPersistenceError):
+            await execute(
+                runner,
+                CountingOperation(TimeoutError("lost"), TimeoutError("lost")),
+                verifier=fixed_verifier(absent, VerificationResult.unknown(reason="lag")),
+            )
+        stored = await ledger.find("charge", "k")
+        assert stored is not None
+        assert stored.attempts == 2
+        observations = stored.metadata["verification_observations"]
+        assert [o["attempt"] for o in observations] == [1]
+        assert observations[0]["status"] == "FAILED"
+
+    run(scenario())
+
+
+# -- values a result may expose ----------------------------------------------------------
+
+
+def test_a_value_recovered_by_the_verifier_is_exposed_when_its_request_id_matches() -> None:
+    async def scenario() -> None:
+        result = await execute(
+            ActionRunner(InMemoryLedger()),
+            CountingOperation(TimeoutError("lost")),
+            verifier=fixed_verifier(confirmed(rid="pr_7", value="receipt-7")),
+        )
+        assert result.status is ActionStatus.CONFIRMED
+        assert result.value == "receipt-7"
+        unbound = await execute(
+            ActionRunner(InMemoryLedger()),
+            CountingOperation(TimeoutError("lost")),
+            verifier=fixed_verifier(confirmed(rid=None, value="receipt-?")),
+        )
+        assert unbound.status is ActionStatus.CONFIRMED
+        assert not unbound.value_available
+
+    run(scenario())
+
+
+def test_the_operations_own_value_wins_over_the_verifiers() -> None:
+    async def scenario() -> None:
+        result = await execute(
+            ActionRunner(InMemoryLedger()),
+            CountingOperation("from-the-call"),
+            verifier=fixed_verifier(confirmed(rid="pr_7", value="from-the-read")),
+        )
+        assert result.value == "from-the-call"
+
+    run(scenario())
+
+
+def test_a_cancelled_attempt_keeps_the_observations_of_earlier_attempts() -> None:
+    from dataoad import RetryPolicy
+
+    async def scenario() -> None:
+        ledger = InMemoryLedger()
+        runner = ActionRunner(ledger, policy=RetryPolicy(max_attempts=2, retry_on_failed=True))
+        retrying = asyncio.Event()
+        calls = 0
+
+        async def op() -> None:
+            nonlocal calls
+            calls += 1
+            if calls == 1:
+                raise TimeoutError("lost")
+            retrying.set()
+            await asyncio.sleep(3600)
+
+        absent = VerificationResult.absent(verified_provider_reference=REF, retry_safe=True)
+        task = asyncio.create_task(execute(runner, op, verifier=fixed_verifier(absent)))
+        await retrying.wait()
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        stored = await ledger.find("charge", "k")
+        assert stored is not None
+        assert stored.claim_state is ClaimState.COMPLETED
+        assert stored.attempts == 2
+        first, second = stored.attempt_records
+        assert first.verification_status is ActionStatus.FAILED
+        assert first.retry_decision == "retry"
+        assert second.execution_status is ActionStatus.UNKNOWN
+        assert stored.execution_status is ActionStatus.UNKNOWN
+        assert stored.final_status is ActionStatus.UNKNOWN
+        assert [o["attempt"] for o in stored.metadata["verification_observations"]] == [1]
+        assert stored.metadata["verification_conflict"] is False
 
     run(scenario())
