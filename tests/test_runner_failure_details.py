@@ -1395,3 +1395,223 @@ def test_a_cancelled_attempt_keeps_the_observations_of_earlier_attempts() -> Non
         assert stored.metadata["verification_conflict"] is False
 
     run(scenario())
+
+
+# -- the remaining details mutation testing asked for --------------------------------------
+
+
+def test_a_bad_text_argument_is_named() -> None:
+    async def scenario() -> None:
+        with pytest.raises(InvalidArgumentError) as info:
+            await ActionRunner(InMemoryLedger()).execute(
+                3,  # type: ignore[arg-type]
+                CountingOperation(),
+                request={},
+                idempotency_key="k",
+            )
+        assert str(info.value) == "action_name must be a str, not int"
+
+    run(scenario())
+
+
+def test_a_partial_ledger_is_refused_naming_every_missing_method() -> None:
+    class Partial:
+        async def claim(self, receipt: Any) -> Any: ...
+        async def find(self, action_name: str, key: str) -> Any: ...
+        async def start_attempt(self, receipt: Any) -> Any: ...
+        async def release(self, action_id: str, version: int) -> Any: ...
+
+    with pytest.raises(InvalidArgumentError) as info:
+        ActionRunner(Partial())  # type: ignore[arg-type]
+    assert str(info.value).endswith("(missing get, record)")
+
+
+def test_the_missing_value_marker_reads_as_missing() -> None:
+    from dataoad._verification import MISSING
+
+    assert repr(MISSING) == "<missing>"
+
+
+def test_observation_details_are_measured_as_compact_json() -> None:
+    # 370 keys: with wider separators the same details would exceed the bound.
+    details = {f"k{i:03d}": i for i in range(370)}
+    import json
+
+    assert len(json.dumps(details, separators=(",", ":"))) <= 4000 < len(json.dumps(details))
+
+    async def scenario() -> None:
+        result = await execute(
+            ActionRunner(InMemoryLedger()),
+            CountingOperation(TimeoutError("lost")),
+            verifier=fixed_verifier(
+                VerificationResult.confirmed(verified_provider_reference=REF, details=details)
+            ),
+        )
+        assert result.receipt.metadata["verification"]["details"] == details
+        assert result.receipt.updated_at >= result.receipt.attempt_records[-1].finished_at
+
+    run(scenario())
+
+
+def test_an_attempt_start_error_carries_what_a_concurrent_writer_stored() -> None:
+    from dataoad.testing._ledger_contract import started
+
+    async def scenario() -> None:
+        for raises in (True, False):
+            inner = InMemoryLedger()
+            ledger = FaultyLedger(inner)
+
+            async def start_attempt(
+                receipt: ActionReceipt, inner: InMemoryLedger = inner, raises: bool = raises
+            ) -> bool:
+                # Another worker (holding the same claim) starts its attempt first.
+                previous = await inner.get(receipt.action_id)
+                assert previous is not None
+                assert await inner.start_attempt(started(previous, seconds=5))
+                if raises:
+                    raise ConnectionError("write failed")
+                return False
+
+            ledger.start_attempt = start_attempt  # type: ignore[method-assign]
+            op = CountingOperation()
+            with pytest.raises(ActionPersistenceError) as info:
+                await execute(ActionRunner(ledger), op)
+            stored = await inner.find("charge", "k")
+            assert op.calls == 0
+            assert info.value.receipt == stored
+            assert stored is not None
+            assert stored.attempts == 1
+            if not raises:
+                assert str(info.value).endswith(
+                    "start (released or recovered concurrently?); the operation was not invoked"
+                )
+
+    run(scenario())
+
+
+def test_a_refused_attempt_start_whose_read_back_fails_carries_the_claim() -> None:
+    async def scenario() -> None:
+        ledger = FaultyLedger(InMemoryLedger())
+        ledger.start_attempt = refuse  # type: ignore[method-assign]
+        ledger.inject("get", FAIL)
+        with pytest.raises(ActionPersistenceError) as info:
+            await execute(ActionRunner(ledger))
+        assert isinstance(info.value.receipt, ActionReceipt)
+        assert info.value.receipt.attempts == 0
+
+    run(scenario())
+
+
+def test_an_unrecorded_outcome_of_a_failed_call_exposes_no_value(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    caplog.set_level(logging.INFO, logger="dataoad")
+
+    async def scenario() -> None:
+        ledger = FaultyLedger(InMemoryLedger())
+        ledger.inject("record", FAIL)
+        with pytest.raises(ActionPersistenceError) as info:
+            await execute(ActionRunner(ledger), CountingOperation(TimeoutError("lost")))
+        assert info.value.value_available is False
+        assert info.value.observed_value is None
+        assert info.value.observed_status is ActionStatus.UNKNOWN
+
+    run(scenario())
+    event, _, fields = events(caplog)[-1]
+    assert event == "outcome_not_recorded"
+    assert fields["action_id"]
+    assert fields["attempt"] == 1
+
+
+def test_ledger_errors_are_quoted_in_what_the_operator_reads() -> None:
+    async def scenario() -> None:
+        ledger = InMemoryLedger()
+        faulty = FaultyLedger(ledger)
+        faulty.inject("get", FAIL)
+        with pytest.raises(ActionPersistenceError) as info:
+            await ActionRunner(faulty).receipt("a1")
+        assert "injected: get failed" in str(info.value)
+        claim = await unstarted(ledger)
+        faulty.inject("release", FAIL)
+        with pytest.raises(ActionPersistenceError) as info:
+            await ActionRunner(faulty).release_unstarted(claim.action_id)
+        assert "(LedgerFaultError: injected: release failed before write)" in str(info.value)
+        faulty.inject("release", FAIL)
+        faulty.inject("get", FAIL, times=1)
+        original = faulty.get
+        reads = 0
+
+        async def get(action_id: str) -> ActionReceipt | None:
+            nonlocal reads
+            reads += 1
+            if reads == 2:
+                raise ConnectionError("read-back failed")
+            return await original(action_id)
+
+        faulty._faults.clear()
+        faulty.inject("release", FAIL)
+        faulty.get = get  # type: ignore[method-assign]
+        with pytest.raises(ActionPersistenceError) as info:
+            await ActionRunner(faulty).release_unstarted(claim.action_id)
+        assert "(LedgerFaultError: injected: release failed before write)" in str(info.value)
+
+    run(scenario())
+
+
+def test_a_release_that_loses_a_race_says_nothing_was_released(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    caplog.set_level(logging.INFO, logger="dataoad")
+
+    async def scenario() -> None:
+        ledger = InMemoryLedger()
+        claim = await unstarted(ledger)
+        faulty = FaultyLedger(ledger)
+        faulty.release = refuse  # type: ignore[method-assign]
+        with pytest.raises(RecoveryRefusedError) as info:
+            await ActionRunner(faulty).release_unstarted(claim.action_id)
+        assert str(info.value) == (
+            f"action {claim.action_id} changed before it could be released (an attempt may "
+            "have started); nothing was released"
+        )
+        await ActionRunner(ledger).release_unstarted(claim.action_id)
+
+    run(scenario())
+    released = [(lvl, f) for e, lvl, f in events(caplog) if e == "released"]
+    assert len(released) == 1
+    assert released[0][1]["action_id"]
+
+
+def test_duplicates_leave_records_naming_the_claim_they_met(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    from dataoad import ActionInProgressError, IdempotencyConflictError
+
+    caplog.set_level(logging.INFO, logger="dataoad")
+
+    async def scenario() -> None:
+        ledger = InMemoryLedger()
+        stuck = await stranded(ledger)
+        runner = ActionRunner(ledger)
+        with pytest.raises(ActionInProgressError):
+            await execute(runner)
+        with pytest.raises(IdempotencyConflictError):
+            await runner.execute("charge", CountingOperation(), request={}, idempotency_key="k")
+        for event, _, fields in events(caplog)[-2:]:
+            assert fields["action_id"] == stuck.action_id, event
+
+    run(scenario())
+
+
+def test_a_reconciliation_moves_the_receipts_update_time() -> None:
+    async def scenario() -> None:
+        ledger = InMemoryLedger()
+        unknown = await execute(ActionRunner(ledger), CountingOperation(TimeoutError("lost")))
+        await asyncio.sleep(0.001)
+        settled = await ActionRunner(ledger).reconcile(
+            unknown.receipt.action_id, fixed_verifier(confirmed())
+        )
+        assert settled.receipt.updated_at > unknown.receipt.updated_at
+        assert settled.receipt.execution_status is ActionStatus.UNKNOWN
+
+    run(scenario())

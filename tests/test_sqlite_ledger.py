@@ -451,3 +451,28 @@ def test_a_failing_contended_lock_wait_surfaces_its_error(
             run(lock.acquire())
     finally:
         lock.close()
+
+
+def test_the_listing_compares_times_in_utc_whatever_the_local_zone(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import time
+    from datetime import timedelta
+
+    monkeypatch.setenv("TZ", "Asia/Tokyo")
+    time.tzset()
+    try:
+
+        async def scenario() -> None:
+            async with SQLiteLedger(tmp_path / "l.sqlite3") as ledger:
+                done = await ActionRunner(ledger).execute(
+                    "charge", lambda: 1, request={}, idempotency_key="a"
+                )
+                created = done.receipt.created_at
+                assert await ledger.receipts(since=created - timedelta(minutes=1)) == [done.receipt]
+                assert await ledger.receipts(since=created + timedelta(minutes=1)) == []
+
+        run(scenario())
+    finally:
+        monkeypatch.delenv("TZ")
+        time.tzset()
