@@ -171,7 +171,10 @@ def main() -> int:
             if any(fnmatch.fnmatchcase(name, pattern) for pattern in patterns)
         }
     total = len(statuses)
-    survivors = sorted(name for name, status in statuses.items() if status == "survived")
+    # A mutant no test even ran is as unnoticed as one that survived them.
+    survivors = sorted(
+        name for name, status in statuses.items() if status in ("survived", "no tests")
+    )
     killed = total - len(survivors)
     known = reviewed()
     triaged = [s for s in survivors if s in known]

@@ -1429,10 +1429,15 @@ def test_a_partial_ledger_is_refused_naming_every_missing_method() -> None:
     assert str(info.value).endswith("(missing get, record)")
 
 
-def test_the_missing_value_marker_reads_as_missing() -> None:
+def test_the_missing_value_marker_reads_as_missing_and_stays_one_object() -> None:
+    import copy
+    import pickle
+
     from dataoad._verification import MISSING
 
     assert repr(MISSING) == "<missing>"
+    assert pickle.loads(pickle.dumps(MISSING)) is MISSING
+    assert copy.deepcopy(MISSING) is MISSING
 
 
 def test_observation_details_are_measured_as_compact_json() -> None:

@@ -476,3 +476,43 @@ def test_the_listing_compares_times_in_utc_whatever_the_local_zone(
     finally:
         monkeypatch.delenv("TZ")
         time.tzset()
+
+
+def test_a_cancelled_lock_wait_hands_the_lock_back(tmp_path: Path) -> None:
+    # Otherwise the waiting thread would take the lock after its caller gave
+    # up and hold it for ever: every other writer, in every process, would hang.
+    import fcntl
+    import time
+
+    from dataoad.ledgers import sqlite as sqlite_module
+
+    holder = sqlite_module._WriterLock(tmp_path / "lock")
+    waiter = sqlite_module._WriterLock(tmp_path / "lock")
+    other = sqlite_module._WriterLock(tmp_path / "lock")
+    for lock in (holder, waiter, other):
+        lock.open()
+    try:
+        holder.acquire_blocking()
+
+        async def give_up_waiting() -> None:
+            task = asyncio.create_task(waiter.acquire())
+            await asyncio.sleep(0.05)  # the wait is now on its own thread
+            task.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await task
+            holder.release()  # the abandoned waiter's thread now gets the lock
+            await asyncio.sleep(0.2)  # and hands it back from the loop
+
+        run(give_up_waiting())
+        deadline = time.monotonic() + 5
+        while True:
+            try:
+                fcntl.flock(other.fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                assert time.monotonic() < deadline, "the abandoned wait kept the lock"
+                time.sleep(0.01)
+        other.release()
+    finally:
+        for lock in (holder, waiter, other):
+            lock.close()
