@@ -700,8 +700,15 @@ def test_a_reconciliation_that_keeps_losing_races_gives_up_with_the_latest_recei
 # -- the outcome write ----------------------------------------------------------------
 
 
+@pytest.mark.parametrize(
+    ("answer", "status", "value"),
+    [
+        ("charged", ActionStatus.CONFIRMED, "charged"),
+        (TimeoutError("lost"), ActionStatus.UNKNOWN, None),
+    ],
+)
 def test_an_unrecorded_outcome_says_the_operation_ran_and_what_was_seen(
-    caplog: pytest.LogCaptureFixture,
+    answer: Any, status: ActionStatus, value: Any, caplog: pytest.LogCaptureFixture
 ) -> None:
     caplog.set_level(logging.INFO, logger="dataoad")
 
@@ -709,18 +716,21 @@ def test_an_unrecorded_outcome_says_the_operation_ran_and_what_was_seen(
         ledger = FaultyLedger(InMemoryLedger())
         ledger.inject("record", FAIL)
         with pytest.raises(ActionPersistenceError) as info:
-            await execute(ActionRunner(ledger), CountingOperation("charged"))
+            await execute(ActionRunner(ledger), CountingOperation(answer))
         error = info.value
         assert error.operation_invoked is True
-        assert error.observed_status is ActionStatus.CONFIRMED
-        assert error.value_available is True
-        assert error.observed_value == "charged"
+        assert error.observed_status is status
+        # A failed call has no value to expose, and none is made up.
+        assert error.value_available is (value is not None)
+        assert error.observed_value == value
         assert "injected: record failed before write" in str(error)
 
     run(scenario())
     event, level, fields = events(caplog)[-1]
     assert (event, level) == ("outcome_not_recorded", logging.ERROR)
-    assert fields["observed_status"] == "CONFIRMED"
+    assert fields["observed_status"] == status.value
+    assert fields["action_id"]
+    assert fields["attempt"] == 1
 
 
 def test_an_outcome_refused_by_the_ledger_names_the_concurrent_change() -> None:
@@ -1510,27 +1520,6 @@ def test_a_refused_attempt_start_whose_read_back_fails_carries_the_claim() -> No
     run(scenario())
 
 
-def test_an_unrecorded_outcome_of_a_failed_call_exposes_no_value(
-    caplog: pytest.LogCaptureFixture,
-) -> None:
-    caplog.set_level(logging.INFO, logger="dataoad")
-
-    async def scenario() -> None:
-        ledger = FaultyLedger(InMemoryLedger())
-        ledger.inject("record", FAIL)
-        with pytest.raises(ActionPersistenceError) as info:
-            await execute(ActionRunner(ledger), CountingOperation(TimeoutError("lost")))
-        assert info.value.value_available is False
-        assert info.value.observed_value is None
-        assert info.value.observed_status is ActionStatus.UNKNOWN
-
-    run(scenario())
-    event, _, fields = events(caplog)[-1]
-    assert event == "outcome_not_recorded"
-    assert fields["action_id"]
-    assert fields["attempt"] == 1
-
-
 def test_ledger_errors_are_quoted_in_what_the_operator_reads() -> None:
     async def scenario() -> None:
         ledger = InMemoryLedger()
@@ -1544,8 +1533,6 @@ def test_ledger_errors_are_quoted_in_what_the_operator_reads() -> None:
         with pytest.raises(ActionPersistenceError) as info:
             await ActionRunner(faulty).release_unstarted(claim.action_id)
         assert "(LedgerFaultError: injected: release failed before write)" in str(info.value)
-        faulty.inject("release", FAIL)
-        faulty.inject("get", FAIL, times=1)
         original = faulty.get
         reads = 0
 
@@ -1556,12 +1543,14 @@ def test_ledger_errors_are_quoted_in_what_the_operator_reads() -> None:
                 raise ConnectionError("read-back failed")
             return await original(action_id)
 
-        faulty._faults.clear()
         faulty.inject("release", FAIL)
         faulty.get = get  # type: ignore[method-assign]
         with pytest.raises(ActionPersistenceError) as info:
             await ActionRunner(faulty).release_unstarted(claim.action_id)
-        assert "(LedgerFaultError: injected: release failed before write)" in str(info.value)
+        assert str(info.value) == (
+            f"the release of action {claim.action_id} could not be confirmed "
+            "(LedgerFaultError: injected: release failed before write)"
+        )
 
     run(scenario())
 
