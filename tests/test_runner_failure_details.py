@@ -43,6 +43,13 @@ def run(coro: Coroutine[Any, Any, T]) -> T:
     return asyncio.run(coro)
 
 
+@pytest.fixture
+def caplog(caplog: pytest.LogCaptureFixture) -> pytest.LogCaptureFixture:
+    """Every test here reads the dataoad logger's records at INFO and above."""
+    caplog.set_level(logging.INFO, logger="dataoad")
+    return caplog
+
+
 def events(caplog: pytest.LogCaptureFixture) -> list[tuple[str, int, dict[str, Any]]]:
     """(event, level, fields) of every dataoad log record, in order."""
     return [
@@ -81,6 +88,11 @@ async def unstarted(ledger: Any, key: str = "k") -> ActionReceipt:
         await execute(ActionRunner(faulty), key=key)
     assert info.value.receipt is not None
     return info.value.receipt
+
+
+async def unknown(ledger: Any) -> Any:
+    """A completed UNKNOWN action: the call timed out and nothing verified it."""
+    return await execute(ActionRunner(ledger), CountingOperation(TimeoutError("lost")))
 
 
 async def refuse(*args: Any) -> bool:
@@ -127,8 +139,6 @@ def test_an_unproven_claim_carries_the_proposed_claim_and_says_nothing_ran() -> 
 def test_an_unproven_attempt_start_carries_the_durable_claim(
     read_back_fails: bool, caplog: pytest.LogCaptureFixture
 ) -> None:
-    caplog.set_level(logging.INFO, logger="dataoad")
-
     async def scenario() -> None:
         ledger = FaultyLedger(InMemoryLedger())
         ledger.inject("start_attempt", FAIL)
@@ -163,8 +173,6 @@ def test_an_unproven_attempt_start_carries_the_durable_claim(
 def test_a_recovered_attempt_start_acknowledgement_is_logged(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    caplog.set_level(logging.INFO, logger="dataoad")
-
     async def scenario() -> None:
         ledger = FaultyLedger(InMemoryLedger())
         ledger.inject("start_attempt", LOSE)
@@ -450,10 +458,10 @@ def test_recover_pending_settles_a_completed_unknown_and_leaves_a_settled_one() 
     async def scenario() -> None:
         ledger = InMemoryLedger()
         runner = ActionRunner(ledger)
-        unknown = await execute(runner, CountingOperation(TimeoutError("lost")), key="u")
+        unknown_result = await execute(runner, CountingOperation(TimeoutError("lost")), key="u")
         settled = await execute(runner, key="c")
         verifier = fixed_verifier(confirmed())
-        recovered = await runner.recover_pending(unknown.receipt.action_id, verifier)
+        recovered = await runner.recover_pending(unknown_result.receipt.action_id, verifier)
         assert recovered.status is ActionStatus.CONFIRMED
         assert recovered.replayed is False
         assert recovered.receipt.metadata["verification"]["source"] == "reconcile"
@@ -546,8 +554,6 @@ def test_a_completed_claim_with_no_attempt_cannot_be_released() -> None:
 def test_an_unacknowledged_release_is_settled_by_reading_back(
     committed: bool, caplog: pytest.LogCaptureFixture
 ) -> None:
-    caplog.set_level(logging.INFO, logger="dataoad")
-
     async def scenario() -> None:
         ledger = InMemoryLedger()
         claim = await unstarted(ledger)
@@ -615,21 +621,21 @@ def test_a_release_that_loses_a_race_carries_the_newer_receipt() -> None:
 def test_a_failed_reconciliation_write_carries_what_is_stored_and_what_was_seen() -> None:
     async def scenario() -> None:
         ledger = InMemoryLedger()
-        unknown = await execute(ActionRunner(ledger), CountingOperation(TimeoutError("lost")))
+        unknown_result = await unknown(ledger)
         faulty = FaultyLedger(ledger)
         faulty.inject("record", FAIL)
         with pytest.raises(ActionPersistenceError) as info:
             await ActionRunner(faulty).reconcile(
-                unknown.receipt.action_id, fixed_verifier(confirmed())
+                unknown_result.receipt.action_id, fixed_verifier(confirmed())
             )
         error = info.value
-        assert error.receipt == unknown.receipt
+        assert error.receipt == unknown_result.receipt
         assert error.operation_invoked is False
         assert error.observed_status is ActionStatus.CONFIRMED
         assert error.observed_metadata is not None
         assert error.observed_metadata["verification"]["status"] == "CONFIRMED"
         assert str(error).startswith(
-            f"the verification of action {unknown.receipt.action_id} could not be recorded"
+            f"the verification of action {unknown_result.receipt.action_id} could not be recorded"
         )
 
     run(scenario())
@@ -638,18 +644,18 @@ def test_a_failed_reconciliation_write_carries_what_is_stored_and_what_was_seen(
 def test_a_lost_reconciliation_acknowledgement_is_a_success() -> None:
     async def scenario() -> None:
         ledger = InMemoryLedger()
-        unknown = await execute(ActionRunner(ledger), CountingOperation(TimeoutError("lost")))
+        unknown_result = await unknown(ledger)
         faulty = FaultyLedger(ledger)
         faulty.inject("record", LOSE)
         result = await ActionRunner(faulty).reconcile(
-            unknown.receipt.action_id, fixed_verifier(confirmed(value="v"))
+            unknown_result.receipt.action_id, fixed_verifier(confirmed(value="v"))
         )
         assert result.status is ActionStatus.CONFIRMED
-        assert result.receipt == await ledger.get(unknown.receipt.action_id)
+        assert result.receipt == await ledger.get(unknown_result.receipt.action_id)
         assert result.value == "v"
         # Written once: a recovered acknowledgement is not merged a second time.
         assert len(result.receipt.metadata["verification_observations"]) == 1
-        assert result.receipt.version == unknown.receipt.version + 1
+        assert result.receipt.version == unknown_result.receipt.version + 1
 
     run(scenario())
 
@@ -657,7 +663,7 @@ def test_a_lost_reconciliation_acknowledgement_is_a_success() -> None:
 def test_a_claim_that_disappears_during_reconciliation_is_reported_by_id() -> None:
     async def scenario() -> None:
         ledger = InMemoryLedger()
-        unknown = await execute(ActionRunner(ledger), CountingOperation(TimeoutError("lost")))
+        unknown_result = await unknown(ledger)
         faulty = FaultyLedger(ledger)
         reads = 0
         original = faulty.get
@@ -671,10 +677,10 @@ def test_a_claim_that_disappears_during_reconciliation_is_reported_by_id() -> No
         faulty.record = refuse  # type: ignore[method-assign]
         with pytest.raises(ActionNotFoundError) as info:
             await ActionRunner(faulty).reconcile(
-                unknown.receipt.action_id, fixed_verifier(confirmed())
+                unknown_result.receipt.action_id, fixed_verifier(confirmed())
             )
-        assert info.value.action_id == unknown.receipt.action_id
-        assert unknown.receipt.action_id in str(info.value)
+        assert info.value.action_id == unknown_result.receipt.action_id
+        assert unknown_result.receipt.action_id in str(info.value)
 
     run(scenario())
 
@@ -682,15 +688,15 @@ def test_a_claim_that_disappears_during_reconciliation_is_reported_by_id() -> No
 def test_a_reconciliation_that_keeps_losing_races_gives_up_with_the_latest_receipt() -> None:
     async def scenario() -> None:
         ledger = InMemoryLedger()
-        unknown = await execute(ActionRunner(ledger), CountingOperation(TimeoutError("lost")))
+        unknown_result = await unknown(ledger)
         faulty = FaultyLedger(ledger)
 
         faulty.record = refuse  # type: ignore[method-assign]
         with pytest.raises(ActionPersistenceError) as info:
             await ActionRunner(faulty).reconcile(
-                unknown.receipt.action_id, fixed_verifier(confirmed())
+                unknown_result.receipt.action_id, fixed_verifier(confirmed())
             )
-        assert info.value.receipt == unknown.receipt
+        assert info.value.receipt == unknown_result.receipt
         assert info.value.operation_invoked is False
         assert "races in a row; nothing was invoked" in str(info.value)
 
@@ -710,8 +716,6 @@ def test_a_reconciliation_that_keeps_losing_races_gives_up_with_the_latest_recei
 def test_an_unrecorded_outcome_says_the_operation_ran_and_what_was_seen(
     answer: Any, status: ActionStatus, value: Any, caplog: pytest.LogCaptureFixture
 ) -> None:
-    caplog.set_level(logging.INFO, logger="dataoad")
-
     async def scenario() -> None:
         ledger = FaultyLedger(InMemoryLedger())
         ledger.inject("record", FAIL)
@@ -750,8 +754,6 @@ def test_an_outcome_refused_by_the_ledger_names_the_concurrent_change() -> None:
 def test_a_lost_outcome_acknowledgement_is_logged_as_recovered(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    caplog.set_level(logging.INFO, logger="dataoad")
-
     async def scenario() -> None:
         ledger = FaultyLedger(InMemoryLedger())
         ledger.inject("record", LOSE)
@@ -772,8 +774,6 @@ def test_a_retry_is_logged_with_the_status_that_caused_it(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     from dataoad import RetryPolicy
-
-    caplog.set_level(logging.INFO, logger="dataoad")
 
     async def scenario() -> None:
         runner = ActionRunner(
@@ -821,8 +821,6 @@ def test_an_unknown_retried_through_the_escape_hatch_is_a_warning(
 
 def test_conflicts_are_warnings_whichever_field_differs(caplog: pytest.LogCaptureFixture) -> None:
     from dataoad import IdempotencyConflictError
-
-    caplog.set_level(logging.INFO, logger="dataoad")
 
     async def scenario() -> None:
         runner = ActionRunner(InMemoryLedger())
@@ -1068,8 +1066,6 @@ def test_observations_and_recoveries_are_timestamped() -> None:
 def test_reconciling_an_inconclusive_recovery_keeps_its_recovery_note(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    caplog.set_level(logging.INFO, logger="dataoad")
-
     async def scenario() -> None:
         ledger = InMemoryLedger()
         stuck = await stranded(ledger)
@@ -1118,9 +1114,10 @@ def test_a_recovery_refuses_when_the_worker_starts_another_attempt_meanwhile() -
 def test_a_failed_reconciliation_write_carries_the_newer_stored_receipt() -> None:
     async def scenario() -> None:
         ledger = InMemoryLedger()
-        unknown = await execute(ActionRunner(ledger), CountingOperation(TimeoutError("lost")))
+        unknown_result = await unknown(ledger)
         other = await ActionRunner(ledger).reconcile(
-            unknown.receipt.action_id, fixed_verifier(VerificationResult.unknown(reason="lag"))
+            unknown_result.receipt.action_id,
+            fixed_verifier(VerificationResult.unknown(reason="lag")),
         )
         faulty = FaultyLedger(ledger)
 
@@ -1133,11 +1130,11 @@ def test_a_failed_reconciliation_write_carries_the_newer_stored_receipt() -> Non
         runner_receipt = runner.receipt
 
         async def stale(action_id: str) -> ActionReceipt:
-            return unknown.receipt
+            return unknown_result.receipt
 
         runner.receipt = stale  # type: ignore[method-assign]
         with pytest.raises(ActionPersistenceError) as info:
-            await runner.reconcile(unknown.receipt.action_id, fixed_verifier(confirmed()))
+            await runner.reconcile(unknown_result.receipt.action_id, fixed_verifier(confirmed()))
         assert info.value.receipt == other.receipt
         del runner_receipt
 
@@ -1147,7 +1144,7 @@ def test_a_failed_reconciliation_write_carries_the_newer_stored_receipt() -> Non
 def test_a_failed_reconciliation_write_and_read_back_carries_the_receipt_it_read() -> None:
     async def scenario() -> None:
         ledger = InMemoryLedger()
-        unknown = await execute(ActionRunner(ledger), CountingOperation(TimeoutError("lost")))
+        unknown_result = await unknown(ledger)
         faulty = FaultyLedger(ledger)
         faulty.inject("record", FAIL)
         reads = 0
@@ -1163,9 +1160,9 @@ def test_a_failed_reconciliation_write_and_read_back_carries_the_receipt_it_read
         faulty.get = get  # type: ignore[method-assign]
         with pytest.raises(ActionPersistenceError) as info:
             await ActionRunner(faulty).reconcile(
-                unknown.receipt.action_id, fixed_verifier(confirmed())
+                unknown_result.receipt.action_id, fixed_verifier(confirmed())
             )
-        assert info.value.receipt == unknown.receipt
+        assert info.value.receipt == unknown_result.receipt
         assert "ConnectionError" not in str(info.value)  # the write's error, not the read's
         assert "injected: record failed before write" in str(info.value)
 
@@ -1223,8 +1220,6 @@ def test_a_failed_first_look_says_nothing_was_invoked() -> None:
 def test_duplicates_are_told_what_they_met(caplog: pytest.LogCaptureFixture) -> None:
     from dataoad import ActionInProgressError, IdempotencyConflictError
 
-    caplog.set_level(logging.INFO, logger="dataoad")
-
     async def scenario() -> None:
         ledger = InMemoryLedger()
         stuck = await stranded(ledger)
@@ -1251,8 +1246,6 @@ def test_duplicates_are_told_what_they_met(caplog: pytest.LogCaptureFixture) -> 
 
 
 def test_every_transition_record_names_its_action(caplog: pytest.LogCaptureFixture) -> None:
-    caplog.set_level(logging.INFO, logger="dataoad")
-
     async def scenario() -> None:
         ledger = InMemoryLedger()
         runner = ActionRunner(ledger)
@@ -1558,8 +1551,6 @@ def test_ledger_errors_are_quoted_in_what_the_operator_reads() -> None:
 def test_a_release_that_loses_a_race_says_nothing_was_released(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    caplog.set_level(logging.INFO, logger="dataoad")
-
     async def scenario() -> None:
         ledger = InMemoryLedger()
         claim = await unstarted(ledger)
@@ -1584,8 +1575,6 @@ def test_duplicates_leave_records_naming_the_claim_they_met(
 ) -> None:
     from dataoad import ActionInProgressError, IdempotencyConflictError
 
-    caplog.set_level(logging.INFO, logger="dataoad")
-
     async def scenario() -> None:
         ledger = InMemoryLedger()
         stuck = await stranded(ledger)
@@ -1603,12 +1592,12 @@ def test_duplicates_leave_records_naming_the_claim_they_met(
 def test_a_reconciliation_moves_the_receipts_update_time() -> None:
     async def scenario() -> None:
         ledger = InMemoryLedger()
-        unknown = await execute(ActionRunner(ledger), CountingOperation(TimeoutError("lost")))
+        unknown_result = await unknown(ledger)
         await asyncio.sleep(0.001)
         settled = await ActionRunner(ledger).reconcile(
-            unknown.receipt.action_id, fixed_verifier(confirmed())
+            unknown_result.receipt.action_id, fixed_verifier(confirmed())
         )
-        assert settled.receipt.updated_at > unknown.receipt.updated_at
+        assert settled.receipt.updated_at > unknown_result.receipt.updated_at
         assert settled.receipt.execution_status is ActionStatus.UNKNOWN
 
     run(scenario())
