@@ -92,6 +92,10 @@ TESTS = [
 DESELECTED = ["tests/test_sqlite_ledger.py::test_a_read_only_file_surfaces_as_persistence_error"]
 
 
+#: Written into every workspace, so that --keep never deletes anything else.
+WORKSPACE_MARKER = ".dataoad-mutation-workspace"
+
+
 def config(modules: list[str]) -> str:
     quoted = ", ".join(f'"{m}"' for m in modules)
     tests = ", ".join(f'"{t}"' for t in TESTS)
@@ -137,10 +141,15 @@ def main() -> int:
     with tempfile.TemporaryDirectory(prefix="dataoad-mutation-") as folder:
         copy = args.keep.resolve() if args.keep else Path(folder) / "repo"
         if copy.exists():
+            # Only ever delete a workspace this command made (never, say, ".").
+            if not (copy / WORKSPACE_MARKER).exists():
+                print(f"{copy} exists and is not a mutation workspace", file=sys.stderr)
+                return 2
             shutil.rmtree(copy)
         shutil.copytree(
             ROOT, copy, ignore=shutil.ignore_patterns(".git", "mutants", ".hypothesis", "*.pyc")
         )
+        (copy / WORKSPACE_MARKER).touch()
         with (copy / "pyproject.toml").open("a") as handle:
             handle.write(config(args.modules))
         env = {**os.environ, "HYPOTHESIS_PROFILE": "dev"}
