@@ -115,7 +115,7 @@ class RealRunnerRun:
                     form=plan.form,
                 )
             else:
-                m.start_operator(plan.key, plan.kind)
+                m.operate(plan.key, plan.kind)
         elif kind == "release":
             _, name, decision_name = action  # type: ignore[misc]
             c = next(c for c in m.contenders_list if c.name == name)
@@ -138,7 +138,7 @@ class RealRunnerRun:
             m.scheduler.crash(c)
             m._after(c)
         else:
-            m.provider_side_event(action[1], kind)  # type: ignore[index]
+            m.provider_acts(action[1], kind)  # type: ignore[index]
 
     def check(self) -> None:
         m = self.machine

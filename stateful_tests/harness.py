@@ -176,6 +176,21 @@ def violation(history: History, name: str, detail: str) -> AssertionError:
     )
 
 
+class MachineLoop(asyncio.Runner):
+    """An ``asyncio.Runner`` whose ``run`` skips installing a SIGINT handler.
+
+    ``asyncio.Runner.run`` installs and removes one on every call, and with
+    tasks pending that costs a repr of each (an enum lookup fails on the
+    handler and formats it). Machines call ``run`` after every gate, so this
+    was about a sixth of a runner-machine run. Ctrl-C still interrupts the
+    loop, as a plain KeyboardInterrupt.
+    """
+
+    def run(self, coro: Any, *, context: contextvars.Context | None = None) -> Any:
+        loop = self.get_loop()
+        return loop.run_until_complete(loop.create_task(coro, context=context))
+
+
 class Scheduler:
     """Parks contenders at gates and releases exactly one at a time."""
 

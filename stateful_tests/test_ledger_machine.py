@@ -24,7 +24,7 @@ from dataoad import ActionReceipt, ActionStatus, ClaimState, InMemoryLedger, Led
 from dataoad.testing import make_receipt
 from dataoad.testing._ledger_contract import completed, started
 from models.ledger import AbstractLedger, ModelReceipt
-from stateful_tests.harness import History, io_bound_settings, violation
+from stateful_tests.harness import History, MachineLoop, io_bound_settings, violation
 from tests.support import PostgresTestTable
 
 
@@ -54,7 +54,7 @@ class LedgerMachineBase(RuleBasedStateMachine):
 
     def __init__(self) -> None:
         super().__init__()
-        self.loop = asyncio.Runner()
+        self.loop = MachineLoop()
         self.folder = Path(tempfile.mkdtemp(prefix="dataoad-ledger-machine-"))
         self.ledgers: dict[str, Ledger] = {}
         self.peers: dict[str, list[Ledger]] = {}

@@ -10,7 +10,6 @@ and no observation may be lost (no first- or last-writer-wins).
 
 from __future__ import annotations
 
-import asyncio
 import shutil
 import tempfile
 from pathlib import Path
@@ -36,6 +35,7 @@ from stateful_tests.harness import (
     GatedLedger,
     History,
     LedgerFault,
+    MachineLoop,
     Scheduler,
     io_bound_settings,
     violation,
@@ -91,7 +91,7 @@ class MergeMachineBase(RuleBasedStateMachine):
 
     def __init__(self) -> None:
         super().__init__()
-        self.loop = asyncio.Runner()
+        self.loop = MachineLoop()
         self.scheduler = Scheduler(self.loop)
         self.folder = Path(tempfile.mkdtemp(prefix="dataoad-merge-"))
         self.clients: list[Ledger] = []
