@@ -62,6 +62,10 @@ ACTION = "charge"
 #: At most this many contenders are in flight at once.
 MAX_ACTIVE = 3
 KEYS = ("order-1", "order-2")
+#: Keys a run may reach: each claim invokes the provider for its first
+#: claimer only, so a run that settled its keys needs new orders to go on
+#: finding bugs in a claim's lifecycle.
+MAX_KEYS = 4
 NAMES = "ABCDEFGHIJKLMNOPQRSTUVWXYZ"
 
 
@@ -122,9 +126,17 @@ WAITING_READ_DECISIONS = st.sampled_from([LedgerFault.NONE] * 40 + [LedgerFault.
 # Releases are rare operator actions; when one happens, fault it often.
 RELEASE_DECISIONS = st.sampled_from([LedgerFault.NONE] * 2 + list(LedgerFault)[1:])
 # Definitive failures are listed twice: only they exercise the retry
-# policy's FAILED branch, which needs a retrying policy as well.
+# policy's FAILED branch, which needs a retrying policy as well. So is the
+# error raised before sending: it is the one ambiguous error after which
+# nothing committed, against three after which something did, and only it
+# tests that a verifier's word is checked rather than borne out by the world.
 PROVIDER_DECISIONS = st.sampled_from(
-    [*ProviderFault, ProviderFault.REJECT_RETRYABLE, ProviderFault.DECLINE]
+    [
+        *ProviderFault,
+        ProviderFault.REJECT_RETRYABLE,
+        ProviderFault.DECLINE,
+        ProviderFault.FAIL_BEFORE_SEND,
+    ]
 )
 VERIFIER_DECISIONS = st.sampled_from([VerifierAnswer.TRUTHFUL] * 3 + list(VerifierAnswer)[1:])
 #: Crashes per run: enough to reach every protocol point, few enough to make progress.
@@ -165,6 +177,7 @@ class RunnerMachineBase(RuleBasedStateMachine):
         self.transitions: dict[str, tuple[ActionReceipt, ActionReceipt | None]] = {}
         self.released_ids: set[str] = set()
         self.crashes = 0
+        self.order_keys: list[str] = []
         self.virtual_time = VirtualClock()
         self.folder: Path | None = None
         self.clients: list[Ledger] = []
@@ -217,7 +230,16 @@ class RunnerMachineBase(RuleBasedStateMachine):
 
     @initialize(target=keys)
     def the_keys(self) -> Any:
+        self.order_keys = list(KEYS)
         return multiple(*KEYS)
+
+    @precondition(lambda self: len(self.order_keys) < MAX_KEYS)
+    @rule(target=keys)
+    def a_new_order_arrives(self) -> str:
+        """A new idempotency key comes into play."""
+        key = f"order-{len(self.order_keys) + 1}"
+        self.order_keys.append(key)
+        return key
 
     def _start(self, contender: Contender, body: Any) -> None:
         self.contenders_list.append(contender)
@@ -406,7 +428,7 @@ class RunnerMachineBase(RuleBasedStateMachine):
     def _in_flight_keys(self) -> list[str]:
         return [
             key
-            for key in KEYS
+            for key in self.order_keys
             if any(self.world.may_appear_later(ref) for ref in (f"ref-{key}", f"ref-{key}-alt"))
         ]
 
@@ -468,7 +490,7 @@ class RunnerMachineBase(RuleBasedStateMachine):
     def _observe(self) -> None:
         async def read() -> dict[str, ActionReceipt | None]:
             seen: dict[str, ActionReceipt | None] = {}
-            for key in KEYS:
+            for key in self.order_keys:
                 stored = await self.observer.find(ACTION, key)
                 if stored is not None:
                     seen[stored.action_id] = stored
