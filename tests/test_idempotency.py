@@ -167,16 +167,19 @@ def test_different_provider_reference_is_a_conflict() -> None:
     async def scenario() -> None:
         runner = ActionRunner(InMemoryLedger())
         op = CountingOperation()
-        await via(runner).execute(
+        first = await via(runner).execute(
             "a", op, request=REQUEST, idempotency_key="k", provider_reference=REF
         )
-        with pytest.raises(IdempotencyConflictError, match="provider reference"):
+        with pytest.raises(IdempotencyConflictError, match="provider reference") as other:
             await via(runner).execute(
                 "a", op, request=REQUEST, idempotency_key="k", provider_reference="order-2"
             )
-        with pytest.raises(IdempotencyConflictError):
+        with pytest.raises(IdempotencyConflictError) as none:
             await via(runner).execute("a", op, request=REQUEST, idempotency_key="k")
         assert op.calls == 1
+        # Each conflict names the claim it met, so the caller can look it up.
+        assert other.value.receipt == first.receipt
+        assert none.value.receipt == first.receipt
 
     run(scenario())
 
