@@ -75,7 +75,7 @@ def runs_on(bug: PlantedBug, backend: str) -> bool:
         bug.machine != "runner"
         or ledger is None
         or backend == "memory"
-        or (issubclass(ledger, SQLiteLedger))
+        or issubclass(ledger, SQLiteLedger)
     )
 
 
