@@ -23,13 +23,14 @@ from dataoad._errors import (
     UnresolvedActionError,
 )
 from dataoad._failure import DefinitiveFailure
-from dataoad._guard import SyncActionRunner, guarded
+from dataoad._guard import guarded
 from dataoad._ledger import Ledger
 from dataoad._policy import RetryPolicy
 from dataoad._receipt import ActionReceipt, AttemptRecord
 from dataoad._result import ActionResult
 from dataoad._runner import ActionRunner
 from dataoad._status import ActionStatus, ClaimState, VerificationHealth
+from dataoad._sync import SyncActionRunner
 from dataoad._tool import GuardedTool, ToolOutcome, describe_result, run_tool
 from dataoad._verification import VerificationResult, Verifier
 from dataoad._version import __version__

@@ -1,27 +1,28 @@
-"""Less ceremony: a decorator that guards a function, and a synchronous facade.
+"""Less ceremony: a decorator that guards a function with a runner.
 
-Both are thin: every call goes through ``ActionRunner.execute`` (or the
-other runner methods) with the same rules, so they add no behaviour of
-their own.
+It is thin: every call goes through the runner's ``execute`` with the same
+rules, so it adds no behaviour of its own. An async function pairs with an
+``ActionRunner`` and stays async; a sync function pairs with a
+``SyncActionRunner`` and stays sync. Any other pairing is refused when
+decorating, because it would hand a sync caller a coroutine (or an async
+caller a blocking call).
 """
 
 from __future__ import annotations
 
-import asyncio
 import functools
-import inspect
-import threading
-from collections.abc import Callable, Coroutine
+from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any, ParamSpec, TypeVar, overload
 
-from dataoad._errors import DataoadError, InvalidArgumentError
+from dataoad._blocking import is_async_callable
+from dataoad._errors import InvalidArgumentError
 from dataoad._policy import RetryPolicy
-from dataoad._receipt import ActionReceipt
 from dataoad._result import ActionResult
 from dataoad._runner import ActionRunner
+from dataoad._sync import SyncActionRunner
 from dataoad._verification import AnyVerifier
 
-__all__ = ["SyncActionRunner", "guarded"]
+__all__ = ["guarded"]
 
 P = ParamSpec("P")
 T = TypeVar("T")
@@ -31,7 +32,7 @@ class _Guard:
     def __init__(
         self,
         action_name: str,
-        runner: ActionRunner,
+        runner: ActionRunner | SyncActionRunner,
         idempotency_key: Callable[..., str],
         request: Callable[..., dict[str, Any]],
         provider_reference: Callable[..., str | None] | None,
@@ -40,8 +41,11 @@ class _Guard:
         risk: str | None,
         wait_in_progress: float | None,
     ) -> None:
-        if type(runner) is not ActionRunner and not isinstance(runner, ActionRunner):
-            raise InvalidArgumentError("runner must be an ActionRunner")
+        if not isinstance(runner, ActionRunner | SyncActionRunner):
+            raise InvalidArgumentError(
+                f"runner must be an ActionRunner or a SyncActionRunner, not "
+                f"{type(runner).__qualname__}"
+            )
         for name, fn in (("idempotency_key", idempotency_key), ("request", request)):
             if not callable(fn):
                 raise InvalidArgumentError(f"{name} must be a callable of the function's arguments")
@@ -57,50 +61,117 @@ class _Guard:
         self.risk = risk
         self.wait_in_progress = wait_in_progress
 
-    async def call(
-        self, fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]
-    ) -> Any:
-        return await self.runner.execute(
-            self.action_name,
-            lambda: fn(*args, **kwargs),
-            request=self.request(*args, **kwargs),
-            idempotency_key=self.idempotency_key(*args, **kwargs),
-            provider_reference=None
+    def arguments(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> dict[str, Any]:
+        """``execute``'s keyword arguments for one call, derived from its arguments."""
+        return {
+            "request": self.request(*args, **kwargs),
+            "idempotency_key": self.idempotency_key(*args, **kwargs),
+            "provider_reference": None
             if self.provider_reference is None
             else self.provider_reference(*args, **kwargs),
-            verifier=self.verifier,
-            risk=self.risk,
-            policy=self.policy,
-            wait_in_progress=self.wait_in_progress,
-        )
+            "verifier": self.verifier,
+            "risk": self.risk,
+            "policy": self.policy,
+            "wait_in_progress": self.wait_in_progress,
+        }
 
 
-class _Decorator:
+class _AsyncDecorator:
     def __init__(self, guard: _Guard) -> None:
         self.guard = guard
 
-    @overload
     def __call__(
-        self, fn: Callable[P, Coroutine[Any, Any, T]]
-    ) -> Callable[P, Coroutine[Any, Any, ActionResult[T]]]: ...
+        self, fn: Callable[P, Awaitable[T]]
+    ) -> Callable[P, Coroutine[Any, Any, ActionResult[T]]]:
+        return _decorate(self.guard, fn)  # type: ignore[no-any-return]
 
-    @overload
-    def __call__(self, fn: Callable[P, T]) -> Callable[P, Coroutine[Any, Any, ActionResult[T]]]: ...
 
-    def __call__(self, fn: Callable[P, Any]) -> Callable[P, Coroutine[Any, Any, ActionResult[Any]]]:
-        guard = self.guard
+class _SyncDecorator:
+    def __init__(self, guard: _Guard) -> None:
+        self.guard = guard
+
+    def __call__(self, fn: Callable[P, T]) -> Callable[P, ActionResult[T]]:
+        return _decorate(self.guard, fn)  # type: ignore[no-any-return]
+
+
+def _decorate(guard: _Guard, fn: Callable[P, Any]) -> Any:
+    if not callable(fn):
+        raise InvalidArgumentError(f"guarded needs a function, not {type(fn).__qualname__}")
+    runner = guard.runner
+    if is_async_callable(fn):
+        if not isinstance(runner, ActionRunner):
+            raise InvalidArgumentError(
+                f"{getattr(fn, '__qualname__', fn)!r} is async, but the runner is a "
+                "SyncActionRunner: guard an async function with an ActionRunner, or a "
+                "sync function with a SyncActionRunner"
+            )
+        async_runner = runner
 
         @functools.wraps(fn)
-        async def wrapper(*args: P.args, **kwargs: P.kwargs) -> ActionResult[Any]:
-            return await guard.call(fn, args, kwargs)  # type: ignore[no-any-return]
+        async def async_wrapper(*args: P.args, **kwargs: P.kwargs) -> ActionResult[Any]:
+            # The call itself only builds a coroutine: nothing runs before the claim.
+            return await async_runner.execute(
+                guard.action_name,
+                functools.partial(fn, *args, **kwargs),
+                **guard.arguments(args, kwargs),
+            )
 
-        return wrapper
+        return async_wrapper
+    if not isinstance(runner, SyncActionRunner):
+        raise InvalidArgumentError(
+            f"{getattr(fn, '__qualname__', fn)!r} is a sync function, but the runner is an "
+            "ActionRunner, which would turn it into a coroutine function: guard a sync "
+            "function with a SyncActionRunner, or an async function with an ActionRunner "
+            "(ActionRunner.execute runs a blocking operation on a worker thread)"
+        )
+    sync_runner = runner
+
+    @functools.wraps(fn)
+    def sync_wrapper(*args: P.args, **kwargs: P.kwargs) -> ActionResult[Any]:
+        # ``fn`` is handed over uncalled: the runner calls it after the claim.
+        return sync_runner.execute(
+            guard.action_name,
+            functools.partial(fn, *args, **kwargs),
+            **guard.arguments(args, kwargs),
+        )
+
+    return sync_wrapper
+
+
+@overload
+def guarded(
+    action_name: str,
+    *,
+    runner: ActionRunner,
+    idempotency_key: Callable[..., str],
+    request: Callable[..., dict[str, Any]],
+    provider_reference: Callable[..., str | None] | None = ...,
+    verifier: AnyVerifier | None = ...,
+    policy: RetryPolicy | None = ...,
+    risk: str | None = ...,
+    wait_in_progress: float | None = ...,
+) -> _AsyncDecorator: ...
+
+
+@overload
+def guarded(
+    action_name: str,
+    *,
+    runner: SyncActionRunner,
+    idempotency_key: Callable[..., str],
+    request: Callable[..., dict[str, Any]],
+    provider_reference: Callable[..., str | None] | None = ...,
+    verifier: AnyVerifier | None = ...,
+    policy: RetryPolicy | None = ...,
+    risk: str | None = ...,
+    wait_in_progress: float | None = ...,
+) -> _SyncDecorator: ...
 
 
 def guarded(
     action_name: str,
     *,
-    runner: ActionRunner,
+    runner: ActionRunner | SyncActionRunner,
     idempotency_key: Callable[..., str],
     request: Callable[..., dict[str, Any]],
     provider_reference: Callable[..., str | None] | None = None,
@@ -108,109 +179,28 @@ def guarded(
     policy: RetryPolicy | None = None,
     risk: str | None = None,
     wait_in_progress: float | None = None,
-) -> _Decorator:
+) -> _AsyncDecorator | _SyncDecorator:
     """Guard a function with ``runner``: calling it runs ``runner.execute``.
 
     ``idempotency_key``, ``request`` and ``provider_reference`` are explicit
-    callables given the function's own arguments; nothing is inferred. The
-    guarded function, sync or async, becomes a coroutine function returning
-    an ``ActionResult``; its name, docstring and signature are kept.
-    ``policy``, ``risk`` and ``wait_in_progress`` are passed to ``execute``.
+    callables given the function's own arguments; nothing is inferred. An
+    async function with an ``ActionRunner`` becomes a coroutine function
+    returning an ``ActionResult``; a sync function with a ``SyncActionRunner``
+    becomes a sync function returning one. Any other pairing raises
+    InvalidArgumentError when decorating. Name, docstring and signature are
+    kept. ``policy``, ``risk`` and ``wait_in_progress`` go to ``execute``.
     """
-    return _Decorator(
-        _Guard(
-            action_name,
-            runner,
-            idempotency_key,
-            request,
-            provider_reference,
-            verifier,
-            policy,
-            risk,
-            wait_in_progress,
-        )
+    guard = _Guard(
+        action_name,
+        runner,
+        idempotency_key,
+        request,
+        provider_reference,
+        verifier,
+        policy,
+        risk,
+        wait_in_progress,
     )
-
-
-class SyncActionRunner:
-    """A blocking facade over ActionRunner for code that is not async.
-
-    It runs its own event loop on a background thread; every method blocks
-    until that loop has finished the call, and any number of threads may
-    call it at once. Inside a running event loop use ActionRunner instead:
-    calling this from async code raises rather than deadlocking. Close it
-    with ``close()`` or use it as a context manager.
-    """
-
-    def __init__(self, ledger: Any, *, policy: RetryPolicy | None = None) -> None:
-        self._runner = ActionRunner(ledger, policy=policy)
-        self._loop = asyncio.new_event_loop()
-        self._thread = threading.Thread(
-            target=self._loop.run_forever, name="dataoad-sync-runner", daemon=True
-        )
-        self._thread.start()
-        self._closed = False
-
-    @property
-    def runner(self) -> ActionRunner:
-        """The async runner that does the work."""
-        return self._runner
-
-    def _run(self, coro: Coroutine[Any, Any, T]) -> T:
-        if self._closed:
-            if inspect.iscoroutine(coro):
-                coro.close()
-            raise DataoadError("this SyncActionRunner is closed")
-        try:
-            asyncio.get_running_loop()
-        except RuntimeError:
-            pass
-        else:
-            if inspect.iscoroutine(coro):
-                coro.close()
-            raise DataoadError(
-                "SyncActionRunner was called from inside a running event loop; it would block "
-                "that loop. Use ActionRunner and await it instead"
-            )
-        future = asyncio.run_coroutine_threadsafe(coro, self._loop)
-        return future.result()
-
-    def execute(
-        self, action_name: str, operation: Callable[[], Any], **kwargs: Any
-    ) -> ActionResult[Any]:
-        """Blocking ``ActionRunner.execute``; same arguments, same rules."""
-        return self._run(self._runner.execute(action_name, operation, **kwargs))
-
-    def reconcile(self, action_id: str, verifier: AnyVerifier) -> ActionResult[Any]:
-        """Blocking ``ActionRunner.reconcile``."""
-        return self._run(self._runner.reconcile(action_id, verifier))
-
-    def recover_pending(self, action_id: str, verifier: AnyVerifier) -> ActionResult[Any]:
-        """Blocking ``ActionRunner.recover_pending``."""
-        return self._run(self._runner.recover_pending(action_id, verifier))
-
-    def release_unstarted(self, action_id: str) -> None:
-        """Blocking ``ActionRunner.release_unstarted``."""
-        self._run(self._runner.release_unstarted(action_id))
-
-    def receipt(self, action_id: str) -> ActionReceipt:
-        """Blocking ``ActionRunner.receipt``."""
-        return self._run(self._runner.receipt(action_id))
-
-    def close(self) -> None:
-        """Close the ledger and stop the background loop. Safe to call twice."""
-        if self._closed:
-            return
-        close = getattr(self._runner.ledger, "close", None)
-        if close is not None:
-            asyncio.run_coroutine_threadsafe(close(), self._loop).result()
-        self._closed = True
-        self._loop.call_soon_threadsafe(self._loop.stop)
-        self._thread.join()
-        self._loop.close()
-
-    def __enter__(self) -> SyncActionRunner:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
+    if isinstance(runner, SyncActionRunner):
+        return _SyncDecorator(guard)
+    return _AsyncDecorator(guard)

@@ -16,6 +16,7 @@ from the intent makes that retry a replay instead of a second charge.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -121,11 +122,17 @@ def describe_error(exc: Exception, action: str) -> ToolOutcome:
             "Nothing was done. Check the arguments; do not reuse the key for another request.",
             action_id,
         )
-    if isinstance(exc, ActionPersistenceError) and exc.operation_invoked:
+    # The receipt the error carries is evidence too: a claim that counted an
+    # attempt may have done it, whichever call this was (a replay's read-only
+    # check that could not be recorded, say), so it is never "not attempted".
+    if isinstance(exc, ActionPersistenceError) and (
+        exc.operation_invoked or (receipt is not None and receipt.attempts > 0)
+    ):
         return ToolOutcome(
             "UNKNOWN",
-            f"UNKNOWN: {action} was attempted but its outcome could not be recorded{ref}. Do "
-            "NOT call this tool again for the same request; an operator must check it.",
+            f"UNKNOWN: {action} may have happened{ref}: it was attempted, but its outcome could "
+            "not be recorded or checked. Do NOT call this tool again for the same request; "
+            "that could do it twice. An operator must check it.",
             action_id,
         )
     if isinstance(exc, ActionPersistenceError):
@@ -195,7 +202,8 @@ class GuardedTool:
         return await run_tool(
             self.runner,
             self.action_name,
-            lambda: fn(**kwargs),
+            # A partial, not a lambda: an async tool then runs on the loop directly.
+            functools.partial(fn, **kwargs),
             request=self.request(**kwargs),
             idempotency_key=self.idempotency_key(**kwargs),
             provider_reference=None

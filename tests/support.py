@@ -57,8 +57,9 @@ def fixed_verifier(*results: Any) -> Callable[[Any], Any]:
     return verify
 
 
-#: The ways to run an action: the runner itself, the decorator, the sync facade.
-FRONT_ENDS = ("execute", "decorator", "sync")
+#: The ways to run an action: the runner itself, the decorator on an async
+#: function, the sync facade, and the decorator on a sync function.
+FRONT_ENDS = ("execute", "decorator", "sync", "sync-decorator")
 
 
 async def call_via(
@@ -66,28 +67,43 @@ async def call_via(
 ) -> Any:
     """Run one action through ``front_end``; same arguments as ``ActionRunner.execute``."""
     import asyncio
+    import inspect
 
     from dataoad import SyncActionRunner, guarded
 
     if front_end == "execute":
         return await runner.execute(action_name, operation, **kwargs)
-    if front_end == "decorator":
+    if front_end in ("decorator", "sync-decorator"):
         request = kwargs.pop("request")
         key = kwargs.pop("idempotency_key")
         reference = kwargs.pop("provider_reference", None)
-        guard = guarded(
-            action_name,
-            runner=runner,
-            request=lambda: request,
-            idempotency_key=lambda: key,
-            provider_reference=lambda: reference,
-            verifier=kwargs.pop("verifier", None),
-            policy=kwargs.pop("policy", None),
-            risk=kwargs.pop("risk", None),
-            wait_in_progress=kwargs.pop("wait_in_progress", None),
-        )
+        options = {
+            "request": lambda: request,
+            "idempotency_key": lambda: key,
+            "provider_reference": lambda: reference,
+            "verifier": kwargs.pop("verifier", None),
+            "policy": kwargs.pop("policy", None),
+            "risk": kwargs.pop("risk", None),
+            "wait_in_progress": kwargs.pop("wait_in_progress", None),
+        }
         assert not kwargs, f"unsupported in this shim: {sorted(kwargs)}"
-        return await guard(operation)()
+        if front_end == "decorator":
+
+            async def guarded_async() -> Any:
+                value = operation()
+                return await value if inspect.isawaitable(value) else value
+
+            return await guarded(action_name, runner=runner, **options)(guarded_async)()
+
+        def guarded_sync() -> Any:
+            return operation()  # an async operation's coroutine is awaited by the runner
+
+        facade = SyncActionRunner(runner.ledger, policy=runner.policy)
+        try:
+            function = guarded(action_name, runner=facade, **options)(guarded_sync)
+            return await asyncio.to_thread(function)
+        finally:
+            _stop_without_closing_the_ledger(facade)
     assert front_end == "sync"
     # The facade runs its own loop on its own thread: call it from a thread,
     # as synchronous code would, sharing the same (thread-safe) ledger.
@@ -95,10 +111,15 @@ async def call_via(
     try:
         return await asyncio.to_thread(facade.execute, action_name, operation, **kwargs)
     finally:
-        facade._loop.call_soon_threadsafe(facade._loop.stop)
-        facade._thread.join()
-        facade._loop.close()
-        facade._closed = True
+        _stop_without_closing_the_ledger(facade)
+
+
+def _stop_without_closing_the_ledger(facade: Any) -> None:
+    # The test's runner still owns the ledger: stop only the facade's loop.
+    facade._loop.call_soon_threadsafe(facade._loop.stop)
+    facade._thread.join()
+    facade._loop.close()
+    facade._closed = True
 
 
 __all__ = [

@@ -55,16 +55,57 @@ def test_decorator_keeps_name_docstring_and_signature_and_guards_calls() -> None
     asyncio.run(scenario())
 
 
-def test_decorator_guards_sync_functions_too() -> None:
-    runner = ActionRunner(InMemoryLedger())
+def test_decorator_on_a_sync_function_with_a_sync_runner_is_sync_and_guards_calls() -> None:
+    calls: list[str] = []
+    with SyncActionRunner(InMemoryLedger()) as runner:
 
-    @guarded("send", runner=runner, idempotency_key=lambda to: to, request=lambda to: {"to": to})
-    def send(to: str) -> int:
-        return 1
+        @guarded(
+            "send", runner=runner, idempotency_key=lambda to: to, request=lambda to: {"to": to}
+        )
+        def send(to: str) -> int:
+            calls.append(to)
+            return 1
 
-    result = asyncio.run(send("a@example.org"))
+        assert not inspect.iscoroutinefunction(send)
+        assert send.__name__ == "send"
+        result = send("a@example.org")
+        again = send("a@example.org")
+    assert isinstance(result, ActionResult)
     assert result.status is ActionStatus.CONFIRMED
     assert result.value == 1
+    assert again.replayed is True
+    # The function ran once: a duplicate call is a replay, not a second send.
+    assert calls == ["a@example.org"]
+
+
+def test_decorator_refuses_a_sync_function_with_an_async_runner_when_decorating() -> None:
+    from dataoad import InvalidArgumentError
+
+    decorate = guarded(
+        "send",
+        runner=ActionRunner(InMemoryLedger()),
+        idempotency_key=lambda to: to,
+        request=lambda to: {"to": to},
+    )
+    with pytest.raises(InvalidArgumentError, match=r"sync function.*SyncActionRunner"):
+
+        @decorate
+        def send(to: str) -> int:
+            return 1
+
+
+def test_decorator_refuses_an_async_function_with_a_sync_runner_when_decorating() -> None:
+    from dataoad import InvalidArgumentError
+
+    with SyncActionRunner(InMemoryLedger()) as runner:
+        decorate = guarded(
+            "send", runner=runner, idempotency_key=lambda to: to, request=lambda to: {"to": to}
+        )
+        with pytest.raises(InvalidArgumentError, match=r"is async.*ActionRunner"):
+
+            @decorate
+            async def send(to: str) -> int:
+                return 1
 
 
 def test_decorator_rejects_non_callable_derivations() -> None:

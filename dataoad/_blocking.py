@@ -1,0 +1,158 @@
+"""Where a sync operation or verifier runs: never on the event loop.
+
+A blocking call on the loop stops every other task (and, on SQLite, used to
+keep the cross-process writer lock held). The runner therefore hands every
+callable that is not a coroutine function to :func:`call_blocking`, which
+runs it on a worker thread with a copy of the caller's context variables and
+awaits the result without blocking the loop.
+
+Two placements exist:
+
+* the default: a daemon worker thread from a small pool that grows on demand
+  (so N concurrent blocking calls take about as long as one, and a call that
+  never returns cannot keep the interpreter from exiting);
+* ``SyncActionRunner``: the thread that called it, which is blocked waiting
+  anyway, so the call runs with that thread's own thread-locals and context.
+
+A value that turns out to be awaitable (``lambda: client.charge(...)``
+returning a coroutine) is awaited on the loop by the caller of this module.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import contextvars
+import inspect
+import queue
+import threading
+from collections.abc import Callable
+from typing import Any, Final, TypeVar
+
+__all__ = [
+    "Placement",
+    "call_blocking",
+    "call_maybe_async",
+    "is_async_callable",
+    "placed",
+]
+
+T = TypeVar("T")
+
+#: An idle worker thread exits after this many seconds without work.
+IDLE_SECONDS: Final = 30.0
+
+#: Where blocking calls go: a function that runs ``fn`` off the loop and
+#: resolves the future when done. ``None``: the shared worker pool.
+Placement = Callable[[Callable[[], None]], None]
+
+_placement: contextvars.ContextVar[Placement | None] = contextvars.ContextVar(
+    "dataoad_blocking_placement", default=None
+)
+
+
+def is_async_callable(fn: object) -> bool:
+    """Whether calling ``fn`` only creates a coroutine (so it may run on the loop)."""
+    if inspect.iscoroutinefunction(fn):
+        return True
+    call = getattr(fn, "__call__", None)  # noqa: B004 - an async __call__ is what we look for
+    return call is not None and inspect.iscoroutinefunction(call)
+
+
+class _WorkerPool:
+    """Daemon threads that run submitted jobs; one more is started when none is idle.
+
+    Not ``concurrent.futures.ThreadPoolExecutor``: its workers are joined at
+    interpreter exit (one stuck provider call would hang the exit) and its
+    cap of ``cpu + 4`` threads would serialise blocking calls beyond it.
+    """
+
+    def __init__(self) -> None:
+        self._jobs: queue.SimpleQueue[Callable[[], None]] = queue.SimpleQueue()
+        self._lock = threading.Lock()
+        self._idle = 0
+
+    def submit(self, job: Callable[[], None]) -> None:
+        with self._lock:
+            self._jobs.put(job)
+            if self._idle:
+                self._idle -= 1
+                return
+        threading.Thread(target=self._work, name="dataoad-blocking", daemon=True).start()
+
+    def _work(self) -> None:
+        while True:
+            try:
+                job = self._jobs.get(timeout=IDLE_SECONDS)
+            except queue.Empty:
+                with self._lock:
+                    # Every queued job has a worker reserved for it; exit only
+                    # when nothing is queued, so no reserved job is stranded.
+                    if self._jobs.empty() and self._idle:
+                        self._idle -= 1
+                        return
+                continue
+            job()
+            with self._lock:
+                self._idle += 1
+
+
+_POOL: Final = _WorkerPool()
+
+
+def _settle(future: asyncio.Future[Any], value: object, exc: BaseException | None) -> None:
+    if future.done():
+        return  # the caller was cancelled; the thread's result has no one to go to
+    if exc is None:
+        future.set_result(value)
+    else:
+        future.set_exception(exc)
+
+
+async def call_blocking(fn: Callable[[], T]) -> T:
+    """Run ``fn()`` off the event loop, with a copy of the caller's context.
+
+    Cancelling the await does not stop the thread: a blocking call cannot be
+    interrupted, which is why a cancelled attempt is recorded as UNKNOWN.
+    """
+    loop = asyncio.get_running_loop()
+    future: asyncio.Future[T] = loop.create_future()
+    context = contextvars.copy_context()
+
+    def job() -> None:
+        value: object = None
+        error: BaseException | None = None
+        try:
+            value = context.run(fn)
+        except BaseException as exc:
+            error = exc
+        # A closed loop means its caller is gone: nobody to tell.
+        with contextlib.suppress(RuntimeError):
+            loop.call_soon_threadsafe(_settle, future, value, error)
+
+    place = _placement.get()
+    (_POOL.submit if place is None else place)(job)
+    return await future
+
+
+class placed:
+    """Within this block (and tasks started in it), blocking calls go to ``place``."""
+
+    def __init__(self, place: Placement) -> None:
+        self._place = place
+        self._token: contextvars.Token[Placement | None] | None = None
+
+    def __enter__(self) -> None:
+        self._token = _placement.set(self._place)
+
+    def __exit__(self, *exc: object) -> None:
+        assert self._token is not None
+        _placement.reset(self._token)
+
+
+async def call_maybe_async(fn: Callable[[], Any]) -> Any:
+    """Call ``fn`` where it belongs and await what it returns if that is awaitable."""
+    value = fn() if is_async_callable(fn) else await call_blocking(fn)
+    if inspect.isawaitable(value):
+        value = await value
+    return value

@@ -1,0 +1,206 @@
+"""SyncActionRunner: the runner's verbs as blocking calls, for code that is not async.
+
+One event loop on a background thread serves every calling thread; the
+ledger lives on that loop. A sync operation or verifier runs on the *calling*
+thread (which is blocked waiting for its result anyway), never on the loop,
+so N threads each making a blocking call on distinct keys overlap instead of
+queueing behind one another, and each call sees its own thread-locals.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import queue
+import threading
+from collections.abc import Awaitable, Callable, Coroutine
+from typing import Any, TypeVar, overload
+
+from dataoad._blocking import placed
+from dataoad._errors import DataoadError
+from dataoad._ledger import Ledger
+from dataoad._policy import RetryPolicy
+from dataoad._receipt import ActionReceipt
+from dataoad._result import ActionResult
+from dataoad._runner import ActionRunner
+from dataoad._verification import AnyVerifier
+
+__all__ = ["SyncActionRunner"]
+
+T = TypeVar("T")
+
+#: What the loop posts to a waiting caller: a job to run on its thread, or
+#: ``None`` when the call is over.
+_Inbox = queue.SimpleQueue[Callable[[], None] | None]
+
+
+class SyncActionRunner:
+    """A blocking facade over ActionRunner for code that is not async.
+
+    ``SyncActionRunner(ledger, policy=...)`` takes ActionRunner's options.
+    Every method blocks until the call is done; any number of threads may
+    call at once, and their operations run concurrently, each on its caller's
+    thread. Inside a running event loop use ActionRunner instead: calling this
+    from async code raises rather than blocking that loop. Close it with
+    ``close()`` (it closes the ledger) or use it as a context manager.
+    """
+
+    def __init__(self, ledger: Ledger, *, policy: RetryPolicy | None = None) -> None:
+        self._runner = ActionRunner(ledger, policy=policy)
+        self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(
+            target=self._loop.run_forever, name="dataoad-sync-runner", daemon=True
+        )
+        self._thread.start()
+        self._closed = False
+
+    @property
+    def runner(self) -> ActionRunner:
+        """The async runner that does the work (on this facade's own loop)."""
+        return self._runner
+
+    @property
+    def ledger(self) -> Ledger:
+        """The ledger this runner records receipts in."""
+        return self._runner.ledger
+
+    @property
+    def policy(self) -> RetryPolicy:
+        """The default retry policy for ``execute``."""
+        return self._runner.policy
+
+    def _run(self, coro: Coroutine[Any, Any, T]) -> T:
+        if self._closed:
+            coro.close()
+            raise DataoadError("this SyncActionRunner is closed")
+        try:
+            asyncio.get_running_loop()
+        except RuntimeError:
+            pass
+        else:
+            coro.close()
+            raise DataoadError(
+                "SyncActionRunner was called from inside a running event loop; it would block "
+                "that loop. Use ActionRunner and await it instead"
+            )
+        inbox: _Inbox = queue.SimpleQueue()
+        # The task copies this thread's context, placement included: its
+        # blocking calls come back here to run.
+        with placed(inbox.put):
+            future = asyncio.run_coroutine_threadsafe(coro, self._loop)
+        future.add_done_callback(lambda _: inbox.put(None))
+        try:
+            while (job := inbox.get()) is not None:
+                job()
+        except BaseException:
+            # KeyboardInterrupt while waiting: stop the call rather than leave
+            # it waiting for a thread that no longer listens. A started
+            # attempt is then recorded UNKNOWN, as for any cancellation.
+            future.cancel()
+            raise
+        return future.result()
+
+    @overload
+    def execute(
+        self,
+        action_name: str,
+        operation: Callable[[], Awaitable[T]],
+        *,
+        request: dict[str, Any],
+        idempotency_key: str,
+        provider_reference: str | None = ...,
+        verifier: AnyVerifier | None = ...,
+        risk: str | None = ...,
+        metadata: dict[str, Any] | None = ...,
+        policy: RetryPolicy | None = ...,
+        wait_in_progress: float | None = ...,
+    ) -> ActionResult[T]: ...
+
+    @overload
+    def execute(
+        self,
+        action_name: str,
+        operation: Callable[[], T],
+        *,
+        request: dict[str, Any],
+        idempotency_key: str,
+        provider_reference: str | None = ...,
+        verifier: AnyVerifier | None = ...,
+        risk: str | None = ...,
+        metadata: dict[str, Any] | None = ...,
+        policy: RetryPolicy | None = ...,
+        wait_in_progress: float | None = ...,
+    ) -> ActionResult[T]: ...
+
+    def execute(
+        self,
+        action_name: str,
+        operation: Callable[[], Any],
+        *,
+        request: dict[str, Any],
+        idempotency_key: str,
+        provider_reference: str | None = None,
+        verifier: AnyVerifier | None = None,
+        risk: str | None = None,
+        metadata: dict[str, Any] | None = None,
+        policy: RetryPolicy | None = None,
+        wait_in_progress: float | None = None,
+    ) -> ActionResult[Any]:
+        """Blocking ``ActionRunner.execute``: same arguments, same rules, same errors."""
+        return self._run(
+            self._runner.execute(
+                action_name,
+                operation,
+                request=request,
+                idempotency_key=idempotency_key,
+                provider_reference=provider_reference,
+                verifier=verifier,
+                risk=risk,
+                metadata=metadata,
+                policy=policy,
+                wait_in_progress=wait_in_progress,
+            )
+        )
+
+    def reconcile(self, action_id: str, verifier: AnyVerifier) -> ActionResult[Any]:
+        """Blocking ``ActionRunner.reconcile``."""
+        return self._run(self._runner.reconcile(action_id, verifier))
+
+    def recover_pending(self, action_id: str, verifier: AnyVerifier) -> ActionResult[Any]:
+        """Blocking ``ActionRunner.recover_pending``."""
+        return self._run(self._runner.recover_pending(action_id, verifier))
+
+    def release_unstarted(self, action_id: str) -> None:
+        """Blocking ``ActionRunner.release_unstarted``."""
+        self._run(self._runner.release_unstarted(action_id))
+
+    def receipt(self, action_id: str) -> ActionReceipt:
+        """Blocking ``ActionRunner.receipt``."""
+        return self._run(self._runner.receipt(action_id))
+
+    def close(self) -> None:
+        """Close the ledger and stop the background loop. Safe to call twice."""
+        if self._closed:
+            return
+        close = getattr(self._runner.ledger, "close", None)
+        if close is not None:
+            closing = close()
+            if inspect.isawaitable(closing):
+                asyncio.run_coroutine_threadsafe(_awaited(closing), self._loop).result()
+        self._closed = True
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join()
+        self._loop.close()
+
+    def __enter__(self) -> SyncActionRunner:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+async def _awaited(awaitable: Awaitable[object]) -> None:
+    await awaitable
+
+
+SyncActionRunner.__module__ = "dataoad"
