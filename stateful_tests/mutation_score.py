@@ -35,21 +35,23 @@ SAFETY_CRITICAL_MODULES = [
     "dataoad/_verification.py",
     "dataoad/ledgers/memory.py",
     "dataoad/ledgers/sqlite.py",
+    "dataoad/ledgers/_writer_lock.py",
+    "dataoad/_blocking.py",
 ]
 SAFETY_CRITICAL_MUTANTS = [
     "dataoad._runner.*",
     "dataoad._verification.*",
     "dataoad.ledgers.memory.*",
+    "dataoad.ledgers._writer_lock.*",
+    "dataoad._blocking.*",
     *(
         f"dataoad.ledgers.sqlite.{name}__mutmut_*"
         for name in (
             "x__row_of",
             "x__receipt_of",
-            "x__settle",
-            "xǁ_WriterLockǁacquire",
-            "xǁ_WriterLockǁrelease",
             "xǁSQLiteLedgerǁ_read",
             "xǁSQLiteLedgerǁ_write",
+            "xǁSQLiteLedgerǁ_write_now",
             "xǁSQLiteLedgerǁclaim",
             "xǁSQLiteLedgerǁget",
             "xǁSQLiteLedgerǁfind",

@@ -435,22 +435,18 @@ def test_a_failing_contended_lock_wait_surfaces_its_error(
 ) -> None:
     import fcntl
 
-    from dataoad.ledgers import sqlite as sqlite_module
+    from dataoad.ledgers import _writer_lock
 
-    lock = sqlite_module._WriterLock(tmp_path / "lock")
-    lock.open()
+    lock = _writer_lock.WriterLock(tmp_path / "lock")
 
     def flock(fd: int, operation: int) -> None:
         if operation & fcntl.LOCK_NB:
             raise BlockingIOError  # contended: wait on a thread
         raise OSError(37, "No locks available")
 
-    monkeypatch.setattr(sqlite_module.fcntl, "flock", flock)
-    try:
-        with pytest.raises(OSError, match="No locks available"):
-            run(lock.acquire())
-    finally:
-        lock.close()
+    monkeypatch.setattr(_writer_lock.fcntl, "flock", flock)
+    with pytest.raises(OSError, match="No locks available"), lock.hold(5.0):
+        pytest.fail("the lock was not held, yet the block ran")
 
 
 def test_the_listing_compares_times_in_utc_whatever_the_local_zone(
@@ -478,41 +474,32 @@ def test_the_listing_compares_times_in_utc_whatever_the_local_zone(
         time.tzset()
 
 
-def test_a_cancelled_lock_wait_hands_the_lock_back(tmp_path: Path) -> None:
+def test_a_timed_out_lock_wait_hands_the_lock_back(tmp_path: Path) -> None:
     # Otherwise the waiting thread would take the lock after its caller gave
     # up and hold it for ever: every other writer, in every process, would hang.
     import fcntl
+    import os
     import time
 
-    from dataoad.ledgers import sqlite as sqlite_module
+    from dataoad.ledgers._writer_lock import LedgerBusyError, WriterLock
 
-    holder = sqlite_module._WriterLock(tmp_path / "lock")
-    waiter = sqlite_module._WriterLock(tmp_path / "lock")
-    other = sqlite_module._WriterLock(tmp_path / "lock")
-    for lock in (holder, waiter, other):
-        lock.open()
+    path = tmp_path / "lock"
+    holder = os.open(path, os.O_CREAT | os.O_RDWR, 0o600)
+    fcntl.flock(holder, fcntl.LOCK_EX)
+    started = time.monotonic()
+    with pytest.raises(LedgerBusyError, match="busy_timeout"), WriterLock(path).hold(0.1):
+        pytest.fail("the lock was held by another descriptor, yet the block ran")
+    assert time.monotonic() - started < 2
+    os.close(holder)  # the abandoned waiter's thread now gets the lock, and drops it
+    deadline = time.monotonic() + 5
+    other = os.open(path, os.O_RDWR)
     try:
-        holder.acquire_blocking()
-
-        async def give_up_waiting() -> None:
-            task = asyncio.create_task(waiter.acquire())
-            await asyncio.sleep(0.05)  # the wait is now on its own thread
-            task.cancel()
-            with pytest.raises(asyncio.CancelledError):
-                await task
-            holder.release()  # the abandoned waiter's thread now gets the lock
-            await asyncio.sleep(0.2)  # and hands it back from the loop
-
-        run(give_up_waiting())
-        deadline = time.monotonic() + 5
         while True:
             try:
-                fcntl.flock(other.fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                fcntl.flock(other, fcntl.LOCK_EX | fcntl.LOCK_NB)
                 break
             except BlockingIOError:
                 assert time.monotonic() < deadline, "the abandoned wait kept the lock"
                 time.sleep(0.01)
-        other.release()
     finally:
-        for lock in (holder, waiter, other):
-            lock.close()
+        os.close(other)

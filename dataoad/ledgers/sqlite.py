@@ -12,9 +12,11 @@ Design notes (the why):
   a read-then-write.
 * SQLite's own busy handler is unfair across processes (a waiting process
   polls with growing sleeps and can starve). Writers therefore queue on a
-  kernel lock (``flock``) on a sidecar ``<file>.lock`` held only around the
-  write statement; within one ledger they queue on an asyncio lock first. The
-  busy timeout stays as a backstop for writers that do not take the lock.
+  kernel lock (``flock``) on a sidecar ``<file>.lock``, taken and released
+  on the connection's thread around the one write statement (never while
+  other code runs), and waited for at most ``busy_timeout`` seconds
+  (``_writer_lock``). SQLite's busy timeout stays as a backstop for writers
+  that do not take the lock. Opening a current ledger never takes it.
 * ``synchronous=FULL`` by default: a committed transition survives power loss.
   ``NORMAL`` survives a crash of the process but may lose the last
   transactions on power loss or an OS crash; choose it knowingly.
@@ -24,16 +26,17 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import fcntl
+import functools
 import os
 import sqlite3
 import threading
+import warnings
 import weakref
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 from types import TracebackType
-from typing import Any, Final, Literal
+from typing import Any, Final, Literal, TypeVar, cast
 
 import aiosqlite
 
@@ -41,13 +44,16 @@ from dataoad._errors import DataoadError, InvalidArgumentError
 from dataoad._receipt import ActionReceipt
 from dataoad._status import ActionStatus, ClaimState
 from dataoad.ledgers._codec import COLUMNS, listing_query, receipt_of, row_of
+from dataoad.ledgers._writer_lock import LedgerBusyError, WriterLock
 
-__all__ = ["SCHEMA_VERSION", "LedgerFileError", "SQLiteLedger"]
+__all__ = ["SCHEMA_VERSION", "LedgerBusyError", "LedgerFileError", "SQLiteLedger"]
 
 #: ``PRAGMA application_id`` of a Dataoad ledger file ("DAOD").
 APPLICATION_ID: Final = 0x44414F44
 #: The schema version this code writes; older files are migrated on open.
 SCHEMA_VERSION: Final = 2
+
+T = TypeVar("T")
 
 _COLUMNS: Final = COLUMNS
 _SELECT: Final = f"SELECT {', '.join(_COLUMNS)} FROM receipts"
@@ -153,84 +159,35 @@ def inspect_file(path: Path) -> int | None:
     return int(user_version)
 
 
-def _settle(future: asyncio.Future[None], exc: BaseException | None) -> None:
-    if future.done():
-        return
-    if exc is None:
-        future.set_result(None)
-    else:
-        future.set_exception(exc)
+# aiosqlite runs each connection on a worker thread that is not a daemon and
+# that outlives a collected Connection (it holds only its queue). An unclosed
+# ledger would then hang the interpreter at exit. Each connection's thread is
+# made a daemon, stopped when its ledger is collected, and stopped cleanly at
+# exit (before non-daemon threads are joined) while its ledger is alive.
+_LIVE_CONNECTIONS: set[aiosqlite.Connection] = set()
 
 
-class _WriterLock:
-    """Fair cross-process writer queue: ``flock`` on a sidecar lock file."""
-
-    def __init__(self, path: Path) -> None:
-        self.path = path
-        self._fd: int | None = None
-
-    def open(self) -> None:
-        if self._fd is None:
-            self._fd = os.open(self.path, os.O_CREAT | os.O_RDWR, 0o600)
-
-    def close(self) -> None:
-        if self._fd is not None:
-            os.close(self._fd)
-            self._fd = None
-
-    @property
-    def fd(self) -> int:
-        assert self._fd is not None, "writer lock used before open"
-        return self._fd
-
-    async def acquire(self) -> None:
-        fd = self.fd
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            return
-        except BlockingIOError:
-            pass
-        # Contended: wait in the kernel's queue on a thread of its own. Not the
-        # shared executor: lock waiters must never starve the holder of the
-        # threads it needs to finish and release.
-        loop = asyncio.get_running_loop()
-        waiter: asyncio.Future[None] = loop.create_future()
-
-        def wait_for_lock() -> None:
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX)
-            except BaseException as exc:
-                loop.call_soon_threadsafe(_settle, waiter, exc)
-            else:
-                loop.call_soon_threadsafe(_settle, waiter, None)
-
-        threading.Thread(target=wait_for_lock, name="dataoad-sqlite-lock", daemon=True).start()
-        try:
-            await asyncio.shield(waiter)
-        except asyncio.CancelledError:
-            # The thread will still get the lock; hand it straight back.
-            waiter.add_done_callback(lambda _: fcntl.flock(fd, fcntl.LOCK_UN))
-            raise
-
-    def acquire_blocking(self) -> None:
-        fcntl.flock(self.fd, fcntl.LOCK_EX)
-
-    def release(self) -> None:
-        fcntl.flock(self.fd, fcntl.LOCK_UN)
+async def _on_thread(conn: aiosqlite.Connection, fn: Callable[[], T]) -> T:
+    """Run ``fn`` on the connection's own thread, in order with its statements."""
+    # aiosqlite's queue of work for that thread; it has no public entry point.
+    return cast(T, await conn._execute(fn))  # type: ignore[no-untyped-call]
 
 
-_OPEN_LEDGERS: weakref.WeakSet[SQLiteLedger] = weakref.WeakSet()
+def _stop_connection(conn: aiosqlite.Connection) -> None:
+    _LIVE_CONNECTIONS.discard(conn)
+    with contextlib.suppress(Exception), warnings.catch_warnings():
+        # ``stop`` asks for an event loop to build a future nobody awaits.
+        warnings.simplefilter("ignore")
+        conn.stop()
 
 
-def _stop_open_ledgers() -> None:
-    # aiosqlite's worker thread is not a daemon: an unclosed connection would
-    # keep the interpreter from exiting. Stop them before threads are joined.
-    for ledger in list(_OPEN_LEDGERS):
-        ledger._stop_now()
+def _stop_live_connections() -> None:
+    for conn in list(_LIVE_CONNECTIONS):
+        _stop_connection(conn)
 
 
 if hasattr(threading, "_register_atexit"):
-    threading._register_atexit(_stop_open_ledgers)
+    threading._register_atexit(_stop_live_connections)
 
 
 class SQLiteLedger:
@@ -268,9 +225,9 @@ class SQLiteLedger:
         self.busy_timeout = float(busy_timeout)
         self._conn: aiosqlite.Connection | None = None
         self._open_lock: asyncio.Lock | None = None
-        self._write_lock: asyncio.Lock | None = None
-        self._writer = _WriterLock(self.path.with_name(self.path.name + ".lock"))
+        self._writer = WriterLock(self.path.with_name(self.path.name + ".lock"))
         self._closed = False
+        self._finalizer: weakref.finalize[Any, Any] | None = None
 
     def __repr__(self) -> str:
         state = "closed" if self._closed else ("open" if self._conn else "not yet opened")
@@ -300,71 +257,66 @@ class SQLiteLedger:
         async with self._open_lock:
             if self._conn is None:
                 self._conn = await self._open()
-                self._write_lock = asyncio.Lock()
-                _OPEN_LEDGERS.add(self)
         return self._conn
 
     async def _open(self) -> aiosqlite.Connection:
         if not self.path.parent.is_dir():
             raise LedgerFileError(f"{self.path}: folder {self.path.parent} does not exist")
         _create_private_file(self.path)
-        inspect_file(self.path)  # quick, read-only, and it must not wait on threads
-        self._writer.open()
-        conn = await aiosqlite.connect(
-            str(self.path), isolation_level=None, timeout=self.busy_timeout
-        )
+        # Quick and read-only: a current ledger opens without ever waiting on
+        # the writer lock, so inspecting one works while a writer is stuck.
+        version = inspect_file(self.path)
+        pending = aiosqlite.connect(str(self.path), isolation_level=None, timeout=self.busy_timeout)
+        thread = getattr(pending, "_thread", None)
+        if isinstance(thread, threading.Thread):
+            thread.daemon = True  # never keeps the interpreter from exiting
+        conn = await pending
+        _LIVE_CONNECTIONS.add(conn)
+        self._finalizer = weakref.finalize(self, _stop_connection, conn)
         try:
-            await self._initialise(conn)
+            if version != SCHEMA_VERSION:
+                await _on_thread(conn, functools.partial(self._initialise, conn))
             await conn.execute(f"PRAGMA synchronous = {self.synchronous}")
             await conn.execute(f"PRAGMA busy_timeout = {int(self.busy_timeout * 1000)}")
         except BaseException:
+            self._finalizer.detach()
+            _LIVE_CONNECTIONS.discard(conn)
             await conn.close()
-            self._writer.close()
             raise
         return conn
 
-    async def _initialise(self, conn: aiosqlite.Connection) -> None:
-        await self._writer.acquire()
-        try:
+    def _initialise(self, conn: aiosqlite.Connection) -> None:
+        """Create or migrate the schema; runs on the connection's thread."""
+        db = conn._conn
+        with self._writer.hold(self.busy_timeout):
             # Re-check under the writer lock: another process may have just
             # created or migrated the file.
             version = inspect_file(self.path)
             if version == SCHEMA_VERSION:
                 return
             if version is None:
-                await conn.execute("PRAGMA journal_mode = WAL")
-            await conn.execute("BEGIN IMMEDIATE")
+                db.execute("PRAGMA journal_mode = WAL")
+            db.execute("BEGIN IMMEDIATE")
             try:
                 for step in range((version or 0) + 1, SCHEMA_VERSION + 1):
                     for statement in MIGRATIONS[step]:
-                        await conn.execute(statement)
-                await conn.execute(f"PRAGMA application_id = {APPLICATION_ID}")
-                await conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
-                await conn.execute("COMMIT")
+                        db.execute(statement)
+                db.execute(f"PRAGMA application_id = {APPLICATION_ID}")
+                db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+                db.execute("COMMIT")
             except BaseException:
-                await conn.execute("ROLLBACK")
+                db.execute("ROLLBACK")
                 raise
-        finally:
-            self._writer.release()
 
     async def close(self) -> None:
-        """Close the connection and the lock file. Safe to call more than once."""
+        """Close the connection. Safe to call more than once."""
         self._closed = True
         conn, self._conn = self._conn, None
-        _OPEN_LEDGERS.discard(self)
-        try:
-            if conn is not None:
-                await conn.close()
-        finally:
-            self._writer.close()
-
-    def _stop_now(self) -> None:
-        conn, self._conn = self._conn, None
-        self._closed = True
+        if self._finalizer is not None:
+            self._finalizer.detach()
         if conn is not None:
-            with contextlib.suppress(Exception):
-                conn.stop()
-        self._writer.close()
+            _LIVE_CONNECTIONS.discard(conn)
+            await conn.close()
 
     # -- statements ----------------------------------------------------------
 
@@ -374,13 +326,15 @@ class SQLiteLedger:
 
     async def _write(self, sql: str, params: Iterable[Any]) -> list[Any]:
         conn = await self._connection()
-        assert self._write_lock is not None
-        async with self._write_lock:
-            await self._writer.acquire()
-            try:
-                return list(await conn.execute_fetchall(sql, tuple(params)))
-            finally:
-                self._writer.release()
+        return await _on_thread(conn, functools.partial(self._write_now, conn, sql, tuple(params)))
+
+    def _write_now(
+        self, conn: aiosqlite.Connection, sql: str, params: tuple[Any, ...]
+    ) -> list[Any]:
+        """Lock, run one write statement, unlock: all on the connection's thread."""
+        db = conn._conn
+        with self._writer.hold(self.busy_timeout):
+            return db.execute(sql, params).fetchall()
 
     # -- the Ledger protocol -------------------------------------------------------
 
