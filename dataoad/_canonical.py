@@ -44,6 +44,7 @@ RESERVED_METADATA_KEYS: Final = frozenset(
         "recovery",
         "verification",
         "verification_conflict",
+        "verification_observation_count",
         "verification_observations",
     }
 )

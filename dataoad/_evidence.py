@@ -9,17 +9,19 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Any
+from typing import Any, Final
 
 from dataoad._receipt import AttemptRecord
 from dataoad._status import ActionStatus
 
 __all__ = [
+    "MAX_KEPT_OBSERVATIONS",
     "POST_COMPLETION_SOURCES",
     "Settlement",
     "aggregate_attempts",
     "attempt_evidence",
     "combine",
+    "keep_observations",
     "merge_observations",
     "recovered_value_correlated",
     "settle",
@@ -28,6 +30,12 @@ __all__ = [
 CONFIRMED = ActionStatus.CONFIRMED
 FAILED = ActionStatus.FAILED
 UNKNOWN = ActionStatus.UNKNOWN
+
+#: Most verifier observations a receipt keeps. An agent that keeps retrying
+#: an UNKNOWN action with a verifier adds one per replay; beyond this many,
+#: the oldest that no status, conflict or provider request id depends on are
+#: dropped (and counted), so receipts and their writes stay bounded.
+MAX_KEPT_OBSERVATIONS: Final = 16
 
 #: Observation sources that look at the action as a whole, after execution.
 POST_COMPLETION_SOURCES = frozenset({"reconcile", "recover"})
@@ -195,3 +203,30 @@ def recovered_value_correlated(
         and verification_request_id is not None
         and verification_request_id == retained_request_id
     )
+
+
+def keep_observations(
+    attempts: Sequence[AttemptRecord],
+    observations: Sequence[Mapping[str, Any]],
+    limit: int = MAX_KEPT_OBSERVATIONS,
+) -> tuple[Mapping[str, Any], ...]:
+    """``observations`` cut to about ``limit``, without changing what they prove.
+
+    Oldest first, an observation is dropped only when :func:`settle` derives
+    exactly the same statuses, conflict flag and provider request ids
+    without it, so one that decides the status or records a conflict is
+    never dropped (then more than ``limit`` are kept). The newest is always
+    kept: it is the receipt's ``verification``.
+    """
+    kept = list(observations)
+    if len(kept) <= limit:
+        return tuple(kept)
+    target = settle(attempts, kept)
+    index = 0
+    while len(kept) > limit and index < len(kept) - 1:
+        candidate = kept[:index] + kept[index + 1 :]
+        if settle(attempts, candidate) == target:
+            kept = candidate
+        else:
+            index += 1
+    return tuple(kept)

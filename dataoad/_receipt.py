@@ -33,17 +33,17 @@ def bounded_error(exc: BaseException) -> str:
         message = str(exc)
     except Exception:
         message = "<unprintable message>"
-    text = f"{name}: {message}" if message else name
-    # Every ledger must be able to store it: no NUL (PostgreSQL text) and no
-    # lone surrogate (no encoder writes one).
-    text = text.replace("\x00", "\\x00").encode("utf-8", "backslashreplace").decode("utf-8")
-    if len(text) > MAX_ERROR_LENGTH:
-        text = text[: MAX_ERROR_LENGTH - 1] + "\u2026"
-    return text
+    return bound_text(f"{name}: {message}" if message else name)
 
 
 def bound_text(text: str) -> str:
-    """Cut an arbitrary stored string to MAX_ERROR_LENGTH characters."""
+    """Make an arbitrary string storable by every ledger, cut to MAX_ERROR_LENGTH.
+
+    No NUL (PostgreSQL text cannot hold one) and no lone surrogate (no
+    encoder writes one; bytes decoded with ``surrogateescape`` carry them):
+    both are written as backslash escapes, so the text stays readable.
+    """
+    text = text.replace("\x00", "\\x00").encode("utf-8", "backslashreplace").decode("utf-8")
     if len(text) > MAX_ERROR_LENGTH:
         return text[: MAX_ERROR_LENGTH - 1] + "\u2026"
     return text

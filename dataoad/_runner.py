@@ -32,6 +32,7 @@ import warnings
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, Final, TypeVar, cast, overload
 
+from dataoad._blocking import call_blocking, call_maybe_async, is_async_callable
 from dataoad._canonical import request_hash, validate_metadata, validate_request
 from dataoad._errors import (
     ActionInProgressError,
@@ -45,6 +46,7 @@ from dataoad._evidence import (
     Settlement,
     aggregate_attempts,
     attempt_evidence,
+    keep_observations,
     recovered_value_correlated,
     settle,
 )
@@ -135,9 +137,11 @@ def _resolve_verifier(verifier: object) -> VerifyFn:
             f"not {type(verifier).__qualname__}"
         )
     fn = cast(Callable[[ActionReceipt], object], target)
+    runs_on_loop = is_async_callable(fn)
 
     async def call(receipt: ActionReceipt) -> object:
-        outcome = fn(receipt)
+        # A sync verifier does blocking I/O: it runs on a worker thread.
+        outcome = fn(receipt) if runs_on_loop else await call_blocking(lambda: fn(receipt))
         if inspect.isawaitable(outcome):
             outcome = await outcome
         return outcome
@@ -186,6 +190,16 @@ def _observation_record(
     return freeze(record)  # type: ignore[no-any-return]
 
 
+def _storable(record: Mapping[str, Any]) -> bool:
+    """Whether every ledger can store ``record`` as JSON text (no NUL, valid UTF-8)."""
+    try:
+        text = _json_text(record)
+        text.encode("utf-8")
+    except (TypeError, ValueError):  # UnicodeEncodeError is a ValueError
+        return False
+    return "\x00" not in text
+
+
 def _protocol_metadata(
     base: Mapping[str, Any],
     observations: tuple[Mapping[str, Any], ...],
@@ -197,6 +211,9 @@ def _protocol_metadata(
     if observations:
         metadata["verification_observations"] = observations
         metadata["verification"] = observations[-1]
+        metadata["verification_observation_count"] = observations[-1].get(
+            "number", len(observations)
+        )
     if settlement is not None and observations:
         metadata["verification_conflict"] = settlement.verification_conflict
         metadata["provider_request_ids"] = settlement.provider_request_ids
@@ -208,6 +225,41 @@ def _protocol_metadata(
 
 def _observations_of(receipt: ActionReceipt) -> tuple[Mapping[str, Any], ...]:
     return tuple(receipt.metadata.get("verification_observations", ()))
+
+
+def _with_observation(
+    attempts: tuple[AttemptRecord, ...] | list[AttemptRecord],
+    previous: tuple[Mapping[str, Any], ...],
+    record: Mapping[str, Any],
+) -> tuple[Mapping[str, Any], ...]:
+    """``previous`` plus ``record``, numbered, kept bounded without changing what they prove."""
+    # Receipts written before observations were numbered count as numbered 1..n.
+    last = previous[-1].get("number", len(previous)) if previous else 0
+    numbered: Mapping[str, Any] = freeze({**record, "number": last + 1})
+    return keep_observations(attempts, (*previous, numbered))
+
+
+def _earlier_attempts_ran(
+    exc: ActionPersistenceError,
+    finished: list[AttemptRecord],
+    observations: tuple[Mapping[str, Any], ...],
+    base_metadata: Mapping[str, Any],
+) -> ActionPersistenceError:
+    """A retry that could not start, after earlier attempts of the same call ran."""
+    settlement = settle(finished, observations)
+    cause = exc.__cause__
+    why = "the claim changed concurrently" if cause is None else bounded_error(cause)
+    receipt = exc.receipt
+    return ActionPersistenceError(
+        f"attempt {len(finished) + 1} of action {receipt.action_id if receipt else '?'} could "
+        f"not be started ({why}), so it was not invoked; but {len(finished)} earlier "
+        f"attempt(s) of this call WERE invoked ({settlement.final_status.value}): do not repeat "
+        "the operation. Re-read the ledger; a PENDING claim needs read-only recover_pending",
+        receipt=receipt,
+        operation_invoked=True,
+        observed_status=settlement.final_status,
+        observed_metadata=freeze(_protocol_metadata(base_metadata, observations, settlement)),
+    )
 
 
 class ActionRunner:
@@ -501,16 +553,23 @@ class ActionRunner:
             number = durable.attempts + 1
             now = utc_now()
             records.append(AttemptRecord(number=number, started_at=now))
-            durable = await self._start_attempt(
-                durable.evolve(
-                    attempts=number,
-                    attempt_records=tuple(records),
-                    metadata=_protocol_metadata(base_metadata, observations, None),
-                    version=durable.version + 1,
-                    updated_at=now,
-                ),
-                previous=durable,
-            )
+            try:
+                durable = await self._start_attempt(
+                    durable.evolve(
+                        attempts=number,
+                        attempt_records=tuple(records),
+                        metadata=_protocol_metadata(base_metadata, observations, None),
+                        version=durable.version + 1,
+                        updated_at=now,
+                    ),
+                    previous=durable,
+                )
+            except ActionPersistenceError as exc:
+                if number == claimed.attempts + 1:
+                    raise  # nothing of this call ran
+                raise _earlier_attempts_ran(exc, records[:-1], observations, base_metadata) from (
+                    exc.__cause__ or exc
+                )
             transition("attempt_started", durable)
 
             try:
@@ -525,7 +584,7 @@ class ActionRunner:
                 raise
 
             if observation is not None:
-                observations = (*observations, observation.record)
+                observations = _with_observation(records, observations, observation.record)
             verification_status = None if observation is None else observation.status
             confirmed_id = (
                 observation.result.provider_request_id
@@ -607,9 +666,8 @@ class ActionRunner:
 
     async def _invoke(self, operation: Callable[[], Any], *, verifying: bool) -> _Execution:
         try:
-            value = operation()
-            if inspect.isawaitable(value):
-                value = await value
+            # A sync operation runs on a worker thread, never on the loop.
+            value = await call_maybe_async(operation)
         except DefinitiveFailure as exc:
             return _Execution(
                 ActionStatus.FAILED, error=bounded_error(exc), retryable=exc.retryable is True
@@ -646,9 +704,14 @@ class ActionRunner:
                 f"verified_provider_reference {result.verified_provider_reference!r} does not "
                 f"match the receipt's provider_reference {receipt.provider_reference!r}"
             )
-        return _Observation(
-            result, status, _observation_record(source, attempt, status, result, problem)
-        )
+        record = _observation_record(source, attempt, status, result, problem)
+        if not _storable(record):
+            # Whatever it was, an answer no ledger can store must not leave an
+            # invoked outcome unrecordable: it counts as no evidence at all.
+            unstorable = "verifier returned a VerificationResult that no ledger can store"
+            record = _observation_record(source, attempt, ActionStatus.UNKNOWN, None, unstorable)
+            return _Observation(None, ActionStatus.UNKNOWN, record)
+        return _Observation(result, status, record)
 
     async def _complete(
         self,
@@ -834,7 +897,9 @@ class ActionRunner:
                     "its worker is still active, so this observation is out of date",
                     receipt=current,
                 )
-            observations = (*_observations_of(current), observation.record)
+            observations = _with_observation(
+                current.attempt_records, _observations_of(current), observation.record
+            )
             settlement = settle(current.attempt_records, observations)
             recovery = current.metadata.get("recovery")
             if source == "recover" and current.claim_state is ClaimState.PENDING:
@@ -957,6 +1022,7 @@ _PROTOCOL_KEYS: Final = frozenset(
     {
         "verification",
         "verification_observations",
+        "verification_observation_count",
         "verification_conflict",
         "provider_request_ids",
         "provider_request_id_conflict",

@@ -164,6 +164,7 @@ def test_reserved_metadata_keys_are_rejected_before_a_claim_exists() -> None:
         "recovery",
         "verification",
         "verification_conflict",
+        "verification_observation_count",
         "verification_observations",
     ):
         exc = assert_rejected_before_anything(ReservedMetadataError, metadata={key: 1})
