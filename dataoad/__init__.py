@@ -36,7 +36,7 @@ from dataoad._verification import VerificationResult, Verifier
 from dataoad._version import __version__
 from dataoad.ledgers.memory import InMemoryLedger
 from dataoad.ledgers.postgres import LedgerSchemaError, PostgresLedger
-from dataoad.ledgers.sqlite import LedgerFileError, SQLiteLedger
+from dataoad.ledgers.sqlite import LedgerBusyError, LedgerFileError, SQLiteLedger
 
 __all__ = [
     # running actions
@@ -78,6 +78,7 @@ __all__ = [
     "RecoveryRefusedError",
     "ActionNotFoundError",
     "LedgerFileError",
+    "LedgerBusyError",
     "LedgerSchemaError",
     "MissingExtraError",
     "__version__",

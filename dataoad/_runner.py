@@ -957,7 +957,17 @@ class ActionRunner:
                     value = result.value
                 return ActionResult(proposed, replayed=replayed, value=value)
             # Lost a race with another writer: merge into what it wrote.
-            stored = await self._ledger.get(receipt.action_id)
+            try:
+                stored = await self._ledger.get(receipt.action_id)
+            except Exception as exc:
+                raise ActionPersistenceError(
+                    f"the verification of action {receipt.action_id} lost a race and the "
+                    f"receipt could not be re-read ({bounded_error(exc)}); nothing was invoked",
+                    receipt=current,
+                    operation_invoked=False,
+                    observed_status=settlement.final_status,
+                    observed_metadata=proposed.metadata,
+                ) from exc
             if stored is None:
                 raise ActionNotFoundError(
                     f"action {receipt.action_id} disappeared during reconciliation",
@@ -1010,7 +1020,15 @@ class ActionRunner:
             transition("released", receipt)
             return
         if not released:
-            stored = await self._ledger.get(action_id)
+            try:
+                stored = await self._ledger.get(action_id)
+            except Exception as exc:
+                raise ActionPersistenceError(
+                    f"action {action_id} changed before it could be released, and it could "
+                    f"not be re-read ({bounded_error(exc)}); nothing was released",
+                    receipt=receipt,
+                    operation_invoked=False,
+                ) from exc
             raise RecoveryRefusedError(
                 f"action {action_id} changed before it could be released (an attempt may "
                 "have started); nothing was released",

@@ -67,6 +67,7 @@ async def call_via(
 ) -> Any:
     """Run one action through ``front_end``; same arguments as ``ActionRunner.execute``."""
     import asyncio
+    import functools
     import inspect
 
     from dataoad import SyncActionRunner, guarded
@@ -109,7 +110,8 @@ async def call_via(
     # as synchronous code would, sharing the same (thread-safe) ledger.
     facade = SyncActionRunner(runner.ledger, policy=runner.policy)
     try:
-        return await asyncio.to_thread(facade.execute, action_name, operation, **kwargs)
+        call = functools.partial(facade.execute, action_name, operation, **kwargs)
+        return await asyncio.to_thread(call)
     finally:
         _stop_without_closing_the_ledger(facade)
 

@@ -1,0 +1,535 @@
+"""Sync code and threads: where blocking work runs, and what an outcome reports.
+
+Each test names the rule it holds; they run on every backend the rule
+concerns (``backend``: memory, SQLite, PostgreSQL).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+import threading
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from dataoad import (
+    ActionPersistenceError,
+    ActionRunner,
+    ActionStatus,
+    ClaimState,
+    InMemoryLedger,
+    Ledger,
+    RetryPolicy,
+    SQLiteLedger,
+    SyncActionRunner,
+    VerificationResult,
+    run_tool,
+)
+from dataoad.testing import FaultyLedger, LedgerFault
+from tests.support import REF, REQUEST, PostgresTestTable
+
+BACKENDS = ("memory", "sqlite", "postgres")
+
+request_id: contextvars.ContextVar[str] = contextvars.ContextVar("request_id", default="none")
+
+
+@pytest.fixture(params=BACKENDS)
+def new_ledger(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Callable[[], Ledger]]:
+    """A factory of ledgers of one backend, all on the same store."""
+    kind = request.param
+    if kind == "memory":
+        shared = InMemoryLedger()
+        yield lambda: shared
+    elif kind == "sqlite":
+        yield lambda: SQLiteLedger(tmp_path / "ledger.sqlite3")
+    else:
+        table = PostgresTestTable()
+        asyncio.run(table.create())
+        try:
+            yield table.client
+        finally:
+            asyncio.run(table.drop())
+
+
+async def closing(ledger: Ledger) -> None:
+    close = getattr(ledger, "close", None)
+    if close is not None:
+        await close()
+
+
+# -- 1. sync operations and verifiers never run on the event loop ---------------
+
+
+async def longest_loop_stall(work: Any) -> tuple[Any, float]:
+    """Run ``work`` while a ticker measures the longest gap between loop turns."""
+    gaps: list[float] = []
+    stop = asyncio.Event()
+
+    async def ticker() -> None:
+        last = time.monotonic()
+        while not stop.is_set():
+            await asyncio.sleep(0.005)
+            now = time.monotonic()
+            gaps.append(now - last)
+            last = now
+
+    tick = asyncio.create_task(ticker())
+    try:
+        result = await work
+    finally:
+        stop.set()
+        await tick
+    return result, max(gaps)
+
+
+@pytest.mark.asyncio
+async def test_a_sync_operation_runs_off_the_loop_with_the_callers_context(
+    new_ledger: Callable[[], Ledger],
+) -> None:
+    ledger = new_ledger()
+    seen: list[tuple[str, bool]] = []
+
+    def blocking_charge() -> str:
+        time.sleep(0.5)
+        seen.append((request_id.get(), threading.current_thread() is threading.main_thread()))
+        return "ch_1"
+
+    request_id.set("req-42")
+    try:
+        result, stall = await longest_loop_stall(
+            ActionRunner(ledger).execute(
+                "charge", blocking_charge, request=REQUEST, idempotency_key="k"
+            )
+        )
+    finally:
+        await closing(ledger)
+    assert result.status is ActionStatus.CONFIRMED
+    assert result.value == "ch_1"
+    # It ran on another thread, with the caller's context variables.
+    assert seen == [("req-42", False)]
+    # A 0.5 s blocking call on the loop would have stalled every task for 0.5 s.
+    assert stall < 0.25, f"the event loop stalled for {stall:.3f} s"
+
+
+@pytest.mark.asyncio
+async def test_a_sync_verifier_runs_off_the_loop(new_ledger: Callable[[], Ledger]) -> None:
+    ledger = new_ledger()
+
+    def slow_verifier(receipt: Any) -> VerificationResult:
+        time.sleep(0.5)
+        assert threading.current_thread() is not threading.main_thread()
+        return VerificationResult.confirmed(verified_provider_reference=receipt.provider_reference)
+
+    async def timeout() -> None:
+        raise TimeoutError("lost response")
+
+    try:
+        result, stall = await longest_loop_stall(
+            ActionRunner(ledger).execute(
+                "charge",
+                timeout,
+                request=REQUEST,
+                idempotency_key="k",
+                provider_reference=REF,
+                verifier=slow_verifier,
+            )
+        )
+    finally:
+        await closing(ledger)
+    assert result.status is ActionStatus.CONFIRMED
+    assert result.receipt.execution_status is ActionStatus.UNKNOWN
+    assert stall < 0.25, f"the event loop stalled for {stall:.3f} s"
+
+
+@pytest.mark.asyncio
+async def test_cancelling_execute_while_a_sync_operation_runs_leaves_the_attempt_unknown(
+    new_ledger: Callable[[], Ledger],
+) -> None:
+    ledger = new_ledger()
+    started = threading.Event()
+    release = threading.Event()
+    calls: list[int] = []
+
+    def stuck_charge() -> str:
+        calls.append(1)
+        started.set()
+        release.wait(10)  # a thread cannot be stopped: it finishes on its own
+        return "ch_1"
+
+    runner = ActionRunner(ledger)
+    try:
+        task = asyncio.create_task(
+            runner.execute("charge", stuck_charge, request=REQUEST, idempotency_key="k")
+        )
+        # started is a threading.Event, set on the operation's thread.
+        assert await asyncio.to_thread(started.wait, 10)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        release.set()
+        stored = await ledger.find("charge", "k")
+        assert stored is not None
+        assert stored.claim_state is ClaimState.COMPLETED
+        assert stored.final_status is ActionStatus.UNKNOWN
+        assert stored.attempt_records[0].execution_status is ActionStatus.UNKNOWN
+        # Calling again replays the UNKNOWN receipt: never a second charge.
+        again = await runner.execute("charge", stuck_charge, request=REQUEST, idempotency_key="k")
+        assert again.replayed is True
+        assert again.status is ActionStatus.UNKNOWN
+        assert calls == [1]
+    finally:
+        release.set()
+        await closing(ledger)
+
+
+# -- 2. SyncActionRunner: many threads at once ------------------------------------------
+
+
+def test_sync_runner_threads_run_their_blocking_operations_concurrently(
+    new_ledger: Callable[[], Ledger],
+) -> None:
+    threads = 8
+    # Every operation waits until all eight are inside at once. If calls were
+    # funnelled through one loop (or one worker), the barrier would never
+    # fill and every operation would fail after its timeout.
+    all_inside = threading.Barrier(threads, timeout=20)
+    callers: list[str] = []
+    lock = threading.Lock()
+
+    def blocking_charge() -> str:
+        with lock:
+            callers.append(threading.current_thread().name)
+        all_inside.wait()
+        time.sleep(0.5)
+        return "ok"
+
+    results: dict[int, Any] = {}
+    with SyncActionRunner(new_ledger()) as runner:
+
+        def worker(n: int) -> None:
+            results[n] = runner.execute(
+                "charge", blocking_charge, request={"n": n}, idempotency_key=f"k{n}"
+            )
+
+        pool = [
+            threading.Thread(target=worker, args=(n,), name=f"caller-{n}") for n in range(threads)
+        ]
+        started = time.monotonic()
+        for t in pool:
+            t.start()
+        for t in pool:
+            t.join(60)
+        elapsed = time.monotonic() - started
+    assert sorted(results) == list(range(threads))
+    assert all(r.status is ActionStatus.CONFIRMED for r in results.values()), [
+        (r.status, r.receipt.error) for r in results.values()
+    ]
+    # Each operation ran on the thread that called execute.
+    assert sorted(callers) == sorted(f"caller-{n}" for n in range(threads))
+    # Loose bound (one 0.5 s operation each, not 8 x 0.5 s in a row); the
+    # barrier above is the real check.
+    assert elapsed < 3.5
+
+
+def test_sync_runner_is_safe_for_duplicates_across_threads(
+    new_ledger: Callable[[], Ledger],
+) -> None:
+    calls: list[int] = []
+    lock = threading.Lock()
+
+    def charge() -> str:
+        with lock:
+            calls.append(1)
+        time.sleep(0.2)
+        return "ok"
+
+    outcomes: list[Any] = []
+    with SyncActionRunner(new_ledger()) as runner:
+
+        def worker() -> None:
+            try:
+                outcomes.append(
+                    runner.execute(
+                        "charge",
+                        charge,
+                        request=REQUEST,
+                        idempotency_key="same",
+                        wait_in_progress=5,
+                    )
+                )
+            except Exception as exc:  # pragma: no cover - reported by the assertion below
+                outcomes.append(exc)
+
+        pool = [threading.Thread(target=worker) for _ in range(6)]
+        for t in pool:
+            t.start()
+        for t in pool:
+            t.join(30)
+    assert calls == [1]
+    assert len(outcomes) == 6
+    assert sum(1 for o in outcomes if getattr(o, "replayed", None) is False) == 1
+    assert all(o.status is ActionStatus.CONFIRMED for o in outcomes), outcomes
+
+
+# -- 6. verifier answers are storable ----------------------------------------------
+
+
+UNSTORABLE_REASONS = {
+    "lone surrogate": "gateway said b'\\xff': " + b"\xff\xfe".decode("utf-8", "surrogateescape"),
+    "NUL": "upstream\x00error",
+    "too long": "x" * 5000,
+}
+
+
+@pytest.mark.parametrize("case", sorted(UNSTORABLE_REASONS))
+@pytest.mark.asyncio
+async def test_a_verifier_reason_never_makes_an_invoked_outcome_unrecordable(
+    new_ledger: Callable[[], Ledger], case: str
+) -> None:
+    reason = UNSTORABLE_REASONS[case]
+    ledger = new_ledger()
+
+    def verifier(receipt: Any) -> VerificationResult:
+        return VerificationResult.unknown(reason=reason)
+
+    async def timeout() -> None:
+        raise TimeoutError("lost response")
+
+    runner = ActionRunner(ledger)
+    try:
+        result = await runner.execute(
+            "charge",
+            timeout,
+            request=REQUEST,
+            idempotency_key="k",
+            provider_reference=REF,
+            verifier=verifier,
+        )
+        assert result.status is ActionStatus.UNKNOWN
+        stored = await ledger.get(result.receipt.action_id)
+        assert stored is not None
+        assert stored.claim_state is ClaimState.COMPLETED
+        recorded = stored.metadata["verification"]["reason"]
+        recorded.encode("utf-8")  # storable everywhere
+        assert "\x00" not in recorded
+        assert len(recorded) <= 1000
+        # Replays with the same verifier keep working, and keep it settled.
+        again = await runner.execute(
+            "charge",
+            timeout,
+            request=REQUEST,
+            idempotency_key="k",
+            provider_reference=REF,
+            verifier=verifier,
+        )
+        assert again.replayed is True
+        assert again.status is ActionStatus.UNKNOWN
+    finally:
+        await closing(ledger)
+
+
+@pytest.mark.asyncio
+async def test_recover_pending_records_an_unstorable_reason_too(
+    new_ledger: Callable[[], Ledger],
+) -> None:
+    ledger = new_ledger()
+    faulty = FaultyLedger(ledger)
+    faulty.inject("record", LedgerFault.FAIL_BEFORE_WRITE)
+
+    async def timeout() -> None:
+        raise TimeoutError("lost response")
+
+    try:
+        with pytest.raises(ActionPersistenceError) as stranded:
+            await ActionRunner(faulty).execute(
+                "charge", timeout, request=REQUEST, idempotency_key="k", provider_reference=REF
+            )
+        action_id = stranded.value.action_id
+        assert action_id is not None
+        reason = UNSTORABLE_REASONS["lone surrogate"]
+        recovered = await ActionRunner(ledger).recover_pending(
+            action_id, lambda r: VerificationResult.unknown(reason=reason)
+        )
+        assert recovered.status is ActionStatus.UNKNOWN
+        assert recovered.receipt.claim_state is ClaimState.COMPLETED
+    finally:
+        await closing(ledger)
+
+
+# -- 7. operation_invoked covers every attempt of the call ----------------------------
+
+
+@pytest.mark.asyncio
+async def test_a_retry_that_cannot_start_reports_that_the_first_attempt_ran(
+    new_ledger: Callable[[], Ledger],
+) -> None:
+    ledger = new_ledger()
+    faulty = FaultyLedger(ledger)
+    from dataoad import DefinitiveFailure
+
+    calls: list[int] = []
+
+    async def declined_then_ok() -> str:
+        calls.append(1)
+        if len(calls) == 1:
+            # The second start_attempt will fail: arm it now, after the first started.
+            faulty.inject("start_attempt", LedgerFault.FAIL_BEFORE_WRITE)
+            raise DefinitiveFailure("try again", retryable=True)
+        return "ok"
+
+    policy = RetryPolicy(max_attempts=3, retry_on_failed=True)
+    try:
+        with pytest.raises(ActionPersistenceError) as raised:
+            await ActionRunner(faulty, policy=policy).execute(
+                "charge", declined_then_ok, request=REQUEST, idempotency_key="k"
+            )
+    finally:
+        await closing(ledger)
+    error = raised.value
+    assert calls == [1]
+    assert error.operation_invoked is True
+    assert error.observed_status is ActionStatus.FAILED
+    assert "not invoked" not in str(error).split(";")[-1]
+    assert "earlier attempt(s) of this call WERE invoked" in str(error)
+
+
+@pytest.mark.asyncio
+async def test_a_retry_that_cannot_start_after_an_ambiguous_attempt_reports_unknown() -> None:
+    faulty = FaultyLedger(InMemoryLedger())
+    import warnings
+
+    async def times_out() -> str:
+        faulty.inject("start_attempt", LedgerFault.FAIL_BEFORE_WRITE)
+        raise TimeoutError("lost")
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        policy = RetryPolicy(max_attempts=2, retry_on_unknown=True)
+        with pytest.raises(ActionPersistenceError) as raised:
+            await ActionRunner(faulty, policy=policy).execute(
+                "charge", times_out, request=REQUEST, idempotency_key="k"
+            )
+    assert raised.value.operation_invoked is True
+    assert raised.value.observed_status is ActionStatus.UNKNOWN
+
+
+# -- 8. the tool outcome reads the receipt an error carries ---------------------------
+
+
+@pytest.mark.asyncio
+async def test_a_replay_whose_check_cannot_be_recorded_tells_the_model_unknown(
+    new_ledger: Callable[[], Ledger],
+) -> None:
+    ledger = new_ledger()
+    faulty = FaultyLedger(ledger)
+    charges: list[int] = []
+
+    async def charge() -> None:
+        charges.append(1)
+        raise TimeoutError("the charge went through, the answer was lost")
+
+    runner = ActionRunner(faulty)
+    try:
+        first = await run_tool(
+            runner, "charge", charge, request=REQUEST, idempotency_key="k", provider_reference=REF
+        )
+        assert first.status == "UNKNOWN"
+        # The model calls again; the replay's read-only check cannot be
+        # recorded (the write fails, and so does the read-back).
+        faulty.inject("record", LedgerFault.FAIL_BEFORE_WRITE)
+        faulty.inject("get", LedgerFault.FAIL_BEFORE_WRITE)
+        again = await run_tool(
+            runner,
+            "charge",
+            charge,
+            request=REQUEST,
+            idempotency_key="k",
+            provider_reference=REF,
+            verifier=lambda r: VerificationResult.unknown(reason="read path down"),
+        )
+    finally:
+        await closing(ledger)
+    assert charges == [1]
+    assert again.status == "UNKNOWN", again.message
+    assert again.action_id == first.action_id
+    assert "Do NOT call this tool again" in again.message
+    assert "Nothing was changed" not in again.message
+    assert "NOT ATTEMPTED" not in again.message
+
+
+# -- 9. observations stay bounded under repeated replays ------------------------------
+
+
+@pytest.mark.asyncio
+async def test_repeated_replays_with_a_verifier_keep_the_receipt_bounded(
+    new_ledger: Callable[[], Ledger],
+) -> None:
+    from dataoad._evidence import MAX_KEPT_OBSERVATIONS
+
+    ledger = new_ledger()
+
+    async def timeout() -> None:
+        raise TimeoutError("lost")
+
+    runner = ActionRunner(ledger)
+    replays = 3 * MAX_KEPT_OBSERVATIONS
+    try:
+        first = await runner.execute(
+            "charge", timeout, request=REQUEST, idempotency_key="k", provider_reference=REF
+        )
+        # Two reconcilers read at once and contradict each other (a fenced
+        # absence, a confirmation): the receipt becomes UNKNOWN and must keep
+        # both, however many observations come after.
+        both_asked = asyncio.Event()
+        asked: list[str] = []
+
+        def answering(answer: VerificationResult) -> Any:
+            async def verify(receipt: Any) -> VerificationResult:
+                asked.append(answer.outcome.value)
+                if len(asked) == 2:
+                    both_asked.set()
+                await both_asked.wait()
+                return answer
+
+            return verify
+
+        absent = VerificationResult.absent(verified_provider_reference=REF, retry_safe=True)
+        confirmed = VerificationResult.confirmed(
+            verified_provider_reference=REF, provider_request_id="a"
+        )
+        await asyncio.gather(
+            runner.reconcile(first.receipt.action_id, answering(absent)),
+            runner.reconcile(first.receipt.action_id, answering(confirmed)),
+        )
+
+        def still_down(receipt: Any) -> VerificationResult:
+            return VerificationResult.unknown(reason="still down")
+
+        for _ in range(replays):
+            result = await runner.execute(
+                "charge",
+                timeout,
+                request=REQUEST,
+                idempotency_key="k",
+                provider_reference=REF,
+                verifier=still_down,
+            )
+        stored = await ledger.get(first.receipt.action_id)
+    finally:
+        await closing(ledger)
+    assert stored is not None
+    assert result.status is ActionStatus.UNKNOWN
+    kept = stored.metadata["verification_observations"]
+    assert len(kept) <= MAX_KEPT_OBSERVATIONS
+    assert stored.metadata["verification_observation_count"] == replays + 2
+    assert [o["number"] for o in kept] == sorted(o["number"] for o in kept)
+    # The two decisive, contradicting observations were never dropped.
+    assert {o["status"] for o in kept} >= {"FAILED", "CONFIRMED"}
+    assert stored.metadata["verification_conflict"] is True
+    assert stored.metadata["provider_request_ids"] == ("a",)
+    assert kept[-1] == stored.metadata["verification"]
+    assert kept[-1]["number"] == replays + 2
