@@ -138,6 +138,17 @@ __all__ = [
 ]
 
 
+#: Every ledger backend; the ``new_ledger`` fixture (tests/conftest.py) makes each.
+BACKENDS = ("memory", "sqlite", "postgres")
+
+
+async def closing(ledger: Any) -> None:
+    """Close ``ledger`` if it has anything to close."""
+    close = getattr(ledger, "close", None)
+    if close is not None:
+        await close()
+
+
 def unavailable(reason: str, *, module_level: bool = False) -> NoReturn:
     """Skip for want of a service or extra on a developer machine; fail under CI=true.
 

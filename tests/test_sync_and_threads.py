@@ -10,8 +10,7 @@ import asyncio
 import contextvars
 import threading
 import time
-from collections.abc import Callable, Iterator
-from pathlib import Path
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -24,41 +23,14 @@ from dataoad import (
     InMemoryLedger,
     Ledger,
     RetryPolicy,
-    SQLiteLedger,
     SyncActionRunner,
     VerificationResult,
     run_tool,
 )
 from dataoad.testing import FaultyLedger, LedgerFault
-from tests.support import REF, REQUEST, PostgresTestTable
-
-BACKENDS = ("memory", "sqlite", "postgres")
+from tests.support import REF, REQUEST, closing
 
 request_id: contextvars.ContextVar[str] = contextvars.ContextVar("request_id", default="none")
-
-
-@pytest.fixture(params=BACKENDS)
-def new_ledger(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Callable[[], Ledger]]:
-    """A factory of ledgers of one backend, all on the same store."""
-    kind = request.param
-    if kind == "memory":
-        shared = InMemoryLedger()
-        yield lambda: shared
-    elif kind == "sqlite":
-        yield lambda: SQLiteLedger(tmp_path / "ledger.sqlite3")
-    else:
-        table = PostgresTestTable()
-        asyncio.run(table.create())
-        try:
-            yield table.client
-        finally:
-            asyncio.run(table.drop())
-
-
-async def closing(ledger: Ledger) -> None:
-    close = getattr(ledger, "close", None)
-    if close is not None:
-        await close()
 
 
 # -- 1. sync operations and verifiers never run on the event loop ---------------

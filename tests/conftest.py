@@ -1,0 +1,30 @@
+"""Fixtures shared by the example tests."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from dataoad import InMemoryLedger, Ledger, SQLiteLedger
+from tests.support import BACKENDS, PostgresTestTable
+
+
+@pytest.fixture(params=BACKENDS)
+def new_ledger(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Callable[[], Ledger]]:
+    """A factory of ledgers of one backend (memory, SQLite, PostgreSQL), all on one store."""
+    kind = request.param
+    if kind == "memory":
+        shared = InMemoryLedger()
+        yield lambda: shared
+    elif kind == "sqlite":
+        yield lambda: SQLiteLedger(tmp_path / "ledger.sqlite3")
+    else:
+        table = PostgresTestTable()
+        asyncio.run(table.create())
+        try:
+            yield table.client
+        finally:
+            asyncio.run(table.drop())
