@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Any, Final
+from typing import Any
 
 from dataoad._receipt import AttemptRecord
 from dataoad._status import ActionStatus
@@ -35,7 +35,7 @@ UNKNOWN = ActionStatus.UNKNOWN
 #: an UNKNOWN action with a verifier adds one per replay; beyond this many,
 #: the oldest that no status, conflict or provider request id depends on are
 #: dropped (and counted), so receipts and their writes stay bounded.
-MAX_KEPT_OBSERVATIONS: Final = 16
+MAX_KEPT_OBSERVATIONS = 16
 
 #: Observation sources that look at the action as a whole, after execution.
 POST_COMPLETION_SOURCES = frozenset({"reconcile", "recover"})
@@ -208,9 +208,9 @@ def recovered_value_correlated(
 def keep_observations(
     attempts: Sequence[AttemptRecord],
     observations: Sequence[Mapping[str, Any]],
-    limit: int = MAX_KEPT_OBSERVATIONS,
+    limit: int | None = None,
 ) -> tuple[Mapping[str, Any], ...]:
-    """``observations`` cut to about ``limit``, without changing what they prove.
+    """``observations`` cut to about ``limit`` (default MAX_KEPT_OBSERVATIONS), proving the same.
 
     Oldest first, an observation is dropped only when :func:`settle` derives
     exactly the same statuses, conflict flag and provider request ids
@@ -218,6 +218,8 @@ def keep_observations(
     never dropped (then more than ``limit`` are kept). The newest is always
     kept: it is the receipt's ``verification``.
     """
+    if limit is None:
+        limit = MAX_KEPT_OBSERVATIONS  # read now: the state machines lower it
     kept = list(observations)
     if len(kept) <= limit:
         return tuple(kept)

@@ -16,7 +16,7 @@ from typing import Any
 import stateful_tests.test_runner_machine as machine_module
 from models.explore import ContenderPlan, Violation
 from stateful_tests import invariants as inv
-from stateful_tests.harness import LedgerFault, ProviderFault, VerifierAnswer
+from stateful_tests.harness import WRITE_FAULTS, LedgerFault, ProviderFault, VerifierAnswer
 
 __all__ = ["RealRunnerRun", "quiet_hypothesis"]
 
@@ -42,7 +42,7 @@ def _choices(gate: str, faults: str) -> list[Any]:
     elif gate in ("ledger.get", "ledger.find"):
         options = [LedgerFault.NONE, LedgerFault.FAIL_BEFORE_WRITE]
     else:
-        options = list(LedgerFault)
+        options = list(WRITE_FAULTS)  # in memory: no writer lock to be stuck on
     if faults == "none":
         return options[:1]
     if faults == "few":

@@ -64,13 +64,15 @@ def ledgers(bug: PlantedBug, backend: str) -> str:
     """The ledgers the bug's machine drives."""
     if bug.machine == "ledger":
         return "memory+sqlite"
-    return backend if bug.machine == "runner" else "memory"
+    return (bug.backend or backend) if bug.machine == "runner" else "memory"
 
 
 def runs_on(bug: PlantedBug, backend: str) -> bool:
     """Whether the bug exists on ``backend``: a broken in-memory ledger has no SQLite form."""
     with planted(bug) as overrides:
         ledger = overrides.get("ledger_class")
+    if bug.backend is not None:
+        return True  # it exists on one backend only, and is always hunted there
     return (
         bug.machine != "runner"
         or ledger is None
@@ -90,7 +92,7 @@ def one_seed(
         ci = settings(ci, phases=[p for p in Phase if p is not Phase.shrink])
     started = time.monotonic()
     with planted(bug) as overrides, first_violation_clock() as stamps:
-        cls = seed(n)(machine(bug, overrides, backend))
+        cls = seed(n)(machine(bug, overrides, bug.backend or backend))
         try:
             run_state_machine_as_test(
                 cls, settings=settings(ci, print_blob=False, report_multiple_bugs=False)

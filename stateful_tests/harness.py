@@ -14,13 +14,14 @@ import asyncio
 import contextvars
 import dataclasses
 import enum
+import fcntl
 import json
 import os
 import time
 from collections import Counter
 from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from hypothesis import settings
 
@@ -31,9 +32,11 @@ from dataoad import (
     VerificationHealth,
     VerificationResult,
 )
-from dataoad.testing import FaultyLedger
+from dataoad.testing import FaultyLedger, LedgerFaultError
 from dataoad.testing import LedgerFault as InjectedFault
 from models.world import World
+
+T = TypeVar("T")
 
 #: Every (gate kind, decision) reached in this process, for the reachability test.
 REACHED: Counter[tuple[str, str]] = Counter()
@@ -60,6 +63,24 @@ class LedgerFault(enum.Enum):
     NONE = "none"
     FAIL_BEFORE_WRITE = "write fails"
     LOSE_ACKNOWLEDGEMENT = "write commits, acknowledgement lost"
+    #: SQLite only: another process holds the writer lock and does not let go
+    #: (stopped, say); the write must give up within busy_timeout.
+    LOCK_HELD = "another process holds the writer lock"
+
+
+#: The write faults every backend can suffer (LOCK_HELD is SQLite's alone).
+WRITE_FAULTS = (
+    LedgerFault.NONE,
+    LedgerFault.FAIL_BEFORE_WRITE,
+    LedgerFault.LOSE_ACKNOWLEDGEMENT,
+)
+
+#: How long a stuck lock holder keeps the writer lock before it lets go (a
+#: ledger that waits without bound then finishes, late, and is caught).
+LOCK_HOLD_SECONDS = 3.0
+#: Longest a write may take against a stuck lock holder: far above any
+#: busy_timeout the machines give their clients, far below LOCK_HOLD_SECONDS.
+LOCK_WAIT_LIMIT = 1.5
 
 
 class ProviderFault(enum.Enum):
@@ -125,6 +146,10 @@ class Contender:
     provider_calls: list[ProviderFault] = dataclasses.field(default_factory=list)
     verifier_answers: list[tuple[VerifierAnswer, str]] = dataclasses.field(default_factory=list)
     ledger_faults: list[tuple[str, LedgerFault]] = dataclasses.field(default_factory=list)
+    #: (method, seconds): how long each write that met a stuck lock holder took.
+    lock_waits: list[tuple[str, float]] = dataclasses.field(default_factory=list)
+    #: Whether its operation runs on a worker thread (a sync operation).
+    in_thread: bool = False
     cleared_since_last_call: bool = True  # evidence allowed another invocation
     escape_hatch: bool = False  # policy retries UNKNOWN on purpose
     call_allowed: list[bool] = dataclasses.field(default_factory=list)
@@ -242,6 +267,19 @@ class Scheduler:
         assert contender.task is not None
         contender.task.cancel()
         self._settle(contender)
+        self.fail_stranded_gate(contender)
+
+    def fail_stranded_gate(self, contender: Contender) -> None:
+        """Fail a gate the contender's cancellation could not reach.
+
+        A sync operation parks at the provider gate from a worker thread, in
+        a task of its own: cancelling the contender does not cancel that
+        task, and the thread would wait on it for ever.
+        """
+        go = contender.go
+        if go is not None and not go.done():
+            go.set_exception(Crashed(f"contender {contender.name} is dead"))
+            self.runner.run(asyncio.sleep(0))
 
     def _settle(self, contender: Contender) -> None:
         async def until_parked_or_done() -> None:
@@ -283,7 +321,48 @@ class GatedLedger(FaultyLedger):
         contender = _current.get(None)
         if contender is not None:
             contender.ledger_faults.append((method, fault))
-        return None if fault is LedgerFault.NONE else InjectedFault[fault.name]
+        if fault in (LedgerFault.NONE, LedgerFault.LOCK_HELD):
+            return None
+        return InjectedFault[fault.name]
+
+    async def _write(self, method: str, call: Callable[[], Awaitable[T]]) -> T:
+        fault = await self._fault(method)
+        contender = _current.get(None)
+        if contender is None or not contender.ledger_faults:
+            return await self._unfaulted(method, fault, call)
+        if contender.ledger_faults[-1] != (method, LedgerFault.LOCK_HELD):
+            return await self._unfaulted(method, fault, call)
+        # A stuck process holds the writer lock (its own descriptor, as
+        # another process would) and lets go only after LOCK_HOLD_SECONDS.
+        path = getattr(self.inner, "path", None)
+        assert path is not None, "LOCK_HELD is drawn only for SQLite"
+        fd = os.open(f"{path}.lock", os.O_CREAT | os.O_RDWR, 0o600)
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        closed = False
+
+        def let_go() -> None:
+            nonlocal closed
+            if not closed:
+                closed = True
+                os.close(fd)
+
+        asyncio.get_running_loop().call_later(LOCK_HOLD_SECONDS, let_go)
+        started = time.monotonic()
+        try:
+            return await call()
+        finally:
+            contender.lock_waits.append((method, time.monotonic() - started))
+            let_go()
+
+    async def _unfaulted(
+        self, method: str, fault: InjectedFault | None, call: Callable[[], Awaitable[T]]
+    ) -> T:
+        if fault is InjectedFault.FAIL_BEFORE_WRITE:
+            raise LedgerFaultError(f"injected: {method} failed before write")
+        outcome = await call()
+        if fault is InjectedFault.LOSE_ACKNOWLEDGEMENT:
+            raise LedgerFaultError(f"injected: {method} committed, acknowledgement lost")
+        return outcome
 
     async def release(self, action_id: str, version: int) -> bool:
         async def release_and_note() -> bool:

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from dataoad import (
     ActionInProgressError,
+    ActionPersistenceError,
     ActionReceipt,
     ActionResult,
     ActionStatus,
@@ -22,7 +23,7 @@ from dataoad import (
     UnresolvedActionError,
 )
 from models.protocol import permitted_outcomes
-from stateful_tests.harness import LedgerFault, ProviderFault
+from stateful_tests.harness import LOCK_WAIT_LIMIT, LedgerFault, ProviderFault
 
 if TYPE_CHECKING:
     from stateful_tests.test_runner_machine import RunnerMachineBase
@@ -300,6 +301,41 @@ def returned_receipts_are_durable(m: RunnerMachineBase) -> None:
                 f"contender {c.name} got receipt {returned.action_id[:8]} version "
                 f"{returned.version}, which differs from the stored version {stored.version}",
             )
+
+
+@safety
+def persistence_errors_tell_what_ran(m: RunnerMachineBase) -> None:
+    """An ActionPersistenceError says operation_invoked exactly when the call invoked the operation, with the evidence it observed."""
+    for c in m.contenders_list:
+        error = c.outcome
+        if c.kind != "execute" or not c.finished or not isinstance(error, ActionPersistenceError):
+            continue
+        invoked = bool(c.provider_calls)
+        if error.operation_invoked is not invoked:
+            raise fail(
+                persistence_errors_tell_what_ran,
+                f"contender {c.name} made {len(c.provider_calls)} provider call(s), but its "
+                f"ActionPersistenceError says operation_invoked={error.operation_invoked}",
+            )
+        if invoked and error.observed_status is None:
+            raise fail(
+                persistence_errors_tell_what_ran,
+                f"contender {c.name} invoked the operation, but its ActionPersistenceError "
+                "carries no observed_status",
+            )
+
+
+@safety
+def lock_waits_are_bounded(m: RunnerMachineBase) -> None:
+    """A write that meets a process stuck holding SQLite's writer lock gives up within busy_timeout instead of waiting on."""
+    for c in m.contenders_list:
+        for method, seconds in c.lock_waits:
+            if seconds > LOCK_WAIT_LIMIT:
+                raise fail(
+                    lock_waits_are_bounded,
+                    f"contender {c.name}'s {method} waited {seconds:.2f} s on a stuck writer "
+                    f"lock (its busy_timeout is far shorter)",
+                )
 
 
 def _status_name(receipt: ActionReceipt) -> str:

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import fcntl
+import os
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager, suppress
 from typing import Any
@@ -21,6 +23,7 @@ import dataoad._evidence as evidence_module
 import dataoad._policy as policy_module
 import dataoad._runner as runner_module
 from dataoad import (
+    ActionPersistenceError,
     ActionReceipt,
     ActionRunner,
     ActionStatus,
@@ -40,6 +43,8 @@ class PlantedBug:
     machine: str  # runner | ledger | merge
     expected: frozenset[str]
     plant: Callable[[pytest.MonkeyPatch], dict[str, Any]]
+    #: The runner machine's backend when the bug exists on one only (None: any).
+    backend: str | None = None
 
 
 # -- runner and evidence bugs -------------------------------------------------------
@@ -420,6 +425,40 @@ class ReleasesStartedSQLiteLedger(SQLiteLedger):
         return bool(deleted)
 
 
+class UnboundedLockWaitSQLiteLedger(SQLiteLedger):
+    """Takes the writer lock on the event loop, waits for it without bound, and
+    holds it until the loop gets round to releasing it (the pre-0.2 design)."""
+
+    async def _write(self, sql: str, params: Any) -> list[Any]:
+        conn = await self._connection()
+        fd = os.open(self._writer.path, os.O_CREAT | os.O_RDWR, 0o600)
+        try:
+            await asyncio.to_thread(fcntl.flock, fd, fcntl.LOCK_EX)
+            return list(await conn.execute_fetchall(sql, tuple(params)))
+        finally:
+            os.close(fd)
+
+
+def _retry_start_failure_says_not_invoked(mp: pytest.MonkeyPatch) -> dict[str, Any]:
+    def buggy(exc: ActionPersistenceError, *rest: Any) -> ActionPersistenceError:
+        # Reports only the attempt that could not start, forgetting the earlier ones.
+        return ActionPersistenceError(str(exc), receipt=exc.receipt, operation_invoked=False)
+
+    mp.setattr(runner_module, "_earlier_attempts_ran", buggy)
+    return {}
+
+
+def _observations_truncated_oldest_first(mp: pytest.MonkeyPatch) -> dict[str, Any]:
+    def buggy(
+        attempts: Any, observations: Sequence[Any], limit: int | None = None
+    ) -> tuple[Any, ...]:
+        bound = evidence_module.MAX_KEPT_OBSERVATIONS if limit is None else limit
+        return tuple(observations)[-bound:]  # whatever the dropped ones proved
+
+    mp.setattr(runner_module, "keep_observations", buggy)
+    return {}
+
+
 def names(*invariants: str) -> frozenset[str]:
     return frozenset(invariants)
 
@@ -607,6 +646,28 @@ PLANTED_BUGS = [
         "ledger",
         names("backends-agree-with-the-model", "backends-hold-identical-receipts"),
         lambda mp: {"sqlite_class": ReleasesStartedSQLiteLedger},
+    ),
+    PlantedBug(
+        "sqlite-lock-wait-unbounded",
+        "a write that meets another process stuck holding the writer lock",
+        "runner",
+        names("lock-waits-are-bounded"),
+        lambda mp: {"ledger_class": UnboundedLockWaitSQLiteLedger},
+        backend="sqlite",
+    ),
+    PlantedBug(
+        "retry-start-failure-says-not-invoked",
+        "a retryable rejection, then an attempt-start write that fails",
+        "runner",
+        names("persistence-errors-tell-what-ran"),
+        _retry_start_failure_says_not_invoked,
+    ),
+    PlantedBug(
+        "observations-truncated-oldest-first",
+        "more concurrent observations than a receipt keeps, a decisive one first",
+        "merge",
+        names("merge-is-order-independent", "every-provider-request-id-is-kept"),
+        _observations_truncated_oldest_first,
     ),
     PlantedBug(
         "never-retries",

@@ -60,7 +60,7 @@ def find_violation(bug: PlantedBug, search: settings = SEARCH) -> tuple[Invarian
     """Run the bug's machine until it fails; returns the violation and the seconds taken."""
     started = time.monotonic()
     with planted(bug) as overrides, pytest.raises(InvariantViolation) as info:
-        run_state_machine_as_test(machine(bug, overrides), settings=search)
+        run_state_machine_as_test(machine(bug, overrides, bug.backend or "memory"), settings=search)
     return info.value, time.monotonic() - started
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 from hypothesis import settings
 from hypothesis.stateful import run_state_machine_as_test
 
-from stateful_tests.harness import REACHED, LedgerFault, ProviderFault
+from stateful_tests.harness import REACHED, WRITE_FAULTS, LedgerFault, ProviderFault
 from stateful_tests.test_runner_machine import RunnerMachineMemory
 
 WRITES = ("claim", "start_attempt", "record", "release")
@@ -27,7 +27,7 @@ VERIFIER_ANSWERS = (
 
 
 def required() -> set[tuple[str, str]]:
-    pairs = {(f"ledger.{m}", f.name) for m in WRITES for f in LedgerFault}
+    pairs = {(f"ledger.{m}", f.name) for m in WRITES for f in WRITE_FAULTS}
     pairs |= {
         (f"ledger.{m}", f.name)
         for m in READS

@@ -11,6 +11,7 @@ recorded history, the abstract world and the ledger as an observer sees it.
 from __future__ import annotations
 
 import asyncio
+import functools
 import shutil
 import tempfile
 import warnings
@@ -30,6 +31,7 @@ from hypothesis.stateful import (
     rule,
 )
 
+import dataoad._evidence as evidence_module
 from dataoad import (
     ActionReceipt,
     ActionResult,
@@ -43,6 +45,7 @@ from models.world import World
 from stateful_tests import invariants as inv
 from stateful_tests.harness import (
     REACHED,
+    WRITE_FAULTS,
     Contender,
     GatedLedger,
     History,
@@ -118,13 +121,17 @@ class VirtualClock:
 
 
 # Unfaulted calls are weighted up so that runs make progress between faults.
-LEDGER_DECISIONS = st.sampled_from([LedgerFault.NONE] * 10 + list(LedgerFault)[1:])
+LEDGER_DECISIONS = st.sampled_from([LedgerFault.NONE] * 10 + list(WRITE_FAULTS)[1:])
+# On SQLite a write may also meet another process stuck holding the writer lock.
+SQLITE_WRITE_DECISIONS = st.sampled_from(
+    [LedgerFault.NONE] * 10 + [*list(WRITE_FAULTS)[1:], LedgerFault.LOCK_HELD]
+)
 READ_DECISIONS = st.sampled_from([LedgerFault.NONE] * 12 + [LedgerFault.FAIL_BEFORE_WRITE])
 # A waiting duplicate looks at the claim many times; faulting each look as
 # often as a single read would end nearly every long wait in a read error.
 WAITING_READ_DECISIONS = st.sampled_from([LedgerFault.NONE] * 40 + [LedgerFault.FAIL_BEFORE_WRITE])
 # Releases are rare operator actions; when one happens, fault it often.
-RELEASE_DECISIONS = st.sampled_from([LedgerFault.NONE] * 2 + list(LedgerFault)[1:])
+RELEASE_DECISIONS = st.sampled_from([LedgerFault.NONE] * 2 + list(WRITE_FAULTS)[1:])
 # Definitive failures are listed twice: only they exercise the retry
 # policy's FAILED branch, which needs a retrying policy as well. So is the
 # error raised before sending: it is the one ambiguous error after which
@@ -139,11 +146,19 @@ PROVIDER_DECISIONS = st.sampled_from(
     ]
 )
 VERIFIER_DECISIONS = st.sampled_from([VerifierAnswer.TRUTHFUL] * 3 + list(VerifierAnswer)[1:])
+#: The SQLite clients' busy_timeout: a write that meets a stuck lock holder
+#: must give up within it (property lock-waits-are-bounded).
+SQLITE_BUSY_TIMEOUT = 0.1
+
+#: Observations a receipt keeps, lowered from the library's default so that
+#: runs reach the bound (see dataoad._evidence.keep_observations).
+OBSERVATION_LIMIT = 2
+
 #: Crashes per run: enough to reach every protocol point, few enough to make progress.
 MAX_CRASHES = 2
 
 
-def _decisions_for(gate: str, contender: Contender) -> st.SearchStrategy[Any]:
+def _decisions_for(gate: str, contender: Contender, backend: str) -> st.SearchStrategy[Any]:
     if gate in ("ledger.get", "ledger.find") and contender.waited:
         return WAITING_READ_DECISIONS
     if gate == "provider.charge":
@@ -154,6 +169,8 @@ def _decisions_for(gate: str, contender: Contender) -> st.SearchStrategy[Any]:
         return READ_DECISIONS
     if gate == "ledger.release":
         return RELEASE_DECISIONS
+    if backend == "sqlite":
+        return SQLITE_WRITE_DECISIONS
     return LEDGER_DECISIONS
 
 
@@ -179,6 +196,8 @@ class RunnerMachineBase(RuleBasedStateMachine):
         self.crashes = 0
         self.order_keys: list[str] = []
         self.virtual_time = VirtualClock()
+        self.saved_observation_limit = evidence_module.MAX_KEPT_OBSERVATIONS
+        evidence_module.MAX_KEPT_OBSERVATIONS = OBSERVATION_LIMIT
         self.folder: Path | None = None
         self.clients: list[Ledger] = []
         self.postgres: PostgresTestTable | None = None
@@ -198,7 +217,7 @@ class RunnerMachineBase(RuleBasedStateMachine):
         if self.backend == "sqlite":
             assert self.folder is not None
             cls = self.ledger_class or SQLiteLedger
-            client: Ledger = cls(self.folder / "ledger.sqlite3")
+            client: Ledger = cls(self.folder / "ledger.sqlite3", busy_timeout=SQLITE_BUSY_TIMEOUT)
             self.clients.append(client)
             return client
         if self.backend == "postgres":
@@ -217,6 +236,9 @@ class RunnerMachineBase(RuleBasedStateMachine):
                 if c.task is not None and not c.task.done():
                     c.crashed = True
                     c.task.cancel()
+            for c in self.contenders_list:
+                self.scheduler.fail_stranded_gate(c)
+            evidence_module.MAX_KEPT_OBSERVATIONS = self.saved_observation_limit
             for client in self.clients:
                 self.loop.run(client.close())
             if self.postgres is not None:
@@ -263,6 +285,7 @@ class RunnerMachineBase(RuleBasedStateMachine):
         with_verifier=st.booleans(),
         wait=st.sampled_from(["no wait", "no wait", *list(WAITS)[1:]]),
         form=st.sampled_from(["as built", "as built", "keys reversed", "amount as float"]),
+        runs_in=st.sampled_from(["the event loop", "a worker thread"]),
     )
     def start_execute(
         self,
@@ -273,6 +296,7 @@ class RunnerMachineBase(RuleBasedStateMachine):
         with_verifier: bool,
         wait: str,
         form: str = "as built",
+        runs_in: str = "the event loop",
     ) -> None:
         name = contender_name(len(self.contenders_list))
         reference = f"ref-{key}" + ("-alt" if alternate_reference else "")
@@ -290,7 +314,7 @@ class RunnerMachineBase(RuleBasedStateMachine):
             f"contender {name}",
             f"execute {key} (amount {amount}, reference {reference}, policy {policy}, "
             f"{'with' if with_verifier else 'no'} verifier, {wait} for a claim holder, "
-            f"request {form})",
+            f"request {form}, operation runs on {runs_in})",
         )
         # The same request written differently must hash the same (RFC 8785).
         request: dict[str, Any] = {"key": key, "amount": amount}
@@ -305,12 +329,25 @@ class RunnerMachineBase(RuleBasedStateMachine):
         runner._clock = self.virtual_time.clock  # type: ignore[method-assign]
         runner._sleep = self.virtual_time.sleep  # type: ignore[method-assign]
 
+        c.in_thread = runs_in == "a worker thread"
+
         async def body() -> Any:
+            operation: Any = functools.partial(self.provider.charge, ACTION, key, reference)
+            if c.in_thread:
+                loop = asyncio.get_running_loop()
+
+                def blocking_charge() -> str:
+                    # A sync operation: the runner calls it on a worker thread,
+                    # where it blocks on the (gated) provider call.
+                    call = self.provider.charge(ACTION, key, reference)
+                    return asyncio.run_coroutine_threadsafe(call, loop).result()
+
+                operation = blocking_charge
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore", RuntimeWarning)
                 return await runner.execute(
                     ACTION,
-                    lambda: self.provider.charge(ACTION, key, reference),
+                    operation,
                     request=request,
                     idempotency_key=key,
                     provider_reference=reference,
@@ -394,7 +431,7 @@ class RunnerMachineBase(RuleBasedStateMachine):
             gate = c.parked_at
             if gate is None or c.finished:
                 break
-            decision = data.draw(_decisions_for(gate, c), label=f"{c.name} at {gate}")
+            decision = data.draw(_decisions_for(gate, c, self.backend), label=f"{c.name} at {gate}")
             event(f"{gate}: {decision.value}")
             if gate.startswith("ledger."):
                 REACHED[(gate, decision.name)] += 1

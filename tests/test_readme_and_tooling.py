@@ -29,6 +29,64 @@ def test_readme_thirty_second_example_runs_as_written(tmp_path: Path) -> None:
     assert done.returncode == 0, done.stderr
 
 
+@pytest.mark.parametrize("marker", ["async def charge", "def send_invoice"])
+def test_readme_decorator_examples_run_as_written(tmp_path: Path, marker: str) -> None:
+    blocks = [b for b in python_blocks() if "@guarded(" in b and marker in b]
+    assert len(blocks) == 1, f"README lost its decorator example with {marker!r}"
+    script = tmp_path / "decorator.py"
+    script.write_text(blocks[0], encoding="utf-8")
+    done = subprocess.run(
+        [sys.executable, str(script)], capture_output=True, text=True, cwd=tmp_path, check=False
+    )
+    assert done.returncode == 0, done.stderr
+
+
+TYPED_USER_PROGRAM = """
+from dataoad import ActionResult, ActionRunner, InMemoryLedger, SyncActionRunner, guarded
+
+sync_runner = SyncActionRunner(InMemoryLedger())
+async_runner = ActionRunner(InMemoryLedger())
+
+def blocking() -> int:
+    return 1
+
+reveal_type(sync_runner.execute("a", blocking, request={}, idempotency_key="k"))
+
+@guarded("b", runner=sync_runner, idempotency_key=lambda n: str(n), request=lambda n: {"n": n})
+def send(n: int) -> str:
+    return "sent"
+
+reveal_type(send(1))
+
+@guarded("c", runner=async_runner, idempotency_key=lambda n: str(n), request=lambda n: {"n": n})
+async def charge(n: int) -> float:
+    return 1.0
+
+reveal_type(charge(1))
+"""
+
+
+def test_sync_runner_and_guarded_are_typed_like_the_async_runner(tmp_path: Path) -> None:
+    program = tmp_path / "user_program.py"
+    program.write_text(TYPED_USER_PROGRAM, encoding="utf-8")
+    done = subprocess.run(
+        [*_tool("mypy"), "--strict", "--no-incremental", str(program)],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        check=False,
+    )
+    revealed = [line for line in done.stdout.splitlines() if "Revealed type" in line]
+    assert len(revealed) == 3, done.stdout
+    # mypy spells builtins with or without their module, depending on its version.
+    assert re.search(r'ActionResult\[(builtins\.)?int\]"', revealed[0]), revealed[0]
+    assert re.search(r'ActionResult\[(builtins\.)?str\]"', revealed[1]), revealed[1]
+    assert re.search(
+        r"Coroutine\[Any, Any, dataoad\._result\.ActionResult\[(builtins\.)?float\]\]",
+        revealed[2],
+    ), revealed[2]
+
+
 def _tool(name: str) -> list[str]:
     if shutil.which(name) is None:
         pytest.fail(f"{name} is not installed; install the dev extra")
