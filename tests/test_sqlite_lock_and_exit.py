@@ -22,7 +22,7 @@ from dataoad import (
     ClaimState,
     SQLiteLedger,
 )
-from tests.support import REQUEST, CountingOperation
+from tests.support import REQUEST, CountingOperation, PostgresTestTable
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -146,12 +146,18 @@ async def test_opening_and_inspecting_a_ledger_never_waits_on_the_writer_lock(
 
 EXIT_SCRIPT = """
 import asyncio, gc, sys
-from dataoad import ActionRunner, SQLiteLedger
+from dataoad import ActionRunner, InMemoryLedger, PostgresLedger, SQLiteLedger
 
 keep = []
 
-async def main(path, mode):
-    ledger = SQLiteLedger(path)
+async def main(kind, where, mode):
+    if kind == "sqlite":
+        ledger = SQLiteLedger(where)
+    elif kind == "postgres":
+        dsn, table = where.split(" ")
+        ledger = PostgresLedger(dsn, table=table, min_size=1, max_size=2)
+    else:
+        ledger = InMemoryLedger()
     await ActionRunner(ledger).execute("a", lambda: 1, request={}, idempotency_key="k")
     if mode == "kept":
         keep.append(ledger)  # alive and never closed at exit
@@ -159,24 +165,35 @@ async def main(path, mode):
         del ledger  # collected without close()
         gc.collect()
 
-asyncio.run(main(sys.argv[1], sys.argv[2]))
+asyncio.run(main(*sys.argv[1:4]))
 print("main done", flush=True)
 """
 
 
 @pytest.mark.parametrize("mode", ["collected", "kept"])
+@pytest.mark.parametrize("kind", ["memory", "sqlite", "postgres"])
 def test_an_unclosed_ledger_never_keeps_the_interpreter_from_exiting(
-    tmp_path: Path, mode: str
+    tmp_path: Path, kind: str, mode: str
 ) -> None:
     script = tmp_path / "unclosed.py"
     script.write_text(EXIT_SCRIPT)
-    done = subprocess.run(
-        [sys.executable, str(script), str(tmp_path / "l.sqlite3"), mode],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=30,
-    )
+    table: PostgresTestTable | None = None
+    where = str(tmp_path / "l.sqlite3")
+    if kind == "postgres":
+        table = PostgresTestTable()
+        asyncio.run(table.create())
+        where = f"{table.dsn} {table.table}"
+    try:
+        done = subprocess.run(
+            [sys.executable, str(script), kind, where, mode],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            timeout=30,
+        )
+    finally:
+        if table is not None:
+            asyncio.run(table.drop())
     assert done.returncode == 0, done.stderr
     assert "main done" in done.stdout
 
