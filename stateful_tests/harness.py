@@ -400,6 +400,8 @@ class WorldProvider:
         fault = ProviderFault.NONE if decision is None else decision
         contender = _current.get()
         REACHED[("provider", fault.name)] += 1
+        if contender.in_thread:
+            REACHED[("provider from a worker thread", fault.name)] += 1
         stored = await self.observer.find(action_name, key)
         contender.durable_attempts_at_call.append(
             (0, None) if stored is None else (stored.attempts, stored.claim_state.value)

@@ -34,6 +34,10 @@ def required() -> set[tuple[str, str]]:
         for f in (LedgerFault.NONE, LedgerFault.FAIL_BEFORE_WRITE)
     }
     pairs |= {("provider", f.name) for f in ProviderFault}
+    # Sync operations run on a worker thread: every provider fault, and a
+    # crash while the thread is blocked in the provider call.
+    pairs |= {("provider from a worker thread", f.name) for f in ProviderFault}
+    pairs |= {("crash", "operation on a worker thread, at provider.charge")}
     pairs |= {("verifier", label) for label in VERIFIER_ANSWERS}
     # A duplicate that waited for the claim holder ended each possible way.
     pairs |= {("wait", "replayed"), ("wait", "ActionInProgressError")}

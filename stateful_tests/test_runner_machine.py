@@ -457,6 +457,10 @@ class RunnerMachineBase(RuleBasedStateMachine):
         c = parked[data.draw(st.sampled_from(sorted(parked)), label="contender")]
         self.history.add(f"contender {c.name}", f"crashes while parked at {c.parked_at}")
         event("crash")
+        if c.in_thread and c.parked_at == "provider.charge":
+            # Its operation's thread is blocked in the provider call: the
+            # cancellation cannot stop it, and the attempt must end UNKNOWN.
+            REACHED[("crash", "operation on a worker thread, at provider.charge")] += 1
         self.crashes += 1
         self.history.step += 1
         self.scheduler.crash(c)

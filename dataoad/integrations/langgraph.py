@@ -8,6 +8,7 @@ re-run finds the stored receipt and replays it instead of acting again.
 
 from __future__ import annotations
 
+import functools
 import inspect
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -56,7 +57,7 @@ def guarded_node(
         outcome = await run_tool(
             runner,
             action_name,
-            lambda: operation(state),
+            functools.partial(operation, state),
             request=request(state),
             idempotency_key=idempotency_key(state),
             provider_reference=None if provider_reference is None else provider_reference(state),
