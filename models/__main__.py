@@ -159,6 +159,9 @@ OUT_OF_REACH = {
     "memory-claim-always-created": "a ledger-level bug (the ledger machine)",
     "sqlite-record-reopens-completed-claims": "a SQLite bug; this explorer runs InMemoryLedger",
     "sqlite-releases-started-claims": "a SQLite bug; this explorer runs InMemoryLedger",
+    "sqlite-lock-wait-unbounded": "a SQLite bug; this explorer runs InMemoryLedger",
+    "observations-truncated-oldest-first": "losing an observation is judged by the merge machine",
+    "sync-operation-on-the-loop": "this explorer's operations are async; the runner machine has sync ones",
 }
 
 

@@ -150,6 +150,8 @@ class Contender:
     lock_waits: list[tuple[str, float]] = dataclasses.field(default_factory=list)
     #: Whether its operation runs on a worker thread (a sync operation).
     in_thread: bool = False
+    #: Whether its sync operation was called on the event loop's thread.
+    ran_on_loop: bool = False
     cleared_since_last_call: bool = True  # evidence allowed another invocation
     escape_hatch: bool = False  # policy retries UNKNOWN on purpose
     call_allowed: list[bool] = dataclasses.field(default_factory=list)

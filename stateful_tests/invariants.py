@@ -326,6 +326,17 @@ def persistence_errors_tell_what_ran(m: RunnerMachineBase) -> None:
 
 
 @safety
+def sync_operations_run_off_the_loop(m: RunnerMachineBase) -> None:
+    """A sync operation is never called on the event loop's thread, where it would block every task."""
+    for c in m.contenders_list:
+        if c.ran_on_loop:
+            raise fail(
+                sync_operations_run_off_the_loop,
+                f"contender {c.name}'s sync operation was called on the event loop's thread",
+            )
+
+
+@safety
 def lock_waits_are_bounded(m: RunnerMachineBase) -> None:
     """A write that meets a process stuck holding SQLite's writer lock gives up within busy_timeout instead of waiting on."""
     for c in m.contenders_list:

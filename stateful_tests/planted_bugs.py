@@ -31,6 +31,7 @@ from dataoad import (
     SQLiteLedger,
     VerificationHealth,
 )
+from dataoad._blocking import call_maybe_async
 from dataoad._verification import VerificationResult
 
 
@@ -344,7 +345,7 @@ class InvokesForAnInProgressClaim(ActionRunner):
             receipt = exc.receipt
             if receipt is None:
                 raise
-            await operation()
+            await call_maybe_async(operation)  # sync or async, where it belongs
             return runner_module.ActionResult(receipt, replayed=True)
 
 
@@ -437,6 +438,17 @@ class UnboundedLockWaitSQLiteLedger(SQLiteLedger):
             return list(await conn.execute_fetchall(sql, tuple(params)))
         finally:
             os.close(fd)
+
+
+def _sync_operation_on_the_loop(mp: pytest.MonkeyPatch) -> dict[str, Any]:
+    async def buggy(fn: Any) -> Any:
+        value = fn()  # a blocking call, right on the event loop
+        if asyncio.iscoroutine(value) or isinstance(value, asyncio.Future):
+            value = await value
+        return value
+
+    mp.setattr(runner_module, "call_maybe_async", buggy)
+    return {}
 
 
 def _retry_start_failure_says_not_invoked(mp: pytest.MonkeyPatch) -> dict[str, Any]:
@@ -654,6 +666,13 @@ PLANTED_BUGS = [
         names("lock-waits-are-bounded"),
         lambda mp: {"ledger_class": UnboundedLockWaitSQLiteLedger},
         backend="sqlite",
+    ),
+    PlantedBug(
+        "sync-operation-on-the-loop",
+        "an execute whose operation is a plain (blocking) function",
+        "runner",
+        names("sync-operations-run-off-the-loop"),
+        _sync_operation_on_the_loop,
     ),
     PlantedBug(
         "retry-start-failure-says-not-invoked",

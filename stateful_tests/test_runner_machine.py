@@ -14,6 +14,7 @@ import asyncio
 import functools
 import shutil
 import tempfile
+import threading
 import warnings
 from pathlib import Path
 from typing import Any, ClassVar
@@ -158,6 +159,12 @@ OBSERVATION_LIMIT = 2
 MAX_CRASHES = 2
 
 
+# A retry's attempt start, after the operation already ran, is where a write
+# failure is most telling (the error must say the operation was invoked):
+# fault it more often than a first start.
+RETRY_START_DECISIONS = st.sampled_from([LedgerFault.NONE] * 3 + list(WRITE_FAULTS)[1:])
+
+
 def _decisions_for(gate: str, contender: Contender, backend: str) -> st.SearchStrategy[Any]:
     if gate in ("ledger.get", "ledger.find") and contender.waited:
         return WAITING_READ_DECISIONS
@@ -169,6 +176,8 @@ def _decisions_for(gate: str, contender: Contender, backend: str) -> st.SearchSt
         return READ_DECISIONS
     if gate == "ledger.release":
         return RELEASE_DECISIONS
+    if gate == "ledger.start_attempt" and contender.provider_calls and backend != "sqlite":
+        return RETRY_START_DECISIONS
     if backend == "sqlite":
         return SQLITE_WRITE_DECISIONS
     return LEDGER_DECISIONS
@@ -335,10 +344,16 @@ class RunnerMachineBase(RuleBasedStateMachine):
             operation: Any = functools.partial(self.provider.charge, ACTION, key, reference)
             if c.in_thread:
                 loop = asyncio.get_running_loop()
+                loop_thread = threading.get_ident()
 
                 def blocking_charge() -> str:
-                    # A sync operation: the runner calls it on a worker thread,
-                    # where it blocks on the (gated) provider call.
+                    # A sync operation: the runner must call it on a worker
+                    # thread, where it blocks on the (gated) provider call.
+                    if loop_thread == threading.get_ident():
+                        # On the loop it would block the loop for ever: note it
+                        # (property sync-operations-run-off-the-loop) and refuse.
+                        c.ran_on_loop = True
+                        raise RuntimeError("a sync operation was called on the event loop")
                     call = self.provider.charge(ACTION, key, reference)
                     return asyncio.run_coroutine_threadsafe(call, loop).result()
 

@@ -41,6 +41,7 @@ TRIGGER = {
     "hash-tells-int-from-float": "3 contenders, 1 key, the same request written three ways",
     "invokes-for-in-progress-claim": "2 contenders, 1 key",
     "start-read-back-accepts-any-receipt": "2 contenders, 1 key",
+    "retry-start-failure-says-not-invoked": "1 contender, retrying policy, 3 faults",
 }
 
 
