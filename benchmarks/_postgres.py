@@ -49,7 +49,11 @@ async def server() -> AsyncIterator[tuple[str | None, PostgresServer | None, str
     try:
         import asyncpg  # noqa: F401
     except ImportError:
-        yield None, None, "skipped: asyncpg not installed (pip install 'dataoad[postgres]')"
+        yield (
+            None,
+            None,
+            "skipped: asyncpg not installed (the postgres extra: pip install -e '.[postgres]')",
+        )
         return
     try:
         local = PostgresServer(durable=True).start()

@@ -110,10 +110,7 @@ def run_check_command(args: argparse.Namespace) -> int:
     try:
         from dataoad.testing import _adapter_check
     except ImportError as exc:
-        print(
-            f"dataoad check: error: needs Hypothesis ({exc}); pip install 'dataoad[testing]'",
-            file=sys.stderr,
-        )
+        print(f"dataoad check: error: {exc}", file=sys.stderr)
         return EXIT_USAGE
     if args.max_examples is not None and not 1 <= args.max_examples <= 1_000_000:
         print("dataoad check: error: --max-examples must be in [1, 1000000]", file=sys.stderr)

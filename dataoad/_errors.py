@@ -165,6 +165,19 @@ class ActionPersistenceError(DataoadError):
 class MissingExtraError(DataoadError, ImportError):
     """An optional dependency is not installed; the message names the extra to install."""
 
+    @classmethod
+    def for_extra(cls, feature: str, module: str, extra: str) -> MissingExtraError:
+        """The error for ``feature``, which needs ``module`` from the ``extra`` extra.
+
+        The hint installs from a Dataoad checkout or a built wheel: the
+        ``dataoad`` on the public package index is a different project.
+        """
+        return cls(
+            f"{feature} needs {module}, from Dataoad's '{extra}' extra: "
+            f'pip install -e ".[{extra}]" in a Dataoad checkout (or "dataoad-0.2*.whl[{extra}]" '
+            "for a built wheel); the 'dataoad' on the public package index is another project"
+        )
+
 
 def _rebuild(cls: type[BaseException], args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
     return cls(*args, **kwargs)

@@ -479,4 +479,5 @@ def test_without_the_extra_import_works_and_the_error_names_the_extra() -> None:
     done = subprocess.run(
         [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60
     )
-    assert "pip install 'dataoad[postgres]'" in done.stdout
+    assert "'postgres' extra" in done.stdout
+    assert 'pip install -e ".[postgres]"' in done.stdout

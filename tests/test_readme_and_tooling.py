@@ -119,6 +119,20 @@ def test_ruff_check_and_format_are_clean() -> None:
     assert fmt.returncode == 0, fmt.stdout + fmt.stderr
 
 
+def test_no_text_tells_a_user_to_install_dataoad_from_the_package_index() -> None:
+    # The index's "dataoad" is another project: every install is from a
+    # checkout (pip install -e ".[extra]") or a wheel built from it.
+    texts = [ROOT / "README.md", *(ROOT / "dataoad").rglob("*.py"), *(ROOT / "docs").rglob("*.md")]
+    pattern = re.compile(r"pip install\s+(-U\s+|--upgrade\s+)?[\"']?dataoad\b")
+    offenders = [
+        f"{path.relative_to(ROOT)}: {line.strip()}"
+        for path in texts
+        for line in path.read_text(encoding="utf-8").splitlines()
+        if pattern.search(line)
+    ]
+    assert not offenders, offenders
+
+
 def test_ci_runs_exactly_the_readme_test_command() -> None:
     readme = (ROOT / "README.md").read_text(encoding="utf-8")
     command = 'python -m pip install -e ".[dev]" && python -m pytest'

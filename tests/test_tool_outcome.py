@@ -143,7 +143,27 @@ def test_an_adapter_without_its_framework_names_the_extra(
     done = subprocess.run(
         [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=120
     )
-    assert f"pip install 'dataoad[{extra}]'" in done.stdout
+    assert f"'{extra}' extra" in done.stdout
+    assert f'pip install -e ".[{extra}]"' in done.stdout
+
+
+def test_the_testing_helpers_without_hypothesis_name_the_extra() -> None:
+    code = (
+        "import sys; sys.modules['hypothesis'] = None\n"
+        "import dataoad, dataoad.testing\n"
+        "print(dataoad.testing.FakePaymentProvider.__name__)\n"
+        "try:\n"
+        "    from dataoad.testing import adapter_test_case\n"
+        "except dataoad.MissingExtraError as exc:\n"
+        "    print('MissingExtraError:', exc)\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=120
+    )
+    assert done.stdout.startswith("FakePaymentProvider\n")  # the fakes need no extra
+    assert "MissingExtraError:" in done.stdout
+    assert "'testing' extra" in done.stdout
+    assert 'pip install -e ".[testing]"' in done.stdout
 
 
 def test_the_core_imports_no_framework() -> None:

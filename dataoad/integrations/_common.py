@@ -17,9 +17,7 @@ def require(module: str, extra: str) -> Any:
     try:
         return importlib.import_module(module)
     except ImportError as exc:
-        raise MissingExtraError(
-            f"this adapter needs {module}: pip install 'dataoad[{extra}]'"
-        ) from exc
+        raise MissingExtraError.for_extra("this adapter", module, extra) from exc
 
 
 def tool_function(guard: GuardedTool, fn: Callable[..., Any]) -> Callable[..., Awaitable[str]]:

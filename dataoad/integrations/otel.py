@@ -1,4 +1,4 @@
-"""OpenTelemetry: one span per action. Needs ``pip install 'dataoad[otel]'``.
+"""OpenTelemetry: one span per action. Needs the ``otel`` extra.
 
 ``TracedActionRunner`` is an ``ActionRunner`` whose ``execute``,
 ``reconcile`` and ``recover_pending`` each run in a span named

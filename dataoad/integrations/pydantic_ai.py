@@ -1,4 +1,4 @@
-"""Pydantic AI: a guarded tool. Needs ``pip install 'dataoad[pydantic-ai]'``.
+"""Pydantic AI: a guarded tool. Needs the ``pydantic-ai`` extra.
 
 Build one ``dataoad.GuardedTool`` (the runner, the action name, and the
 callables that derive key, request and reference from the tool's

@@ -100,8 +100,8 @@ def _asyncpg() -> Any:
     try:
         import asyncpg
     except ImportError as exc:
-        raise MissingExtraError(
-            "PostgresLedger needs the asyncpg driver: pip install 'dataoad[postgres]'"
+        raise MissingExtraError.for_extra(
+            "PostgresLedger", "the asyncpg driver", "postgres"
         ) from exc
     return asyncpg
 

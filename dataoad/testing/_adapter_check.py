@@ -19,16 +19,24 @@ import unittest
 from collections.abc import Callable
 from typing import Any, ClassVar, cast
 
-from hypothesis import HealthCheck, note, seed, settings
-from hypothesis import strategies as st
-from hypothesis.stateful import (
-    RuleBasedStateMachine,
-    invariant,
-    rule,
-    run_state_machine_as_test,
-)
+from dataoad._errors import DataoadError, MissingExtraError
 
-from dataoad._errors import DataoadError
+try:
+    from hypothesis import HealthCheck, note, seed, settings
+    from hypothesis import strategies as st
+    from hypothesis.stateful import (
+        RuleBasedStateMachine,
+        invariant,
+        rule,
+        run_state_machine_as_test,
+    )
+except ImportError as exc:
+    raise MissingExtraError.for_extra(
+        "dataoad's adapter checker (check_adapter, adapter_test_case, dataoad check)",
+        "Hypothesis",
+        "testing",
+    ) from exc
+
 from dataoad._failure import DefinitiveFailure
 from dataoad._policy import RetryPolicy
 from dataoad._receipt import ActionReceipt
