@@ -13,6 +13,9 @@ import pytest
 
 from dataoad.testing import ProviderAdapter, adapter_test_case, check_adapter
 
+# Slow (each case runs a Hypothesis search over an adapter): left out of the quick loop, python -m pytest -m "not slow".
+pytestmark = pytest.mark.slow
+
 ROOT = Path(__file__).resolve().parents[1]
 ADAPTERS = ROOT / "examples" / "adapters"
 

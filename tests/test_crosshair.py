@@ -18,6 +18,9 @@ from pathlib import Path
 
 import pytest
 
+# Slow (CrossHair solves each contract symbolically): left out of the quick loop, python -m pytest -m "not slow".
+pytestmark = pytest.mark.slow
+
 ROOT = Path(__file__).resolve().parent.parent
 #: Seconds CrossHair may spend on each postcondition.
 PER_CONDITION = "4"

@@ -20,6 +20,9 @@ from models.explore import explore
 from models.real_runner import RealRunnerRun, quiet_hypothesis
 from stateful_tests.planted_bugs import PLANTED_BUGS, planted
 
+# Slow (bounded exhaustive exploration of the real runner): left out of the quick loop, python -m pytest -m "not slow".
+pytestmark = pytest.mark.slow
+
 ROOT = Path(__file__).resolve().parents[1]
 
 #: The default-bound scenario that triggers each planted bug (its documented trigger).

@@ -92,6 +92,7 @@ class PostgresServer:
         self.datadir = self._root / "data"
         self._process: subprocess.Popen[bytes] | None = None
         self._log = self._root / "server.log"
+        self._guard: subprocess.Popen[bytes] | None = None
 
     @property
     def dsn(self) -> str:
@@ -209,6 +210,28 @@ class PostgresServer:
         """Stop the server and delete its data directory."""
         self.stop()
         shutil.rmtree(self._root, ignore_errors=True)
+        guard, self._guard = self._guard, None
+        if guard is not None and guard.stdin is not None:
+            # Tell the reaper all is tidy, so it never signals a reused pid.
+            with contextlib.suppress(OSError):
+                guard.stdin.write(b"done\n")
+                guard.stdin.close()
+
+    def guard_against_abandonment(self) -> None:
+        """Delete the server and its data even if this process dies without cleaning up.
+
+        A small reaper process, in a session of its own (so Ctrl-C in a
+        terminal does not stop it first), waits on a pipe from this process.
+        When the pipe closes without a "done" (SIGKILL, SIGTERM, a crash), it
+        shuts the server down and removes the temporary folder.
+        """
+        self._guard = subprocess.Popen(
+            [sys.executable, "-c", _REAPER, str(self._root)],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            start_new_session=True,
+        )
 
     def __enter__(self) -> PostgresServer:
         return self.start()
@@ -221,6 +244,27 @@ class PostgresServer:
     ) -> None:
         self.cleanup()
 
+
+#: The reaper (see PostgresServer.guard_against_abandonment): standard library
+#: only, run as ``python -c`` with the server's temporary folder as argument.
+_REAPER = """
+import os, shutil, signal, sys, time
+root = sys.argv[1]
+if sys.stdin.buffer.read().startswith(b"done"):
+    raise SystemExit(0)
+try:
+    with open(os.path.join(root, "data", "postmaster.pid")) as f:
+        pid = int(f.readline())
+    os.kill(pid, signal.SIGQUIT)
+    for _ in range(100):
+        time.sleep(0.1)
+        os.kill(pid, 0)
+    os.kill(pid, signal.SIGKILL)
+except (OSError, ValueError):
+    pass
+time.sleep(0.2)
+shutil.rmtree(root, ignore_errors=True)
+"""
 
 _shared_server: PostgresServer | None = None
 _shared_failure: PostgresUnavailableError | None = None
@@ -241,6 +285,7 @@ def shared_test_dsn() -> str:
     if _shared_server is None:
         try:
             server = PostgresServer(max_connections=300)
+            server.guard_against_abandonment()  # an interrupted run leaves nothing behind
             server.start()
         except PostgresUnavailableError as exc:
             _shared_failure = exc
