@@ -77,10 +77,10 @@ WRITE_FAULTS = (
 
 #: How long a stuck lock holder keeps the writer lock before it lets go (a
 #: ledger that waits without bound then finishes, late, and is caught).
-LOCK_HOLD_SECONDS = 3.0
+LOCK_HOLD_SECONDS = 1.5
 #: Longest a write may take against a stuck lock holder: far above any
 #: busy_timeout the machines give their clients, far below LOCK_HOLD_SECONDS.
-LOCK_WAIT_LIMIT = 1.5
+LOCK_WAIT_LIMIT = 0.75
 
 
 class ProviderFault(enum.Enum):

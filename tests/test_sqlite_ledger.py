@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
 import os
 import sqlite3
@@ -105,12 +106,16 @@ def _rejected(path: Path, match: str) -> None:
 
     run(scenario())
     assert digest(path) == before, "a rejected file was modified"
-    assert sorted(p.name for p in path.parent.iterdir()) == names
+    # Any reader of a WAL-mode database (our read-only probe included) makes
+    # SQLite create its shared-memory and log sidecars; nothing else may appear.
+    sidecars = {f"{path.name}-wal", f"{path.name}-shm"}
+    after = sorted(p.name for p in path.parent.iterdir() if p.name not in sidecars)
+    assert after == [n for n in names if n not in sidecars]
 
 
 def test_a_foreign_sqlite_file_is_rejected_unchanged(tmp_path: Path) -> None:
     path = tmp_path / "other.db"
-    with sqlite3.connect(path) as conn:
+    with contextlib.closing(sqlite3.connect(path)) as conn, conn:
         conn.execute("CREATE TABLE customers (id INTEGER PRIMARY KEY)")
     _rejected(path, "not a Dataoad ledger")
 
@@ -129,7 +134,7 @@ def test_a_newer_schema_is_rejected_unchanged(tmp_path: Path) -> None:
             await ledger.claim(make_receipt())
 
     run(create())
-    with sqlite3.connect(path) as conn:
+    with contextlib.closing(sqlite3.connect(path)) as conn, conn:
         conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION + 1}")
         conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
     _rejected(path, "newer than")
@@ -138,7 +143,7 @@ def test_a_newer_schema_is_rejected_unchanged(tmp_path: Path) -> None:
 def test_an_older_schema_is_migrated_keeping_every_receipt(tmp_path: Path) -> None:
     path = tmp_path / "v1.sqlite3"
     receipt = make_receipt()
-    with sqlite3.connect(path) as conn:
+    with contextlib.closing(sqlite3.connect(path)) as conn, conn:
         for statement in MIGRATIONS[1]:
             conn.execute(statement)
         conn.execute(f"PRAGMA application_id = {APPLICATION_ID}")
@@ -150,7 +155,7 @@ def test_an_older_schema_is_migrated_keeping_every_receipt(tmp_path: Path) -> No
             assert await ledger.get(receipt.action_id) == receipt
 
     run(scenario())
-    with sqlite3.connect(path) as conn:
+    with contextlib.closing(sqlite3.connect(path)) as conn, conn:
         assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION
         indexes = {row[1] for row in conn.execute("PRAGMA index_list(receipts)")}
         assert "receipts_by_state" in indexes
@@ -248,7 +253,7 @@ def test_a_read_only_file_surfaces_as_persistence_error(tmp_path: Path) -> None:
             await ActionRunner(ledger).execute("a", lambda: 1, request={}, idempotency_key="k")
 
     run(create())
-    with sqlite3.connect(db) as conn:
+    with contextlib.closing(sqlite3.connect(db)) as conn, conn:
         conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
     for path in folder.iterdir():
         os.chmod(path, 0o444)
