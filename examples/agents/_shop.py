@@ -2,15 +2,18 @@
 
 The first charge commits and then times out; the provider's lookup is down
 for the next two reads, so both the tool call and the model's retry end
-UNKNOWN. An operator's later read-only reconciliation settles it.
+UNKNOWN. An operator's later read-only reconciliation settles it. Receipts
+go to a SQLite file in a temporary folder, so after a run you can look at
+them yourself with the ``dataoad receipts show`` command it prints.
 """
 
 from __future__ import annotations
 
-import re
+import tempfile
+from pathlib import Path
 from typing import Any
 
-from dataoad import ActionRunner, GuardedTool, InMemoryLedger
+from dataoad import ActionRunner, GuardedTool, SQLiteLedger
 from dataoad.testing import ChargeFault, FakePaymentProvider, LookupFault, PaymentVerifier
 
 ORDER = {"order_id": "order-7", "amount_cents": 2500}
@@ -20,7 +23,9 @@ provider = FakePaymentProvider(
     lookup_faults=[LookupFault.UNAVAILABLE, LookupFault.UNAVAILABLE],
 )
 verifier = PaymentVerifier(provider)
-runner = ActionRunner(InMemoryLedger())
+#: Where the receipts go: a fresh folder each run, left for you to inspect.
+LEDGER = Path(tempfile.mkdtemp(prefix="dataoad-example-")) / "ledger.sqlite3"
+runner = ActionRunner(SQLiteLedger(LEDGER))
 
 
 async def charge_order(order_id: str, amount_cents: int) -> dict[str, Any]:
@@ -44,8 +49,8 @@ GUARD = GuardedTool(
 
 
 def show(label: str, text: str) -> None:
-    """Print a tool result with its action id shortened, so the output is stable."""
-    print(f"{label}: {re.sub(r'[0-9a-f]{32}', '<action-id>', text)}")
+    """Print a tool result as the model reads it, action id included."""
+    print(f"{label}: {text}")
 
 
 async def settle() -> None:
@@ -55,3 +60,5 @@ async def settle() -> None:
     result = await runner.reconcile(receipt.action_id, verifier)
     print(f"later, read-only verification: {result.status.value}")
     print(f"charges at the provider: {len(provider.charges)}")
+    await runner.ledger.close()
+    print(f"see the receipt: dataoad receipts show {receipt.action_id} --ledger sqlite://{LEDGER}")

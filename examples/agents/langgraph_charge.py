@@ -1,6 +1,6 @@
 """LangGraph, no LLM: a scripted agent node retries a timed-out charge; it happens once.
 
-Run: python examples/agents/langgraph_charge.py (needs dataoad[langgraph])
+Run: python examples/agents/langgraph_charge.py (needs the langgraph extra: pip install -e ".[langgraph]")
 
 Expected output:
 
@@ -9,6 +9,7 @@ Expected output:
     agent: I could not confirm the charge yet; it is being checked.
     later, read-only verification: CONFIRMED
     charges at the provider: 1
+    see the receipt: dataoad receipts show <action-id> --ledger sqlite://<ledger>
 """
 
 from __future__ import annotations

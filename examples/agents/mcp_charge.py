@@ -1,6 +1,6 @@
 """MCP, in memory: a client repeats a timed-out tools/call; the charge happens once.
 
-Run: python examples/agents/mcp_charge.py (needs dataoad[mcp])
+Run: python examples/agents/mcp_charge.py (needs the mcp extra: pip install -e ".[mcp]")
 
 Expected output:
 
@@ -8,6 +8,7 @@ Expected output:
     tool result 2: UNKNOWN: charge_order may have happened (action id <action-id>); the provider did not confirm it. Do NOT call this tool again for the same request: that could do it twice. It will be verified read-only; tell the user the outcome is being checked.
     later, read-only verification: CONFIRMED
     charges at the provider: 1
+    see the receipt: dataoad receipts show <action-id> --ledger sqlite://<ledger>
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """OpenAI Agents SDK, offline: the model retries a timed-out charge; it happens once.
 
-Run: python examples/agents/openai_agents_charge.py (needs dataoad[openai-agents])
+Run: python examples/agents/openai_agents_charge.py (needs the openai-agents extra: pip install -e ".[openai-agents]")
 
 Expected output:
 
@@ -9,6 +9,7 @@ Expected output:
     agent: I could not confirm the charge yet; it is being checked.
     later, read-only verification: CONFIRMED
     charges at the provider: 1
+    see the receipt: dataoad receipts show <action-id> --ledger sqlite://<ledger>
 """
 
 from __future__ import annotations

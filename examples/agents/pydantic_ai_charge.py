@@ -1,6 +1,6 @@
 """Pydantic AI, offline: the model retries a timed-out charge; it happens once.
 
-Run: python examples/agents/pydantic_ai_charge.py (needs dataoad[pydantic-ai])
+Run: python examples/agents/pydantic_ai_charge.py (needs the pydantic-ai extra: pip install -e ".[pydantic-ai]")
 
 Expected output:
 
@@ -9,6 +9,7 @@ Expected output:
     agent: I could not confirm the charge yet; it is being checked.
     later, read-only verification: CONFIRMED
     charges at the provider: 1
+    see the receipt: dataoad receipts show <action-id> --ledger sqlite://<ledger>
 """
 
 from __future__ import annotations
