@@ -200,6 +200,18 @@ def _storable(record: Mapping[str, Any]) -> bool:
     return "\x00" not in text
 
 
+def _storable_identifiers(result: VerificationResult) -> bool:
+    """Whether the result's identifiers can go into a receipt's own columns on every ledger."""
+    for name in ("verified_provider_reference", "provider_request_id"):
+        try:
+            check_stored_text(
+                name, getattr(result, name), limit=MAX_IDENTIFIER_LENGTH, optional=True
+            )
+        except InvalidArgumentError:
+            return False  # only a result built around its own checks gets here
+    return True
+
+
 def _protocol_metadata(
     base: Mapping[str, Any],
     observations: tuple[Mapping[str, Any], ...],
@@ -705,7 +717,7 @@ class ActionRunner:
                 f"match the receipt's provider_reference {receipt.provider_reference!r}"
             )
         record = _observation_record(source, attempt, status, result, problem)
-        if not _storable(record):
+        if not _storable(record) or not _storable_identifiers(result):
             # Whatever it was, an answer no ledger can store must not leave an
             # invoked outcome unrecordable: it counts as no evidence at all.
             unstorable = "verifier returned a VerificationResult that no ledger can store"

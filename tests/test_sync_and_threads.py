@@ -505,3 +505,34 @@ async def test_repeated_replays_with_a_verifier_keep_the_receipt_bounded(
     assert stored.metadata["provider_request_ids"] == ("a",)
     assert kept[-1] == stored.metadata["verification"]
     assert kept[-1]["number"] == replays + 2
+
+
+@pytest.mark.asyncio
+async def test_a_result_smuggling_an_unstorable_identifier_counts_as_unknown(
+    new_ledger: Callable[[], Ledger],
+) -> None:
+    # Built around the constructor's checks (a frozen dataclass can be forced):
+    # the runner must still never try to store it.
+    forced = VerificationResult.confirmed(verified_provider_reference=REF)
+    object.__setattr__(forced, "provider_request_id", "ch_\x00")
+    ledger = new_ledger()
+
+    async def timeout() -> None:
+        raise TimeoutError("lost")
+
+    try:
+        result = await ActionRunner(ledger).execute(
+            "charge",
+            timeout,
+            request=REQUEST,
+            idempotency_key="k",
+            provider_reference=REF,
+            verifier=lambda r: forced,
+        )
+        stored = await ledger.get(result.receipt.action_id)
+    finally:
+        await closing(ledger)
+    assert result.status is ActionStatus.UNKNOWN
+    assert stored is not None
+    assert stored.claim_state is ClaimState.COMPLETED
+    assert stored.provider_request_id is None
