@@ -1,0 +1,112 @@
+"""The documentation site: the tutorial's output is real, its excerpts are the
+files it runs, and ``mkdocs build --strict`` passes (the docs extra).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shlex
+import shutil
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.support import unavailable
+
+ROOT = Path(__file__).resolve().parents[1]
+TUTORIAL = ROOT / "docs" / "tutorial.md"
+CONSOLE = re.compile(r"```console\n(.*?)```", re.DOTALL)
+EXCERPT = re.compile(r'```python title="(?P<file>[^" ]+)[^"]*"\n(?P<code>.*?)```', re.DOTALL)
+ACTION_ID = re.compile(r"\b[0-9a-f]{32}\b")
+TIMES = re.compile(r"\d{4}-\d\d-\d\d[T ]\d\d:\d\d:\d\d(\.\d+)?(\+00:00)?")
+
+
+def normalise(text: str, folder: Path) -> list[str]:
+    text = text.replace(str(folder), "dataoad-tutorial")
+    text = TIMES.sub("<time>", ACTION_ID.sub("<action-id>", text))
+    return [line.rstrip() for line in text.strip().splitlines()]
+
+
+def steps() -> list[tuple[str, str]]:
+    """(command, expected output) for every ``$`` line of the tutorial's console blocks."""
+    found = []
+    for block in CONSOLE.findall(TUTORIAL.read_text(encoding="utf-8")):
+        command, output = "", []
+        for line in block.splitlines():
+            if line.startswith("$ "):
+                if command:
+                    found.append((command, "\n".join(output)))
+                command, output = line[2:], []
+            else:
+                output.append(line)
+        found.append((command, "\n".join(output)))
+    return found
+
+
+def test_the_tutorial_prints_what_it_shows(tmp_path: Path) -> None:
+    folder = tmp_path / "dataoad-tutorial"
+    env = {**os.environ, "DATAOAD_TUTORIAL_DIR": str(folder)}
+    action_id = ""
+    ran = 0
+    for command, expected in steps():
+        if command.startswith("cd "):
+            continue  # the commands below run in docs/tutorial
+        argv = shlex.split(command.replace("dataoad-tutorial/", f"{folder}/"))
+        if action_id:
+            argv = [ACTION_ID.sub(action_id, arg) for arg in argv]
+        if argv[0] == "python":
+            argv[0] = sys.executable
+        elif argv[0] == "dataoad":
+            argv = [sys.executable, "-m", "dataoad", *argv[1:]]
+        done = subprocess.run(
+            argv,
+            cwd=ROOT / "docs" / "tutorial",
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+        )
+        output = done.stdout
+        if done.returncode == -signal.SIGKILL:
+            output += "Killed\n"  # what the shell prints for it
+        else:
+            assert done.returncode == 0, f"{command}\n{done.stdout}{done.stderr}"
+        action_id = action_id or next(iter(ACTION_ID.findall(output)), "")
+        assert normalise(output, folder) == normalise(expected, folder), command
+        ran += 1
+    assert ran >= 6
+
+
+def test_the_tutorials_excerpts_are_the_files_it_runs() -> None:
+    excerpts = list(EXCERPT.finditer(TUTORIAL.read_text(encoding="utf-8")))
+    assert excerpts
+    for m in excerpts:
+        source = (ROOT / m["file"]).read_text(encoding="utf-8")
+        assert m["code"] in source, f"the excerpt of {m['file']} is not in it"
+
+
+def test_mkdocs_builds_the_site_strictly(tmp_path: Path) -> None:
+    if shutil.which("mkdocs") is None:
+        unavailable("mkdocs is not installed: install the docs extra")
+    done = subprocess.run(
+        ["mkdocs", "build", "--strict", "--site-dir", str(tmp_path / "site")],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert (tmp_path / "site" / "reference" / "api" / "index.html").exists()
+
+
+@pytest.mark.parametrize(
+    "page", sorted(p.relative_to(ROOT / "docs").as_posix() for p in (ROOT / "docs").rglob("*.md"))
+)
+def test_every_page_is_in_the_navigation(page: str) -> None:
+    assert page in (ROOT / "mkdocs.yml").read_text(encoding="utf-8")
