@@ -58,6 +58,21 @@ async def stranded(runner: ActionRunner, faulty: FaultyLedger, *, started: bool)
     return raised.value.action_id
 
 
+def fail_the_second_get(faulty: FaultyLedger) -> None:
+    """The first ``get`` (reading the receipt) works; the re-read after it fails."""
+    gets = 0
+    original = faulty._fault
+
+    async def second_get_fails(method: str) -> LedgerFault | None:
+        nonlocal gets
+        if method == "get":
+            gets += 1
+            return LedgerFault.FAIL_BEFORE_WRITE if gets == 2 else None
+        return await original(method)
+
+    faulty._fault = second_get_fails  # type: ignore[method-assign]
+
+
 def unknown(receipt: Any) -> VerificationResult:
     return VerificationResult.unknown(reason="read path down")
 
@@ -76,18 +91,7 @@ async def test_a_failed_re_read_after_a_lost_merge_race_in_reconcile(new_ledger:
         )
         assert done.status is ActionStatus.UNKNOWN
         faulty.losing = True
-        # The first get (reading the receipt) works; the re-read after the lost race fails.
-        calls = 0
-        original = faulty._fault
-
-        async def second_get_fails(method: str) -> LedgerFault | None:
-            nonlocal calls
-            if method == "get":
-                calls += 1
-                return LedgerFault.FAIL_BEFORE_WRITE if calls == 2 else None
-            return await original(method)
-
-        faulty._fault = second_get_fails  # type: ignore[method-assign]
+        fail_the_second_get(faulty)
         with pytest.raises(ActionPersistenceError) as raised:
             await runner.reconcile(done.receipt.action_id, unknown)
         assert raised.value.operation_invoked is False
@@ -103,17 +107,7 @@ async def test_a_failed_re_read_after_a_lost_race_in_recover_pending(new_ledger:
     try:
         action_id = await stranded(runner, faulty, started=True)
         faulty.losing = True
-        gets = 0
-        original = faulty._fault
-
-        async def second_get_fails(method: str) -> LedgerFault | None:
-            nonlocal gets
-            if method == "get":
-                gets += 1
-                return LedgerFault.FAIL_BEFORE_WRITE if gets == 2 else None
-            return await original(method)
-
-        faulty._fault = second_get_fails  # type: ignore[method-assign]
+        fail_the_second_get(faulty)
         with pytest.raises(ActionPersistenceError) as raised:
             await runner.recover_pending(action_id, unknown)
         assert raised.value.operation_invoked is False
@@ -128,17 +122,7 @@ async def test_a_failed_re_read_after_a_refused_release(new_ledger: Any) -> None
     try:
         action_id = await stranded(runner, faulty, started=False)
         faulty.losing = True
-        gets = 0
-        original = faulty._fault
-
-        async def second_get_fails(method: str) -> LedgerFault | None:
-            nonlocal gets
-            if method == "get":
-                gets += 1
-                return LedgerFault.FAIL_BEFORE_WRITE if gets == 2 else None
-            return await original(method)
-
-        faulty._fault = second_get_fails  # type: ignore[method-assign]
+        fail_the_second_get(faulty)
         with pytest.raises(ActionPersistenceError) as raised:
             await runner.release_unstarted(action_id)
         assert raised.value.operation_invoked is False
