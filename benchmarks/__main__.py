@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import hashlib
 import json
 import re
@@ -86,8 +87,8 @@ def memory_floor() -> Callable[[int], Awaitable[None]]:
     return step
 
 
-def sqlite_floor(path: Path, synchronous: str) -> Callable[[int], Awaitable[None]]:
-    conn = sqlite3.connect(path, isolation_level=None)
+def sqlite_floor(conn: sqlite3.Connection, synchronous: str) -> Callable[[int], Awaitable[None]]:
+    """The same three transitions in plain sqlite3 on ``conn`` (closed by the caller)."""
     conn.execute("PRAGMA journal_mode=WAL")
     conn.execute(f"PRAGMA synchronous={synchronous}")
     conn.execute(
@@ -151,8 +152,10 @@ async def run_floors(count: int, results: dict[str, Any], ratios: dict[str, Any]
     )
     with tempfile.TemporaryDirectory() as folder:
         for sync in ("FULL", "NORMAL"):
-            floor = sqlite_floor(Path(folder) / f"floor-{sync}.db", sync)
-            results[f"sqlite3 floor ({sync})"] = await measure(floor, count)
+            with contextlib.closing(
+                sqlite3.connect(Path(folder) / f"floor-{sync}.db", isolation_level=None)
+            ) as conn:
+                results[f"sqlite3 floor ({sync})"] = await measure(sqlite_floor(conn, sync), count)
             async with SQLiteLedger(
                 Path(folder) / f"ledger-{sync}.sqlite3", synchronous=sync
             ) as ledger:  # type: ignore[arg-type]
