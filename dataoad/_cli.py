@@ -9,28 +9,23 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import importlib.util
 import json
 import os
 import sys
 import traceback
-import uuid
 import xml.etree.ElementTree as ET
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from dataoad._cli_check import add_check_command, run_check_command
 from dataoad._cli_ledger import add_commands, run_ledger_command
+from dataoad._cli_loading import UsageProblem, importable_from, load_module
 from dataoad._version import __version__
 
 __all__ = ["main"]
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
-
-
-class UsageProblem(Exception):
-    """A one-line reason the command cannot run; exit status 2."""
 
 
 class _Parser(argparse.ArgumentParser):
@@ -66,55 +61,6 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _import_roots(folder: Path) -> list[str]:
-    """Where a suite file's own imports resolve: its folder, and above its package.
-
-    Like pytest's rootdir insertion: a file inside a package (folders with
-    ``__init__.py``) can import that package by name.
-    """
-    roots = [str(folder)]
-    top = folder
-    while (top / "__init__.py").exists() and top.parent != top:
-        top = top.parent
-    if top != folder:
-        roots.append(str(top))
-    return roots
-
-
-@contextlib.contextmanager
-def _importable_from(folder: Path) -> Iterator[None]:
-    # Scenario files may import helpers that sit beside them.
-    roots = _import_roots(folder)
-    for root in reversed(roots):
-        sys.path.insert(0, root)
-    try:
-        yield
-    finally:
-        for root in roots:
-            with contextlib.suppress(ValueError):
-                sys.path.remove(root)
-
-
-def load_module(path: Path) -> Any:
-    """Import the Python file at ``path`` as a fresh module (its folder importable)."""
-    if not path.is_file():
-        raise UsageProblem(f"{path}: no such file")
-    if path.suffix != ".py":
-        raise UsageProblem(f"{path}: not a Python file")
-    name = f"_dataoad_suite_{path.stem}_{uuid.uuid4().hex[:8]}"
-    spec = importlib.util.spec_from_file_location(name, path)
-    if spec is None or spec.loader is None:
-        raise UsageProblem(f"{path}: cannot be loaded as a module")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
-    try:
-        with _importable_from(path.parent.resolve()):
-            spec.loader.exec_module(module)
-    except Exception as exc:
-        raise UsageProblem(f"{path}: failed to import: {type(exc).__name__}: {exc}") from exc
-    return module
-
-
 def load_suite(path: Path) -> Any:
     """Import the file at ``path`` and return its ``run_safety_suite`` callable."""
     module = load_module(path)
@@ -133,7 +79,7 @@ def run_file(path: Path) -> Any:
 
     suite = load_suite(path)
     try:
-        with _importable_from(path.parent.resolve()):
+        with importable_from(path.parent.resolve()):
             report = run_suite(suite)
     except TypeError as exc:
         if "not a SafetyReport" in str(exc):

@@ -43,7 +43,7 @@ def add_check_command(commands: Any) -> None:
 
 
 def _module_from_file(path: Path) -> Any:
-    from dataoad._cli import UsageProblem, load_module
+    from dataoad._cli_loading import UsageProblem, load_module
 
     try:
         return load_module(path)
@@ -92,7 +92,7 @@ def load_adapter(target: str) -> tuple[Any, str]:
                 f"attribute (found: {names}); or name one as module:attribute"
             )
         return own[0](), f"{target}:{own[0].__name__}"
-    from dataoad._cli_ledger import import_attribute
+    from dataoad._cli_loading import import_attribute
 
     try:
         obj = import_attribute(target)

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import importlib
 import json
 import os
 import sys
@@ -19,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from dataoad._canonical import RESERVED_METADATA_KEYS
+from dataoad._cli_loading import import_attribute
 from dataoad._errors import DataoadError
 from dataoad._frozen import thaw
 from dataoad._receipt import ActionReceipt
@@ -305,28 +305,6 @@ def render_receipt(receipt: ActionReceipt) -> str:
     if caller:
         lines.append(f"Metadata: {json.dumps(caller, sort_keys=True)}")
     return "\n".join(lines)
-
-
-def import_attribute(spec: str) -> Any:
-    """The object ``module:attribute`` names, importing from the working folder too.
-
-    Raises ValueError when ``spec`` is not of that form, and LookupError
-    (one line) when the module cannot be imported or lacks the attribute.
-    """
-    module_name, _, attribute = spec.partition(":")
-    if not module_name or not attribute:
-        raise ValueError(f"must look like module:attribute, not {spec!r}")
-    sys.path.insert(0, os.getcwd())
-    try:
-        module = importlib.import_module(module_name)
-    except Exception as exc:
-        raise LookupError(f"cannot import {module_name}: {type(exc).__name__}: {exc}") from exc
-    finally:
-        sys.path.remove(os.getcwd())
-    try:
-        return getattr(module, attribute)
-    except AttributeError:
-        raise LookupError(f"{module_name} has no attribute {attribute!r}") from None
 
 
 def _load_verifier(spec: str) -> Any:

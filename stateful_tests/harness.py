@@ -195,7 +195,7 @@ class History:
 
 def violation(history: History, name: str, detail: str) -> AssertionError:
     """An InvariantViolation carrying the numbered narrative and the JSON trace path."""
-    from stateful_tests.invariants import violation_type
+    from stateful_tests.violations import violation_type
 
     path = history.write(f"invariant {name} broken: {detail}")
     return violation_type(name)(

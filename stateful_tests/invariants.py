@@ -24,18 +24,10 @@ from dataoad import (
 )
 from models.protocol import permitted_outcomes
 from stateful_tests.harness import LOCK_WAIT_LIMIT, LedgerFault, ProviderFault
+from stateful_tests.violations import InvariantViolation, violation_type
 
 if TYPE_CHECKING:
     from stateful_tests.test_runner_machine import RunnerMachineBase
-
-
-class InvariantViolation(AssertionError):
-    """A named property of the protocol does not hold."""
-
-    def __init__(self, name: str, detail: str) -> None:
-        super().__init__(f"invariant {name} broken: {detail}")
-        self.name = name
-        self.detail = detail
 
 
 SAFETY: list[Callable[[RunnerMachineBase], None]] = []
@@ -54,23 +46,6 @@ def progress(fn: Callable[[RunnerMachineBase], None]) -> Callable[[RunnerMachine
 
 def _name(fn: Callable[..., Any]) -> str:
     return fn.__name__.replace("_", "-")
-
-
-_KINDS: dict[str, type[InvariantViolation]] = {}
-
-
-def violation_type(name: str) -> type[InvariantViolation]:
-    """One exception class per property, so Hypothesis keeps them apart.
-
-    Hypothesis tells failures apart by exception type and raise site; all
-    properties are raised from one place, so without their own types a
-    shrink could wander from one broken property to another.
-    """
-    if name not in _KINDS:
-        _KINDS[name] = type(
-            "InvariantViolation_" + name.replace("-", "_"), (InvariantViolation,), {}
-        )
-    return _KINDS[name]
 
 
 def fail(fn: Callable[..., Any], detail: str) -> InvariantViolation:

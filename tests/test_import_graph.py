@@ -1,0 +1,95 @@
+"""No import cycle among the library's modules (imports inside functions included).
+
+A cycle is how a module that should stand alone (the CLI's loaders, a
+ledger) starts to depend on everything; once one exists, the next rule that
+lands has nowhere clean to go.
+"""
+
+from __future__ import annotations
+
+import ast
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def modules(package: str) -> dict[str, Path]:
+    found = {}
+    for path in (ROOT / package).rglob("*.py"):
+        name = ".".join(path.relative_to(ROOT).with_suffix("").parts)
+        found[name.removesuffix(".__init__")] = path
+    return found
+
+
+def is_type_checking_block(node: ast.AST) -> bool:
+    return isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test)
+
+
+def imports_of(path: Path, known: dict[str, Path]) -> set[str]:
+    """The known modules ``path`` imports, anywhere but under ``if TYPE_CHECKING:``."""
+    targets: set[str] = set()
+    stack: list[ast.AST] = [ast.parse(path.read_text(encoding="utf-8"))]
+    while stack:
+        node = stack.pop()
+        if is_type_checking_block(node):
+            continue
+        if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            for candidate in (node.module, *(f"{node.module}.{a.name}" for a in node.names)):
+                if candidate in known:
+                    targets.add(candidate)
+        elif isinstance(node, ast.Import):
+            targets.update(alias.name for alias in node.names if alias.name in known)
+        stack.extend(ast.iter_child_nodes(node))
+    return targets
+
+
+def cycles(package: str) -> list[list[str]]:
+    """Strongly connected groups of more than one module (Tarjan's algorithm)."""
+    known = modules(package)
+    graph = {name: imports_of(path, known) - {name} for name, path in known.items()}
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    found: list[list[str]] = []
+
+    def visit(node: str) -> None:
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        for target in graph[node]:
+            if target not in index:
+                visit(target)
+                low[node] = min(low[node], low[target])
+            elif target in stack:
+                low[node] = min(low[node], index[target])
+        if low[node] == index[node]:
+            group = []
+            while True:
+                member = stack.pop()
+                group.append(member)
+                if member == node:
+                    break
+            if len(group) > 1:
+                found.append(sorted(group))
+
+    for node in graph:
+        if node not in index:
+            visit(node)
+    return found
+
+
+@pytest.mark.parametrize("package", ["dataoad", "models", "stateful_tests"])
+def test_no_import_cycle(package: str) -> None:
+    assert cycles(package) == []
+
+
+def test_the_check_finds_a_cycle(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    package = tmp_path / "loop"
+    package.mkdir()
+    (package / "__init__.py").write_text("")
+    (package / "a.py").write_text("from loop.b import x\n")
+    (package / "b.py").write_text("def f():\n    from loop.a import y\n")
+    monkeypatch.setattr(sys.modules[__name__], "ROOT", tmp_path)
+    assert cycles("loop") == [["loop.a", "loop.b"]]
