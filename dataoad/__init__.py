@@ -83,3 +83,15 @@ __all__ = [
     "MissingExtraError",
     "__version__",
 ]
+
+
+def _public_home() -> None:
+    # Every public class and function says it lives in ``dataoad`` (reprs,
+    # pickles, the API reference), wherever it is defined. Set here only.
+    for name in __all__:
+        public = globals()[name]
+        if isinstance(public, type) or callable(public):
+            public.__module__ = "dataoad"
+
+
+_public_home()

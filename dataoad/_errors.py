@@ -181,7 +181,3 @@ class MissingExtraError(DataoadError, ImportError):
 
 def _rebuild(cls: type[BaseException], args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
     return cls(*args, **kwargs)
-
-
-for _name in __all__:
-    globals()[_name].__module__ = "dataoad"

@@ -33,6 +33,3 @@ class DefinitiveFailure(DataoadError):
 
 def _rebuild(args: tuple[Any, ...], retryable: bool) -> DefinitiveFailure:
     return DefinitiveFailure(*args, retryable=retryable)
-
-
-DefinitiveFailure.__module__ = "dataoad"

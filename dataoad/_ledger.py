@@ -67,6 +67,3 @@ class Ledger(Protocol):
     async def close(self) -> None:
         """Release the ledger's resources. Safe to call more than once."""
         ...
-
-
-Ledger.__module__ = "dataoad"

@@ -103,6 +103,3 @@ def decide_retry(
     if status is ActionStatus.UNKNOWN:
         return retry_on_unknown
     return False
-
-
-RetryPolicy.__module__ = "dataoad"

@@ -117,7 +117,3 @@ class ActionReceipt:
     def evolve(self, **changes: Any) -> ActionReceipt:
         """A copy with ``changes`` applied (the ledger decides if it is stored)."""
         return dataclasses.replace(self, **changes)
-
-
-ActionReceipt.__module__ = "dataoad"
-AttemptRecord.__module__ = "dataoad"

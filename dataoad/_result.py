@@ -69,6 +69,3 @@ class ActionResult(Generic[T]):
             f"ActionResult(status={self.status.value}, action_id={self.receipt.action_id!r}, "
             f"replayed={self.replayed}, value_available={self.value_available})"
         )
-
-
-ActionResult.__module__ = "dataoad"

@@ -1058,5 +1058,3 @@ _PROTOCOL_KEYS: Final = frozenset(
         "provider_request_id_conflict",
     }
 )
-
-ActionRunner.__module__ = "dataoad"

@@ -201,6 +201,3 @@ class SyncActionRunner:
 
 async def _awaited(awaitable: Awaitable[object]) -> None:
     await awaitable
-
-
-SyncActionRunner.__module__ = "dataoad"

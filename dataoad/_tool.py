@@ -213,7 +213,3 @@ class GuardedTool:
             policy=self.policy,
             action=self.action,
         )
-
-
-for _public in (ToolOutcome, GuardedTool, describe_result, run_tool):
-    _public.__module__ = "dataoad"

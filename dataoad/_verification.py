@@ -251,7 +251,3 @@ def classify_fields(
     if outcome is ActionStatus.FAILED and conclusive_absence is True and retry_safe is True:
         return ActionStatus.FAILED
     return ActionStatus.UNKNOWN
-
-
-VerificationResult.__module__ = "dataoad"
-Verifier.__module__ = "dataoad"

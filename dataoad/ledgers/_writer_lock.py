@@ -41,9 +41,6 @@ class LedgerBusyError(DataoadError):
     """
 
 
-LedgerBusyError.__module__ = "dataoad"
-
-
 class _Wait:
     """One blocking ``flock`` on a helper thread, which its caller may abandon."""
 

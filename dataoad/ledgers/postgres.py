@@ -93,9 +93,6 @@ class LedgerSchemaError(DataoadError):
     """The database has no ledger schema yet, or a newer one; nothing was changed."""
 
 
-LedgerSchemaError.__module__ = "dataoad"
-
-
 def _asyncpg() -> Any:
     try:
         import asyncpg
@@ -434,6 +431,3 @@ class PostgresLedger:
             limit=limit,
         )
         return [receipt_of(row) for row in await self._read(sql, *params)]
-
-
-PostgresLedger.__module__ = "dataoad"

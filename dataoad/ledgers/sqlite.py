@@ -96,9 +96,6 @@ class LedgerFileError(DataoadError):
     """The file is not a usable Dataoad ledger; it was left unchanged."""
 
 
-LedgerFileError.__module__ = "dataoad"
-
-
 # -- serialisation ---------------------------------------------------------------
 
 
@@ -441,6 +438,3 @@ class SQLiteLedger:
             limit=limit,
         )
         return [_receipt_of(row) for row in await self._read(sql, params)]
-
-
-SQLiteLedger.__module__ = "dataoad"
