@@ -14,6 +14,8 @@ __all__ = [
     "ActionInProgressError",
     "ActionNotFoundError",
     "ActionPersistenceError",
+    "NothingInvokedError",
+    "OutcomeNotRecordedError",
     "DataoadError",
     "IdempotencyConflictError",
     "InvalidArgumentError",
@@ -160,6 +162,25 @@ class ActionPersistenceError(DataoadError):
             "observed_value": self.observed_value,
         }
         return (_rebuild, (type(self), self.args, state))
+
+
+class NothingInvokedError(ActionPersistenceError):
+    """This call invoked nothing: a claim, an attempt start, a read, a verification
+    or a release could not be proven, so the operation was not called by it.
+
+    ``operation_invoked`` is always False. The same call may be made again
+    later (it goes through the claim again); a PENDING claim with zero
+    attempts that it may have left can be released.
+    """
+
+
+class OutcomeNotRecordedError(ActionPersistenceError):
+    """The operation WAS invoked by this call, and its outcome could not be recorded.
+
+    ``operation_invoked`` is always True and ``observed_status`` carries the
+    evidence seen. Do not repeat the operation: re-read the ledger, and settle
+    a PENDING claim read-only (``recover_pending``).
+    """
 
 
 class MissingExtraError(DataoadError, ImportError):

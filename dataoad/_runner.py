@@ -40,6 +40,8 @@ from dataoad._errors import (
     ActionPersistenceError,
     IdempotencyConflictError,
     InvalidArgumentError,
+    NothingInvokedError,
+    OutcomeNotRecordedError,
     RecoveryRefusedError,
 )
 from dataoad._evidence import (
@@ -262,7 +264,7 @@ def _earlier_attempts_ran(
     cause = exc.__cause__
     why = "the claim changed concurrently" if cause is None else bounded_error(cause)
     receipt = exc.receipt
-    return ActionPersistenceError(
+    return OutcomeNotRecordedError(
         f"attempt {len(finished) + 1} of action {receipt.action_id if receipt else '?'} could "
         f"not be started ({why}), so it was not invoked; but {len(finished)} earlier "
         f"attempt(s) of this call WERE invoked ({settlement.final_status.value}): do not repeat "
@@ -458,7 +460,7 @@ class ActionRunner:
         try:
             existing = await self._ledger.find(action_name, idempotency_key)
         except Exception as exc:
-            raise ActionPersistenceError(
+            raise NothingInvokedError(
                 f"could not read the ledger for {action_name!r}: {bounded_error(exc)}; "
                 "nothing was invoked",
                 receipt=None,
@@ -508,7 +510,7 @@ class ActionRunner:
                 return proposed, True
             if stored is not None and stored.action_id != proposed.action_id:
                 return stored, False
-            raise ActionPersistenceError(
+            raise NothingInvokedError(
                 f"the claim for {proposed.action_name!r} could not be proven durable "
                 f"({bounded_error(exc)}); the operation was not invoked. Re-read the ledger: "
                 "a stored PENDING claim with zero attempts can be released",
@@ -657,7 +659,7 @@ class ActionRunner:
                 transition("attempt_start_acknowledgement_recovered", proposed)
                 return proposed
             transition("attempt_not_started", previous, level=logging.WARNING)
-            raise ActionPersistenceError(
+            raise NothingInvokedError(
                 f"attempt {proposed.attempts} of action {proposed.action_id} could not be "
                 f"proven durable ({bounded_error(exc)}); the operation was not invoked",
                 receipt=stored if stored is not None else previous,
@@ -668,7 +670,7 @@ class ActionRunner:
                 stored = await self._ledger.get(proposed.action_id)
             except Exception:
                 stored = None
-            raise ActionPersistenceError(
+            raise NothingInvokedError(
                 f"action {proposed.action_id} changed before attempt {proposed.attempts} could "
                 "start (released or recovered concurrently?); the operation was not invoked",
                 receipt=stored if stored is not None else previous,
@@ -785,7 +787,7 @@ class ActionRunner:
                 level=logging.ERROR,
                 observed_status=settlement.final_status.value,
             )
-            raise ActionPersistenceError(
+            raise OutcomeNotRecordedError(
                 f"the outcome of action {durable.action_id} ({settlement.final_status.value}) "
                 f"could not be recorded ({problem}). The operation WAS invoked: do not repeat "
                 "it. Re-read the ledger; a PENDING claim needs read-only recover_pending",
@@ -843,7 +845,7 @@ class ActionRunner:
         try:
             stored = await self._ledger.get(action_id)
         except Exception as exc:
-            raise ActionPersistenceError(
+            raise NothingInvokedError(
                 f"could not read action {action_id} from the ledger: {bounded_error(exc)}",
                 receipt=None,
                 operation_invoked=False,
@@ -941,7 +943,7 @@ class ActionRunner:
                 if stored == proposed:
                     written = True
                 else:
-                    raise ActionPersistenceError(
+                    raise NothingInvokedError(
                         f"the verification of action {receipt.action_id} could not be recorded "
                         f"({bounded_error(exc)}); nothing was invoked",
                         receipt=stored if stored is not None else current,
@@ -972,7 +974,7 @@ class ActionRunner:
             try:
                 stored = await self._ledger.get(receipt.action_id)
             except Exception as exc:
-                raise ActionPersistenceError(
+                raise NothingInvokedError(
                     f"the verification of action {receipt.action_id} lost a race and the "
                     f"receipt could not be re-read ({bounded_error(exc)}); nothing was invoked",
                     receipt=current,
@@ -986,7 +988,7 @@ class ActionRunner:
                     action_id=receipt.action_id,
                 )
             current = stored
-        raise ActionPersistenceError(
+        raise NothingInvokedError(
             f"the verification of action {receipt.action_id} lost {MAX_MERGE_ROUNDS} races in "
             "a row; nothing was invoked",
             receipt=current,
@@ -1014,7 +1016,7 @@ class ActionRunner:
             try:
                 stored = await self._ledger.get(action_id)
             except Exception:
-                raise ActionPersistenceError(
+                raise NothingInvokedError(
                     f"the release of action {action_id} could not be confirmed "
                     f"({bounded_error(exc)})",
                     receipt=receipt,
@@ -1023,7 +1025,7 @@ class ActionRunner:
             if stored is None:
                 transition("released", receipt)
                 return
-            raise ActionPersistenceError(
+            raise NothingInvokedError(
                 f"the release of action {action_id} failed ({bounded_error(exc)})",
                 receipt=stored,
                 operation_invoked=False,
@@ -1035,7 +1037,7 @@ class ActionRunner:
             try:
                 stored = await self._ledger.get(action_id)
             except Exception as exc:
-                raise ActionPersistenceError(
+                raise NothingInvokedError(
                     f"action {action_id} changed before it could be released, and it could "
                     f"not be re-read ({bounded_error(exc)}); nothing was released",
                     receipt=receipt,

@@ -1,5 +1,6 @@
 """A ledger read that fails during reconcile, recover_pending or release_unstarted
-surfaces as ActionPersistenceError (never a raw driver error), on every backend.
+surfaces as ActionPersistenceError (never a raw driver error), on every backend;
+and each persistence error's class says what its caller must do.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from dataoad import (
     ActionReceipt,
     ActionRunner,
     ActionStatus,
+    NothingInvokedError,
     VerificationResult,
 )
 from dataoad.testing import FaultyLedger, LedgerFault
@@ -92,7 +94,7 @@ async def test_a_failed_re_read_after_a_lost_merge_race_in_reconcile(new_ledger:
         assert done.status is ActionStatus.UNKNOWN
         faulty.losing = True
         fail_the_second_get(faulty)
-        with pytest.raises(ActionPersistenceError) as raised:
+        with pytest.raises(NothingInvokedError) as raised:
             await runner.reconcile(done.receipt.action_id, unknown)
         assert raised.value.operation_invoked is False
         assert "could not be re-read" in str(raised.value)
@@ -108,7 +110,7 @@ async def test_a_failed_re_read_after_a_lost_race_in_recover_pending(new_ledger:
         action_id = await stranded(runner, faulty, started=True)
         faulty.losing = True
         fail_the_second_get(faulty)
-        with pytest.raises(ActionPersistenceError) as raised:
+        with pytest.raises(NothingInvokedError) as raised:
             await runner.recover_pending(action_id, unknown)
         assert raised.value.operation_invoked is False
     finally:
@@ -123,9 +125,45 @@ async def test_a_failed_re_read_after_a_refused_release(new_ledger: Any) -> None
         action_id = await stranded(runner, faulty, started=False)
         faulty.losing = True
         fail_the_second_get(faulty)
-        with pytest.raises(ActionPersistenceError) as raised:
+        with pytest.raises(NothingInvokedError) as raised:
             await runner.release_unstarted(action_id)
         assert raised.value.operation_invoked is False
         assert "nothing was released" in str(raised.value)
     finally:
         await closing(ledger)
+
+
+# -- what each persistence error tells its caller to do ---------------------------
+
+
+@pytest.mark.parametrize(
+    ("method", "fault", "expected"),
+    [
+        ("find", LedgerFault.FAIL_BEFORE_WRITE, "NothingInvokedError"),
+        ("claim", LedgerFault.FAIL_BEFORE_WRITE, "NothingInvokedError"),
+        ("start_attempt", LedgerFault.FAIL_BEFORE_WRITE, "NothingInvokedError"),
+        ("record", LedgerFault.FAIL_BEFORE_WRITE, "OutcomeNotRecordedError"),
+    ],
+)
+async def test_persistence_errors_are_named_by_what_the_caller_must_do(
+    new_ledger: Any, method: str, fault: LedgerFault, expected: str
+) -> None:
+    import dataoad
+
+    ledger = new_ledger()
+    faulty = FaultyLedger(ledger)
+    faulty.inject(method, fault)
+    if method in ("claim", "start_attempt", "record"):
+        faulty.inject("get", LedgerFault.FAIL_BEFORE_WRITE)  # the read-back fails too
+    op = CountingOperation()
+    try:
+        with pytest.raises(ActionPersistenceError) as raised:
+            await ActionRunner(faulty).execute("charge", op, request=REQUEST, idempotency_key="k")
+    finally:
+        await closing(ledger)
+    error = raised.value
+    assert type(error).__name__ == expected
+    assert isinstance(error, getattr(dataoad, expected))
+    # The class and the flag say the same thing, and both match what happened.
+    assert error.operation_invoked is (expected == "OutcomeNotRecordedError")
+    assert op.calls == (1 if error.operation_invoked else 0)
