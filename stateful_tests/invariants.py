@@ -19,6 +19,8 @@ from dataoad import (
     ActionResult,
     ActionStatus,
     IdempotencyConflictError,
+    NothingInvokedError,
+    OutcomeNotRecordedError,
     ResultValueUnavailableError,
     UnresolvedActionError,
 )
@@ -291,6 +293,13 @@ def persistence_errors_tell_what_ran(m: RunnerMachineBase) -> None:
                 persistence_errors_tell_what_ran,
                 f"contender {c.name} made {len(c.provider_calls)} provider call(s), but its "
                 f"ActionPersistenceError says operation_invoked={error.operation_invoked}",
+            )
+        kind = OutcomeNotRecordedError if error.operation_invoked else NothingInvokedError
+        if type(error) is not kind:
+            raise fail(
+                persistence_errors_tell_what_ran,
+                f"contender {c.name}'s {type(error).__name__} says operation_invoked="
+                f"{error.operation_invoked}; its class must be {kind.__name__}",
             )
         if invoked and error.observed_status is None:
             raise fail(
