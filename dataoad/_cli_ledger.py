@@ -21,8 +21,10 @@ from dataoad._canonical import RESERVED_METADATA_KEYS
 from dataoad._cli_loading import import_attribute
 from dataoad._errors import DataoadError
 from dataoad._frozen import thaw
+from dataoad._ledger import InspectableLedger
 from dataoad._receipt import ActionReceipt
 from dataoad._status import ActionStatus
+from dataoad.ledgers.postgres import PostgresLedger
 
 __all__ = ["add_commands", "run_ledger_command"]
 
@@ -113,14 +115,12 @@ def _sqlite_path(url: str) -> Path:
     return Path("/" + rest.lstrip("/")) if rest.startswith("/") else Path(rest)
 
 
-def _postgres_ledger(url: str, table: str) -> Any:
-    from dataoad.ledgers.postgres import PostgresLedger
-
+def _postgres_ledger(url: str, table: str) -> PostgresLedger:
     schema, _, name = table.rpartition(".")
     return PostgresLedger(url, schema=schema or "public", table=name, min_size=1, max_size=2)
 
 
-def _open_ledger(url: str | None, table: str) -> Any:
+def _open_ledger(url: str | None, table: str) -> InspectableLedger:
     from dataoad.ledgers.sqlite import SQLiteLedger
 
     if not url:

@@ -10,11 +10,13 @@ must read back before relying on either.
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import Protocol
 
 from dataoad._receipt import ActionReceipt
+from dataoad._status import ActionStatus
 
-__all__ = ["Ledger"]
+__all__ = ["Inspection", "InspectableLedger", "Ledger"]
 
 
 class Ledger(Protocol):
@@ -67,3 +69,32 @@ class Ledger(Protocol):
     async def close(self) -> None:
         """Release the ledger's resources. Safe to call more than once."""
         ...
+
+
+class Inspection(Protocol):
+    """Read-only listing, the same on every backend; the operator commands use only this."""
+
+    async def receipts(
+        self,
+        *,
+        final_status: ActionStatus | None = None,
+        pending: bool | None = None,
+        action_name: str | None = None,
+        since: datetime | None = None,
+        limit: int | None = None,
+    ) -> list[ActionReceipt]:
+        """Stored receipts, oldest first (by creation time, then action id), filtered.
+
+        ``final_status``: only that outcome; ``pending``: only PENDING (True)
+        or only COMPLETED (False) claims; ``action_name``: only that action;
+        ``since``: created at or after; ``limit``: at most that many.
+        """
+        ...
+
+    async def get(self, action_id: str) -> ActionReceipt | None:
+        """The stored receipt with this action id, or None."""
+        ...
+
+
+class InspectableLedger(Ledger, Inspection, Protocol):
+    """A ledger with the read-only listing: what the operator commands open."""

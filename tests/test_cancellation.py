@@ -27,7 +27,7 @@ def test_cancelled_operation_is_recorded_unknown_and_cancellation_propagates() -
         task.cancel()
         with pytest.raises(asyncio.CancelledError):
             await task
-        [receipt] = ledger.receipts()
+        [receipt] = ledger.snapshot()
         assert receipt.claim_state is ClaimState.COMPLETED
         assert receipt.final_status is ActionStatus.UNKNOWN
         replay = await runner.execute("a", slow, request={}, idempotency_key="k")

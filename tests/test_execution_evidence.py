@@ -153,7 +153,7 @@ def test_verifier_without_provider_reference_is_a_usage_error_before_anything_ru
         with pytest.raises(InvalidArgumentError, match="provider_reference"):
             await execute(ActionRunner(ledger), op, verifier=fixed_verifier(confirmed()))
         assert op.calls == 0
-        assert ledger.receipts() == []
+        assert ledger.snapshot() == []
 
     run(scenario())
 
@@ -317,7 +317,7 @@ def test_verifier_that_is_not_callable_is_rejected_before_anything_runs() -> Non
         with pytest.raises(InvalidArgumentError, match="verifier"):
             await execute(ActionRunner(ledger), op, provider_reference=REF, verifier=object())
         assert op.calls == 0
-        assert ledger.receipts() == []
+        assert ledger.snapshot() == []
 
     run(scenario())
 

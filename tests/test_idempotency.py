@@ -63,7 +63,7 @@ def test_request_hash_is_sha256_of_rfc8785_form() -> None:
             "a", lambda: None, request=reordered, idempotency_key="k"
         )
         assert replay.receipt.request_hash == expected
-        assert result_ledger.receipts()[0].request_hash == expected
+        assert result_ledger.snapshot()[0].request_hash == expected
 
     run(scenario())
 

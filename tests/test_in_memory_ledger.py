@@ -38,7 +38,7 @@ def test_one_winner_per_key_across_threads_and_event_loops() -> None:
     for t in threads:
         t.join()
     assert calls == {f"k{n}": 1 for n in range(200)}
-    receipts = ledger.receipts()
+    receipts = ledger.snapshot()
     assert len(receipts) == 200
     assert all(r.final_status is ActionStatus.CONFIRMED for r in receipts)
 

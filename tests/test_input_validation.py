@@ -74,7 +74,7 @@ def assert_rejected_before_anything(error: type[Exception], **kw: Any) -> Except
 
     exc = run(scenario())
     assert op.calls == 0
-    assert ledger.receipts() == []
+    assert ledger.snapshot() == []
     return exc
 
 
@@ -134,7 +134,7 @@ def test_bool_subclass_and_exact_scalars_accepted() -> None:
     }
     op, ledger = run(attempt(ok))
     assert op.calls == 1
-    assert len(ledger.receipts()) == 1
+    assert len(ledger.snapshot()) == 1
 
 
 def test_cyclic_request_gets_a_clear_error() -> None:
@@ -174,7 +174,7 @@ def test_reserved_metadata_keys_are_rejected_before_a_claim_exists() -> None:
 
 def test_nested_reserved_names_are_allowed() -> None:
     _op, ledger = run(attempt({}, metadata={"note": {"verification": "manual"}}))
-    assert ledger.receipts()[0].metadata["note"]["verification"] == "manual"
+    assert ledger.snapshot()[0].metadata["note"]["verification"] == "manual"
 
 
 @pytest.mark.parametrize(
@@ -189,7 +189,7 @@ def test_metadata_is_snapshotted_and_immutable() -> None:
     metadata: dict[str, Any] = {"tags": ["a"]}
     _op, ledger = run(attempt({}, metadata=metadata))
     metadata["tags"].append("b")
-    stored = ledger.receipts()[0].metadata
+    stored = ledger.snapshot()[0].metadata
     assert list(stored["tags"]) == ["a"]
     with pytest.raises(TypeError):
         stored["tags"] = ()  # type: ignore[index]
@@ -219,14 +219,14 @@ def test_bad_input_leaves_existing_receipts_untouched() -> None:
         ledger = InMemoryLedger()
         runner = ActionRunner(ledger)
         await runner.execute("a", lambda: 1, request={"x": 1}, idempotency_key="k")
-        before = ledger.receipts()
+        before = ledger.snapshot()
         with pytest.raises(InvalidRequestError):
             await runner.execute("a", lambda: 1, request={"x": (1,)}, idempotency_key="k")
         with pytest.raises(ReservedMetadataError):
             await runner.execute(
                 "a", lambda: 1, request={"x": 1}, idempotency_key="k", metadata={"recovery": 1}
             )
-        assert ledger.receipts() == before
+        assert ledger.snapshot() == before
 
     run(scenario())
 

@@ -53,7 +53,7 @@ def test_failed_attempt_start_does_not_invoke_and_keeps_the_claim() -> None:
             await runner.execute("a", op, request=REQUEST, idempotency_key="k")
         assert op.calls == 0
         assert info.value.operation_invoked is False
-        [stored] = inner.receipts()
+        [stored] = inner.snapshot()
         assert stored.claim_state is ClaimState.PENDING
         assert stored.attempts == 0
         # The claim remains a barrier against a duplicate.
@@ -73,7 +73,7 @@ def test_unprovable_attempt_start_does_not_invoke() -> None:
         with pytest.raises(ActionPersistenceError):
             await runner.execute("a", op, request=REQUEST, idempotency_key="k")
         assert op.calls == 0
-        [stored] = inner.receipts()
+        [stored] = inner.snapshot()
         assert stored.attempts == 1  # durable, so only read-only recovery applies
 
     run(scenario())
@@ -107,7 +107,7 @@ def test_lost_acknowledgement_of_claim_is_resolved_by_read_back() -> None:
         result = await runner.execute("a", op, request=REQUEST, idempotency_key="k")
         assert result.status is ActionStatus.CONFIRMED
         assert op.calls == 1
-        assert len(inner.receipts()) == 1
+        assert len(inner.snapshot()) == 1
 
     run(scenario())
 
@@ -120,7 +120,7 @@ def test_failed_claim_does_not_invoke() -> None:
             await runner.execute("a", op, request=REQUEST, idempotency_key="k")
         assert op.calls == 0
         assert info.value.operation_invoked is False
-        assert inner.receipts() == []
+        assert inner.snapshot() == []
 
     run(scenario())
 
@@ -133,7 +133,7 @@ def test_failed_first_read_does_not_invoke() -> None:
             await runner.execute("a", op, request=REQUEST, idempotency_key="k")
         assert op.calls == 0
         assert info.value.receipt is None
-        assert inner.receipts() == []
+        assert inner.snapshot() == []
 
     run(scenario())
 
@@ -146,7 +146,7 @@ def test_lost_completion_acknowledgement_is_recovered_by_reading_back() -> None:
         assert op.calls == 1
         assert result.status is ActionStatus.CONFIRMED
         assert result.value == "value"
-        [stored] = inner.receipts()
+        [stored] = inner.snapshot()
         assert stored == result.receipt
         assert stored.claim_state is ClaimState.COMPLETED
 
@@ -163,7 +163,7 @@ def test_lost_completion_acknowledgement_with_failed_read_back_is_a_persistence_
         assert op.calls == 1
         assert info.value.operation_invoked is True
         assert info.value.observed_status is ActionStatus.CONFIRMED
-        [stored] = inner.receipts()
+        [stored] = inner.snapshot()
         assert stored.claim_state is ClaimState.COMPLETED
 
     run(scenario())
@@ -188,7 +188,7 @@ def test_failed_completion_raises_persistence_error_with_observed_evidence(
         assert err.receipt is not None
         assert err.receipt.claim_state is ClaimState.PENDING  # last safely observed
         assert err.receipt.attempts == 1
-        [stored] = inner.receipts()
+        [stored] = inner.snapshot()
         expected = ClaimState.PENDING if fault is BEFORE else ClaimState.COMPLETED
         assert stored.claim_state is expected
         # Whatever the durable state, a retry of the same call never re-invokes.

@@ -37,7 +37,7 @@ def test_raw_request_and_provider_values_are_never_stored() -> None:
             provider_reference=REF,
             verifier=fixed_verifier(confirmed(value=secret_value)),
         )
-        for receipt in ledger.receipts():
+        for receipt in ledger.snapshot():
             text = stored_text(receipt)
             assert "SECRET-REQUEST" not in text
             assert "SECRET-PROVIDER-VALUE" not in text

@@ -152,7 +152,7 @@ def test_a_claim_released_unstarted_while_waiting_is_claimed_afresh(front_end: s
             await ActionRunner(faulty).execute(
                 "charge", never, request=REQUEST, idempotency_key="k"
             )
-        [stranded] = inner.receipts()
+        [stranded] = inner.snapshot()
         runner = ActionRunner(inner)
         asyncio.get_running_loop().call_later(
             0.05, lambda: asyncio.ensure_future(runner.release_unstarted(stranded.action_id))

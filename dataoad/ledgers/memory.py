@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import threading
+from datetime import datetime
 from types import TracebackType
 
 from dataoad._ledger_rules import check_record, check_start_attempt
 from dataoad._receipt import ActionReceipt
-from dataoad._status import ClaimState
+from dataoad._status import ActionStatus, ClaimState
 
 __all__ = ["InMemoryLedger"]
 
@@ -93,10 +94,34 @@ class InMemoryLedger:
             del self._by_key[(current.action_name, current.idempotency_key)]
             return True
 
-    def receipts(self) -> list[ActionReceipt]:
-        """A snapshot of every stored receipt, oldest first."""
+    def snapshot(self) -> list[ActionReceipt]:
+        """Every stored receipt, oldest first, without awaiting (for tests and REPLs)."""
         with self._lock:
             return sorted(self._by_id.values(), key=lambda r: (r.created_at, r.action_id))
+
+    async def receipts(
+        self,
+        *,
+        final_status: ActionStatus | None = None,
+        pending: bool | None = None,
+        action_name: str | None = None,
+        since: datetime | None = None,
+        limit: int | None = None,
+    ) -> list[ActionReceipt]:
+        """Stored receipts, oldest first, filtered like every ledger's listing.
+
+        ``since``: created at or after. The same filters and order as the
+        SQLite and PostgreSQL ledgers (the Inspection protocol).
+        """
+        selected = [
+            r
+            for r in self.snapshot()
+            if (final_status is None or r.final_status is final_status)
+            and (pending is None or (r.claim_state is ClaimState.PENDING) is pending)
+            and (action_name is None or r.action_name == action_name)
+            and (since is None or r.created_at >= since)
+        ]
+        return selected if limit is None else selected[: int(limit)]
 
     async def close(self) -> None:
         """Nothing to release; kept for symmetry with durable ledgers."""
