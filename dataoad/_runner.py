@@ -26,7 +26,6 @@ import inspect
 import json
 import logging
 import math
-import time
 import uuid
 import warnings
 from collections.abc import Awaitable, Callable, Mapping
@@ -34,6 +33,7 @@ from typing import Any, Final, TypeVar, cast, overload
 
 from dataoad._blocking import call_blocking, call_maybe_async, is_async_callable
 from dataoad._canonical import request_hash, validate_metadata, validate_request
+from dataoad._clock import Clock, SystemClock
 from dataoad._errors import (
     ActionInProgressError,
     ActionNotFoundError,
@@ -286,7 +286,9 @@ class ActionRunner:
     ambiguity only through read-only verifiers bound to the provider reference.
     """
 
-    def __init__(self, ledger: Ledger, *, policy: RetryPolicy | None = None) -> None:
+    def __init__(
+        self, ledger: Ledger, *, policy: RetryPolicy | None = None, clock: Clock | None = None
+    ) -> None:
         missing = [name for name in _LEDGER_METHODS if not callable(getattr(ledger, name, None))]
         if missing:
             raise InvalidArgumentError(
@@ -299,13 +301,16 @@ class ActionRunner:
             raise InvalidArgumentError(
                 f"policy must be a RetryPolicy, not {type(policy).__qualname__}"
             )
+        if clock is None:
+            clock = SystemClock()
+        elif not isinstance(clock, Clock):
+            raise InvalidArgumentError(
+                "clock must have monotonic() and an async sleep(seconds), "
+                f"not {type(clock).__qualname__}"
+            )
         self._ledger = ledger
         self._policy = policy
-
-    # How ``wait_in_progress`` tells and passes time; the state machines
-    # substitute a virtual clock so that a shrunk trace replays exactly.
-    _clock: Callable[[], float] = staticmethod(time.monotonic)
-    _sleep: Callable[[float], Awaitable[None]] = staticmethod(asyncio.sleep)
+        self._clock = clock
 
     @property
     def ledger(self) -> Ledger:
@@ -429,18 +434,18 @@ class ActionRunner:
         )
         if wait_in_progress is None:
             return await attempt()
-        deadline = self._clock() + wait_in_progress
+        deadline = self._clock.monotonic() + wait_in_progress
         delay = WAIT_FIRST_DELAY
         while True:
             try:
                 return await attempt()
             except ActionInProgressError:
-                remaining = deadline - self._clock()
+                remaining = deadline - self._clock.monotonic()
                 if remaining <= 0:
                     raise
             # Poll the ledger, backing off: the claim holder is usually quick,
             # and a stranded claim must not be hammered.
-            await self._sleep(min(delay, remaining))
+            await self._clock.sleep(min(delay, remaining))
             delay = min(delay * 2, WAIT_MAX_DELAY)
 
     async def _execute_once(

@@ -17,6 +17,7 @@ from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any, TypeVar, overload
 
 from dataoad._blocking import placed
+from dataoad._clock import Clock
 from dataoad._errors import DataoadError
 from dataoad._ledger import Ledger
 from dataoad._policy import RetryPolicy
@@ -37,7 +38,7 @@ _Inbox = queue.SimpleQueue[Callable[[], None] | None]
 class SyncActionRunner:
     """A blocking facade over ActionRunner for code that is not async.
 
-    ``SyncActionRunner(ledger, policy=...)`` takes ActionRunner's options.
+    ``SyncActionRunner(ledger, policy=..., clock=...)`` takes ActionRunner's options.
     Every method blocks until the call is done; any number of threads may
     call at once, and their operations run concurrently, each on its caller's
     thread. Inside a running event loop use ActionRunner instead: calling this
@@ -45,8 +46,10 @@ class SyncActionRunner:
     ``close()`` (it closes the ledger) or use it as a context manager.
     """
 
-    def __init__(self, ledger: Ledger, *, policy: RetryPolicy | None = None) -> None:
-        self._runner = ActionRunner(ledger, policy=policy)
+    def __init__(
+        self, ledger: Ledger, *, policy: RetryPolicy | None = None, clock: Clock | None = None
+    ) -> None:
+        self._runner = ActionRunner(ledger, policy=policy, clock=clock)
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(
             target=self._loop.run_forever, name="dataoad-sync-runner", daemon=True

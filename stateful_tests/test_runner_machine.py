@@ -110,7 +110,7 @@ class VirtualClock:
     def __init__(self) -> None:
         self.now = 0.0
 
-    def clock(self) -> float:
+    def monotonic(self) -> float:
         return self.now
 
     async def sleep(self, seconds: float) -> None:
@@ -335,10 +335,10 @@ class RunnerMachineBase(RuleBasedStateMachine):
             request = {"key": key, "amount": float(amount)}
         client = self.new_client()
         runner = self.runner_class(
-            GatedLedger(client, self.scheduler, self.released_ids), policy=POLICIES[policy]
+            GatedLedger(client, self.scheduler, self.released_ids),
+            policy=POLICIES[policy],
+            clock=self.virtual_time,
         )
-        runner._clock = self.virtual_time.clock  # type: ignore[method-assign]
-        runner._sleep = self.virtual_time.sleep  # type: ignore[method-assign]
 
         c.in_thread = runs_in == "a worker thread"
 

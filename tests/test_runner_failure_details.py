@@ -858,16 +858,18 @@ def test_waiting_backs_off_by_doubling_and_stops_at_the_deadline() -> None:
         holder.inject("record", FAIL)
         await stranded(ledger)  # the claim of "k" stays PENDING
         del holder
-        runner = ActionRunner(ledger)
         now = [0.0]
         sleeps: list[float] = []
 
-        async def sleep(seconds: float) -> None:
-            sleeps.append(seconds)
-            now[0] += seconds
+        class Virtual:
+            def monotonic(self) -> float:
+                return now[0]
 
-        runner._clock = lambda: now[0]  # type: ignore[method-assign]
-        runner._sleep = sleep  # type: ignore[method-assign]
+            async def sleep(self, seconds: float) -> None:
+                sleeps.append(seconds)
+                now[0] += seconds
+
+        runner = ActionRunner(ledger, clock=Virtual())
         total = WAIT_FIRST_DELAY * 7  # 1 + 2 + 4 delays
         with pytest.raises(ActionInProgressError):
             await execute(runner, wait_in_progress=total)

@@ -205,3 +205,14 @@ def test_bad_wait_is_refused_before_any_ledger_access(bad: Any) -> None:
         assert op.calls == 0
 
     asyncio.run(scenario())
+
+
+def test_a_clock_without_the_clock_protocol_is_refused_before_anything_runs() -> None:
+    from dataoad import InvalidArgumentError
+
+    class NoSleep:
+        def monotonic(self) -> float:
+            return 0.0
+
+    with pytest.raises(InvalidArgumentError, match="clock"):
+        ActionRunner(InMemoryLedger(), clock=NoSleep())  # type: ignore[arg-type]
