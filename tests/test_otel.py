@@ -94,3 +94,36 @@ def test_a_refusal_marks_the_span_with_its_outcome(spans: tuple) -> None:
     refused = next(s for s in exporter.get_finished_spans() if "dataoad.outcome" in s.attributes)
     assert refused.attributes["dataoad.outcome"] == "ActionInProgressError"
     assert refused.status.status_code.name == "ERROR"
+
+
+def test_release_unstarted_runs_in_a_span_too(spans: tuple) -> None:
+    from dataoad import ActionNotFoundError
+    from dataoad.testing import FaultyLedger, LedgerFault
+
+    exporter, provider = spans
+    inner = InMemoryLedger()
+    faulty = FaultyLedger(inner)
+    faulty.inject("start_attempt", LedgerFault.FAIL_BEFORE_WRITE)
+    faulty.inject("get", LedgerFault.FAIL_BEFORE_WRITE)
+    runner = TracedActionRunner(inner, tracer=provider.get_tracer("test"))
+
+    async def scenario() -> None:
+        async def op() -> None:
+            return None
+
+        with pytest.raises(Exception, match="not invoked"):
+            await TracedActionRunner(faulty, tracer=provider.get_tracer("test")).execute(
+                "charge", op, request=SECRET_REQUEST, idempotency_key="k"
+            )
+        [stranded] = inner.snapshot()
+        await runner.release_unstarted(stranded.action_id)
+        with pytest.raises(ActionNotFoundError):  # it is gone now
+            await runner.release_unstarted(stranded.action_id)
+
+    asyncio.run(scenario())
+    released, refused = [
+        s for s in exporter.get_finished_spans() if s.name == "dataoad.release_unstarted"
+    ]
+    assert released.attributes["dataoad.outcome"] == "released"
+    assert refused.attributes["dataoad.outcome"] == "ActionNotFoundError"
+    assert refused.status.status_code.name == "ERROR"

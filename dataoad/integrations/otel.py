@@ -1,7 +1,7 @@
 """OpenTelemetry: one span per action. Needs the ``otel`` extra.
 
 ``TracedActionRunner`` is an ``ActionRunner`` whose ``execute``,
-``reconcile`` and ``recover_pending`` each run in a span named
+``reconcile``, ``recover_pending`` and ``release_unstarted`` each run in a span named
 ``dataoad.<method> <action name>``. Attributes carry the action name,
 action id, statuses, attempts and whether the result was a replay; never
 the request, the idempotency key's meaning, metadata or provider values.
@@ -13,6 +13,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
+from dataoad._clock import Clock
 from dataoad._errors import DataoadError
 from dataoad._ledger import Ledger
 from dataoad._policy import RetryPolicy
@@ -46,9 +47,14 @@ class TracedActionRunner(ActionRunner):
     """An ActionRunner that records one OpenTelemetry span per action call."""
 
     def __init__(
-        self, ledger: Ledger, *, policy: RetryPolicy | None = None, tracer: Any = None
+        self,
+        ledger: Ledger,
+        *,
+        policy: RetryPolicy | None = None,
+        clock: Clock | None = None,
+        tracer: Any = None,
     ) -> None:
-        super().__init__(ledger, policy=policy)
+        super().__init__(ledger, policy=policy, clock=clock)
         self._tracer = tracer if tracer is not None else _trace.get_tracer("dataoad")
 
     @contextmanager
@@ -91,3 +97,10 @@ class TracedActionRunner(ActionRunner):
             result = await super().recover_pending(action_id, verifier)
             span.set_attributes(_attributes(result))
             return result
+
+    async def release_unstarted(self, action_id: str) -> None:
+        """``ActionRunner.release_unstarted`` in a span."""
+        with self._span("release_unstarted", None) as span:
+            span.set_attribute("dataoad.action_id", action_id)
+            await super().release_unstarted(action_id)
+            span.set_attribute("dataoad.outcome", "released")
