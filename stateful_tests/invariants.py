@@ -10,7 +10,7 @@ InvariantViolation naming it.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from dataoad import (
     ActionInProgressError,
@@ -25,11 +25,31 @@ from dataoad import (
     UnresolvedActionError,
 )
 from models.protocol import permitted_outcomes
-from stateful_tests.harness import LOCK_WAIT_LIMIT, LedgerFault, ProviderFault
+from models.world import World
+from stateful_tests.harness import (
+    LOCK_WAIT_LIMIT,
+    Contender,
+    History,
+    LedgerFault,
+    ProviderFault,
+    WorldProvider,
+)
 from stateful_tests.violations import InvariantViolation, violation_type
 
-if TYPE_CHECKING:
-    from stateful_tests.test_runner_machine import RunnerMachineBase
+
+class RunnerMachineBase(Protocol):
+    """What the properties read of a run: the record, never the runner's private state.
+
+    (Named for the machine that provides it; any object with these fields will do.)
+    """
+
+    contenders_list: list[Contender]
+    observed: dict[str, ActionReceipt]
+    transitions: dict[str, tuple[ActionReceipt, ActionReceipt | None]]
+    released_ids: set[str]
+    world: World
+    provider: WorldProvider
+    history: History
 
 
 SAFETY: list[Callable[[RunnerMachineBase], None]] = []
