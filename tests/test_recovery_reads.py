@@ -96,8 +96,16 @@ async def test_a_failed_re_read_after_a_lost_merge_race_in_reconcile(new_ledger:
         fail_the_second_get(faulty)
         with pytest.raises(NothingInvokedError) as raised:
             await runner.reconcile(done.receipt.action_id, unknown)
-        assert raised.value.operation_invoked is False
-        assert "could not be re-read" in str(raised.value)
+        error = raised.value
+        assert error.operation_invoked is False
+        assert str(error).startswith(
+            f"the verification of action {done.receipt.action_id} lost a race and the receipt "
+            "could not be re-read (LedgerFaultError: injected: get failed); nothing was invoked"
+        )
+        assert error.receipt == done.receipt  # the last one it safely saw
+        assert error.observed_status is ActionStatus.UNKNOWN
+        assert error.observed_metadata is not None
+        assert error.observed_metadata["verification"]["reason"] == "read path down"
     finally:
         await closing(ledger)
 

@@ -536,3 +536,120 @@ async def test_a_result_smuggling_an_unstorable_identifier_counts_as_unknown(
     assert stored is not None
     assert stored.claim_state is ClaimState.COMPLETED
     assert stored.provider_request_id is None
+    observation = stored.metadata["verification"]
+    assert observation["status"] == "UNKNOWN"
+    assert observation["error"] == "verifier returned a VerificationResult that no ledger can store"
+    assert observation["source"] == "execute"
+    assert "claimed" not in observation  # nothing of the unstorable answer was kept
+
+
+# -- the worker pool for blocking calls -------------------------------------------
+
+
+@pytest.mark.asyncio
+async def test_concurrent_sync_operations_each_get_a_daemon_worker_and_workers_are_reused() -> None:
+    runner = ActionRunner(InMemoryLedger())
+    together = threading.Barrier(8, timeout=10)  # all eight must be running at once
+    threads: list[threading.Thread] = []
+
+    def blocking() -> str:
+        threads.append(threading.current_thread())
+        together.wait()
+        return "ok"
+
+    results = await asyncio.gather(
+        *(
+            runner.execute("op", blocking, request={"n": n}, idempotency_key=f"k{n}")
+            for n in range(8)
+        )
+    )
+    assert all(r.status is ActionStatus.CONFIRMED for r in results), [
+        r.receipt.error for r in results
+    ]
+    assert len({t.ident for t in threads}) == 8
+    assert all(t.daemon and t.name == "dataoad-blocking" for t in threads)
+    # Idle workers are reused, not replaced by new threads.
+    after: list[threading.Thread] = []
+    for n in range(3):
+        await runner.execute(
+            "op",
+            lambda: after.append(threading.current_thread()),
+            request={"m": n},
+            idempotency_key=f"m{n}",
+        )
+    assert {t.ident for t in after} <= {t.ident for t in threads}
+
+
+def test_idle_workers_exit_and_the_pool_still_serves_afterwards(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from dataoad import _blocking
+
+    monkeypatch.setattr(_blocking, "IDLE_SECONDS", 0.05)
+    pool = _blocking._WorkerPool()
+    ran: list[threading.Thread] = []
+    done = threading.Event()
+    pool.submit(lambda: (ran.append(threading.current_thread()), done.set()))
+    assert done.wait(5)
+    ran[0].join(5)  # idle for longer than IDLE_SECONDS: it exits
+    assert not ran[0].is_alive()
+    again = threading.Event()
+    pool.submit(again.set)  # a new worker is started for it
+    assert again.wait(5)
+
+
+@pytest.mark.asyncio
+async def test_a_retry_that_loses_its_claim_reports_the_earlier_attempt_in_full() -> None:
+    from dataoad import DefinitiveFailure, OutcomeNotRecordedError
+
+    class ChangedUnderIt(InMemoryLedger):
+        starts = 0
+
+        async def start_attempt(self, receipt: Any) -> bool:
+            self.starts += 1
+            if self.starts == 2:
+                return False  # someone else changed the claim first
+            return await super().start_attempt(receipt)
+
+    ledger = ChangedUnderIt()
+    policy = RetryPolicy(max_attempts=2, retry_on_failed=True)
+
+    async def rejected() -> None:
+        raise DefinitiveFailure("busy", retryable=True)
+
+    with pytest.raises(OutcomeNotRecordedError) as raised:
+        await ActionRunner(ledger, policy=policy).execute(
+            "charge", rejected, request=REQUEST, idempotency_key="k", metadata={"note": "x"}
+        )
+    error = raised.value
+    [stored] = ledger.snapshot()
+    assert str(error) == (
+        f"attempt 2 of action {stored.action_id} could not be started (the claim changed "
+        "concurrently), so it was not invoked; but 1 earlier attempt(s) of this call WERE "
+        "invoked (FAILED): do not repeat the operation. Re-read the ledger; a PENDING claim "
+        "needs read-only recover_pending"
+    )
+    assert error.receipt is not None
+    assert error.receipt.action_id == stored.action_id
+    assert error.observed_status is ActionStatus.FAILED
+    assert error.observed_metadata == {"note": "x"}
+
+
+@pytest.mark.asyncio
+async def test_a_retry_whose_start_write_fails_names_the_cause() -> None:
+    from dataoad import DefinitiveFailure, OutcomeNotRecordedError
+
+    faulty = FaultyLedger(InMemoryLedger())
+
+    async def rejected() -> None:
+        faulty.inject("start_attempt", LedgerFault.FAIL_BEFORE_WRITE)
+        raise DefinitiveFailure("busy", retryable=True)
+
+    with pytest.raises(OutcomeNotRecordedError) as raised:
+        await ActionRunner(
+            faulty, policy=RetryPolicy(max_attempts=2, retry_on_failed=True)
+        ).execute("charge", rejected, request=REQUEST, idempotency_key="k")
+    assert (
+        "could not be started (LedgerFaultError: injected: start_attempt failed before write)"
+        in str(raised.value)
+    )
