@@ -133,10 +133,15 @@ async def test_a_failed_re_read_after_a_refused_release(new_ledger: Any) -> None
         action_id = await stranded(runner, faulty, started=False)
         faulty.losing = True
         fail_the_second_get(faulty)
+        before = await ledger.get(action_id)
         with pytest.raises(NothingInvokedError) as raised:
             await runner.release_unstarted(action_id)
         assert raised.value.operation_invoked is False
-        assert "nothing was released" in str(raised.value)
+        assert str(raised.value) == (
+            f"action {action_id} changed before it could be released, and it could not be "
+            "re-read (LedgerFaultError: injected: get failed); nothing was released"
+        )
+        assert raised.value.receipt == before
     finally:
         await closing(ledger)
 

@@ -507,14 +507,18 @@ async def test_repeated_replays_with_a_verifier_keep_the_receipt_bounded(
     assert kept[-1]["number"] == replays + 2
 
 
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [("provider_request_id", "ch_\x00"), ("details", {"gateway": "\udcff"})],
+)
 @pytest.mark.asyncio
-async def test_a_result_smuggling_an_unstorable_identifier_counts_as_unknown(
-    new_ledger: Callable[[], Ledger],
+async def test_a_result_smuggling_an_unstorable_field_counts_as_unknown(
+    new_ledger: Callable[[], Ledger], field: str, value: object
 ) -> None:
     # Built around the constructor's checks (a frozen dataclass can be forced):
     # the runner must still never try to store it.
     forced = VerificationResult.confirmed(verified_provider_reference=REF)
-    object.__setattr__(forced, "provider_request_id", "ch_\x00")
+    object.__setattr__(forced, field, value)
     ledger = new_ledger()
 
     async def timeout() -> None:
@@ -653,3 +657,95 @@ async def test_a_retry_whose_start_write_fails_names_the_cause() -> None:
         "could not be started (LedgerFaultError: injected: start_attempt failed before write)"
         in str(raised.value)
     )
+
+
+@pytest.mark.asyncio
+async def test_a_third_attempt_that_cannot_start_counts_both_earlier_ones() -> None:
+    from dataoad import DefinitiveFailure, OutcomeNotRecordedError
+    from dataoad.testing import LedgerFaultError
+
+    faulty = FaultyLedger(InMemoryLedger())
+    calls: list[int] = []
+
+    async def rejected() -> None:
+        calls.append(1)
+        if len(calls) == 2:
+            faulty.inject("start_attempt", LedgerFault.FAIL_BEFORE_WRITE)
+        raise DefinitiveFailure("busy", retryable=True)
+
+    policy = RetryPolicy(max_attempts=3, retry_on_failed=True)
+    with pytest.raises(OutcomeNotRecordedError) as raised:
+        await ActionRunner(faulty, policy=policy).execute(
+            "charge", rejected, request=REQUEST, idempotency_key="k"
+        )
+    assert calls == [1, 1]
+    assert "attempt 3 of action" in str(raised.value)
+    assert "but 2 earlier attempt(s) of this call WERE invoked (FAILED)" in str(raised.value)
+    assert isinstance(raised.value.__cause__, LedgerFaultError)  # the write's own error
+
+
+@pytest.mark.asyncio
+async def test_observations_within_one_execute_are_bounded_too(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from dataoad import _evidence
+
+    monkeypatch.setattr(_evidence, "MAX_KEPT_OBSERVATIONS", 2)
+    ledger = InMemoryLedger()
+    fenced = VerificationResult.absent(verified_provider_reference=REF, retry_safe=True)
+
+    async def answered_but_not_proven() -> str:
+        return "ok"  # with a verifier, a return proves nothing; the read-back decides
+
+    result = await ActionRunner(
+        ledger, policy=RetryPolicy(max_attempts=3, retry_on_failed=True)
+    ).execute(
+        "charge",
+        answered_but_not_proven,
+        request=REQUEST,
+        idempotency_key="k",
+        provider_reference=REF,
+        verifier=lambda r: fenced,
+    )
+    assert result.status is ActionStatus.FAILED
+    assert result.receipt.attempts == 3
+    kept = result.receipt.metadata["verification_observations"]
+    assert result.receipt.metadata["verification_observation_count"] == 3
+    assert [o["number"] for o in kept] == [2, 3]
+
+
+@pytest.mark.asyncio
+async def test_observations_written_before_they_were_numbered_count_on() -> None:
+    ledger = InMemoryLedger()
+
+    async def timeout() -> None:
+        raise TimeoutError("lost")
+
+    def down(receipt: Any) -> VerificationResult:
+        return VerificationResult.unknown(reason="down")
+
+    runner = ActionRunner(ledger)
+    first = await runner.execute(
+        "charge",
+        timeout,
+        request=REQUEST,
+        idempotency_key="k",
+        provider_reference=REF,
+        verifier=down,
+    )
+    # Rewrite it as an older Dataoad stored it: two observations, no numbers, no count.
+    old = [{k: v for k, v in first.receipt.metadata["verification"].items() if k != "number"}] * 2
+    metadata = {"verification_observations": old, "verification": old[-1]}
+    assert await ledger.record(
+        first.receipt.evolve(metadata=metadata, version=first.receipt.version + 1)
+    )
+    again = await runner.execute(
+        "charge",
+        timeout,
+        request=REQUEST,
+        idempotency_key="k",
+        provider_reference=REF,
+        verifier=down,
+    )
+    assert again.receipt.metadata["verification_observation_count"] == 3
+    assert again.receipt.metadata["verification"]["number"] == 3
