@@ -335,33 +335,41 @@ async def test_recover_pending_records_an_unstorable_reason_too(
 # -- 7. operation_invoked covers every attempt of the call ----------------------------
 
 
+async def retry_whose_start_fails(
+    ledger: Ledger, *, ran: int, max_attempts: int
+) -> tuple[ActionPersistenceError, list[int]]:
+    """Retryable rejections; the start of attempt ``ran + 1`` fails to be written.
+
+    Returns the error execute raised and one entry per invocation.
+    """
+    from dataoad import DefinitiveFailure
+
+    faulty = FaultyLedger(ledger)
+    calls: list[int] = []
+
+    async def rejected() -> None:
+        calls.append(1)
+        if len(calls) == ran:  # arm it now: the next start_attempt fails
+            faulty.inject("start_attempt", LedgerFault.FAIL_BEFORE_WRITE)
+        raise DefinitiveFailure("busy", retryable=True)
+
+    policy = RetryPolicy(max_attempts=max_attempts, retry_on_failed=True)
+    with pytest.raises(ActionPersistenceError) as raised:
+        await ActionRunner(faulty, policy=policy).execute(
+            "charge", rejected, request=REQUEST, idempotency_key="k"
+        )
+    return raised.value, calls
+
+
 @pytest.mark.asyncio
 async def test_a_retry_that_cannot_start_reports_that_the_first_attempt_ran(
     new_ledger: Callable[[], Ledger],
 ) -> None:
     ledger = new_ledger()
-    faulty = FaultyLedger(ledger)
-    from dataoad import DefinitiveFailure
-
-    calls: list[int] = []
-
-    async def declined_then_ok() -> str:
-        calls.append(1)
-        if len(calls) == 1:
-            # The second start_attempt will fail: arm it now, after the first started.
-            faulty.inject("start_attempt", LedgerFault.FAIL_BEFORE_WRITE)
-            raise DefinitiveFailure("try again", retryable=True)
-        return "ok"
-
-    policy = RetryPolicy(max_attempts=3, retry_on_failed=True)
     try:
-        with pytest.raises(ActionPersistenceError) as raised:
-            await ActionRunner(faulty, policy=policy).execute(
-                "charge", declined_then_ok, request=REQUEST, idempotency_key="k"
-            )
+        error, calls = await retry_whose_start_fails(ledger, ran=1, max_attempts=3)
     finally:
         await closing(ledger)
-    error = raised.value
     assert calls == [1]
     assert error.operation_invoked is True
     assert error.observed_status is ActionStatus.FAILED
@@ -641,47 +649,27 @@ async def test_a_retry_that_loses_its_claim_reports_the_earlier_attempt_in_full(
 
 @pytest.mark.asyncio
 async def test_a_retry_whose_start_write_fails_names_the_cause() -> None:
-    from dataoad import DefinitiveFailure, OutcomeNotRecordedError
+    from dataoad import OutcomeNotRecordedError
 
-    faulty = FaultyLedger(InMemoryLedger())
-
-    async def rejected() -> None:
-        faulty.inject("start_attempt", LedgerFault.FAIL_BEFORE_WRITE)
-        raise DefinitiveFailure("busy", retryable=True)
-
-    with pytest.raises(OutcomeNotRecordedError) as raised:
-        await ActionRunner(
-            faulty, policy=RetryPolicy(max_attempts=2, retry_on_failed=True)
-        ).execute("charge", rejected, request=REQUEST, idempotency_key="k")
+    error, _ = await retry_whose_start_fails(InMemoryLedger(), ran=1, max_attempts=2)
+    assert isinstance(error, OutcomeNotRecordedError)
     assert (
         "could not be started (LedgerFaultError: injected: start_attempt failed before write)"
-        in str(raised.value)
+        in str(error)
     )
 
 
 @pytest.mark.asyncio
 async def test_a_third_attempt_that_cannot_start_counts_both_earlier_ones() -> None:
-    from dataoad import DefinitiveFailure, OutcomeNotRecordedError
+    from dataoad import OutcomeNotRecordedError
     from dataoad.testing import LedgerFaultError
 
-    faulty = FaultyLedger(InMemoryLedger())
-    calls: list[int] = []
-
-    async def rejected() -> None:
-        calls.append(1)
-        if len(calls) == 2:
-            faulty.inject("start_attempt", LedgerFault.FAIL_BEFORE_WRITE)
-        raise DefinitiveFailure("busy", retryable=True)
-
-    policy = RetryPolicy(max_attempts=3, retry_on_failed=True)
-    with pytest.raises(OutcomeNotRecordedError) as raised:
-        await ActionRunner(faulty, policy=policy).execute(
-            "charge", rejected, request=REQUEST, idempotency_key="k"
-        )
+    error, calls = await retry_whose_start_fails(InMemoryLedger(), ran=2, max_attempts=3)
+    assert isinstance(error, OutcomeNotRecordedError)
     assert calls == [1, 1]
-    assert "attempt 3 of action" in str(raised.value)
-    assert "but 2 earlier attempt(s) of this call WERE invoked (FAILED)" in str(raised.value)
-    assert isinstance(raised.value.__cause__, LedgerFaultError)  # the write's own error
+    assert "attempt 3 of action" in str(error)
+    assert "but 2 earlier attempt(s) of this call WERE invoked (FAILED)" in str(error)
+    assert isinstance(error.__cause__, LedgerFaultError)  # the write's own error
 
 
 @pytest.mark.asyncio
