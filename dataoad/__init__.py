@@ -24,11 +24,13 @@ from dataoad._errors import (
     ResultValueUnavailableError,
     UnresolvedActionError,
 )
+from dataoad._events import EventKind, RunnerEvent, RunnerObserver
 from dataoad._failure import DefinitiveFailure
 from dataoad._guard import guarded
 from dataoad._ledger import Ledger
 from dataoad._policy import RetryPolicy
 from dataoad._receipt import ActionReceipt, AttemptRecord
+from dataoad._records import ObservationSource, RecoveryRecord, VerificationObservation
 from dataoad._result import ActionResult
 from dataoad._runner import ActionRunner
 from dataoad._status import ActionStatus, ClaimState, VerificationHealth
@@ -53,11 +55,18 @@ __all__ = [
     "ActionResult",
     "ActionReceipt",
     "AttemptRecord",
+    "VerificationObservation",
+    "ObservationSource",
+    "RecoveryRecord",
     # agent tools
     "GuardedTool",
     "ToolOutcome",
     "describe_result",
     "run_tool",
+    # observing the runner
+    "RunnerObserver",
+    "RunnerEvent",
+    "EventKind",
     # verification
     "Verifier",
     "VerificationResult",

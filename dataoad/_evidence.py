@@ -8,10 +8,10 @@ status any other way.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterable, Mapping, Sequence
-from typing import Any
+from collections.abc import Iterable, Sequence
 
 from dataoad._receipt import AttemptRecord
+from dataoad._records import ObservationSource, VerificationObservation
 from dataoad._status import ActionStatus
 
 __all__ = [
@@ -38,7 +38,7 @@ UNKNOWN = ActionStatus.UNKNOWN
 MAX_KEPT_OBSERVATIONS = 16
 
 #: Observation sources that look at the action as a whole, after execution.
-POST_COMPLETION_SOURCES = frozenset({"reconcile", "recover"})
+POST_COMPLETION_SOURCES = frozenset(s for s in ObservationSource if s.covers_the_action)
 
 
 def attempt_evidence(
@@ -146,13 +146,9 @@ class Settlement:
 
 
 def settle(
-    attempts: Sequence[AttemptRecord], observations: Sequence[Mapping[str, Any]]
+    attempts: Sequence[AttemptRecord], observations: Sequence[VerificationObservation]
 ) -> Settlement:
-    """Derive every status of a claim from its recorded facts.
-
-    ``observations`` are the receipt's stored verification observations, each
-    with at least ``source``, ``status`` and ``provider_request_id``.
-    """
+    """Derive every status of a claim from its recorded facts."""
     execution = aggregate_attempts(
         [UNKNOWN if a.execution_status is None else a.execution_status for a in attempts]
     )
@@ -162,17 +158,17 @@ def settle(
     # An action-wide observation speaks only for the attempts that had started
     # when it was made; one older than the latest attempt proves nothing now.
     post = [
-        ActionStatus(o["status"])
+        o.status
         for o in observations
-        if o["source"] in POST_COMPLETION_SOURCES and o["attempt"] == len(attempts)
+        if o.source in POST_COMPLETION_SOURCES and o.attempt == len(attempts)
     ]
     observed, observed_conflict = merge_observations(post)
     final, conflict = combine(attempts_status, observed, observed_conflict)
     verification = observed if post else (attempts[-1].verification_status if attempts else None)
     ids: list[str] = []
     for o in observations:
-        rid = o.get("provider_request_id")
-        if o["status"] == CONFIRMED.value and rid is not None and rid not in ids:
+        rid = o.provider_request_id
+        if o.status is CONFIRMED and rid is not None and rid not in ids:
             ids.append(rid)
     return Settlement(
         execution_status=execution,
@@ -207,9 +203,9 @@ def recovered_value_correlated(
 
 def keep_observations(
     attempts: Sequence[AttemptRecord],
-    observations: Sequence[Mapping[str, Any]],
+    observations: Sequence[VerificationObservation],
     limit: int | None = None,
-) -> tuple[Mapping[str, Any], ...]:
+) -> tuple[VerificationObservation, ...]:
     """``observations`` cut to about ``limit`` (default MAX_KEPT_OBSERVATIONS), proving the same.
 
     Oldest first, an observation is dropped only when :func:`settle` derives

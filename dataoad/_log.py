@@ -12,7 +12,7 @@ from typing import Any
 
 from dataoad._receipt import ActionReceipt
 
-__all__ = ["logger", "transition"]
+__all__ = ["log_event", "logger"]
 
 logger = logging.getLogger("dataoad")
 logger.addHandler(logging.NullHandler())
@@ -22,7 +22,7 @@ def _value(status: Any) -> str | None:
     return None if status is None else str(status.value)
 
 
-def transition(
+def log_event(
     event: str, receipt: ActionReceipt | None, *, level: int = logging.INFO, **extra: Any
 ) -> None:
     """Log ``event`` for ``receipt`` if the ``dataoad`` logger wants it."""

@@ -8,6 +8,12 @@ from datetime import UTC, datetime
 from typing import Any, Final, Literal
 
 from dataoad._frozen import freeze
+from dataoad._records import (
+    RecoveryRecord,
+    VerificationObservation,
+    observations_from_metadata,
+    recovery_from_metadata,
+)
 from dataoad._status import ActionStatus, ClaimState
 
 __all__ = ["MAX_ERROR_LENGTH", "ActionReceipt", "AttemptRecord", "bounded_error", "utc_now"]
@@ -113,6 +119,16 @@ class ActionReceipt:
     def is_pending(self) -> bool:
         """Whether the claim is still PENDING (its outcome not yet recorded)."""
         return self.claim_state is ClaimState.PENDING
+
+    @property
+    def observations(self) -> tuple[VerificationObservation, ...]:
+        """The verifier observations kept for this claim, oldest first."""
+        return observations_from_metadata(self.metadata)
+
+    @property
+    def recovery(self) -> RecoveryRecord | None:
+        """How an operator verb completed this claim, if one did."""
+        return recovery_from_metadata(self.metadata)
 
     def evolve(self, **changes: Any) -> ActionReceipt:
         """A copy with ``changes`` applied (the ledger decides if it is stored)."""

@@ -19,19 +19,28 @@ from typing import Any
 
 import pytest
 
+import dataoad._arguments as arguments_module
+import dataoad._attempts as attempts_module
 import dataoad._evidence as evidence_module
+import dataoad._observing as observing_module
 import dataoad._policy as policy_module
-import dataoad._runner as runner_module
+import dataoad._settling as settling_module
+import dataoad.ledgers.sqlite as sqlite_module
 from dataoad import (
+    ActionInProgressError,
     ActionPersistenceError,
     ActionReceipt,
+    ActionResult,
     ActionRunner,
     ActionStatus,
     InMemoryLedger,
+    OutcomeNotRecordedError,
     SQLiteLedger,
     VerificationHealth,
 )
 from dataoad._blocking import call_maybe_async
+from dataoad._events import EventSink
+from dataoad._proven import ProvenLedger
 from dataoad._verification import VerificationResult
 
 
@@ -68,12 +77,12 @@ def _later_failed_erases_unknown(mp: pytest.MonkeyPatch) -> dict[str, Any]:
         return evidence[-1] if evidence else None  # the last attempt wins
 
     mp.setattr(evidence_module, "aggregate_attempts", buggy)
-    mp.setattr(runner_module, "aggregate_attempts", buggy)
+    mp.setattr(attempts_module, "aggregate_attempts", buggy)
     return {}
 
 
 def _accept_unbound_confirmation(mp: pytest.MonkeyPatch) -> dict[str, Any]:
-    real = runner_module.classify_verification
+    real = observing_module.classify_verification
 
     def buggy(result: object, provider_reference: str | None) -> ActionStatus:
         if (
@@ -84,12 +93,12 @@ def _accept_unbound_confirmation(mp: pytest.MonkeyPatch) -> dict[str, Any]:
             return ActionStatus.CONFIRMED  # whatever reference it echoed
         return real(result, provider_reference)
 
-    mp.setattr(runner_module, "classify_verification", buggy)
+    mp.setattr(observing_module, "classify_verification", buggy)
     return {}
 
 
 def _absence_without_retry_safe_is_failed(mp: pytest.MonkeyPatch) -> dict[str, Any]:
-    real = runner_module.classify_verification
+    real = observing_module.classify_verification
 
     def buggy(result: object, provider_reference: str | None) -> ActionStatus:
         if (
@@ -101,57 +110,45 @@ def _absence_without_retry_safe_is_failed(mp: pytest.MonkeyPatch) -> dict[str, A
             return ActionStatus.FAILED  # retry_safe ignored
         return real(result, provider_reference)
 
-    mp.setattr(runner_module, "classify_verification", buggy)
+    mp.setattr(observing_module, "classify_verification", buggy)
     return {}
 
 
-class FirstWriterWinsRunner(ActionRunner):
+async def _first_writer_wins_merge(
+    store: ProvenLedger,
+    receipt: ActionReceipt,
+    verify: Any,
+    source: Any,
+    events: EventSink,
+    *,
+    replayed: bool,
+) -> ActionResult[Any]:
     """On losing a reconciliation race, keeps the other writer's receipt as is."""
-
-    async def _observe_and_merge(
-        self, receipt: ActionReceipt, verify: Any, source: str, *, replayed: bool
-    ) -> Any:
-        observation = await self._observe(verify, receipt, source, receipt.attempts)
-        observations = (*runner_module._observations_of(receipt), observation.record)
-        settlement = runner_module.settle(receipt.attempt_records, observations)
-        proposed = receipt.evolve(
-            claim_state=receipt.claim_state.COMPLETED,
-            verification_status=settlement.verification_status,
-            final_status=settlement.final_status,
-            provider_request_id=settlement.provider_request_id,
-            metadata=runner_module._protocol_metadata(
-                {
-                    k: v
-                    for k, v in receipt.metadata.items()
-                    if k not in runner_module._PROTOCOL_KEYS
-                },
-                observations,
-                settlement,
-            ),
-            version=receipt.version + 1,
-        )
-        if await self._ledger.record(proposed):
-            return runner_module.ActionResult(proposed, replayed=replayed)
-        stored = await self._ledger.get(receipt.action_id)
-        assert stored is not None
-        return runner_module.ActionResult(stored, replayed=replayed)
+    observation = await observing_module.observe(verify, receipt, source, receipt.attempts)
+    proposed, _ = settling_module._merged(receipt, observation.record, source)
+    if await store.ledger.record(proposed):
+        return ActionResult(proposed, replayed=replayed)
+    stored = await store.ledger.get(receipt.action_id)
+    assert stored is not None
+    return ActionResult(stored, replayed=replayed)
 
 
 def _first_writer_wins(mp: pytest.MonkeyPatch) -> dict[str, Any]:
-    return {"runner_class": FirstWriterWinsRunner}
-
-
-class InvokesAfterUnprovenStart(ActionRunner):
-    """Treats a failed attempt-start write as if it had succeeded."""
-
-    async def _start_attempt(self, proposed: ActionReceipt, *, previous: ActionReceipt) -> Any:
-        with suppress(Exception):
-            await self._ledger.start_attempt(proposed)
-        return proposed
+    mp.setattr(settling_module, "observe_and_merge", _first_writer_wins_merge)
+    mp.setattr(attempts_module, "observe_and_merge", _first_writer_wins_merge)
+    return {}
 
 
 def _invoke_after_unproven_attempt_start(mp: pytest.MonkeyPatch) -> dict[str, Any]:
-    return {"runner_class": InvokesAfterUnprovenStart}
+    async def buggy(
+        self: ProvenLedger, proposed: ActionReceipt, previous: ActionReceipt, events: EventSink
+    ) -> ActionReceipt:
+        with suppress(Exception):  # treats a failed attempt-start write as if it had succeeded
+            await self.ledger.start_attempt(proposed)
+        return proposed
+
+    mp.setattr(ProvenLedger, "start_attempt", buggy)
+    return {}
 
 
 class TakesOverAfterWaiting(ActionRunner):
@@ -161,41 +158,50 @@ class TakesOverAfterWaiting(ActionRunner):
         wait = kwargs.pop("wait_in_progress", None)
         try:
             return await super().execute(action_name, operation, **kwargs)
-        except runner_module.ActionInProgressError as exc:
+        except ActionInProgressError as exc:
             if wait is None or exc.receipt is None:
                 raise
-            current = await self._ledger.get(exc.receipt.action_id)
+            current = await self.ledger.get(exc.receipt.action_id)
             if current is None or not current.is_pending:
                 raise
             policy = kwargs.get("policy") or self.policy
-            return await self._run_attempts(current, operation, None, policy)
+            return await attempts_module.run_attempts(
+                ProvenLedger(self.ledger),
+                current,
+                operation,
+                None,
+                policy,
+                EventSink((), "execute"),
+            )
 
 
 def _take_over_after_waiting(mp: pytest.MonkeyPatch) -> dict[str, Any]:
     return {"runner_class": TakesOverAfterWaiting}
 
 
-class AcceptsUnprovenCompletion(ActionRunner):
-    """After a failed completion write, believes it was stored if anything is there."""
-
-    async def _complete(self, durable: ActionReceipt, *args: Any, **kwargs: Any) -> Any:
-        real_record = self._ledger.record
-
-        async def record(receipt: ActionReceipt) -> bool:
-            try:
-                return await real_record(receipt)
-            except Exception:
-                return await self._ledger.get(receipt.action_id) is not None
-
-        self._ledger.record = record  # type: ignore[method-assign]
-        try:
-            return await super()._complete(durable, *args, **kwargs)
-        finally:
-            del self._ledger.record
-
-
 def _accept_unproven_completion(mp: pytest.MonkeyPatch) -> dict[str, Any]:
-    return {"runner_class": AcceptsUnprovenCompletion}
+    async def buggy(
+        self: ProvenLedger,
+        final: ActionReceipt,
+        durable: ActionReceipt,
+        events: EventSink,
+        **kw: Any,
+    ) -> None:
+        try:
+            written = await self.ledger.record(final)
+        except Exception:
+            # After a failed completion write, believes it was stored if anything is there.
+            written = await self.ledger.get(final.action_id) is not None
+        if not written:
+            raise OutcomeNotRecordedError(
+                "outcome not recorded",
+                receipt=durable,
+                operation_invoked=True,
+                observed_status=kw["observed_status"],
+            )
+
+    mp.setattr(ProvenLedger, "record_outcome", buggy)
+    return {}
 
 
 def _answers_unknown_to_everything(mp: pytest.MonkeyPatch) -> dict[str, Any]:
@@ -204,7 +210,8 @@ def _answers_unknown_to_everything(mp: pytest.MonkeyPatch) -> dict[str, Any]:
     def buggy(attempts: Any, observations: Any) -> Any:
         return dataclasses.replace(real(attempts, observations), final_status=ActionStatus.UNKNOWN)
 
-    mp.setattr(runner_module, "settle", buggy)
+    mp.setattr(attempts_module, "settle", buggy)
+    mp.setattr(settling_module, "settle", buggy)
     return {}
 
 
@@ -252,7 +259,7 @@ class ReleaseCheckSkippingRunner(ActionRunner):
 
     async def release_unstarted(self, action_id: str) -> None:
         receipt = await self.receipt(action_id)
-        await self._ledger.release(action_id, receipt.version)
+        await self.ledger.release(action_id, receipt.version)
 
 
 def _release_started_claim(mp: pytest.MonkeyPatch) -> dict[str, Any]:
@@ -284,7 +291,7 @@ def _retries_definitive_declines(mp: pytest.MonkeyPatch) -> dict[str, Any]:
 
 
 def _accepts_degraded_evidence(mp: pytest.MonkeyPatch) -> dict[str, Any]:
-    real = runner_module.classify_verification
+    real = observing_module.classify_verification
 
     def buggy(result: Any, provider_reference: str | None) -> ActionStatus:
         if (
@@ -294,7 +301,7 @@ def _accepts_degraded_evidence(mp: pytest.MonkeyPatch) -> dict[str, Any]:
             result = dataclasses.replace(result, health=VerificationHealth.HEALTHY)
         return real(result, provider_reference)
 
-    mp.setattr(runner_module, "classify_verification", buggy)
+    mp.setattr(observing_module, "classify_verification", buggy)
     return {}
 
 
@@ -318,20 +325,20 @@ def _hash_depends_on_key_order(mp: pytest.MonkeyPatch) -> dict[str, Any]:
         text = json.dumps(request, separators=(",", ":"))  # insertion order, no RFC 8785
         return hashlib.sha256(text.encode()).hexdigest()
 
-    mp.setattr(runner_module, "request_hash", buggy)
+    mp.setattr(arguments_module, "request_hash", buggy)
     return {}
 
 
 def _hash_tells_int_from_float(mp: pytest.MonkeyPatch) -> dict[str, Any]:
     import hashlib
 
-    real = runner_module.request_hash
+    real = arguments_module.request_hash
 
     def buggy(request: Any) -> str:
         kinds = "".join(sorted(f"{k}:{type(v).__name__}" for k, v in request.items()))
         return hashlib.sha256((real(request) + kinds).encode()).hexdigest()
 
-    mp.setattr(runner_module, "request_hash", buggy)
+    mp.setattr(arguments_module, "request_hash", buggy)
     return {}
 
 
@@ -341,29 +348,31 @@ class InvokesForAnInProgressClaim(ActionRunner):
     async def execute(self, action_name: str, operation: Any, **kwargs: Any) -> Any:
         try:
             return await super().execute(action_name, operation, **kwargs)
-        except runner_module.ActionInProgressError as exc:
+        except ActionInProgressError as exc:
             receipt = exc.receipt
             if receipt is None:
                 raise
             await call_maybe_async(operation)  # sync or async, where it belongs
-            return runner_module.ActionResult(receipt, replayed=True)
-
-
-class StartReadBackAcceptsAnyReceipt(ActionRunner):
-    """After an attempt-start write raises, continues if the claim merely still exists."""
-
-    async def _start_attempt(self, proposed: ActionReceipt, *, previous: ActionReceipt) -> Any:
-        try:
-            if await self._ledger.start_attempt(proposed):
-                return proposed
-        except Exception:
-            if await self._ledger.get(proposed.action_id) is not None:  # not "== proposed"
-                return proposed
-        return await super()._start_attempt(proposed, previous=previous)
+            return ActionResult(receipt, replayed=True)
 
 
 def _start_read_back_accepts_any_receipt(mp: pytest.MonkeyPatch) -> dict[str, Any]:
-    return {"runner_class": StartReadBackAcceptsAnyReceipt}
+    real = ProvenLedger.start_attempt
+
+    async def buggy(
+        self: ProvenLedger, proposed: ActionReceipt, previous: ActionReceipt, events: EventSink
+    ) -> ActionReceipt:
+        try:
+            if await self.ledger.start_attempt(proposed):
+                return proposed
+        except Exception:
+            # After an attempt-start write raises, continues if the claim merely still exists.
+            if await self.ledger.get(proposed.action_id) is not None:  # not "== proposed"
+                return proposed
+        return await real(self, proposed, previous, events)
+
+    mp.setattr(ProvenLedger, "start_attempt", buggy)
+    return {}
 
 
 class ClaimAlwaysCreatedLedger(InMemoryLedger):
@@ -411,7 +420,7 @@ class ReopeningSQLiteLedger(SQLiteLedger):
     async def record(self, receipt: ActionReceipt) -> bool:
         if len(receipt.attempt_records) != receipt.attempts:
             return False
-        return await self._update(receipt, "attempts = ?", (receipt.attempts,))
+        return await self._transition(sqlite_module._SQL.update("attempts = :attempts"), receipt)
 
 
 class ReleasesStartedSQLiteLedger(SQLiteLedger):
@@ -447,7 +456,7 @@ def _sync_operation_on_the_loop(mp: pytest.MonkeyPatch) -> dict[str, Any]:
             value = await value
         return value
 
-    mp.setattr(runner_module, "call_maybe_async", buggy)
+    mp.setattr(attempts_module, "call_maybe_async", buggy)
     return {}
 
 
@@ -456,7 +465,7 @@ def _retry_start_failure_says_not_invoked(mp: pytest.MonkeyPatch) -> dict[str, A
         # Reports only the attempt that could not start, forgetting the earlier ones.
         return ActionPersistenceError(str(exc), receipt=exc.receipt, operation_invoked=False)
 
-    mp.setattr(runner_module, "_earlier_attempts_ran", buggy)
+    mp.setattr(attempts_module, "earlier_attempts_ran", buggy)
     return {}
 
 
@@ -467,7 +476,7 @@ def _observations_truncated_oldest_first(mp: pytest.MonkeyPatch) -> dict[str, An
         bound = evidence_module.MAX_KEPT_OBSERVATIONS if limit is None else limit
         return tuple(observations)[-bound:]  # whatever the dropped ones proved
 
-    mp.setattr(runner_module, "keep_observations", buggy)
+    mp.setattr(observing_module, "keep_observations", buggy)
     return {}
 
 

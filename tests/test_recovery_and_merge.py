@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 
 import pytest
 
@@ -337,13 +338,14 @@ def test_value_is_unreadable_for_failed_and_unknown() -> None:
 def test_stale_observation_does_not_settle_a_newer_attempt() -> None:
     from dataoad._evidence import settle
     from dataoad._receipt import AttemptRecord, utc_now
+    from dataoad._records import ObservationSource, VerificationObservation
 
     now = utc_now()
     attempts = [
         AttemptRecord(1, now, ActionStatus.FAILED, finished_at=now, retry_decision="retry"),
         AttemptRecord(2, now),  # in flight
     ]
-    stale = {"source": "recover", "attempt": 1, "status": "FAILED", "provider_request_id": None}
+    stale = VerificationObservation(ObservationSource.RECOVER, 1, FAILED, now)
     assert settle(attempts, [stale]).final_status is UNKNOWN
-    fresh = {**stale, "attempt": 2}
+    fresh = dataclasses.replace(stale, attempt=2)
     assert settle(attempts, [fresh]).final_status is FAILED

@@ -835,7 +835,7 @@ def test_conflicts_are_warnings_whichever_field_differs(caplog: pytest.LogCaptur
 
 
 def test_wait_in_progress_accepts_its_documented_maximum() -> None:
-    from dataoad._runner import MAX_WAIT_IN_PROGRESS
+    from dataoad._arguments import MAX_WAIT_IN_PROGRESS
 
     async def scenario() -> None:
         result = await execute(

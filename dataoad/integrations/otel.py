@@ -1,30 +1,32 @@
-"""OpenTelemetry: one span per action. Needs the ``otel`` extra.
+"""OpenTelemetry: one span per runner verb call. Needs the ``otel`` extra.
 
-``TracedActionRunner`` is an ``ActionRunner`` whose ``execute``,
-``reconcile``, ``recover_pending`` and ``release_unstarted`` each run in a span named
-``dataoad.<method> <action name>``. Attributes carry the action name,
-action id, statuses, attempts and whether the result was a replay; never
-the request, the idempotency key's meaning, metadata or provider values.
+``OpenTelemetryObserver`` is a runner observer: pass it to
+``ActionRunner(ledger, observers=[OpenTelemetryObserver()])``. Every verb
+(``execute``, ``reconcile``, ``recover_pending``, ``release_unstarted``)
+runs in a span named ``dataoad.<verb>`` (``dataoad.execute <action name>``),
+current while the operation and verifier run, so their own spans nest in it.
+Attributes carry the action name, action id, statuses, attempts and whether
+the result was a replay; never the request, the idempotency key, metadata or
+provider values. ``TracedActionRunner`` is an ``ActionRunner`` with one.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Sequence
 from typing import Any
 
 from dataoad._clock import Clock
-from dataoad._errors import DataoadError
+from dataoad._events import EventKind, RunnerEvent, RunnerObserver
 from dataoad._ledger import Ledger
 from dataoad._policy import RetryPolicy
 from dataoad._result import ActionResult
 from dataoad._runner import ActionRunner
-from dataoad._verification import AnyVerifier
 from dataoad.integrations._common import require
 
 _trace = require("opentelemetry.trace", "otel")
+_context = require("opentelemetry.context", "otel")
 
-__all__ = ["TracedActionRunner"]
+__all__ = ["OpenTelemetryObserver", "TracedActionRunner"]
 
 
 def _attributes(result: ActionResult[Any]) -> dict[str, Any]:
@@ -43,8 +45,54 @@ def _attributes(result: ActionResult[Any]) -> dict[str, Any]:
     }
 
 
+class OpenTelemetryObserver:
+    """Records one span per verb call, from the runner's call events."""
+
+    def __init__(self, tracer: Any = None) -> None:
+        self._tracer = tracer if tracer is not None else _trace.get_tracer("dataoad")
+        self._open: dict[int, tuple[Any, object]] = {}
+
+    def on_event(self, event: RunnerEvent) -> None:
+        """Open the call's span when it starts; fill in and end it when it finishes."""
+        if event.kind is EventKind.CALL_STARTED:
+            name = f"dataoad.{event.verb}" + (f" {event.action_name}" if event.action_name else "")
+            attributes: dict[str, Any] = {}
+            if event.action_name:
+                attributes["dataoad.action_name"] = event.action_name
+            if event.action_id:
+                attributes["dataoad.action_id"] = event.action_id
+            span = self._tracer.start_span(name, attributes=attributes, record_exception=False)
+            # Current while the verb runs (same task), so the operation's spans nest.
+            token = _context.attach(_trace.set_span_in_context(span))
+            self._open[event.call] = (span, token)
+        elif event.kind is EventKind.CALL_FINISHED:
+            opened = self._open.pop(event.call, None)
+            if opened is None:
+                return
+            span, token = opened
+            try:
+                self._finish(span, event)
+            finally:
+                span.end()
+                _context.detach(token)
+
+    @staticmethod
+    def _finish(span: Any, event: RunnerEvent) -> None:
+        if event.error is not None:
+            # The error's type is the protocol outcome; its message may name keys.
+            outcome = type(event.error).__name__
+            span.set_attribute("dataoad.outcome", outcome)
+            if event.receipt is not None:
+                span.set_attribute("dataoad.action_id", event.receipt.action_id)
+            span.set_status(_trace.Status(_trace.StatusCode.ERROR, outcome))
+        elif isinstance(event.result, ActionResult):
+            span.set_attributes(_attributes(event.result))
+        elif event.verb == "release_unstarted":
+            span.set_attribute("dataoad.outcome", "released")
+
+
 class TracedActionRunner(ActionRunner):
-    """An ActionRunner that records one OpenTelemetry span per action call."""
+    """An ActionRunner with an :class:`OpenTelemetryObserver` (and any others given)."""
 
     def __init__(
         self,
@@ -52,55 +100,12 @@ class TracedActionRunner(ActionRunner):
         *,
         policy: RetryPolicy | None = None,
         clock: Clock | None = None,
+        observers: Sequence[RunnerObserver] = (),
         tracer: Any = None,
     ) -> None:
-        super().__init__(ledger, policy=policy, clock=clock)
-        self._tracer = tracer if tracer is not None else _trace.get_tracer("dataoad")
-
-    @contextmanager
-    def _span(self, method: str, action_name: str | None) -> Iterator[Any]:
-        name = f"dataoad.{method}" + (f" {action_name}" if action_name else "")
-        attributes = {"dataoad.action_name": action_name} if action_name else {}
-        with self._tracer.start_as_current_span(
-            name, attributes=attributes, record_exception=False
-        ) as span:
-            try:
-                yield span
-            except DataoadError as exc:
-                # The error's type is the protocol outcome; its message may name keys.
-                span.set_attribute("dataoad.outcome", type(exc).__name__)
-                receipt = getattr(exc, "receipt", None)
-                if receipt is not None:
-                    span.set_attribute("dataoad.action_id", receipt.action_id)
-                span.set_status(_trace.Status(_trace.StatusCode.ERROR, type(exc).__name__))
-                raise
-
-    async def execute(
-        self, action_name: str, operation: Callable[[], Any], **kwargs: Any
-    ) -> ActionResult[Any]:
-        """``ActionRunner.execute`` in a span."""
-        with self._span("execute", action_name) as span:
-            result = await super().execute(action_name, operation, **kwargs)
-            span.set_attributes(_attributes(result))
-            return result
-
-    async def reconcile(self, action_id: str, verifier: AnyVerifier) -> ActionResult[Any]:
-        """``ActionRunner.reconcile`` in a span."""
-        with self._span("reconcile", None) as span:
-            result = await super().reconcile(action_id, verifier)
-            span.set_attributes(_attributes(result))
-            return result
-
-    async def recover_pending(self, action_id: str, verifier: AnyVerifier) -> ActionResult[Any]:
-        """``ActionRunner.recover_pending`` in a span."""
-        with self._span("recover_pending", None) as span:
-            result = await super().recover_pending(action_id, verifier)
-            span.set_attributes(_attributes(result))
-            return result
-
-    async def release_unstarted(self, action_id: str) -> None:
-        """``ActionRunner.release_unstarted`` in a span."""
-        with self._span("release_unstarted", None) as span:
-            span.set_attribute("dataoad.action_id", action_id)
-            await super().release_unstarted(action_id)
-            span.set_attribute("dataoad.outcome", "released")
+        super().__init__(
+            ledger,
+            policy=policy,
+            clock=clock,
+            observers=(*observers, OpenTelemetryObserver(tracer)),
+        )

@@ -1,0 +1,169 @@
+"""Checks of the runner's arguments, all made before the ledger is touched.
+
+Every function here raises ``InvalidArgumentError`` (or a relative) with a
+message naming the argument, and has no other effect.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from typing import Any, Final
+
+from dataoad._attempts import Call
+from dataoad._canonical import request_hash, validate_metadata, validate_request
+from dataoad._clock import Clock, SystemClock
+from dataoad._errors import InvalidArgumentError
+from dataoad._events import RunnerObserver, check_observers
+from dataoad._frozen import FrozenDict, freeze
+from dataoad._ledger import Ledger
+from dataoad._observing import resolve_verifier
+from dataoad._policy import RetryPolicy
+from dataoad._verification import MAX_IDENTIFIER_LENGTH, check_stored_text
+
+__all__ = [
+    "MAX_TEXT_ARG_LENGTH",
+    "MAX_WAIT_IN_PROGRESS",
+    "check_clock",
+    "check_ledger",
+    "check_metadata",
+    "check_observer_list",
+    "check_policy",
+    "check_text_arg",
+    "check_wait",
+    "prepare_call",
+]
+
+#: Longest accepted ``wait_in_progress``, in seconds.
+MAX_WAIT_IN_PROGRESS: Final = 3600.0
+
+#: Longest accepted identity strings, in characters. Every backend must be able
+#: to index ``(action_name, idempotency_key)`` in one unique key: PostgreSQL's
+#: B-tree entries stop at about 2,700 bytes, and 4 * (128 + 512) stays under it.
+MAX_TEXT_ARG_LENGTH: Final[dict[str, int]] = {
+    "action_name": 128,
+    "idempotency_key": 512,
+    "provider_reference": MAX_IDENTIFIER_LENGTH,
+    "risk": 128,
+    "action_id": 128,
+}
+
+_LEDGER_METHODS: Final = ("claim", "get", "find", "start_attempt", "record", "release")
+
+
+def check_text_arg(name: str, value: object, *, optional: bool = False) -> None:
+    """A storable, bounded string (or None when ``optional``)."""
+    check_stored_text(name, value, limit=MAX_TEXT_ARG_LENGTH[name], optional=optional)
+
+
+def check_ledger(ledger: object) -> Ledger:
+    """An object with every method of the Ledger protocol."""
+    missing = [name for name in _LEDGER_METHODS if not callable(getattr(ledger, name, None))]
+    if missing:
+        raise InvalidArgumentError(
+            f"ledger {type(ledger).__qualname__} does not implement the Ledger "
+            f"protocol (missing {', '.join(missing)})"
+        )
+    return ledger  # type: ignore[return-value]
+
+
+def check_policy(policy: object, default: RetryPolicy | None = None) -> RetryPolicy:
+    """A RetryPolicy itself (no subclass can loosen its rules); None gives ``default``."""
+    if policy is None:
+        return default if default is not None else RetryPolicy()
+    if type(policy) is not RetryPolicy:
+        raise InvalidArgumentError(f"policy must be a RetryPolicy, not {type(policy).__qualname__}")
+    return policy
+
+
+def check_clock(clock: object) -> Clock:
+    """A Clock; None gives the system clock."""
+    if clock is None:
+        return SystemClock()
+    if not isinstance(clock, Clock):
+        raise InvalidArgumentError(
+            "clock must have monotonic() and an async sleep(seconds), "
+            f"not {type(clock).__qualname__}"
+        )
+    return clock
+
+
+def check_observer_list(observers: object) -> tuple[RunnerObserver, ...]:
+    """A sequence of objects with ``on_event(event)``."""
+    if isinstance(observers, (str, bytes)) or not hasattr(observers, "__iter__"):
+        raise InvalidArgumentError(
+            f"observers must be a sequence of observers, not {type(observers).__qualname__}"
+        )
+    try:
+        return check_observers(observers)
+    except TypeError as exc:
+        raise InvalidArgumentError(str(exc)) from None
+
+
+def check_metadata(metadata: dict[str, Any] | None) -> Mapping[str, Any]:
+    """A frozen snapshot of valid caller metadata."""
+    if metadata is None:
+        return FrozenDict()
+    validate_metadata(metadata)
+    # Snapshot now, so later changes by the caller cannot alter the receipt.
+    return freeze(metadata)  # type: ignore[no-any-return]
+
+
+def check_wait(wait_in_progress: object) -> float | None:
+    """None, or finite seconds within [0, MAX_WAIT_IN_PROGRESS]."""
+    if wait_in_progress is None:
+        return None
+    if (
+        type(wait_in_progress) not in (int, float)
+        or not math.isfinite(wait_in_progress)  # type: ignore[arg-type]
+        or not 0 <= wait_in_progress <= MAX_WAIT_IN_PROGRESS  # type: ignore[operator]
+    ):
+        raise InvalidArgumentError(
+            f"wait_in_progress must be None or seconds in [0, {MAX_WAIT_IN_PROGRESS}], "
+            f"not {wait_in_progress!r}"
+        )
+    return float(wait_in_progress)  # type: ignore[arg-type]
+
+
+def prepare_call(
+    action_name: object,
+    operation: object,
+    *,
+    request: object,
+    idempotency_key: object,
+    provider_reference: object,
+    verifier: object,
+    risk: object,
+    metadata: dict[str, Any] | None,
+    policy: object,
+    default_policy: RetryPolicy,
+) -> Call:
+    """Every ``execute`` argument checked, in the order documented, and the request hashed."""
+    check_text_arg("action_name", action_name)
+    if not callable(operation):
+        raise InvalidArgumentError(
+            f"operation must be callable, not {type(operation).__qualname__}"
+        )
+    validate_request(request)
+    check_text_arg("idempotency_key", idempotency_key)
+    check_text_arg("provider_reference", provider_reference, optional=True)
+    verify = None if verifier is None else resolve_verifier(verifier)
+    if verify is not None and provider_reference is None:
+        raise InvalidArgumentError(
+            "a verifier needs provider_reference: verification must be bound to the "
+            "provider's own reference for this mutation"
+        )
+    check_text_arg("risk", risk, optional=True)
+    caller_metadata = check_metadata(metadata)
+    checked_policy = check_policy(policy, default_policy)
+    return Call(
+        action_name=action_name,  # type: ignore[arg-type]
+        operation=operation,
+        idempotency_key=idempotency_key,  # type: ignore[arg-type]
+        digest=request_hash(request),  # type: ignore[arg-type]
+        provider_reference=provider_reference,  # type: ignore[arg-type]
+        verify=verify,
+        risk=risk,  # type: ignore[arg-type]
+        metadata=caller_metadata,
+        policy=checked_policy,
+    )

@@ -1,0 +1,377 @@
+"""Claiming a key and running its attempts: steps 2 to 7 of the protocol.
+
+1. One read: a completed claim replays, a pending one is in progress, a
+   different request or provider reference is a conflict.
+2. Claim the key with one atomic conditional insert.
+3. Durably count the attempt *before* invoking the operation (proven write).
+4. Invoke once. Classify by evidence: DefinitiveFailure is FAILED, any other
+   exception is UNKNOWN, a plain return is CONFIRMED without a verifier and
+   UNKNOWN pending read-back with one.
+5. Retry only when the policy and trustworthy evidence allow it.
+6. Record the outcome with one proven write; if it cannot be proven, raise
+   OutcomeNotRecordedError: the claim stays as a barrier against repeats.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import logging
+import uuid
+import warnings
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+from dataoad._blocking import call_maybe_async
+from dataoad._errors import (
+    ActionInProgressError,
+    ActionPersistenceError,
+    IdempotencyConflictError,
+    OutcomeNotRecordedError,
+)
+from dataoad._events import EventKind, EventSink
+from dataoad._evidence import (
+    Settlement,
+    aggregate_attempts,
+    attempt_evidence,
+    recovered_value_correlated,
+    settle,
+)
+from dataoad._failure import DefinitiveFailure
+from dataoad._observing import (
+    Observation,
+    VerifyFn,
+    observe,
+    protocol_metadata,
+    with_observation,
+)
+from dataoad._policy import UNKNOWN_RETRY_WARNING, RetryPolicy
+from dataoad._proven import ProvenLedger
+from dataoad._receipt import ActionReceipt, AttemptRecord, bounded_error, utc_now
+from dataoad._records import ObservationSource, VerificationObservation
+from dataoad._result import ActionResult
+from dataoad._settling import observe_and_merge
+from dataoad._status import ActionStatus, ClaimState
+from dataoad._verification import MISSING
+
+__all__ = ["Call", "execute_once", "run_attempts"]
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Call:
+    """One ``execute`` call's validated arguments."""
+
+    action_name: str
+    operation: Callable[[], Any]
+    idempotency_key: str
+    digest: str
+    provider_reference: str | None
+    verify: VerifyFn | None
+    risk: str | None
+    metadata: Mapping[str, Any]
+    policy: RetryPolicy
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class _Execution:
+    """What one invocation of the operation established."""
+
+    status: ActionStatus
+    error: str | None = None
+    retryable: bool = False
+    value: object = MISSING
+
+
+async def execute_once(store: ProvenLedger, call: Call, events: EventSink) -> ActionResult[Any]:
+    """One pass of ``execute``: replay, refuse, or claim and run."""
+    existing = await store.read_claim(call.action_name, call.idempotency_key)
+    if existing is not None:
+        return await _answer_existing(store, existing, call, events)
+    now = utc_now()
+    proposed = ActionReceipt(
+        action_id=uuid.uuid4().hex,
+        action_name=call.action_name,
+        idempotency_key=call.idempotency_key,
+        request_hash=call.digest,
+        provider_reference=call.provider_reference,
+        risk=call.risk,
+        claim_state=ClaimState.PENDING,
+        attempts=0,
+        execution_status=None,
+        verification_status=None,
+        final_status=None,
+        provider_request_id=None,
+        error=None,
+        metadata=call.metadata,
+        attempt_records=(),
+        version=1,
+        created_at=now,
+        updated_at=now,
+    )
+    claimed, created = await store.claim(proposed)
+    if not created:
+        return await _answer_existing(store, claimed, call, events)
+    events.emit(EventKind.CLAIMED, claimed)
+    return await run_attempts(store, claimed, call.operation, call.verify, call.policy, events)
+
+
+async def _answer_existing(
+    store: ProvenLedger, existing: ActionReceipt, call: Call, events: EventSink
+) -> ActionResult[Any]:
+    same_request = existing.request_hash == call.digest
+    same_reference = existing.provider_reference == call.provider_reference
+    if not same_request or not same_reference:
+        events.emit(EventKind.CONFLICT, existing, level=logging.WARNING)
+    if not same_request:
+        raise IdempotencyConflictError(
+            f"idempotency key {existing.idempotency_key!r} of {existing.action_name!r} is "
+            f"already claimed by action {existing.action_id} for a different request",
+            receipt=existing,
+        )
+    if not same_reference:
+        raise IdempotencyConflictError(
+            f"idempotency key {existing.idempotency_key!r} of {existing.action_name!r} is "
+            f"already claimed by action {existing.action_id} with provider reference "
+            f"{existing.provider_reference!r}, not {call.provider_reference!r}",
+            receipt=existing,
+        )
+    if existing.claim_state is ClaimState.PENDING:
+        events.emit(EventKind.IN_PROGRESS, existing)
+        raise ActionInProgressError(
+            f"action {existing.action_id} ({existing.action_name!r}, key "
+            f"{existing.idempotency_key!r}) is still in progress; it was not invoked again",
+            receipt=existing,
+        )
+    events.emit(EventKind.REPLAYED, existing)
+    if existing.final_status is ActionStatus.UNKNOWN and call.verify is not None:
+        return await observe_and_merge(
+            store, existing, call.verify, ObservationSource.RECONCILE, events, replayed=True
+        )
+    return ActionResult(existing, replayed=True)
+
+
+def earlier_attempts_ran(
+    exc: ActionPersistenceError,
+    finished: Sequence[AttemptRecord],
+    observations: Sequence[VerificationObservation],
+    base_metadata: Mapping[str, Any],
+) -> ActionPersistenceError:
+    """A retry that could not start, after earlier attempts of the same call ran."""
+    settlement = settle(finished, observations)
+    cause = exc.__cause__
+    why = "the claim changed concurrently" if cause is None else bounded_error(cause)
+    receipt = exc.receipt
+    return OutcomeNotRecordedError(
+        f"attempt {len(finished) + 1} of action {receipt.action_id if receipt else '?'} could "
+        f"not be started ({why}), so it was not invoked; but {len(finished)} earlier "
+        f"attempt(s) of this call WERE invoked ({settlement.final_status.value}): do not repeat "
+        "the operation. Re-read the ledger; a PENDING claim needs read-only recover_pending",
+        receipt=receipt,
+        operation_invoked=True,
+        observed_status=settlement.final_status,
+        observed_metadata=protocol_metadata(base_metadata, observations, settlement),
+    )
+
+
+async def run_attempts(
+    store: ProvenLedger,
+    claimed: ActionReceipt,
+    operation: Callable[[], Any],
+    verify: VerifyFn | None,
+    policy: RetryPolicy,
+    events: EventSink,
+) -> ActionResult[Any]:
+    """Run attempts of a claim this caller holds until the policy stops, then record."""
+    durable = claimed
+    records = list(claimed.attempt_records)
+    observations = claimed.observations
+    base_metadata = claimed.metadata
+    while True:
+        number = durable.attempts + 1
+        now = utc_now()
+        records.append(AttemptRecord(number=number, started_at=now))
+        try:
+            durable = await store.start_attempt(
+                durable.evolve(
+                    attempts=number,
+                    attempt_records=tuple(records),
+                    metadata=protocol_metadata(base_metadata, observations, None),
+                    version=durable.version + 1,
+                    updated_at=now,
+                ),
+                durable,
+                events,
+            )
+        except ActionPersistenceError as exc:
+            if number == claimed.attempts + 1:
+                raise  # nothing of this call ran
+            raise earlier_attempts_ran(exc, records[:-1], observations, base_metadata) from (
+                exc.__cause__ or exc
+            )
+        events.emit(EventKind.ATTEMPT_STARTED, durable)
+
+        try:
+            execution = await _invoke(operation, verifying=verify is not None)
+            observation = None
+            if verify is not None and execution.status is ActionStatus.UNKNOWN:
+                observation = await observe(verify, durable, ObservationSource.EXECUTE, number)
+        except asyncio.CancelledError:
+            # The operation may have run. Record UNKNOWN if we still can,
+            # then let the cancellation through; a PENDING claim is safe too.
+            await _record_cancelled(store, durable, records, observations, base_metadata)
+            raise
+
+        if observation is not None:
+            observations = with_observation(records, observations, observation.record)
+        verification_status = None if observation is None else observation.status
+        confirmed_id = (
+            observation.result.provider_request_id
+            if observation is not None
+            and observation.result is not None
+            and observation.status is ActionStatus.CONFIRMED
+            else None
+        )
+        finished = AttemptRecord(
+            number=number,
+            started_at=records[-1].started_at,
+            execution_status=execution.status,
+            verification_status=verification_status,
+            error=execution.error,
+            provider_request_id=confirmed_id,
+            finished_at=utc_now(),
+        )
+        records[-1] = finished
+        status = aggregate_attempts(
+            [attempt_evidence(r.execution_status, r.verification_status) for r in records]
+        )
+        assert status is not None
+        if execution.status is ActionStatus.FAILED:
+            retryable = execution.retryable
+        else:
+            # FAILED through read-back is fenced, retry-safe absence by definition.
+            retryable = verification_status is ActionStatus.FAILED
+        retry = policy.should_retry(status, number, retryable)
+        records[-1] = dataclasses.replace(finished, retry_decision="retry" if retry else "stop")
+        if retry:
+            if status is ActionStatus.UNKNOWN:
+                # Point at the caller of execute (run_attempts < execute_once < execute).
+                warnings.warn(UNKNOWN_RETRY_WARNING, RuntimeWarning, stacklevel=4)
+            events.emit(
+                EventKind.RETRYING,
+                durable,
+                attempt_status=status.value,
+                level=logging.WARNING if status is ActionStatus.UNKNOWN else logging.INFO,
+            )
+            continue
+        return await _complete(
+            store, durable, records, observations, base_metadata, execution, observation, events
+        )
+
+
+async def _invoke(operation: Callable[[], Any], *, verifying: bool) -> _Execution:
+    try:
+        # A sync operation runs on a worker thread, never on the loop.
+        value = await call_maybe_async(operation)
+    except DefinitiveFailure as exc:
+        return _Execution(
+            ActionStatus.FAILED, error=bounded_error(exc), retryable=exc.retryable is True
+        )
+    except Exception as exc:
+        # Timeouts, resets, malformed responses: the effect may have happened.
+        return _Execution(ActionStatus.UNKNOWN, error=bounded_error(exc))
+    if verifying:
+        # A return proves only that execution finished; read-back decides.
+        return _Execution(ActionStatus.UNKNOWN, value=value)
+    return _Execution(ActionStatus.CONFIRMED, value=value)
+
+
+def completed(
+    durable: ActionReceipt,
+    records: Sequence[AttemptRecord],
+    observations: Sequence[VerificationObservation],
+    base_metadata: Mapping[str, Any],
+    error: str | None,
+) -> tuple[ActionReceipt, Settlement]:
+    """The COMPLETED receipt the recorded facts settle to (the one place it is built)."""
+    settlement = settle(records, observations)
+    final = durable.evolve(
+        claim_state=ClaimState.COMPLETED,
+        attempt_records=tuple(records),
+        execution_status=settlement.execution_status,
+        verification_status=settlement.verification_status,
+        final_status=settlement.final_status,
+        provider_request_id=settlement.provider_request_id,
+        error=error,
+        metadata=protocol_metadata(base_metadata, observations, settlement),
+        version=durable.version + 1,
+        updated_at=utc_now(),
+    )
+    return final, settlement
+
+
+def _exposed_value(
+    settlement: Settlement, execution: _Execution, observation: Observation | None
+) -> object:
+    """The value the caller may see: the operation's own, or a correlated recovered one."""
+    if settlement.final_status is not ActionStatus.CONFIRMED:
+        return MISSING
+    conflict = settlement.provider_request_id_conflict
+    if execution.value is not MISSING and not conflict:
+        return execution.value
+    result = None if observation is None else observation.result
+    if (
+        result is not None
+        and result.has_value
+        and recovered_value_correlated(
+            settlement.final_status,
+            conflict,
+            result.provider_request_id,
+            settlement.provider_request_id,
+        )
+    ):
+        return result.value
+    return MISSING
+
+
+async def _complete(
+    store: ProvenLedger,
+    durable: ActionReceipt,
+    records: list[AttemptRecord],
+    observations: Sequence[VerificationObservation],
+    base_metadata: Mapping[str, Any],
+    execution: _Execution,
+    observation: Observation | None,
+    events: EventSink,
+) -> ActionResult[Any]:
+    final, settlement = completed(durable, records, observations, base_metadata, execution.error)
+    value = _exposed_value(settlement, execution, observation)
+    await store.record_outcome(
+        final,
+        durable,
+        events,
+        observed_status=settlement.final_status,
+        observed_metadata=final.metadata,
+        value=value,
+        has_value=value is not MISSING,
+    )
+    events.emit(EventKind.COMPLETED, final)
+    return ActionResult(final, value=value)
+
+
+async def _record_cancelled(
+    store: ProvenLedger,
+    durable: ActionReceipt,
+    records: list[AttemptRecord],
+    observations: Sequence[VerificationObservation],
+    base_metadata: Mapping[str, Any],
+) -> None:
+    records = list(records)
+    records[-1] = dataclasses.replace(
+        records[-1],
+        execution_status=ActionStatus.UNKNOWN,
+        error="CancelledError: cancelled after the operation was invoked",
+        retry_decision="stop",
+        finished_at=utc_now(),
+    )
+    final, _ = completed(durable, records, observations, base_metadata, records[-1].error)
+    await store.record_best_effort(final)

@@ -1,0 +1,220 @@
+"""Asking a verifier, and turning its answer into a stored observation.
+
+The verifier is called (off the loop when it is sync), its answer judged by
+``classify_verification``, and recorded as a typed
+:class:`~dataoad._records.VerificationObservation`. An answer no ledger can
+store counts as no evidence at all (UNKNOWN), so it can never leave an
+invoked outcome unrecordable. The receipt's reserved metadata keys are
+derived from the observations here, in one function.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import inspect
+import json
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from typing import Any, Final, cast
+
+from dataoad._blocking import call_blocking, is_async_callable
+from dataoad._errors import InvalidArgumentError
+from dataoad._evidence import Settlement, keep_observations
+from dataoad._frozen import FrozenDict, freeze
+from dataoad._receipt import ActionReceipt, AttemptRecord, bound_text, bounded_error, utc_now
+from dataoad._records import (
+    OBSERVATION_KEYS,
+    ObservationSource,
+    RecoveryRecord,
+    VerificationObservation,
+)
+from dataoad._status import ActionStatus
+from dataoad._verification import (
+    MAX_IDENTIFIER_LENGTH,
+    VerificationResult,
+    check_stored_text,
+    classify_verification,
+)
+
+__all__ = [
+    "MAX_DETAILS_CHARS",
+    "Observation",
+    "VerifyFn",
+    "caller_metadata",
+    "observe",
+    "protocol_metadata",
+    "resolve_verifier",
+    "with_observation",
+]
+
+#: Verifier details larger than this (as JSON) are not stored.
+MAX_DETAILS_CHARS: Final = 4000
+
+VerifyFn = Callable[[ActionReceipt], Awaitable[object]]
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Observation:
+    """One verifier call: its raw result (if usable), and its stored record."""
+
+    result: VerificationResult | None
+    record: VerificationObservation
+
+    @property
+    def status(self) -> ActionStatus:
+        """What the runner judged the answer to be worth."""
+        return self.record.status
+
+
+def resolve_verifier(verifier: object) -> VerifyFn:
+    """Turn a verifier object or callable into one async function, or raise."""
+    method = getattr(verifier, "verify", None)
+    target = method if callable(method) else verifier
+    if not callable(target):
+        raise InvalidArgumentError(
+            "verifier must have a callable verify(receipt) method or be a callable, "
+            f"not {type(verifier).__qualname__}"
+        )
+    fn = cast(Callable[[ActionReceipt], object], target)
+    runs_on_loop = is_async_callable(fn)
+
+    async def call(receipt: ActionReceipt) -> object:
+        # A sync verifier does blocking I/O: it runs on a worker thread.
+        outcome = fn(receipt) if runs_on_loop else await call_blocking(lambda: fn(receipt))
+        if inspect.isawaitable(outcome):
+            outcome = await outcome
+        return outcome
+
+    return call
+
+
+def _json_text(value: object) -> str:
+    return json.dumps(value, separators=(",", ":"), ensure_ascii=False, default=str)
+
+
+def _record(
+    source: ObservationSource,
+    attempt: int,
+    status: ActionStatus,
+    result: VerificationResult | None,
+    problem: str | None,
+) -> VerificationObservation:
+    error = None if problem is None else bound_text(problem)
+    now = utc_now()
+    if result is None:
+        return VerificationObservation(source, attempt, status, now, error=error)
+    details = result.details
+    if details is not None and len(_json_text(details)) > MAX_DETAILS_CHARS:
+        # Details come from the adapter; keep them only while they stay small.
+        details = {"truncated": True}
+    return VerificationObservation(
+        source,
+        attempt,
+        status,
+        now,
+        claimed=result.outcome,
+        health=result.health,
+        conclusive_absence=result.conclusive_absence,
+        retry_safe=result.retry_safe,
+        verified_provider_reference=result.verified_provider_reference,
+        provider_request_id=result.provider_request_id,
+        reason=None if result.reason is None else bound_text(result.reason),
+        details=details,
+        error=error,
+    )
+
+
+def _storable(record: VerificationObservation) -> bool:
+    """Whether every ledger can store ``record`` as JSON text (no NUL, valid UTF-8)."""
+    try:
+        text = _json_text(record.to_json())
+        text.encode("utf-8")
+    except (TypeError, ValueError):  # UnicodeEncodeError is a ValueError
+        return False
+    return "\x00" not in text
+
+
+def _storable_identifiers(result: VerificationResult) -> bool:
+    """Whether the result's identifiers can go into a receipt's own columns on every ledger."""
+    for name in ("verified_provider_reference", "provider_request_id"):
+        try:
+            check_stored_text(
+                name, getattr(result, name), limit=MAX_IDENTIFIER_LENGTH, optional=True
+            )
+        except InvalidArgumentError:
+            return False  # only a result built around its own checks gets here
+    return True
+
+
+async def observe(
+    verify: VerifyFn, receipt: ActionReceipt, source: ObservationSource, attempt: int
+) -> Observation:
+    """Ask the verifier about ``receipt`` and judge its answer; never raises an Exception."""
+    try:
+        result = await verify(receipt)
+    except Exception as exc:
+        raised = f"verifier raised {bounded_error(exc)}"
+        return Observation(None, _record(source, attempt, ActionStatus.UNKNOWN, None, raised))
+    if type(result) is not VerificationResult:
+        invalid = f"verifier returned {type(result).__qualname__}, not a VerificationResult"
+        return Observation(None, _record(source, attempt, ActionStatus.UNKNOWN, None, invalid))
+    status = classify_verification(result, receipt.provider_reference)
+    problem: str | None = None
+    if (
+        result.outcome is not ActionStatus.UNKNOWN
+        and result.verified_provider_reference != receipt.provider_reference
+    ):
+        problem = (
+            f"verified_provider_reference {result.verified_provider_reference!r} does not "
+            f"match the receipt's provider_reference {receipt.provider_reference!r}"
+        )
+    record = _record(source, attempt, status, result, problem)
+    if not _storable(record) or not _storable_identifiers(result):
+        # Whatever it was, an answer no ledger can store must not leave an
+        # invoked outcome unrecordable: it counts as no evidence at all.
+        unstorable = "verifier returned a VerificationResult that no ledger can store"
+        return Observation(None, _record(source, attempt, ActionStatus.UNKNOWN, None, unstorable))
+    return Observation(result, record)
+
+
+def with_observation(
+    attempts: Sequence[AttemptRecord],
+    previous: Sequence[VerificationObservation],
+    record: VerificationObservation,
+) -> tuple[VerificationObservation, ...]:
+    """``previous`` plus ``record``, numbered, kept bounded without changing what they prove."""
+    # Receipts written before observations were numbered count as numbered 1..n.
+    last = 0
+    if previous:
+        last = previous[-1].number if previous[-1].number is not None else len(previous)
+    numbered = dataclasses.replace(record, number=last + 1)
+    return keep_observations(attempts, (*previous, numbered))
+
+
+def caller_metadata(receipt: ActionReceipt) -> Mapping[str, Any]:
+    """The receipt's metadata without the keys observations derive."""
+    return {k: v for k, v in receipt.metadata.items() if k not in OBSERVATION_KEYS}
+
+
+def protocol_metadata(
+    base: Mapping[str, Any],
+    observations: Sequence[VerificationObservation],
+    settlement: Settlement | None,
+    recovery: RecoveryRecord | None = None,
+) -> FrozenDict:
+    """Caller metadata plus the reserved protocol keys derived from the facts."""
+    metadata = dict(base)
+    if observations:
+        stored = tuple(o.to_json() for o in observations)
+        last = observations[-1]
+        metadata["verification_observations"] = stored
+        metadata["verification"] = stored[-1]
+        metadata["verification_observation_count"] = (
+            last.number if last.number is not None else len(observations)
+        )
+    if settlement is not None and observations:
+        metadata["verification_conflict"] = settlement.verification_conflict
+        metadata["provider_request_ids"] = settlement.provider_request_ids
+        metadata["provider_request_id_conflict"] = settlement.provider_request_id_conflict
+    if recovery is not None:
+        metadata["recovery"] = recovery.to_json()
+    return freeze(metadata)  # type: ignore[no-any-return]

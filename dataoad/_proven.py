@@ -1,0 +1,292 @@
+"""The proven-write rule: a ledger write counts only when it is proven.
+
+Every ledger call the runner makes goes through :class:`ProvenLedger`. A
+write that returns normally is durable. A write that raises may have
+committed with its acknowledgement lost, so the receipt is read back, and
+the write counts only when the ledger shows *exactly* the transition asked
+for (for a release: that the claim is gone). Anything else is refused with
+an ``ActionPersistenceError`` subclass that tells the caller what ran:
+``NothingInvokedError`` before the operation, ``OutcomeNotRecordedError``
+after it. A read that raises is an ``ActionPersistenceError`` too, never a
+raw driver error.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Any
+
+from dataoad._errors import (
+    ActionNotFoundError,
+    NothingInvokedError,
+    OutcomeNotRecordedError,
+    RecoveryRefusedError,
+)
+from dataoad._events import EventKind, EventSink
+from dataoad._ledger import Ledger
+from dataoad._receipt import ActionReceipt, bounded_error
+from dataoad._status import ActionStatus
+
+__all__ = ["ProvenLedger", "proves"]
+
+
+def proves(stored: ActionReceipt | None, expected: ActionReceipt | None) -> bool:
+    """Whether a read-back proves a write: the exact receipt (None: deleted) is stored."""
+    return stored == expected
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class _Write:
+    """What one conditional write established."""
+
+    proven: bool
+    #: A read-back's answer (None: absent, or not read, or the read failed).
+    stored: ActionReceipt | None = None
+    #: The read-back's exception, when it raised.
+    read_error: Exception | None = None
+    #: The write's own exception, when it raised.
+    error: Exception | None = None
+
+    @property
+    def read_failed(self) -> bool:
+        """Whether the read-back raised."""
+        return self.read_error is not None
+
+    @property
+    def acknowledgement_lost(self) -> bool:
+        """Proven only by reading back after the write raised."""
+        return self.proven and self.error is not None
+
+
+class ProvenLedger:
+    """A ledger seen through the proven-write rule."""
+
+    __slots__ = ("ledger",)
+
+    def __init__(self, ledger: Ledger) -> None:
+        self.ledger = ledger
+
+    # -- reads -------------------------------------------------------------------
+
+    async def read_claim(self, action_name: str, idempotency_key: str) -> ActionReceipt | None:
+        """The stored claim for the key, or None; NothingInvokedError if unreadable."""
+        try:
+            return await self.ledger.find(action_name, idempotency_key)
+        except Exception as exc:
+            raise NothingInvokedError(
+                f"could not read the ledger for {action_name!r}: {bounded_error(exc)}; "
+                "nothing was invoked",
+                receipt=None,
+                operation_invoked=False,
+            ) from exc
+
+    async def read(self, action_id: str, *, known: ActionReceipt | None = None) -> ActionReceipt:
+        """The stored receipt; ActionNotFoundError if none, NothingInvokedError if unreadable."""
+        try:
+            stored = await self.ledger.get(action_id)
+        except Exception as exc:
+            raise NothingInvokedError(
+                f"could not read action {action_id} from the ledger: {bounded_error(exc)}",
+                receipt=known,
+                operation_invoked=False,
+            ) from exc
+        if stored is None:
+            raise ActionNotFoundError(f"no action with id {action_id!r}", action_id=action_id)
+        return stored
+
+    async def _read_back(self, read: Callable[[], Awaitable[ActionReceipt | None]]) -> _Write:
+        try:
+            return _Write(proven=False, stored=await read())
+        except Exception as exc:
+            return _Write(proven=False, read_error=exc)
+
+    async def _prove(
+        self,
+        write: Callable[[], Awaitable[bool]],
+        expected: ActionReceipt | None,
+        action_id: str,
+        *,
+        reread_on_refusal: bool = True,
+    ) -> _Write:
+        def read() -> Awaitable[ActionReceipt | None]:
+            return self.ledger.get(action_id)
+
+        try:
+            done = await write()
+        except Exception as exc:
+            back = await self._read_back(read)
+            proven = not back.read_failed and proves(back.stored, expected)
+            return dataclasses.replace(back, proven=proven, error=exc)
+        if done:
+            return _Write(proven=True)
+        return await self._read_back(read) if reread_on_refusal else _Write(proven=False)
+
+    # -- writes ------------------------------------------------------------------
+
+    async def claim(self, proposed: ActionReceipt) -> tuple[ActionReceipt, bool]:
+        """Insert the claim: ``(proposed, True)``, or ``(someone else's, False)``."""
+        try:
+            return await self.ledger.claim(proposed)
+        except Exception as exc:
+            # Our action id is fresh, so finding it stored proves the claim is ours.
+            back = await self._read_back(
+                lambda: self.ledger.find(proposed.action_name, proposed.idempotency_key)
+            )
+            if not back.read_failed and proves(back.stored, proposed):
+                return proposed, True
+            if back.stored is not None and back.stored.action_id != proposed.action_id:
+                return back.stored, False
+            raise NothingInvokedError(
+                f"the claim for {proposed.action_name!r} could not be proven durable "
+                f"({bounded_error(exc)}); the operation was not invoked. Re-read the ledger: "
+                "a stored PENDING claim with zero attempts can be released",
+                receipt=proposed,
+                operation_invoked=False,
+            ) from exc
+
+    async def start_attempt(
+        self, proposed: ActionReceipt, previous: ActionReceipt, events: EventSink
+    ) -> ActionReceipt:
+        """Count the attempt durably before invoking, or raise NothingInvokedError."""
+        write = await self._prove(
+            lambda: self.ledger.start_attempt(proposed), proposed, proposed.action_id
+        )
+        if write.acknowledgement_lost:
+            events.emit(EventKind.ATTEMPT_START_ACKNOWLEDGEMENT_RECOVERED, proposed)
+        if write.proven:
+            return proposed
+        shown = write.stored if write.stored is not None else previous
+        if write.error is not None:
+            events.emit(EventKind.ATTEMPT_NOT_STARTED, previous, level=logging.WARNING)
+            raise NothingInvokedError(
+                f"attempt {proposed.attempts} of action {proposed.action_id} could not be "
+                f"proven durable ({bounded_error(write.error)}); the operation was not invoked",
+                receipt=shown,
+                operation_invoked=False,
+            ) from write.error
+        raise NothingInvokedError(
+            f"action {proposed.action_id} changed before attempt {proposed.attempts} could "
+            "start (released or recovered concurrently?); the operation was not invoked",
+            receipt=shown,
+            operation_invoked=False,
+        )
+
+    async def record_outcome(
+        self,
+        final: ActionReceipt,
+        durable: ActionReceipt,
+        events: EventSink,
+        *,
+        observed_status: ActionStatus,
+        observed_metadata: Mapping[str, Any],
+        value: object,
+        has_value: bool,
+    ) -> None:
+        """Record an invoked operation's outcome, or raise OutcomeNotRecordedError."""
+        write = await self._prove(
+            lambda: self.ledger.record(final), final, final.action_id, reread_on_refusal=False
+        )
+        if write.acknowledgement_lost:
+            events.emit(EventKind.OUTCOME_ACKNOWLEDGEMENT_RECOVERED, final)
+        if write.proven:
+            return
+        events.emit(
+            EventKind.OUTCOME_NOT_RECORDED,
+            durable,
+            level=logging.ERROR,
+            observed_status=observed_status.value,
+        )
+        problem = (
+            "the claim changed concurrently" if write.error is None else bounded_error(write.error)
+        )
+        raise OutcomeNotRecordedError(
+            f"the outcome of action {durable.action_id} ({observed_status.value}) "
+            f"could not be recorded ({problem}). The operation WAS invoked: do not repeat "
+            "it. Re-read the ledger; a PENDING claim needs read-only recover_pending",
+            receipt=durable,
+            operation_invoked=True,
+            observed_status=observed_status,
+            observed_metadata=observed_metadata,
+            value_available=has_value,
+            observed_value=value if has_value else None,
+        ) from write.error
+
+    async def record_best_effort(self, receipt: ActionReceipt) -> None:
+        """Try once to record ``receipt``; a PENDING claim left behind is still a barrier."""
+        try:
+            await self.ledger.record(receipt)
+        except BaseException:
+            return
+
+    async def merge(self, proposed: ActionReceipt, current: ActionReceipt) -> ActionReceipt | None:
+        """Write a read-only observation's receipt: None when written, else what is stored now.
+
+        The caller re-merges into the returned receipt (another writer won).
+        """
+        write = await self._prove(
+            lambda: self.ledger.record(proposed), proposed, proposed.action_id
+        )
+        if write.proven:
+            return None
+        if write.error is not None:
+            raise NothingInvokedError(
+                f"the verification of action {proposed.action_id} could not be recorded "
+                f"({bounded_error(write.error)}); nothing was invoked",
+                receipt=write.stored if write.stored is not None else current,
+                operation_invoked=False,
+                observed_status=proposed.final_status,
+                observed_metadata=proposed.metadata,
+            ) from write.error
+        if write.read_error is not None:
+            raise NothingInvokedError(
+                f"the verification of action {proposed.action_id} lost a race and the "
+                f"receipt could not be re-read ({bounded_error(write.read_error)}); nothing "
+                "was invoked",
+                receipt=current,
+                operation_invoked=False,
+                observed_status=proposed.final_status,
+                observed_metadata=proposed.metadata,
+            ) from write.read_error
+        if write.stored is None:
+            raise ActionNotFoundError(
+                f"action {proposed.action_id} disappeared during reconciliation",
+                action_id=proposed.action_id,
+            )
+        return write.stored
+
+    async def release(self, receipt: ActionReceipt, events: EventSink) -> None:
+        """Delete a claim that never started an attempt, or raise and change nothing."""
+        action_id = receipt.action_id
+        write = await self._prove(
+            lambda: self.ledger.release(action_id, receipt.version), None, action_id
+        )
+        if write.proven:
+            events.emit(EventKind.RELEASED, receipt)
+            return
+        if write.error is not None:
+            if write.read_error is not None or write.stored is None:
+                raise NothingInvokedError(
+                    f"the release of action {action_id} could not be confirmed "
+                    f"({bounded_error(write.error)})",
+                    receipt=receipt,
+                    operation_invoked=False,
+                ) from write.error
+            raise NothingInvokedError(
+                f"the release of action {action_id} failed ({bounded_error(write.error)})",
+                receipt=write.stored,
+                operation_invoked=False,
+            ) from write.error
+        if write.read_error is not None:
+            raise NothingInvokedError(
+                f"action {action_id} changed before it could be released, and it could "
+                f"not be re-read ({bounded_error(write.read_error)}); nothing was released",
+                receipt=receipt,
+                operation_invoked=False,
+            ) from write.read_error
+        raise RecoveryRefusedError(
+            f"action {action_id} changed before it could be released (an attempt may "
+            "have started); nothing was released",
+            receipt=write.stored,
+        )

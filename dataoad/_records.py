@@ -1,0 +1,191 @@
+"""Typed evidence on a receipt: verifier observations and recovery records.
+
+A receipt stores these inside its metadata, in the JSON shape v0.1 wrote, so
+every existing SQLite file and PostgreSQL table still reads. The runner and
+the evidence rules work only with these frozen records; the JSON mapping is
+built and parsed here and nowhere else.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+from collections.abc import Mapping, Sequence
+from datetime import datetime
+from typing import Any, Final
+
+from dataoad._frozen import freeze
+from dataoad._status import ActionStatus, VerificationHealth
+
+__all__ = [
+    "OBSERVATION_KEYS",
+    "ObservationSource",
+    "RecoveryRecord",
+    "VerificationObservation",
+    "observations_from_metadata",
+    "recovery_from_metadata",
+]
+
+#: The metadata keys the protocol writes; a caller may not use them (see also
+#: ``_canonical.RESERVED_METADATA_KEYS``, which adds keys kept for older receipts).
+OBSERVATION_KEYS: Final = frozenset(
+    {
+        "verification",
+        "verification_observations",
+        "verification_observation_count",
+        "verification_conflict",
+        "provider_request_ids",
+        "provider_request_id_conflict",
+    }
+)
+
+
+class ObservationSource(enum.Enum):
+    """Which runner step asked the verifier."""
+
+    #: Read-back of one attempt right after it ran (``execute``).
+    EXECUTE = "execute"
+    #: Read-back of a completed UNKNOWN receipt (``reconcile``, or a replay with a verifier).
+    RECONCILE = "reconcile"
+    #: Read-back that completed a stranded PENDING claim (``recover_pending``).
+    RECOVER = "recover"
+
+    @property
+    def covers_the_action(self) -> bool:
+        """Whether it looks at the action as a whole, after execution."""
+        return self is not ObservationSource.EXECUTE
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class VerificationObservation:
+    """One verifier answer as the runner judged it.
+
+    ``status`` is what the runner decided the answer is worth; ``claimed``
+    and the fields after it are what the verifier said (None when it raised
+    or answered with something that is not a ``VerificationResult``).
+    ``number`` counts every observation ever made for the claim, so dropped
+    old ones still show as a gap.
+    """
+
+    source: ObservationSource
+    attempt: int
+    status: ActionStatus
+    observed_at: datetime
+    claimed: ActionStatus | None = None
+    health: VerificationHealth | None = None
+    conclusive_absence: bool | None = None
+    retry_safe: bool | None = None
+    verified_provider_reference: str | None = None
+    provider_request_id: str | None = None
+    reason: str | None = None
+    details: Mapping[str, Any] | None = None
+    error: str | None = None
+    number: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.details is not None:
+            object.__setattr__(self, "details", freeze(self.details))
+
+    @property
+    def answered(self) -> bool:
+        """Whether the verifier returned a usable ``VerificationResult``."""
+        return self.claimed is not None
+
+    def to_json(self) -> Mapping[str, Any]:
+        """The stored JSON shape (v0.1's keys; absent fields are left out)."""
+        record: dict[str, Any] = {
+            "source": self.source.value,
+            "attempt": self.attempt,
+            "status": self.status.value,
+            "observed_at": self.observed_at.isoformat(),
+        }
+        if self.claimed is not None:
+            record.update(
+                claimed=self.claimed.value,
+                health=None if self.health is None else self.health.value,
+                conclusive_absence=self.conclusive_absence,
+                retry_safe=self.retry_safe,
+                verified_provider_reference=self.verified_provider_reference,
+                provider_request_id=self.provider_request_id,
+            )
+            if self.reason is not None:
+                record["reason"] = self.reason
+            if self.details is not None:
+                record["details"] = self.details
+        else:
+            record["provider_request_id"] = None
+        if self.error is not None:
+            record["error"] = self.error
+        if self.number is not None:
+            record["number"] = self.number
+        return freeze(record)  # type: ignore[no-any-return]
+
+    @classmethod
+    def from_json(cls, record: Mapping[str, Any]) -> VerificationObservation:
+        """Parse the stored shape; ValueError when it is not one."""
+        try:
+            claimed = record.get("claimed")
+            health = record.get("health")
+            return cls(
+                source=ObservationSource(record["source"]),
+                attempt=int(record["attempt"]),
+                status=ActionStatus(record["status"]),
+                observed_at=datetime.fromisoformat(record["observed_at"]),
+                claimed=None if claimed is None else ActionStatus(claimed),
+                health=None if health is None else VerificationHealth(health),
+                conclusive_absence=record.get("conclusive_absence"),
+                retry_safe=record.get("retry_safe"),
+                verified_provider_reference=record.get("verified_provider_reference"),
+                provider_request_id=record.get("provider_request_id"),
+                reason=record.get("reason"),
+                details=record.get("details"),
+                error=record.get("error"),
+                number=record.get("number"),
+            )
+        except (KeyError, TypeError) as exc:
+            raise ValueError(f"not a stored verification observation: {exc}") from exc
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class RecoveryRecord:
+    """How a stranded PENDING claim was completed by an operator verb."""
+
+    method: str
+    recovered_at: datetime
+    attempts: int
+
+    def to_json(self) -> Mapping[str, Any]:
+        """The stored JSON shape."""
+        return freeze(  # type: ignore[no-any-return]
+            {
+                "method": self.method,
+                "recovered_at": self.recovered_at.isoformat(),
+                "attempts": self.attempts,
+            }
+        )
+
+    @classmethod
+    def from_json(cls, record: Mapping[str, Any]) -> RecoveryRecord:
+        """Parse the stored shape; ValueError when it is not one."""
+        try:
+            return cls(
+                method=str(record["method"]),
+                recovered_at=datetime.fromisoformat(record["recovered_at"]),
+                attempts=int(record["attempts"]),
+            )
+        except (KeyError, TypeError) as exc:
+            raise ValueError(f"not a stored recovery record: {exc}") from exc
+
+
+def observations_from_metadata(
+    metadata: Mapping[str, Any],
+) -> tuple[VerificationObservation, ...]:
+    """The typed observations a receipt's metadata carries, oldest first."""
+    stored: Sequence[Mapping[str, Any]] = metadata.get("verification_observations", ())
+    return tuple(VerificationObservation.from_json(o) for o in stored)
+
+
+def recovery_from_metadata(metadata: Mapping[str, Any]) -> RecoveryRecord | None:
+    """The typed recovery record a receipt's metadata carries, if any."""
+    stored = metadata.get("recovery")
+    return None if stored is None else RecoveryRecord.from_json(stored)

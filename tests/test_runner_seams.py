@@ -1,0 +1,236 @@
+"""The runner's declared seams: observers, typed evidence records, SQL bound by name."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import pytest
+
+from dataoad import (
+    ActionRunner,
+    ActionStatus,
+    EventKind,
+    InMemoryLedger,
+    InvalidArgumentError,
+    ObservationSource,
+    RecoveryRecord,
+    RunnerEvent,
+    VerificationObservation,
+)
+from dataoad.ledgers._codec import COLUMNS
+from dataoad.ledgers._statements import POSTGRES, SQLITE, Statements, compile_sql
+from dataoad.testing import FaultyLedger, LedgerFault
+from tests.support import REF, REQUEST, CountingOperation, closing, confirmed
+
+
+class Recorder:
+    """An observer that keeps every event."""
+
+    def __init__(self) -> None:
+        self.events: list[RunnerEvent] = []
+
+    def on_event(self, event: RunnerEvent) -> None:
+        self.events.append(event)
+
+    def kinds(self, verb: str) -> list[EventKind]:
+        return [e.kind for e in self.events if e.verb == verb]
+
+
+async def lost() -> None:
+    raise TimeoutError("response lost")
+
+
+# -- observers -----------------------------------------------------------------
+
+
+@pytest.mark.asyncio
+async def test_an_observer_sees_every_verb_and_its_transitions(new_ledger: Any) -> None:
+    seen = Recorder()
+    ledger = new_ledger()
+    runner = ActionRunner(ledger, observers=[seen])
+    first = await runner.execute(
+        "charge", lost, request=REQUEST, idempotency_key="k", provider_reference=REF
+    )
+    await runner.reconcile(first.receipt.action_id, lambda r: confirmed())
+    assert seen.kinds("execute") == [
+        EventKind.CALL_STARTED,
+        EventKind.CLAIMED,
+        EventKind.ATTEMPT_STARTED,
+        EventKind.COMPLETED,
+        EventKind.CALL_FINISHED,
+    ]
+    assert seen.kinds("reconcile") == [
+        EventKind.CALL_STARTED,
+        EventKind.RECONCILED,
+        EventKind.CALL_FINISHED,
+    ]
+    execute_calls = {e.call for e in seen.events if e.verb == "execute"}
+    assert len(execute_calls) == 1  # one call id ties a verb's events together
+    finished = seen.events[4]
+    assert finished.result is not None
+    assert finished.result.status is ActionStatus.UNKNOWN
+    assert finished.action_name == "charge"
+    reconciled = seen.events[-1]
+    assert reconciled.action_id == first.receipt.action_id
+    assert reconciled.result.status is ActionStatus.CONFIRMED
+    await closing(ledger)
+
+
+@pytest.mark.asyncio
+async def test_an_observer_sees_refusals_and_releases() -> None:
+    inner = InMemoryLedger()
+    faulty = FaultyLedger(inner)
+    faulty.inject("start_attempt", LedgerFault.FAIL_BEFORE_WRITE)
+    faulty.inject("get", LedgerFault.FAIL_BEFORE_WRITE)
+    seen = Recorder()
+    with pytest.raises(Exception, match="not invoked"):
+        await ActionRunner(faulty, observers=[seen]).execute(
+            "charge", CountingOperation(), request=REQUEST, idempotency_key="k"
+        )
+    failed = seen.events[-1]
+    assert failed.kind is EventKind.CALL_FINISHED
+    assert type(failed.error).__name__ == "NothingInvokedError"
+    assert EventKind.ATTEMPT_NOT_STARTED in seen.kinds("execute")
+    [stranded] = inner.snapshot()
+    await ActionRunner(inner, observers=[seen]).release_unstarted(stranded.action_id)
+    assert seen.kinds("release_unstarted") == [
+        EventKind.CALL_STARTED,
+        EventKind.RELEASED,
+        EventKind.CALL_FINISHED,
+    ]
+
+
+@pytest.mark.asyncio
+async def test_a_raising_observer_changes_nothing(caplog: pytest.LogCaptureFixture) -> None:
+    class Broken:
+        def on_event(self, event: RunnerEvent) -> None:
+            raise RuntimeError("telemetry down")
+
+    operation = CountingOperation()
+    ledger = InMemoryLedger()
+    with caplog.at_level(logging.WARNING, logger="dataoad"):
+        result = await ActionRunner(ledger, observers=[Broken()]).execute(
+            "charge", operation, request=REQUEST, idempotency_key="k"
+        )
+    assert result.status is ActionStatus.CONFIRMED
+    assert operation.calls == 1
+    assert [r.final_status for r in ledger.snapshot()] == [ActionStatus.CONFIRMED]
+    assert any("telemetry down" in (r.exc_text or "") for r in caplog.records)
+
+
+@pytest.mark.asyncio
+async def test_events_are_logged_under_their_kinds_value(caplog: pytest.LogCaptureFixture) -> None:
+    with caplog.at_level(logging.INFO, logger="dataoad"):
+        await ActionRunner(InMemoryLedger()).execute(
+            "charge", CountingOperation(), request=REQUEST, idempotency_key="k"
+        )
+    logged = [r.dataoad["event"] for r in caplog.records]  # type: ignore[attr-defined]
+    assert logged == ["claimed", "attempt_started", "completed"]
+    assert {EventKind(name) for name in logged} <= set(EventKind)
+
+
+@pytest.mark.parametrize("observers", [[object()], "on_event", 3])
+def test_a_bad_observer_is_refused_when_the_runner_is_made(observers: Any) -> None:
+    with pytest.raises(InvalidArgumentError, match="observer"):
+        ActionRunner(InMemoryLedger(), observers=observers)
+
+
+# -- typed evidence records ----------------------------------------------------------
+
+
+@pytest.mark.asyncio
+async def test_observations_and_recovery_are_typed_records_in_the_stored_shape(
+    new_ledger: Any,
+) -> None:
+    ledger = new_ledger()
+    runner = ActionRunner(ledger)
+    first = await runner.execute(
+        "charge", lost, request=REQUEST, idempotency_key="k", provider_reference=REF
+    )
+    settled = await runner.reconcile(first.receipt.action_id, lambda r: confirmed())
+    stored = await runner.receipt(first.receipt.action_id)
+    [observation] = stored.observations
+    assert observation.source is ObservationSource.RECONCILE
+    assert observation.status is ActionStatus.CONFIRMED
+    assert observation.claimed is ActionStatus.CONFIRMED
+    assert observation.provider_request_id == "pr_1"
+    assert observation.number == 1
+    # The JSON shape is what v0.1 stored, so old files and tables still read.
+    raw = stored.metadata["verification_observations"][0]
+    assert dict(raw) == dict(observation.to_json())
+    assert VerificationObservation.from_json(raw) == observation
+    assert stored.metadata["verification"] == raw
+    assert settled.receipt == stored
+    assert stored.recovery is None
+    await closing(ledger)
+
+
+def test_an_observation_written_before_numbering_still_reads() -> None:
+    raw = {
+        "source": "execute",
+        "attempt": 1,
+        "status": "UNKNOWN",
+        "observed_at": "2026-01-01T00:00:00+00:00",
+        "provider_request_id": None,
+        "error": "verifier raised TimeoutError: slow",
+    }
+    observation = VerificationObservation.from_json(raw)
+    assert observation.number is None
+    assert not observation.answered
+    assert observation.source is ObservationSource.EXECUTE
+    assert dict(observation.to_json()) == raw
+
+
+def test_a_recovery_record_round_trips() -> None:
+    raw = {"method": "recover_pending", "recovered_at": "2026-01-01T00:00:00+00:00", "attempts": 2}
+    record = RecoveryRecord.from_json(raw)
+    assert record.attempts == 2
+    assert dict(record.to_json()) == raw
+    with pytest.raises(ValueError, match="recovery record"):
+        RecoveryRecord.from_json({"method": "x"})
+
+
+# -- SQL written once, bound by name --------------------------------------------------
+
+
+def test_a_repeated_name_is_one_numbered_parameter_but_two_question_marks() -> None:
+    template = "UPDATE t SET a = :a WHERE b = :b AND NOT (:a = 'x')"
+    pg = compile_sql(template, POSTGRES)
+    assert pg.sql == "UPDATE t SET a = $1 WHERE b = $2 AND NOT ($1 = 'x')"
+    assert pg.bind({"a": 1, "b": 2}) == (1, 2)
+    lite = compile_sql(template, SQLITE)
+    assert lite.sql == "UPDATE t SET a = ? WHERE b = ? AND NOT (? = 'x')"
+    assert lite.bind({"a": 1, "b": 2}) == (1, 2, 1)
+    with pytest.raises(KeyError, match="b"):
+        lite.bind({"a": 1})
+
+
+@pytest.mark.parametrize("dialect", [SQLITE, POSTGRES], ids=lambda d: d.name)
+def test_every_statement_binds_only_known_names(dialect: Any) -> None:
+    statements = Statements("receipts", dialect)
+    transition = {*COLUMNS, "previous_version", "previous_attempts"}
+    expected = {
+        "claim": set(COLUMNS),
+        "get": {"action_id"},
+        "find": {"action_name", "idempotency_key"},
+        "release": {"action_id", "version"},
+        "start_attempt": transition,
+        "record": set(COLUMNS) | {"previous_version"},
+    }
+    for name, names in expected.items():
+        assert set(statements[name].names) == names, name
+    # Identity and version are conditions, never assigned by a transition.
+    record = statements["record"].sql
+    assert "SET claim_state" in record
+    assert "action_name = " not in record.split("WHERE")[0]
+    assert (dialect.null_safe_equal + " ") in record.split("WHERE")[1]
+
+
+@pytest.mark.parametrize("dialect", [SQLITE, POSTGRES], ids=lambda d: d.name)
+def test_a_listing_binds_each_filter_it_uses(dialect: Any) -> None:
+    listing, values = Statements("receipts", dialect).listing(
+        final_status=ActionStatus.UNKNOWN, pending=None, action_name="charge", since=None, limit=5
+    )
+    assert listing.bind(values) == ("UNKNOWN", "charge", 5)
+    assert listing.sql.endswith(("ORDER BY created_at, action_id LIMIT ?", "LIMIT $3"))
