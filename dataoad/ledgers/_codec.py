@@ -17,7 +17,6 @@ from dataoad._status import ActionStatus, ClaimState
 
 __all__ = [
     "COLUMNS",
-    "listing_query",
     "attempts_from",
     "attempts_json",
     "json_text",
@@ -25,6 +24,7 @@ __all__ = [
     "row_of",
     "status",
     "status_text",
+    "values_of",
 ]
 
 #: The receipts table's columns, in the order of ``row_of`` and ``receipt_of``.
@@ -112,84 +112,56 @@ def _same(moment: datetime) -> Any:
     return moment
 
 
+def values_of(receipt: ActionReceipt, time: Callable[[datetime], Any] = _same) -> dict[str, Any]:
+    """The receipt's column values by column name; ``time`` encodes the two timestamps."""
+    return {
+        "action_id": receipt.action_id,
+        "action_name": receipt.action_name,
+        "idempotency_key": receipt.idempotency_key,
+        "request_hash": receipt.request_hash,
+        "provider_reference": receipt.provider_reference,
+        "risk": receipt.risk,
+        "claim_state": receipt.claim_state.value,
+        "attempts": receipt.attempts,
+        "execution_status": status_text(receipt.execution_status),
+        "verification_status": status_text(receipt.verification_status),
+        "final_status": status_text(receipt.final_status),
+        "provider_request_id": receipt.provider_request_id,
+        "error": receipt.error,
+        "metadata": json_text(receipt.metadata),
+        "attempt_records": attempts_json(receipt.attempt_records),
+        "version": receipt.version,
+        "created_at": time(receipt.created_at),
+        "updated_at": time(receipt.updated_at),
+    }
+
+
 def row_of(receipt: ActionReceipt, time: Callable[[datetime], Any] = _same) -> tuple[Any, ...]:
-    """The receipt as a row of COLUMNS; ``time`` encodes the two timestamps."""
-    return (
-        receipt.action_id,
-        receipt.action_name,
-        receipt.idempotency_key,
-        receipt.request_hash,
-        receipt.provider_reference,
-        receipt.risk,
-        receipt.claim_state.value,
-        receipt.attempts,
-        status_text(receipt.execution_status),
-        status_text(receipt.verification_status),
-        status_text(receipt.final_status),
-        receipt.provider_request_id,
-        receipt.error,
-        json_text(receipt.metadata),
-        attempts_json(receipt.attempt_records),
-        receipt.version,
-        time(receipt.created_at),
-        time(receipt.updated_at),
-    )
+    """The receipt as a row of COLUMNS, in their order (for whole-row inserts)."""
+    values = values_of(receipt, time)
+    return tuple(values[column] for column in COLUMNS)
 
 
 def receipt_of(row: Sequence[Any], time: Callable[[Any], datetime] = _same) -> ActionReceipt:
-    """The receipt stored as ``row``; ``time`` decodes the two timestamps."""
+    """The receipt stored as ``row`` (the COLUMNS, selected in their order)."""
+    value = dict(zip(COLUMNS, row, strict=True))
     return ActionReceipt(
-        action_id=row[0],
-        action_name=row[1],
-        idempotency_key=row[2],
-        request_hash=row[3],
-        provider_reference=row[4],
-        risk=row[5],
-        claim_state=ClaimState(row[6]),
-        attempts=row[7],
-        execution_status=status(row[8]),
-        verification_status=status(row[9]),
-        final_status=status(row[10]),
-        provider_request_id=row[11],
-        error=row[12],
-        metadata=json.loads(row[13]),
-        attempt_records=attempts_from(row[14]),
-        version=row[15],
-        created_at=time(row[16]),
-        updated_at=time(row[17]),
+        action_id=value["action_id"],
+        action_name=value["action_name"],
+        idempotency_key=value["idempotency_key"],
+        request_hash=value["request_hash"],
+        provider_reference=value["provider_reference"],
+        risk=value["risk"],
+        claim_state=ClaimState(value["claim_state"]),
+        attempts=value["attempts"],
+        execution_status=status(value["execution_status"]),
+        verification_status=status(value["verification_status"]),
+        final_status=status(value["final_status"]),
+        provider_request_id=value["provider_request_id"],
+        error=value["error"],
+        metadata=json.loads(value["metadata"]),
+        attempt_records=attempts_from(value["attempt_records"]),
+        version=value["version"],
+        created_at=time(value["created_at"]),
+        updated_at=time(value["updated_at"]),
     )
-
-
-def listing_query(
-    select: str,
-    placeholder: Callable[[int], str],
-    *,
-    final_status: ActionStatus | None,
-    pending: bool | None,
-    action_name: str | None,
-    since: Any,
-    limit: int | None,
-) -> tuple[str, list[Any]]:
-    """The SQL and parameters of a filtered receipts listing, oldest first.
-
-    ``placeholder(n)`` writes the n-th parameter (``?`` or ``$n``); ``since``
-    is already encoded the way the backend stores ``created_at``.
-    """
-    conditions = [
-        ("final_status", None if final_status is None else final_status.value, "="),
-        ("claim_state", None if pending is None else ("PENDING" if pending else "COMPLETED"), "="),
-        ("action_name", action_name, "="),
-        ("created_at", since, ">="),
-    ]
-    clauses: list[str] = []
-    params: list[Any] = []
-    for column, value, operator in conditions:
-        if value is not None:
-            params.append(value)
-            clauses.append(f"{column} {operator} {placeholder(len(params))}")
-    sql = select + (f" WHERE {' AND '.join(clauses)}" if clauses else "")
-    sql += " ORDER BY created_at, action_id"
-    if limit is not None:
-        params.append(int(limit))
-        sql += f" LIMIT {placeholder(len(params))}"
-    return sql, params

@@ -38,15 +38,14 @@ from typing import Any, Final
 from dataoad._errors import DataoadError, InvalidArgumentError, MissingExtraError
 from dataoad._receipt import ActionReceipt
 from dataoad._status import ActionStatus, ClaimState
-from dataoad.ledgers._codec import COLUMNS, listing_query, receipt_of, row_of
+from dataoad.ledgers._codec import receipt_of, values_of
+from dataoad.ledgers._statements import POSTGRES, Statement, Statements
 
 __all__ = ["SCHEMA_VERSION", "LedgerSchemaError", "MissingExtraError", "PostgresLedger"]
 
 #: The schema version this code writes and understands.
 SCHEMA_VERSION: Final = 1
 
-_COLUMNS: Final = COLUMNS
-_MUTABLE: Final = _COLUMNS[6:]  # claim_state onwards; identity never changes
 
 #: Schema steps: MIGRATIONS[v] takes a version v-1 database to version v.
 #: ``{table}`` is filled in with the quoted, validated name.
@@ -177,35 +176,7 @@ class PostgresLedger:
         self._closed = False
         qualified = f'"{self.schema}"."{self.table}"'
         self._qualified = qualified
-        select = f"SELECT {', '.join(_COLUMNS)} FROM {qualified}"
-        self._sql_get = f"{select} WHERE action_id = $1"
-        self._sql_find = f"{select} WHERE action_name = $1 AND idempotency_key = $2"
-        self._sql_select = select
-        values = ", ".join(f"${n}" for n in range(1, len(_COLUMNS) + 1))
-        self._sql_claim = (
-            f"INSERT INTO {qualified} ({', '.join(_COLUMNS)}) VALUES ({values}) "
-            "ON CONFLICT (action_name, idempotency_key) DO NOTHING RETURNING action_id"
-        )
-        # $1..$12: the mutable columns; $13 action id; $14 expected version;
-        # $15..$20 identity; $21.. the transition's own condition.
-        assignments = ", ".join(f"{c} = ${n}" for n, c in enumerate(_MUTABLE, start=1))
-        update = (
-            f"UPDATE {qualified} SET {assignments} WHERE action_id = $13 AND version = $14 "
-            "AND action_name = $15 AND idempotency_key = $16 AND request_hash = $17 "
-            "AND provider_reference IS NOT DISTINCT FROM $18 "
-            "AND risk IS NOT DISTINCT FROM $19 AND created_at = $20"
-        )
-        self._sql_start = (
-            f"{update} AND claim_state = 'PENDING' AND attempts = $21 RETURNING action_id"
-        )
-        self._sql_record = (
-            f"{update} AND attempts = $21 AND NOT (claim_state = 'COMPLETED' AND $22 = 'PENDING') "
-            "RETURNING action_id"
-        )
-        self._sql_release = (
-            f"DELETE FROM {qualified} WHERE action_id = $1 AND version = $2 "
-            "AND claim_state = 'PENDING' AND attempts = 0 RETURNING action_id"
-        )
+        self._sql = Statements(qualified, POSTGRES)
 
     def __repr__(self) -> str:
         state = "closed" if self._closed else ("open" if self._pool else "not yet opened")
@@ -365,7 +336,7 @@ class PostgresLedger:
     async def claim(self, receipt: ActionReceipt) -> tuple[ActionReceipt, bool]:
         """Insert the claim unless its action name and key are taken."""
         while True:
-            if await self._write(self._sql_claim, *row_of(receipt)):
+            if await self._run(self._sql["claim"], values_of(receipt)):
                 return receipt, True
             existing = await self.find(receipt.action_name, receipt.idempotency_key)
             if existing is not None:
@@ -374,17 +345,27 @@ class PostgresLedger:
 
     async def get(self, action_id: str) -> ActionReceipt | None:
         """The receipt with this action id, or None."""
-        rows = await self._read(self._sql_get, action_id)
+        get = self._sql["get"]
+        rows = await self._read(get.sql, *get.bind({"action_id": action_id}))
         return receipt_of(rows[0]) if rows else None
 
     async def find(self, action_name: str, idempotency_key: str) -> ActionReceipt | None:
         """The claim for this action name and key, or None."""
-        rows = await self._read(self._sql_find, action_name, idempotency_key)
+        find = self._sql["find"]
+        rows = await self._read(
+            find.sql, *find.bind({"action_name": action_name, "idempotency_key": idempotency_key})
+        )
         return receipt_of(rows[0]) if rows else None
 
-    def _update_args(self, receipt: ActionReceipt) -> tuple[Any, ...]:
-        row = row_of(receipt)
-        return (*row[6:], receipt.action_id, receipt.version - 1, *row[1:6], row[16])
+    async def _run(self, statement: Statement, values: dict[str, Any]) -> bool:
+        return await self._write(statement.sql, *statement.bind(values))
+
+    async def _transition(
+        self, statement: Statement, receipt: ActionReceipt, **condition: Any
+    ) -> bool:
+        values = values_of(receipt)
+        values.update(previous_version=receipt.version - 1, **condition)
+        return await self._run(statement, values)
 
     async def start_attempt(self, receipt: ActionReceipt) -> bool:
         """Store the next attempt if the stored claim allows exactly that step."""
@@ -392,22 +373,19 @@ class PostgresLedger:
             receipt.attempts
         ):
             return False
-        return await self._write(self._sql_start, *self._update_args(receipt), receipt.attempts - 1)
+        return await self._transition(
+            self._sql["start_attempt"], receipt, previous_attempts=receipt.attempts - 1
+        )
 
     async def record(self, receipt: ActionReceipt) -> bool:
         """Store the next version if the stored claim allows exactly that step."""
         if len(receipt.attempt_records) != receipt.attempts:
             return False
-        return await self._write(
-            self._sql_record,
-            *self._update_args(receipt),
-            receipt.attempts,
-            receipt.claim_state.value,
-        )
+        return await self._transition(self._sql["record"], receipt)
 
     async def release(self, action_id: str, version: int) -> bool:
         """Delete an unstarted PENDING claim at exactly ``version``."""
-        return await self._write(self._sql_release, action_id, version)
+        return await self._run(self._sql["release"], {"action_id": action_id, "version": version})
 
     # -- inspection ------------------------------------------------------------
 
@@ -421,13 +399,11 @@ class PostgresLedger:
         limit: int | None = None,
     ) -> list[ActionReceipt]:
         """Stored receipts, oldest first, optionally filtered (``since``: created at or after)."""
-        sql, params = listing_query(
-            self._sql_select,
-            lambda n: f"${n}",
+        listing, values = self._sql.listing(
             final_status=final_status,
             pending=pending,
             action_name=action_name,
             since=since,
             limit=limit,
         )
-        return [receipt_of(row) for row in await self._read(sql, *params)]
+        return [receipt_of(row) for row in await self._read(listing.sql, *listing.bind(values))]

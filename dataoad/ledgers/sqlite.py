@@ -43,7 +43,8 @@ import aiosqlite
 from dataoad._errors import DataoadError, InvalidArgumentError
 from dataoad._receipt import ActionReceipt
 from dataoad._status import ActionStatus, ClaimState
-from dataoad.ledgers._codec import COLUMNS, listing_query, receipt_of, row_of
+from dataoad.ledgers._codec import receipt_of, row_of, values_of
+from dataoad.ledgers._statements import SQLITE, Statement, Statements
 from dataoad.ledgers._writer_lock import LedgerBusyError, WriterLock
 
 __all__ = ["SCHEMA_VERSION", "LedgerBusyError", "LedgerFileError", "SQLiteLedger"]
@@ -55,8 +56,7 @@ SCHEMA_VERSION: Final = 2
 
 T = TypeVar("T")
 
-_COLUMNS: Final = COLUMNS
-_SELECT: Final = f"SELECT {', '.join(_COLUMNS)} FROM receipts"
+_SQL: Final = Statements("receipts", SQLITE)
 
 #: Schema steps: applying MIGRATIONS[v] to a version v-1 file gives version v.
 MIGRATIONS: Final[dict[int, tuple[str, ...]]] = {
@@ -101,6 +101,10 @@ class LedgerFileError(DataoadError):
 
 def _row_of(receipt: ActionReceipt) -> tuple[Any, ...]:
     return row_of(receipt, datetime.isoformat)
+
+
+def _values_of(receipt: ActionReceipt) -> dict[str, Any]:
+    return values_of(receipt, datetime.isoformat)
 
 
 def _receipt_of(row: Sequence[Any]) -> ActionReceipt:
@@ -337,14 +341,8 @@ class SQLiteLedger:
 
     async def claim(self, receipt: ActionReceipt) -> tuple[ActionReceipt, bool]:
         """Insert the claim unless its action name and key are taken."""
-        placeholders = ", ".join("?" for _ in _COLUMNS)
         while True:
-            inserted = await self._write(
-                f"INSERT INTO receipts ({', '.join(_COLUMNS)}) VALUES ({placeholders}) "
-                "ON CONFLICT (action_name, idempotency_key) DO NOTHING RETURNING action_id",
-                _row_of(receipt),
-            )
-            if inserted:
+            if await self._run(_SQL["claim"], _values_of(receipt)):
                 return receipt, True
             existing = await self.find(receipt.action_name, receipt.idempotency_key)
             if existing is not None:
@@ -353,38 +351,26 @@ class SQLiteLedger:
 
     async def get(self, action_id: str) -> ActionReceipt | None:
         """The receipt with this action id, or None."""
-        rows = await self._read(f"{_SELECT} WHERE action_id = ?", (action_id,))
+        rows = await self._read(_SQL["get"].sql, _SQL["get"].bind({"action_id": action_id}))
         return _receipt_of(rows[0]) if rows else None
 
     async def find(self, action_name: str, idempotency_key: str) -> ActionReceipt | None:
         """The claim for this action name and key, or None."""
+        find = _SQL["find"]
         rows = await self._read(
-            f"{_SELECT} WHERE action_name = ? AND idempotency_key = ?",
-            (action_name, idempotency_key),
+            find.sql, find.bind({"action_name": action_name, "idempotency_key": idempotency_key})
         )
         return _receipt_of(rows[0]) if rows else None
 
-    async def _update(self, receipt: ActionReceipt, condition: str, extra: Sequence[Any]) -> bool:
-        row = _row_of(receipt)
-        mutable = _COLUMNS[6:]  # claim_state onwards; identity columns never change
-        assignments = ", ".join(f"{column} = ?" for column in mutable)
-        identity = (
-            "action_name = ? AND idempotency_key = ? AND request_hash = ? "
-            "AND provider_reference IS ? AND risk IS ? AND created_at = ?"
-        )
-        updated = await self._write(
-            f"UPDATE receipts SET {assignments} WHERE action_id = ? AND version = ? "
-            f"AND {identity} AND {condition} RETURNING action_id",
-            (
-                *row[6:],
-                receipt.action_id,
-                receipt.version - 1,
-                *row[1:6],
-                row[16],
-                *extra,
-            ),
-        )
-        return bool(updated)
+    async def _run(self, statement: Statement, values: dict[str, Any]) -> bool:
+        return bool(await self._write(statement.sql, statement.bind(values)))
+
+    async def _transition(
+        self, statement: Statement, receipt: ActionReceipt, **condition: Any
+    ) -> bool:
+        values = _values_of(receipt)
+        values.update(previous_version=receipt.version - 1, **condition)
+        return await self._run(statement, values)
 
     async def start_attempt(self, receipt: ActionReceipt) -> bool:
         """Store the next attempt if the stored claim allows exactly that step."""
@@ -392,28 +378,19 @@ class SQLiteLedger:
             receipt.attempts
         ):
             return False
-        return await self._update(
-            receipt, "claim_state = 'PENDING' AND attempts = ?", (receipt.attempts - 1,)
+        return await self._transition(
+            _SQL["start_attempt"], receipt, previous_attempts=receipt.attempts - 1
         )
 
     async def record(self, receipt: ActionReceipt) -> bool:
         """Store the next version if the stored claim allows exactly that step."""
         if len(receipt.attempt_records) != receipt.attempts:
             return False
-        return await self._update(
-            receipt,
-            "attempts = ? AND NOT (claim_state = 'COMPLETED' AND ? = 'PENDING')",
-            (receipt.attempts, receipt.claim_state.value),
-        )
+        return await self._transition(_SQL["record"], receipt)
 
     async def release(self, action_id: str, version: int) -> bool:
         """Delete an unstarted PENDING claim at exactly ``version``."""
-        deleted = await self._write(
-            "DELETE FROM receipts WHERE action_id = ? AND version = ? "
-            "AND claim_state = 'PENDING' AND attempts = 0 RETURNING action_id",
-            (action_id, version),
-        )
-        return bool(deleted)
+        return await self._run(_SQL["release"], {"action_id": action_id, "version": version})
 
     # -- inspection ------------------------------------------------------------
 
@@ -427,9 +404,7 @@ class SQLiteLedger:
         limit: int | None = None,
     ) -> list[ActionReceipt]:
         """Stored receipts, oldest first, optionally filtered (``since``: created at or after)."""
-        sql, params = listing_query(
-            _SELECT,
-            lambda n: "?",
+        listing, values = _SQL.listing(
             final_status=final_status,
             pending=pending,
             action_name=action_name,
@@ -437,4 +412,4 @@ class SQLiteLedger:
             since=None if since is None else since.astimezone(UTC).isoformat(),
             limit=limit,
         )
-        return [_receipt_of(row) for row in await self._read(sql, params)]
+        return [_receipt_of(row) for row in await self._read(listing.sql, listing.bind(values))]

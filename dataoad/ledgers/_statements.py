@@ -1,0 +1,151 @@
+"""The SQL of the SQL ledgers, written once and bound by column name.
+
+Each statement is written with ``:name`` parameters and compiled for a
+dialect: SQLite's ``?`` (one per occurrence) or PostgreSQL's ``$n`` (one
+per distinct name). ``Statement.bind`` turns a mapping of names to values
+into the driver's positional arguments, so no call site counts positions.
+Every value is a bound parameter; only identifiers checked by the ledger
+(its table name) are written into the text.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from collections.abc import Mapping, Sequence
+from typing import Any, Final
+
+from dataoad._status import ActionStatus
+from dataoad.ledgers._codec import COLUMNS
+
+__all__ = ["Dialect", "POSTGRES", "SQLITE", "Statement", "Statements"]
+
+#: Columns a transition may change; the first six (the claim's identity) never change.
+MUTABLE: Final = COLUMNS[6:]
+
+_PARAMETER = re.compile(r":([a-z_]+)\b")
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Dialect:
+    """How one database writes parameters and null-safe equality."""
+
+    name: str
+    numbered: bool  # $1, $2 ... (PostgreSQL) instead of ? (SQLite)
+    null_safe_equal: str
+
+
+SQLITE: Final = Dialect("sqlite", numbered=False, null_safe_equal="IS")
+POSTGRES: Final = Dialect("postgres", numbered=True, null_safe_equal="IS NOT DISTINCT FROM")
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Statement:
+    """SQL text for one dialect and the parameter names its placeholders stand for."""
+
+    sql: str
+    names: tuple[str, ...]
+
+    def bind(self, values: Mapping[str, Any]) -> tuple[Any, ...]:
+        """The positional arguments for ``values`` (KeyError names a missing one)."""
+        return tuple(values[name] for name in self.names)
+
+
+def compile_sql(template: str, dialect: Dialect) -> Statement:
+    """``template`` with its ``:name`` parameters written for ``dialect``."""
+    names: list[str] = []
+
+    def placeholder(match: re.Match[str]) -> str:
+        name = match.group(1)
+        if not dialect.numbered:
+            names.append(name)
+            return "?"
+        if name not in names:
+            names.append(name)
+        return f"${names.index(name) + 1}"
+
+    return Statement(_PARAMETER.sub(placeholder, template), tuple(names))
+
+
+class Statements:
+    """Every statement a SQL ledger runs, for one table in one dialect."""
+
+    def __init__(self, table: str, dialect: Dialect) -> None:
+        self.table = table
+        self.dialect = dialect
+        self.select = f"SELECT {', '.join(COLUMNS)} FROM {table}"
+        eq = dialect.null_safe_equal
+        sql = {
+            "claim": (
+                f"INSERT INTO {table} ({', '.join(COLUMNS)}) "
+                f"VALUES ({', '.join(f':{c}' for c in COLUMNS)}) "
+                "ON CONFLICT (action_name, idempotency_key) DO NOTHING RETURNING action_id"
+            ),
+            "get": f"{self.select} WHERE action_id = :action_id",
+            "find": (
+                f"{self.select} WHERE action_name = :action_name "
+                "AND idempotency_key = :idempotency_key"
+            ),
+            "release": (
+                f"DELETE FROM {table} WHERE action_id = :action_id AND version = :version "
+                "AND claim_state = 'PENDING' AND attempts = 0 RETURNING action_id"
+            ),
+        }
+        # A transition writes the next version over exactly the previous one,
+        # of exactly this claim (identity unchanged), under its own condition.
+        self._update = update = (
+            f"UPDATE {table} SET {', '.join(f'{c} = :{c}' for c in MUTABLE)} "
+            "WHERE action_id = :action_id AND version = :previous_version "
+            "AND action_name = :action_name AND idempotency_key = :idempotency_key "
+            f"AND request_hash = :request_hash AND provider_reference {eq} :provider_reference "
+            f"AND risk {eq} :risk AND created_at = :created_at"
+        )
+        sql["start_attempt"] = (
+            f"{update} AND claim_state = 'PENDING' AND attempts = :previous_attempts "
+            "RETURNING action_id"
+        )
+        sql["record"] = (
+            f"{update} AND attempts = :attempts "
+            "AND NOT (claim_state = 'COMPLETED' AND :claim_state = 'PENDING') RETURNING action_id"
+        )
+        self._compiled = {name: compile_sql(text, dialect) for name, text in sql.items()}
+
+    def __getitem__(self, name: str) -> Statement:
+        return self._compiled[name]
+
+    def update(self, condition: str) -> Statement:
+        """A transition under another condition (``:name`` parameters allowed)."""
+        return compile_sql(f"{self._update} AND {condition} RETURNING action_id", self.dialect)
+
+    def listing(
+        self,
+        *,
+        final_status: ActionStatus | None,
+        pending: bool | None,
+        action_name: str | None,
+        since: Any,
+        limit: int | None,
+    ) -> tuple[Statement, dict[str, Any]]:
+        """A filtered receipts listing, oldest first, and its parameter values.
+
+        ``since`` is already encoded the way the backend stores ``created_at``.
+        """
+        values: dict[str, Any] = {
+            "final_status": None if final_status is None else final_status.value,
+            "claim_state": None if pending is None else ("PENDING" if pending else "COMPLETED"),
+            "action_name": action_name,
+            "since": since,
+        }
+        conditions: Sequence[tuple[str, str]] = (
+            ("final_status", "final_status = :final_status"),
+            ("claim_state", "claim_state = :claim_state"),
+            ("action_name", "action_name = :action_name"),
+            ("since", "created_at >= :since"),
+        )
+        clauses = [clause for name, clause in conditions if values[name] is not None]
+        text = self.select + (f" WHERE {' AND '.join(clauses)}" if clauses else "")
+        text += " ORDER BY created_at, action_id"
+        if limit is not None:
+            values["limit"] = int(limit)
+            text += " LIMIT :limit"
+        return compile_sql(text, self.dialect), values
