@@ -12,8 +12,6 @@ reported as a numbered trace in words.
 from __future__ import annotations
 
 import asyncio
-import dataclasses
-import json
 import time
 import unittest
 from collections.abc import Callable
@@ -46,6 +44,13 @@ from dataoad._status import ActionStatus, VerificationHealth
 from dataoad._verification import VerificationResult
 from dataoad.ledgers.memory import InMemoryLedger
 from dataoad.testing._adapter import ProviderAdapter, ReadFault, SandboxFault
+from dataoad.testing._adapter_report import (
+    INVARIANTS,
+    AdapterCheckReport,
+    AdapterViolation,
+    write_json,
+    write_junit,
+)
 
 __all__ = [
     "INVARIANTS",
@@ -53,24 +58,11 @@ __all__ = [
     "AdapterViolation",
     "adapter_test_case",
     "check_adapter",
+    "write_json",
+    "write_junit",
 ]
 
 KEYS = ("order-1", "order-2")
-#: What each invariant means, in words; the trace names the one that broke.
-INVARIANTS: dict[str, str] = {
-    "confirmed-only-with-the-effect": "a receipt or a bound, healthy verifier answer says "
-    "CONFIRMED only when the provider holds the effect",
-    "failed-only-when-nothing-can-appear": "a receipt says FAILED only when the provider holds "
-    "no effect and no request for it is still in flight",
-    "at-most-one-effect-per-claim": "one claim never leads to two effects at the provider",
-    "retry-safe-absence-only-when-final": "the verifier says 'absent, retry-safe' only when the "
-    "provider holds no effect and nothing for the reference is in flight",
-    "verifier-names-the-receipts-reference": "without a staged read fault, a healthy verifier "
-    "answer names the receipt's own provider reference",
-    "definitive-failure-only-when-nothing-committed": "perform raises DefinitiveFailure only "
-    "when the call left no effect and nothing in flight",
-}
-
 #: Faults the checker injects around ``perform`` itself (no sandbox needed).
 AROUND_PERFORM = ("none", "raise before sending", "lose the response after perform returns")
 #: Faults the checker injects around ``verify`` itself.
@@ -80,72 +72,6 @@ POLICIES = {
     "default": RetryPolicy(),
     "retry-failed": RetryPolicy(max_attempts=3, retry_on_failed=True),
 }
-
-
-class AdapterViolation(AssertionError):
-    """The adapter (with Dataoad) broke a named invariant; carries the trace."""
-
-    def __init__(self, invariant_name: str, detail: str, steps: list[dict[str, Any]]) -> None:
-        super().__init__(f"{invariant_name}: {detail}")
-        self.invariant = invariant_name
-        self.detail = detail
-        self.steps = steps
-
-
-@dataclasses.dataclass
-class AdapterCheckReport:
-    """What a check found: a violation with its trace, or none within the budget."""
-
-    adapter: str
-    examples: int
-    seconds: float
-    violation: AdapterViolation | None
-    skipped_faults: list[str]
-
-    @property
-    def passed(self) -> bool:
-        """True when no violation was found (which is not a proof of correctness)."""
-        return self.violation is None
-
-    def render(self) -> str:
-        """The human-readable report."""
-        lines = [f"dataoad check {self.adapter}"]
-        for fault in self.skipped_faults:
-            lines.append(f"  skipped fault: {fault} (the adapter cannot stage it)")
-        if self.violation is None:
-            lines.append(
-                f"none found in {self.examples} examples ({self.seconds:.1f} s): no violation "
-                "within this budget, which is a search result, not a proof"
-            )
-            return "\n".join(lines)
-        v = self.violation
-        lines.append(f"VIOLATION of {v.invariant}: {INVARIANTS.get(v.invariant, '')}")
-        lines.append(f"  {v.detail}")
-        lines.append(f"Shrunk trace ({len(v.steps)} steps, found in {self.seconds:.1f} s):")
-        for step in v.steps:
-            lines.append(f"  {step['number']:>2}. {step['actor']}: {step['text']}")
-            if step.get("provider"):
-                lines.append(f"      provider: {step['provider']}")
-            if step.get("ledger"):
-                lines.append(f"      ledger:   {step['ledger']}")
-        return "\n".join(lines)
-
-    def to_json(self) -> dict[str, Any]:
-        """The same report as JSON-ready data."""
-        return {
-            "adapter": self.adapter,
-            "examples": self.examples,
-            "seconds": round(self.seconds, 3),
-            "skipped_faults": self.skipped_faults,
-            "violation": None
-            if self.violation is None
-            else {
-                "invariant": self.violation.invariant,
-                "meaning": INVARIANTS.get(self.violation.invariant, ""),
-                "detail": self.violation.detail,
-                "steps": self.violation.steps,
-            },
-        }
 
 
 def _supported(adapter: ProviderAdapter) -> tuple[list[str], list[str], list[str]]:
@@ -546,31 +472,3 @@ def adapter_test_case(
 
     AdapterContract.__qualname__ = AdapterContract.__name__ = "AdapterContract"
     return AdapterContract
-
-
-def write_junit(report: AdapterCheckReport, path: str) -> None:
-    """A one-test JUnit XML file for CI systems."""
-    from xml.sax.saxutils import escape, quoteattr
-
-    failure = ""
-    if report.violation is not None:
-        failure = (
-            f"<failure message={quoteattr(report.violation.invariant)}>"
-            f"{escape(report.render())}</failure>"
-        )
-    xml = (
-        '<?xml version="1.0" encoding="utf-8"?>\n'
-        f'<testsuite name="dataoad check" tests="1" failures="{0 if report.passed else 1}" '
-        f'time="{report.seconds:.3f}">'
-        f'<testcase classname="dataoad.check" name={quoteattr(report.adapter)} '
-        f'time="{report.seconds:.3f}">{failure}</testcase></testsuite>\n'
-    )
-    with open(path, "w", encoding="utf-8") as handle:
-        handle.write(xml)
-
-
-def write_json(report: AdapterCheckReport, path: str) -> None:
-    """The report as a JSON file."""
-    with open(path, "w", encoding="utf-8") as handle:
-        json.dump(report.to_json(), handle, indent=2)
-        handle.write("\n")
