@@ -7,49 +7,9 @@ laptop and in CI.
 
 from __future__ import annotations
 
-import os
-
 import pytest
-from hypothesis import HealthCheck, settings
 
-# The example database lives outside the repository tree's tracked files
-# (.hypothesis/ is git-ignored); the ci profile does not use one at all, so a
-# CI run never depends on what an earlier run found.
-# 200 examples: the budget at which each planted bug is found by at least 9
-# of 10 fresh seeds (stateful_tests/README.md). Machines on a file or a server
-# take a quarter of it (stateful_tests.harness.io_bound_settings).
-settings.register_profile(
-    "ci",
-    max_examples=200,
-    stateful_step_count=50,
-    deadline=None,
-    derandomize=False,
-    database=None,
-    print_blob=True,
-    # Stateful machines drive real ledgers (SQLite on disk); a slow data
-    # generation is the machine's I/O, not a strategy problem.
-    suppress_health_check=[HealthCheck.too_slow],
-)
-settings.register_profile(
-    "deep",
-    max_examples=2000,
-    stateful_step_count=80,
-    deadline=None,
-    print_blob=True,
-    suppress_health_check=[HealthCheck.too_slow],
-)
-settings.register_profile(
-    "dev",
-    max_examples=30,
-    stateful_step_count=25,
-    deadline=None,
-    suppress_health_check=[HealthCheck.too_slow],
-)
-
-_profile = os.environ.get("HYPOTHESIS_PROFILE", "ci")
-if _profile not in {"ci", "deep", "dev"}:
-    raise RuntimeError(f"HYPOTHESIS_PROFILE must be ci, deep or dev, not {_profile!r}")
-settings.load_profile(_profile)
+import stateful_tests.profiles  # noqa: F401  (registers and loads the Hypothesis profiles)
 
 
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:

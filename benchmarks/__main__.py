@@ -295,7 +295,7 @@ def run_suite_speed(quick: bool, results: dict[str, Any]) -> None:
     results["stateful runner machine (memory)"] = suite_speed.stateful_steps_per_second(
         10 if quick else 60
     )
-    results["python -m models (exhaustive, real runner)"] = (
+    results["python -m stateful_tests.exhaustive (real runner)"] = (
         suite_speed.exhaustive_states_per_second()
     )
 

@@ -12,7 +12,7 @@ from hypothesis.stateful import invariant, run_state_machine_as_test
 
 def stateful_steps_per_second(examples: int) -> dict[str, Any]:
     """Run the in-memory runner machine; count steps through an extra invariant."""
-    from stateful_tests.test_runner_machine import RunnerMachineMemory
+    from stateful_tests.runner_machine import RunnerMachineMemory
 
     steps = 0
 
@@ -42,10 +42,10 @@ def stateful_steps_per_second(examples: int) -> dict[str, Any]:
 
 
 def exhaustive_states_per_second() -> dict[str, Any]:
-    """``python -m models``'s first default-bound scenario: states and steps per second."""
-    from models.__main__ import BOUNDS
+    """``python -m stateful_tests.exhaustive``'s first default-bound scenario: states and steps per second."""
+    from models.bounds import BOUNDS
     from models.explore import explore
-    from models.real_runner import RealRunnerRun, quiet_hypothesis
+    from stateful_tests.exhaustive import RealRunnerRun, quiet_hypothesis
 
     name, plans, faults, crashes = BOUNDS["default"][0]
     with quiet_hypothesis():

@@ -23,7 +23,15 @@ import time
 from collections.abc import Callable, Hashable, Sequence
 from typing import Protocol
 
-__all__ = ["ContenderPlan", "ExplorationResult", "Explorable", "Violation", "explore"]
+__all__ = [
+    "ContenderPlan",
+    "ExplorationResult",
+    "Explorable",
+    "Violation",
+    "explore",
+    "report",
+    "report_total",
+]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -150,3 +158,27 @@ def explore(
     result.states = len(seen)
     result.seconds = time.monotonic() - started
     return result
+
+
+def report(results: Sequence[ExplorationResult]) -> bool:
+    """Print each exploration; True when none found a violation."""
+    for r in results:
+        rate = r.steps / r.seconds if r.seconds else 0.0
+        print(
+            f"{r.label}: {r.states} distinct states, {r.schedules} schedules, "
+            f"{r.steps} steps in {r.seconds:.1f} s ({rate:.0f} steps/s)"
+        )
+        if r.violation is not None:
+            print(f"\nVIOLATION of {r.violation.name}: {r.violation.detail}")
+            print(f"Run ({len(r.actions)} actions):\n{r.violation.trace}")
+            return False
+    return True
+
+
+def report_total(results: Sequence[ExplorationResult], seconds: float) -> None:
+    """Print what all the explorations covered together."""
+    print(
+        f"\ntotal: {sum(r.states for r in results)} distinct states, "
+        f"{sum(r.schedules for r in results)} schedules, {sum(r.steps for r in results)} steps "
+        f"in {seconds:.1f} s"
+    )

@@ -24,12 +24,12 @@ from hypothesis import Phase, seed, settings
 from hypothesis.internal.conjecture import engine
 from hypothesis.stateful import run_state_machine_as_test
 
-import conftest  # noqa: F401  (registers the Hypothesis profiles)
+import stateful_tests.profiles  # noqa: F401  (registers and loads the Hypothesis profiles)
 from dataoad import SQLiteLedger
-from models.real_runner import quiet_hypothesis
+from stateful_tests.exhaustive import quiet_hypothesis
 from stateful_tests.invariants import InvariantViolation
 from stateful_tests.planted_bugs import PLANTED_BUGS, PlantedBug, planted
-from stateful_tests.test_planted_bugs import SHRINK_SECONDS, machine
+from stateful_tests.search import SHRINK_SECONDS, machine
 
 STEP = re.compile(r"^\s*\d+\. ", re.M)
 

@@ -11,7 +11,7 @@ from hypothesis import settings
 from hypothesis.stateful import run_state_machine_as_test
 
 from stateful_tests.harness import REACHED, WRITE_FAULTS, LedgerFault, ProviderFault
-from stateful_tests.test_runner_machine import RunnerMachineMemory
+from stateful_tests.runner_machine import RunnerMachineMemory
 
 WRITES = ("claim", "start_attempt", "record", "release")
 READS = ("get", "find")

@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 
 from dataoad import InMemoryLedger, Ledger, SQLiteLedger
-from tests.support import BACKENDS, PostgresTestTable
+from stateful_tests.services import PostgresTestTable
+from tests.support import BACKENDS
 
 
 @pytest.fixture(params=BACKENDS)

@@ -15,7 +15,7 @@ import pytest
 
 from dataoad import ActionPersistenceError, ActionRunner, SQLiteLedger
 from dataoad.testing import ChargeFault, FakePaymentProvider, FaultyLedger, LedgerFault
-from tests.support import PostgresTestTable
+from stateful_tests.services import PostgresTestTable
 
 ROOT = Path(__file__).resolve().parent.parent
 

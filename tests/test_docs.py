@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.support import unavailable
+from stateful_tests.services import unavailable
 
 ROOT = Path(__file__).resolve().parents[1]
 TUTORIAL = ROOT / "docs" / "tutorial.md"

@@ -93,3 +93,55 @@ def test_the_check_finds_a_cycle(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
     (package / "b.py").write_text("def f():\n    from loop.a import y\n")
     monkeypatch.setattr(sys.modules[__name__], "ROOT", tmp_path)
     assert cycles("loop") == [["loop.a", "loop.b"]]
+
+
+def outside_imports(package: str) -> dict[str, set[str]]:
+    """Per module of ``package``: the top-level names of the repository's packages it imports."""
+    known: dict[str, Path] = {}
+    for other in ("dataoad", "models", "stateful_tests", "tests"):
+        known.update(modules(other))
+    known["conftest"] = ROOT / "conftest.py"
+    found = {}
+    for name, path in modules(package).items():
+        found[name] = set(imports_of(path, known))
+    return found
+
+
+def test_the_library_imports_nothing_of_the_verification_tree() -> None:
+    for name, targets in outside_imports("dataoad").items():
+        bad = {t for t in targets if t.split(".")[0] in ("models", "stateful_tests", "tests")}
+        assert not bad, f"{name} imports {sorted(bad)}"
+
+
+def test_the_model_imports_neither_the_state_machines_nor_the_tests() -> None:
+    for name, targets in outside_imports("models").items():
+        bad = {t for t in targets if t.split(".")[0] in ("stateful_tests", "tests", "conftest")}
+        assert not bad, f"{name} imports {sorted(bad)}"
+
+
+def test_machines_and_harness_import_no_test_module_or_conftest() -> None:
+    for name, targets in outside_imports("stateful_tests").items():
+        if name.split(".")[-1].startswith("test_") or name.endswith("conftest"):
+            continue  # test modules may import anything below them
+        bad = {
+            t
+            for t in targets
+            if t.split(".")[0] in ("tests", "conftest")
+            or t.split(".")[-1].startswith("test_")
+            or t.endswith("conftest")
+        }
+        assert not bad, f"{name} imports {sorted(bad)}"
+
+
+def test_the_one_way_check_sees_a_test_import(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    for package in ("dataoad", "models", "stateful_tests", "tests"):
+        (tmp_path / package).mkdir()
+        (tmp_path / package / "__init__.py").write_text("")
+    (tmp_path / "stateful_tests" / "test_m.py").write_text("")
+    (tmp_path / "stateful_tests" / "harness.py").write_text("import stateful_tests.test_m\n")
+    (tmp_path / "conftest.py").write_text("")
+    monkeypatch.setattr(sys.modules[__name__], "ROOT", tmp_path)
+    with pytest.raises(AssertionError, match="test_m"):
+        test_machines_and_harness_import_no_test_module_or_conftest()

@@ -1,4 +1,4 @@
-"""``python -m models``: the bounded exhaustive check of the real runner.
+"""``python -m stateful_tests.exhaustive``: the bounded exhaustive check of the real runner.
 
 The default bound must finish clean and report what it covered, and each
 planted bug within its reach must be found in the scenario that triggers
@@ -15,9 +15,9 @@ from typing import Any
 
 import pytest
 
-from models.__main__ import BOUNDS, OUT_OF_REACH, main
+from models.bounds import BOUNDS
 from models.explore import explore
-from models.real_runner import RealRunnerRun, quiet_hypothesis
+from stateful_tests.exhaustive import OUT_OF_REACH, RealRunnerRun, main, quiet_hypothesis
 from stateful_tests.planted_bugs import PLANTED_BUGS, planted
 
 # Slow (bounded exhaustive exploration of the real runner): left out of the quick loop, python -m pytest -m "not slow".
@@ -48,15 +48,26 @@ TRIGGER = {
 }
 
 
-def test_default_bound_is_clean_and_reports_its_coverage() -> None:
-    done = subprocess.run(
-        [sys.executable, "-m", "models"],
+def _module(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", *args],
         cwd=ROOT,
         capture_output=True,
         text=True,
         timeout=180,
         check=False,
     )
+
+
+def test_the_abstract_model_is_clean_on_the_default_bound() -> None:
+    done = _module("models")
+    assert done.returncode == 0, done.stdout + done.stderr
+    lines = [line for line in done.stdout.splitlines() if line.startswith("abstract protocol:")]
+    assert len(lines) == len(BOUNDS["default"])
+
+
+def test_default_bound_is_clean_and_reports_its_coverage() -> None:
+    done = _module("stateful_tests.exhaustive")
     assert done.returncode == 0, done.stdout + done.stderr
     lines = [line for line in done.stdout.splitlines() if line.startswith("real runner:")]
     assert len(lines) == len(BOUNDS["default"])
@@ -97,14 +108,7 @@ def test_a_violation_exits_1_with_the_trace(capsys: pytest.CaptureFixture[str]) 
 
 
 def test_planted_mode_reports_each_bug() -> None:
-    done = subprocess.run(
-        [sys.executable, "-m", "models", "--planted", "never-retries"],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=180,
-        check=False,
-    )
+    done = _module("stateful_tests.exhaustive", "--planted", "never-retries")
     assert done.returncode == 0, done.stdout  # found, as it must be
     assert "never-retries" in done.stdout
     assert "found as retryable-failure-is-retried" in done.stdout

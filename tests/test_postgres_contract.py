@@ -12,7 +12,7 @@ import pytest
 
 from dataoad import Ledger, PostgresLedger
 from dataoad.testing import DurableLedgerContract
-from tests.support import postgres_dsn, unique_table
+from stateful_tests.services import postgres_dsn, unique_table
 
 
 class TestPostgresLedger(DurableLedgerContract):

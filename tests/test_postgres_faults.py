@@ -32,7 +32,8 @@ from dataoad import (
     PostgresLedger,
 )
 from dataoad.testing._postgres_server import PostgresServer, PostgresUnavailableError
-from tests.support import REQUEST, CountingOperation, postgres_dsn, unavailable, unique_table
+from stateful_tests.services import postgres_dsn, unavailable, unique_table
+from tests.support import REQUEST, CountingOperation
 
 
 async def fresh_ledger(dsn: str, **options: Any) -> PostgresLedger:

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.support import unavailable
+from stateful_tests.services import unavailable
 
 ROOT = Path(__file__).resolve().parents[1]
 

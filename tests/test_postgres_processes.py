@@ -7,8 +7,8 @@ import time
 from pathlib import Path
 
 from dataoad import ActionStatus, ClaimState
+from stateful_tests.services import PostgresTestTable
 from tests.ledger_child import contend_in_processes
-from tests.support import PostgresTestTable
 
 
 def test_eight_processes_contending_for_the_same_keys(tmp_path: Path) -> None:

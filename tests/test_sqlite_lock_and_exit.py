@@ -22,7 +22,8 @@ from dataoad import (
     ClaimState,
     SQLiteLedger,
 )
-from tests.support import REQUEST, CountingOperation, PostgresTestTable
+from stateful_tests.services import PostgresTestTable
+from tests.support import REQUEST, CountingOperation
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -23,7 +23,8 @@ from dataoad import (
     VerificationResult,
 )
 from dataoad._receipt import bounded_error
-from tests.support import REQUEST, CountingOperation, PostgresTestTable
+from stateful_tests.services import PostgresTestTable
+from tests.support import REQUEST, CountingOperation
 
 
 class CountingLedger(InMemoryLedger):

@@ -13,7 +13,7 @@ from typing import Any
 
 from dataoad import ActionRunner, GuardedTool, InMemoryLedger
 from dataoad.testing import ChargeFault, FakePaymentProvider, LookupFault, PaymentVerifier
-from tests.support import unavailable
+from stateful_tests.services import unavailable
 
 ARGS = {"order_id": "order-7", "amount_cents": 2500}
 

@@ -1,24 +1,41 @@
-"""The real ActionRunner on InMemoryLedger, explored exhaustively through the gates.
+"""``python -m stateful_tests.exhaustive``: the real runner, explored exhaustively.
 
-This drives the state machine of ``stateful_tests`` step by step instead of
-letting Hypothesis sample: the same deterministic scheduler parks every
+The scenarios of ``models.bounds`` run on the real ActionRunner with
+InMemoryLedger. This drives the runner state machine step by step instead
+of letting Hypothesis sample: the same deterministic scheduler parks every
 ledger, provider and verifier call of every contender at a gate, and the
 explorer tries every decision at every gate. The properties checked are the
-machine's own (``stateful_tests.invariants``).
+machine's own (``stateful_tests.invariants``). Exit 0 when nothing is
+violated, 1 with the trace otherwise.
+
+    python -m stateful_tests.exhaustive                 # the default bound
+    python -m stateful_tests.exhaustive --bound large   # more scenarios
+    python -m stateful_tests.exhaustive --planted all   # each planted bug must be found
 """
 
 from __future__ import annotations
 
+import argparse
 import contextlib
-from collections.abc import Hashable, Iterator, Sequence
+import sys
+import time
+from collections.abc import Callable, Hashable, Iterator, Sequence
 from typing import Any
 
-import stateful_tests.test_runner_machine as machine_module
-from models.explore import ContenderPlan, Violation
+import stateful_tests.runner_machine as machine_module
+from models.bounds import BOUNDS
+from models.explore import (
+    ContenderPlan,
+    ExplorationResult,
+    Violation,
+    explore,
+    report,
+    report_total,
+)
 from stateful_tests import invariants as inv
 from stateful_tests.harness import WRITE_FAULTS, LedgerFault, ProviderFault, VerifierAnswer
 
-__all__ = ["RealRunnerRun", "quiet_hypothesis"]
+__all__ = ["OUT_OF_REACH", "RealRunnerRun", "main", "quiet_hypothesis", "run_real"]
 
 
 @contextlib.contextmanager
@@ -211,3 +228,94 @@ def _outcome(outcome: Any) -> str:
     if status is not None:
         return f"{status.value}{'/replayed' if getattr(outcome, 'replayed', False) else ''}"
     return type(outcome).__name__
+
+
+def _build(
+    plans: Sequence[ContenderPlan], faults: int, crashes: int, overrides: dict[str, Any]
+) -> Callable[[], Any]:
+    return lambda: RealRunnerRun(plans, fault_budget=faults, crashes=crashes, overrides=overrides)
+
+
+def run_real(
+    bound: str, overrides: dict[str, Any] | None = None, depth: int = 40
+) -> list[ExplorationResult]:
+    """Explore every scenario of ``bound`` on the real runner; stops at the first violation."""
+    results = []
+    with quiet_hypothesis():
+        for name, plans, faults, crashes in BOUNDS[bound]:
+            result = explore(
+                f"real runner: {name}, {faults} fault(s), {crashes} crash(es)",
+                _build(plans, faults, crashes, overrides or {}),
+                depth=depth,
+            )
+            results.append(result)
+            if result.violation is not None:
+                break
+    return results
+
+
+#: Planted bugs of the ledger and merge machines that the runner explorer
+#: cannot reach, and why; their own machines find them.
+OUT_OF_REACH = {
+    "non-atomic-claim": "the race is inside one ledger call; the scheduler gates between calls",
+    "first-writer-wins-merge": "losing an observation is judged by the merge machine's model",
+    "latest-observation-wins": "losing an observation is judged by the merge machine's model",
+    "memory-record-ignores-version": "a ledger-level bug: the ledger machine compares with the model",
+    "memory-starts-attempts-on-completed-claims": "a ledger-level bug (the ledger machine)",
+    "memory-claim-always-created": "a ledger-level bug (the ledger machine)",
+    "sqlite-record-reopens-completed-claims": "a SQLite bug; this explorer runs InMemoryLedger",
+    "sqlite-releases-started-claims": "a SQLite bug; this explorer runs InMemoryLedger",
+    "sqlite-lock-wait-unbounded": "a SQLite bug; this explorer runs InMemoryLedger",
+    "observations-truncated-oldest-first": "losing an observation is judged by the merge machine",
+    "sync-operation-on-the-loop": "this explorer's operations are async; the runner machine has sync ones",
+}
+
+
+def planted(names: list[str]) -> int:
+    """Run the default bound against each planted bug; each must be found."""
+    from stateful_tests.planted_bugs import PLANTED_BUGS
+    from stateful_tests.planted_bugs import planted as plant
+
+    chosen = [b for b in PLANTED_BUGS if "all" in names or b.name in names]
+    if not chosen:
+        print(f"no planted bug named {', '.join(names)}", file=sys.stderr)
+        return 2
+    missed = 0
+    for bug in chosen:
+        if bug.name in OUT_OF_REACH:
+            print(f"{bug.name:<40} out of this explorer's reach: {OUT_OF_REACH[bug.name]}")
+            continue
+        started = time.monotonic()
+        with plant(bug) as overrides:
+            results = run_real("default", overrides)
+        found = next((r.violation for r in results if r.violation is not None), None)
+        seconds = time.monotonic() - started
+        verdict = "NOT FOUND"
+        if found is not None:
+            verdict = f"found as {found.name}"
+            if found.name not in bug.expected:
+                verdict += f" (expected {', '.join(sorted(bug.expected))})"
+                missed += 1
+        print(f"{bug.name:<40} {verdict} in {seconds:.1f} s")
+        missed += found is None
+    return 1 if missed else 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m stateful_tests.exhaustive", description=__doc__.splitlines()[0]
+    )
+    parser.add_argument("--bound", choices=sorted(BOUNDS), default="default")
+    parser.add_argument("--planted", nargs="+", metavar="NAME", help="planted bug names, or all")
+    args = parser.parse_args(argv)
+    if args.planted:
+        return planted(args.planted)
+    started = time.monotonic()
+    results = run_real(args.bound)
+    ok = report(results)
+    report_total(results, time.monotonic() - started)
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,254 @@
+"""The verification-merge machine: concurrent observations merged in every order.
+
+One action ends UNKNOWN. Then several ``reconcile`` contenders, each with a
+verifier whose answer is drawn (including answers that contradict each
+other, as a stale replica and a fresh one might), interleave through the
+gate scheduler. However their reads and writes interleave, the receipt must
+end as the model's order-independent merge of every observation recorded,
+and no observation may be lost (no first- or last-writer-wins).
+"""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Any, ClassVar
+
+from hypothesis import event, note
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
+
+import dataoad._evidence as evidence_module
+from dataoad import (
+    ActionResult,
+    ActionRunner,
+    ActionStatus,
+    InMemoryLedger,
+    Ledger,
+    SQLiteLedger,
+    VerificationHealth,
+    VerificationResult,
+)
+from models.protocol import Evidence, classify_verification, merge
+from stateful_tests.harness import (
+    Contender,
+    GatedLedger,
+    History,
+    LedgerFault,
+    MachineLoop,
+    Scheduler,
+    violation,
+)
+from stateful_tests.services import PostgresTestTable
+
+REF = "ref-merge"
+#: Observations a receipt keeps in this machine (the library's default is higher).
+OBSERVATION_LIMIT = 2
+ANSWERS: dict[str, tuple[Any, Evidence | None]] = {
+    "confirmed pr_1": (
+        lambda: VerificationResult.confirmed(
+            verified_provider_reference=REF, provider_request_id="pr_1"
+        ),
+        Evidence("CONFIRMED"),
+    ),
+    "confirmed pr_2": (
+        lambda: VerificationResult.confirmed(
+            verified_provider_reference=REF, provider_request_id="pr_2"
+        ),
+        Evidence("CONFIRMED"),
+    ),
+    "absent retry-safe": (
+        lambda: VerificationResult.absent(verified_provider_reference=REF, retry_safe=True),
+        Evidence("FAILED", retry_safe=True),
+    ),
+    "absent": (
+        lambda: VerificationResult.absent(verified_provider_reference=REF),
+        Evidence("FAILED"),
+    ),
+    "unknown": (
+        lambda: VerificationResult.unknown(reason="down"),
+        Evidence("UNKNOWN", healthy=False),
+    ),
+    "degraded confirmation": (
+        lambda: VerificationResult(
+            outcome=ActionStatus.CONFIRMED,
+            health=VerificationHealth.DEGRADED,
+            verified_provider_reference=REF,
+        ),
+        Evidence("CONFIRMED", healthy=False),
+    ),
+    "wrong reference": (
+        lambda: VerificationResult.confirmed(verified_provider_reference="elsewhere"),
+        Evidence("CONFIRMED", bound=False),
+    ),
+}
+
+
+class MergeMachineBase(RuleBasedStateMachine):
+    """Reconcilers race on one UNKNOWN receipt; the model judges the merge."""
+
+    backend: ClassVar[str] = "memory"
+    runner_class: ClassVar[type[ActionRunner]] = ActionRunner
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.loop = MachineLoop()
+        self.scheduler = Scheduler(self.loop)
+        self.folder = Path(tempfile.mkdtemp(prefix="dataoad-merge-"))
+        self.clients: list[Ledger] = []
+        self.reconcilers: list[Contender] = []
+        self.answers: dict[str, str] = {}
+        self.action_id = ""
+        self.history = History(type(self).__name__)
+        self.postgres: PostgresTestTable | None = None
+        # A low bound, so runs reach it: up to five reconcilers write here.
+        self.saved_observation_limit = evidence_module.MAX_KEPT_OBSERVATIONS
+        evidence_module.MAX_KEPT_OBSERVATIONS = OBSERVATION_LIMIT
+
+    def client(self) -> Ledger:
+        if self.backend == "postgres":
+            if self.postgres is None:
+                self.postgres = PostgresTestTable()
+                self.loop.run(self.postgres.create())
+            ledger: Ledger = self.postgres.client()
+        elif self.backend == "sqlite":
+            ledger = SQLiteLedger(self.folder / "merge.sqlite3")
+        elif self.clients:
+            return self.clients[0]
+        else:
+            ledger = InMemoryLedger()
+        self.clients.append(ledger)
+        return ledger
+
+    def teardown(self) -> None:
+        try:
+            for c in self.reconcilers:
+                if c.task is not None and not c.task.done():
+                    c.crashed = True
+                    c.task.cancel()
+            evidence_module.MAX_KEPT_OBSERVATIONS = self.saved_observation_limit
+            for ledger in self.clients:
+                self.loop.run(ledger.close())
+            if self.postgres is not None:
+                self.loop.run(self.postgres.drop())
+        finally:
+            self.loop.close()
+            shutil.rmtree(self.folder, ignore_errors=True)
+
+    @initialize()
+    def an_unknown_action(self) -> None:
+        async def timeout() -> None:
+            raise TimeoutError("response lost")
+
+        result = self.loop.run(
+            ActionRunner(self.client()).execute(
+                "charge", timeout, request={}, idempotency_key="k", provider_reference=REF
+            )
+        )
+        assert result.status is ActionStatus.UNKNOWN
+        self.action_id = result.receipt.action_id
+
+    @precondition(lambda self: len(self.reconcilers) < 5)
+    @rule(answer=st.sampled_from(sorted(ANSWERS)))
+    def start_reconcile(self, answer: str) -> None:
+        name = "RSTUV"[len(self.reconcilers)]
+        c = Contender(name, "reconcile", "k", REF)
+        self.reconcilers.append(c)
+        self.answers[name] = answer
+        runner = self.runner_class(GatedLedger(self.client(), self.scheduler))
+        make_result = ANSWERS[answer][0]
+
+        async def verify(receipt: Any) -> VerificationResult:
+            await self.scheduler.gate("verifier.verify")
+            c.verifier_answers.append((None, answer))  # type: ignore[arg-type]
+            return make_result()  # type: ignore[no-any-return]
+
+        note(f"reconciler {name} will observe: {answer}")
+        self.history.add(f"reconciler {name}", f"starts; its verifier will answer {answer!r}")
+        event(f"answer: {answer}")
+        self.scheduler.start(c, lambda: runner.reconcile(self.action_id, verify))
+
+    @precondition(lambda self: any(c.parked_at for c in self.reconcilers))
+    @rule(data=st.data())
+    def advance(self, data: st.DataObject) -> None:
+        parked = {c.name: c for c in self.reconcilers if c.parked_at}
+        c = parked[data.draw(st.sampled_from(sorted(parked)), label="reconciler")]
+        note(f"reconciler {c.name} passes {c.parked_at}")
+        gate = c.parked_at
+        self.scheduler.release(c, LedgerFault.NONE if c.parked_at != "verifier.verify" else None)
+        outcome = ""
+        if c.finished:
+            result = c.outcome
+            outcome = (
+                f" and finishes: {result.status.value}, version {result.receipt.version}"
+                if isinstance(result, ActionResult)
+                else f" and finishes: {type(result).__name__}"
+            )
+        self.history.add(f"reconciler {c.name}", f"passes {gate}{outcome}")
+
+    @rule()
+    def an_operator_reads_the_receipt(self) -> None:
+        """Reads change nothing; this rule also keeps the machine able to move on."""
+        receipt = self.loop.run(self.clients[0].get(self.action_id))
+        assert receipt is not None
+        note(f"receipt: {receipt.final_status}, version {receipt.version}")
+
+    @invariant()
+    def merge_is_order_independent_and_loses_nothing(self) -> None:
+        """The receipt states the model's merge of every observation, and counts them all."""
+        if not self.action_id:
+            return
+        receipt = self.loop.run(self.clients[0].get(self.action_id))
+        assert receipt is not None
+        recorded = receipt.metadata.get("verification_observations", ())
+        counted = receipt.metadata.get("verification_observation_count", 0)
+        writers = [
+            c
+            for c in self.reconcilers
+            if c.finished and isinstance(c.outcome, ActionResult) and c.verifier_answers
+        ]
+        # Only observations nothing depends on may be dropped past the bound;
+        # the status and provider-id checks below catch a wrong drop.
+        dropped_below_the_bound = counted <= OBSERVATION_LIMIT and len(recorded) != counted
+        if counted < len(writers) or dropped_below_the_bound:
+            raise violation(
+                self.history,
+                "every-observation-is-kept",
+                f"{len(writers)} reconcilers wrote; the receipt counts {counted} observations "
+                f"and keeps {len(recorded)} ({', '.join(self.answers[c.name] for c in writers)})",
+            )
+        expected, conflict = merge(
+            classify_verification(ANSWERS[self.answers[c.name]][1]) for c in writers
+        )
+        if writers and receipt.final_status.value != (expected or "UNKNOWN"):  # type: ignore[union-attr]
+            raise violation(
+                self.history,
+                "merge-is-order-independent",
+                f"observations {[self.answers[c.name] for c in writers]} must merge to "
+                f"{expected} (contradiction={conflict}); the receipt says "
+                f"{receipt.final_status.value}",  # type: ignore[union-attr]
+            )
+        ids = {
+            "pr_1" if "pr_1" in self.answers[c.name] else "pr_2"
+            for c in writers
+            if self.answers[c.name].startswith("confirmed")
+        }
+        if set(receipt.metadata.get("provider_request_ids", ())) != ids:
+            raise violation(
+                self.history,
+                "every-provider-request-id-is-kept",
+                f"ids {sorted(ids)} were confirmed, the receipt keeps "
+                f"{list(receipt.metadata.get('provider_request_ids', ()))}",
+            )
+        if len(ids) > 1 and receipt.metadata.get("provider_request_id_conflict") is not True:
+            raise violation(
+                self.history,
+                "every-provider-request-id-is-kept",
+                "two ids confirmed without the conflict flag",
+            )
+
+
+MergeMachineMemory = type("MergeMachineMemory", (MergeMachineBase,), {"backend": "memory"})
+MergeMachineSQLite = type("MergeMachineSQLite", (MergeMachineBase,), {"backend": "sqlite"})
+MergeMachinePostgres = type("MergeMachinePostgres", (MergeMachineBase,), {"backend": "postgres"})

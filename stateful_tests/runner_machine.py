@@ -1,0 +1,615 @@
+"""The runner machine: concurrent contenders, faults on both sides of the commit.
+
+Contenders run real ``execute`` / ``reconcile`` / ``recover_pending`` /
+``release_unstarted`` calls. Rules start contenders, advance one parked
+contender past one gate (drawing the fault or verifier answer there), crash
+contenders, and let in-flight provider requests commit or be fenced. After
+every step the invariants of ``invariants.py`` are checked against the
+recorded history, the abstract world and the ledger as an observer sees it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import shutil
+import tempfile
+import threading
+import warnings
+from pathlib import Path
+from typing import Any, ClassVar
+
+from hypothesis import event, note
+from hypothesis import strategies as st
+from hypothesis.stateful import (
+    Bundle,
+    RuleBasedStateMachine,
+    initialize,
+    invariant,
+    multiple,
+    precondition,
+    rule,
+)
+
+import dataoad._evidence as evidence_module
+from dataoad import (
+    ActionReceipt,
+    ActionResult,
+    ActionRunner,
+    InMemoryLedger,
+    Ledger,
+    RetryPolicy,
+    SQLiteLedger,
+)
+from models.world import World
+from stateful_tests import invariants as inv
+from stateful_tests.harness import (
+    REACHED,
+    WRITE_FAULTS,
+    Contender,
+    GatedLedger,
+    History,
+    LedgerFault,
+    MachineLoop,
+    ProviderFault,
+    Scheduler,
+    VerifierAnswer,
+    WorldProvider,
+    WorldVerifier,
+    current_contender,
+)
+from stateful_tests.services import PostgresTestTable
+
+ACTION = "charge"
+#: At most this many contenders are in flight at once.
+MAX_ACTIVE = 3
+KEYS = ("order-1", "order-2")
+#: Keys a run may reach: each claim invokes the provider for its first
+#: claimer only, so a run that settled its keys needs new orders to go on
+#: finding bugs in a claim's lifecycle.
+MAX_KEYS = 4
+NAMES = "ABCDEFGHIJKLMNOPQRSTUVWXYZ"
+
+
+def contender_name(index: int) -> str:
+    """A, B, ... Z, then A1, B1, ...: a run never runs out of names."""
+    letter, lap = NAMES[index % len(NAMES)], index // len(NAMES)
+    return f"{letter}{lap}" if lap else letter
+
+
+with warnings.catch_warnings():
+    warnings.simplefilter("ignore", RuntimeWarning)
+    ESCAPE_HATCH = RetryPolicy(max_attempts=2, retry_on_unknown=True)
+POLICIES = {
+    "default": RetryPolicy(),
+    "retry-failed": RetryPolicy(max_attempts=3, retry_on_failed=True),
+    "retry-unknown (escape hatch)": ESCAPE_HATCH,
+}
+
+#: How long a duplicate waits for the claim holder (virtual seconds; see VirtualClock).
+#: "wait 3 s" gives the holder about 17 looks at the claim to settle in, so
+#: the duplicate's wait often ends in a replay rather than running out.
+WAITS = {
+    "no wait": None,
+    "wait 0 s": 0.0,
+    "wait 0.02 s": 0.02,
+    "wait 1 s": 1.0,
+    "wait 3 s": 3.0,
+}
+
+
+class VirtualClock:
+    """Time for ``wait_in_progress`` that passes only when a waiter sleeps.
+
+    Real time would make a shrunk trace depend on the machine's speed; here a
+    waiter's deadline is reached after a fixed number of looks at the claim.
+    """
+
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def monotonic(self) -> float:
+        return self.now
+
+    async def sleep(self, seconds: float) -> None:
+        contender = current_contender()
+        if contender is not None:
+            contender.waited = True
+        self.now += seconds
+        await asyncio.sleep(0)
+
+
+# Unfaulted calls are weighted up so that runs make progress between faults.
+LEDGER_DECISIONS = st.sampled_from([LedgerFault.NONE] * 10 + list(WRITE_FAULTS)[1:])
+# On SQLite a write may also meet another process stuck holding the writer lock.
+# It costs real time (the client's busy_timeout), so it is drawn half as
+# often as the other write faults.
+SQLITE_WRITE_DECISIONS = st.sampled_from(
+    [LedgerFault.NONE] * 20 + list(WRITE_FAULTS)[1:] * 2 + [LedgerFault.LOCK_HELD]
+)
+READ_DECISIONS = st.sampled_from([LedgerFault.NONE] * 12 + [LedgerFault.FAIL_BEFORE_WRITE])
+# A waiting duplicate looks at the claim many times; faulting each look as
+# often as a single read would end nearly every long wait in a read error.
+WAITING_READ_DECISIONS = st.sampled_from([LedgerFault.NONE] * 40 + [LedgerFault.FAIL_BEFORE_WRITE])
+# Releases are rare operator actions; when one happens, fault it often.
+RELEASE_DECISIONS = st.sampled_from([LedgerFault.NONE] * 2 + list(WRITE_FAULTS)[1:])
+# Definitive failures are listed twice: only they exercise the retry
+# policy's FAILED branch, which needs a retrying policy as well. So is the
+# error raised before sending: it is the one ambiguous error after which
+# nothing committed, against three after which something did, and only it
+# tests that a verifier's word is checked rather than borne out by the world.
+PROVIDER_DECISIONS = st.sampled_from(
+    [
+        *ProviderFault,
+        ProviderFault.REJECT_RETRYABLE,
+        ProviderFault.DECLINE,
+        ProviderFault.FAIL_BEFORE_SEND,
+    ]
+)
+VERIFIER_DECISIONS = st.sampled_from([VerifierAnswer.TRUTHFUL] * 3 + list(VerifierAnswer)[1:])
+#: The SQLite clients' busy_timeout: a write that meets a stuck lock holder
+#: must give up within it (property lock-waits-are-bounded).
+SQLITE_BUSY_TIMEOUT = 0.02
+
+#: Observations a receipt keeps, lowered from the library's default so that
+#: runs reach the bound (see dataoad._evidence.keep_observations).
+OBSERVATION_LIMIT = 2
+
+#: Crashes per run: enough to reach every protocol point, few enough to make progress.
+MAX_CRASHES = 2
+
+
+# A retry's attempt start, after the operation already ran, is where a write
+# failure is most telling (the error must say the operation was invoked):
+# fault it more often than a first start.
+RETRY_START_DECISIONS = st.sampled_from([LedgerFault.NONE] * 3 + list(WRITE_FAULTS)[1:])
+
+
+def _decisions_for(gate: str, contender: Contender, backend: str) -> st.SearchStrategy[Any]:
+    if gate in ("ledger.get", "ledger.find") and contender.waited:
+        return WAITING_READ_DECISIONS
+    if gate == "provider.charge":
+        return PROVIDER_DECISIONS
+    if gate == "verifier.verify":
+        return VERIFIER_DECISIONS
+    if gate in ("ledger.get", "ledger.find"):
+        return READ_DECISIONS
+    if gate == "ledger.release":
+        return RELEASE_DECISIONS
+    if gate == "ledger.start_attempt" and contender.provider_calls and backend != "sqlite":
+        return RETRY_START_DECISIONS
+    if backend == "sqlite":
+        return SQLITE_WRITE_DECISIONS
+    return LEDGER_DECISIONS
+
+
+class RunnerMachineBase(RuleBasedStateMachine):
+    """Backend-independent rules; subclasses choose the ledger and the runner."""
+
+    backend: ClassVar[str] = "memory"
+    runner_class: ClassVar[type[ActionRunner]] = ActionRunner
+    ledger_class: ClassVar[type[Any] | None] = None  # overrides the backend's ledger class
+
+    keys = Bundle("keys")
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.loop = MachineLoop()
+        self.history = History(type(self).__name__)
+        self.world = World()
+        self.scheduler = Scheduler(self.loop)
+        self.contenders_list: list[Contender] = []
+        self.observed: dict[str, ActionReceipt] = {}
+        self.transitions: dict[str, tuple[ActionReceipt, ActionReceipt | None]] = {}
+        self.released_ids: set[str] = set()
+        self.crashes = 0
+        self.order_keys: list[str] = []
+        self.virtual_time = VirtualClock()
+        self.saved_observation_limit = evidence_module.MAX_KEPT_OBSERVATIONS
+        evidence_module.MAX_KEPT_OBSERVATIONS = OBSERVATION_LIMIT
+        self.folder: Path | None = None
+        self.clients: list[Ledger] = []
+        self.postgres: PostgresTestTable | None = None
+        if self.backend == "sqlite":
+            self.folder = Path(tempfile.mkdtemp(prefix="dataoad-machine-"))
+        elif self.backend == "postgres":
+            self.postgres = PostgresTestTable()
+            self.loop.run(self.postgres.create())
+        self.observer = self.new_client()
+        self.provider = WorldProvider(self.world, self.scheduler, self.history, self.observer)
+        self.verifier = WorldVerifier(
+            self.world, self.scheduler, self.history, cleared=self.provider.cleared
+        )
+
+    def new_client(self) -> Ledger:
+        """A ledger client on the machine's storage: shared in memory, a new connection otherwise."""
+        if self.backend == "sqlite":
+            assert self.folder is not None
+            cls = self.ledger_class or SQLiteLedger
+            client: Ledger = cls(self.folder / "ledger.sqlite3", busy_timeout=SQLITE_BUSY_TIMEOUT)
+            self.clients.append(client)
+            return client
+        if self.backend == "postgres":
+            assert self.postgres is not None
+            client = self.postgres.client()
+            self.clients.append(client)
+            return client
+        if not self.clients:
+            cls = self.ledger_class or InMemoryLedger
+            self.clients.append(cls())
+        return self.clients[0]
+
+    def teardown(self) -> None:
+        try:
+            for c in self.contenders_list:
+                if c.task is not None and not c.task.done():
+                    c.crashed = True
+                    c.task.cancel()
+            for c in self.contenders_list:
+                self.scheduler.fail_stranded_gate(c)
+            evidence_module.MAX_KEPT_OBSERVATIONS = self.saved_observation_limit
+            for client in self.clients:
+                self.loop.run(client.close())
+            if self.postgres is not None:
+                self.loop.run(self.postgres.drop())
+        finally:
+            self.loop.close()
+            if self.folder is not None:
+                shutil.rmtree(self.folder, ignore_errors=True)
+
+    # -- rules ---------------------------------------------------------------------
+
+    @initialize(target=keys)
+    def the_keys(self) -> Any:
+        self.order_keys = list(KEYS)
+        return multiple(*KEYS)
+
+    @precondition(lambda self: len(self.order_keys) < MAX_KEYS)
+    @rule(target=keys)
+    def a_new_order_arrives(self) -> str:
+        """A new idempotency key comes into play."""
+        key = f"order-{len(self.order_keys) + 1}"
+        self.order_keys.append(key)
+        return key
+
+    def _start(self, contender: Contender, body: Any) -> None:
+        self.contenders_list.append(contender)
+        self.history.step += 1
+        self.scheduler.start(contender, body)
+        self._after(contender)
+
+    def _active(self) -> int:
+        return sum(1 for c in self.contenders_list if not c.finished)
+
+    @precondition(lambda self: self._active() < MAX_ACTIVE)
+    @rule(
+        key=keys,
+        # Mostly the key's usual order. A duplicate asking for another amount
+        # or reference is a conflict and ends at once; drawn at even odds, three
+        # duplicates in four were conflicts, and they crowded out the replays.
+        amount=st.sampled_from([100] * 9 + [250]),
+        alternate_reference=st.sampled_from([False] * 9 + [True]),
+        # The retrying policies listed twice: the default stops after one attempt.
+        policy=st.sampled_from([*sorted(POLICIES), *sorted(POLICIES)[1:]]),
+        with_verifier=st.booleans(),
+        wait=st.sampled_from(["no wait", "no wait", *list(WAITS)[1:]]),
+        form=st.sampled_from(["as built", "as built", "keys reversed", "amount as float"]),
+        runs_in=st.sampled_from(["the event loop", "a worker thread"]),
+    )
+    def start_execute(
+        self,
+        key: str,
+        amount: int,
+        alternate_reference: bool,
+        policy: str,
+        with_verifier: bool,
+        wait: str,
+        form: str = "as built",
+        runs_in: str = "the event loop",
+    ) -> None:
+        name = contender_name(len(self.contenders_list))
+        reference = f"ref-{key}" + ("-alt" if alternate_reference else "")
+        c = Contender(
+            name,
+            "execute",
+            key,
+            reference,
+            policy=POLICIES[policy],
+            with_verifier=with_verifier,
+            escape_hatch=POLICIES[policy].retry_on_unknown,
+            amount=amount,
+        )
+        self.history.add(
+            f"contender {name}",
+            f"execute {key} (amount {amount}, reference {reference}, policy {policy}, "
+            f"{'with' if with_verifier else 'no'} verifier, {wait} for a claim holder, "
+            f"request {form}, operation runs on {runs_in})",
+        )
+        # The same request written differently must hash the same (RFC 8785).
+        request: dict[str, Any] = {"key": key, "amount": amount}
+        if form == "keys reversed":
+            request = {"amount": amount, "key": key}
+        elif form == "amount as float":
+            request = {"key": key, "amount": float(amount)}
+        client = self.new_client()
+        runner = self.runner_class(
+            GatedLedger(client, self.scheduler, self.released_ids),
+            policy=POLICIES[policy],
+            clock=self.virtual_time,
+        )
+
+        c.in_thread = runs_in == "a worker thread"
+
+        async def body() -> Any:
+            operation: Any = functools.partial(self.provider.charge, ACTION, key, reference)
+            if c.in_thread:
+                loop = asyncio.get_running_loop()
+                loop_thread = threading.get_ident()
+
+                def blocking_charge() -> str:
+                    # A sync operation: the runner must call it on a worker
+                    # thread, where it blocks on the (gated) provider call.
+                    if loop_thread == threading.get_ident():
+                        # On the loop it would block the loop for ever: note it
+                        # (property sync-operations-run-off-the-loop) and refuse.
+                        c.ran_on_loop = True
+                        raise RuntimeError("a sync operation was called on the event loop")
+                    call = self.provider.charge(ACTION, key, reference)
+                    return asyncio.run_coroutine_threadsafe(call, loop).result()
+
+                operation = blocking_charge
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", RuntimeWarning)
+                return await runner.execute(
+                    ACTION,
+                    operation,
+                    request=request,
+                    idempotency_key=key,
+                    provider_reference=reference,
+                    verifier=self.verifier if with_verifier else None,
+                    wait_in_progress=WAITS[wait],
+                )
+
+        self._start(c, body)
+
+    def _claimed_keys(self) -> list[str]:
+        return sorted({r.idempotency_key for r in self.observed.values()})
+
+    # Operators act only on keys that hold a claim: on a key without one there
+    # is nothing to call, and such no-op steps once made up over half of all
+    # contenders, starving the runs of provider calls.
+    @precondition(lambda self: bool(self._claimed_keys()) and self._active() < MAX_ACTIVE)
+    @rule(data=st.data(), how=st.sampled_from(["reconcile", "recover", "release"]))
+    def start_operator(self, data: st.DataObject, how: str) -> None:
+        """An operator (or a new process) acts on whatever claim a key has now."""
+        key = data.draw(st.sampled_from(self._claimed_keys()), label="claimed key")
+        self.operate(key, how)
+
+    def operate(self, key: str, how: str) -> None:
+        """An operator's ``how`` on whatever claim ``key`` has now (none: nothing to do)."""
+        name = contender_name(len(self.contenders_list))
+        stored = self.loop.run(self.observer.find(ACTION, key))
+        c = Contender(name, how, key, stored.provider_reference or "" if stored else "")
+        self.history.add(f"contender {name}", f"{how} the claim of {key}")
+        live_worker = any(
+            o.kind == "execute" and o.key == key and not o.finished for o in self.contenders_list
+        )
+        if stored is None or (how == "recover" and live_worker):
+            # recover_pending's contract: first make sure the original worker
+            # can no longer mutate. An operator who cannot, waits.
+            c.outcome, c.finished = "no claim" if stored is None else "worker still alive", True
+            self.contenders_list.append(c)
+            return
+        c.action_id = stored.action_id
+        runner = self.runner_class(
+            GatedLedger(self.new_client(), self.scheduler, self.released_ids)
+        )
+
+        async def body() -> Any:
+            if how == "reconcile":
+                return await runner.reconcile(stored.action_id, self.verifier)
+            if how == "recover":
+                return await runner.recover_pending(stored.action_id, self.verifier)
+            return await runner.release_unstarted(stored.action_id)
+
+        self._start(c, body)
+
+    def _stranded_unstarted(self) -> list[str]:
+        return sorted(
+            r.idempotency_key
+            for r in self.observed.values()
+            if r.is_pending
+            and r.attempts == 0
+            and not any(
+                c.kind == "execute" and c.key == r.idempotency_key and not c.finished
+                for c in self.contenders_list
+            )
+        )
+
+    @precondition(lambda self: bool(self._stranded_unstarted()) and self._active() < MAX_ACTIVE)
+    @rule(data=st.data())
+    def release_stranded_claim(self, data: st.DataObject) -> None:
+        """An operator releases a claim whose worker died before its attempt started."""
+        key = data.draw(st.sampled_from(self._stranded_unstarted()), label="stranded key")
+        self.operate(key, "release")
+
+    def _parked(self) -> list[Contender]:
+        return [c for c in self.contenders_list if c.parked_at is not None and not c.finished]
+
+    @precondition(lambda self: bool(self._parked()))
+    @rule(data=st.data(), gates=st.integers(1, 4))
+    def advance(self, data: st.DataObject, gates: int) -> None:
+        """Release one parked contender past up to ``gates`` gates, deciding what happens at each."""
+        parked = {c.name: c for c in self._parked()}
+        c = parked[data.draw(st.sampled_from(sorted(parked)), label="contender")]
+        for _ in range(gates):
+            gate = c.parked_at
+            if gate is None or c.finished:
+                break
+            decision = data.draw(_decisions_for(gate, c, self.backend), label=f"{c.name} at {gate}")
+            event(f"{gate}: {decision.value}")
+            if gate.startswith("ledger."):
+                REACHED[(gate, decision.name)] += 1
+                if decision is not LedgerFault.NONE:
+                    self.history.add(f"contender {c.name}", f"{gate}: {decision.value}")
+            self.history.step += 1
+            self.scheduler.release(c, decision)
+            self._after(c)
+
+    # Hypothesis chooses among enabled rules uniformly; a second way to
+    # advance keeps runs moving forward rather than piling up new contenders.
+    @precondition(lambda self: bool(self._parked()))
+    @rule(data=st.data(), gates=st.integers(1, 4))
+    def advance_another(self, data: st.DataObject, gates: int) -> None:
+        """Release one parked contender past some gates (same as advance)."""
+        self.advance(data, gates)
+
+    @precondition(lambda self: bool(self._parked()) and self.crashes < MAX_CRASHES)
+    @rule(data=st.data())
+    def crash(self, data: st.DataObject) -> None:
+        """A contender's process dies mid-protocol: its task is cancelled, its client dropped."""
+        parked = {c.name: c for c in self._parked()}
+        c = parked[data.draw(st.sampled_from(sorted(parked)), label="contender")]
+        self.history.add(f"contender {c.name}", f"crashes while parked at {c.parked_at}")
+        event("crash")
+        if c.in_thread and c.parked_at == "provider.charge":
+            # Its operation's thread is blocked in the provider call: the
+            # cancellation cannot stop it, and the attempt must end UNKNOWN.
+            REACHED[("crash", "operation on a worker thread, at provider.charge")] += 1
+        self.crashes += 1
+        self.history.step += 1
+        self.scheduler.crash(c)
+        self._after(c)
+
+    def _in_flight_keys(self) -> list[str]:
+        return [
+            key
+            for key in self.order_keys
+            if any(self.world.may_appear_later(ref) for ref in (f"ref-{key}", f"ref-{key}-alt"))
+        ]
+
+    # Only while a request is in flight: otherwise the rule does nothing, and
+    # in runs where Hypothesis's rule swarm disabled the start rules it once
+    # filled every remaining step with no-ops.
+    @precondition(lambda self: bool(self._in_flight_keys()))
+    @rule(data=st.data(), what=st.sampled_from(["late commit", "give up"]))
+    def provider_side_event(self, data: st.DataObject, what: str) -> None:
+        """The provider acts on its own: in-flight requests commit late, or are given up."""
+        self.provider_acts(data.draw(st.sampled_from(self._in_flight_keys()), label="key"), what)
+
+    def provider_acts(self, key: str, what: str) -> None:
+        """In-flight requests of ``key`` commit late, or are given up."""
+        for ref in (f"ref-{key}", f"ref-{key}-alt"):
+            if not self.world.may_appear_later(ref):
+                continue
+            if what == "late commit":
+                committed = self.world.commit_in_flight(ref)
+                self.history.add(
+                    "provider", f"{committed} in-flight request(s) for {ref} commit late"
+                )
+            else:
+                dropped = self.world.drop_in_flight(ref)
+                self.history.add("provider", f"gives up {dropped} in-flight request(s) for {ref}")
+            event(what)
+
+    # -- bookkeeping -----------------------------------------------------------
+
+    def _after(self, c: Contender) -> None:
+        if c.finished and not getattr(c, "_reported", False):
+            c._reported = True  # type: ignore[attr-defined]
+            outcome = c.outcome
+            if isinstance(outcome, ActionResult):
+                c.action_id = outcome.receipt.action_id
+                text = (
+                    f"{outcome.status.value}{' (replayed)' if outcome.replayed else ''}, "
+                    f"execution={_v(outcome.receipt.execution_status)}, "
+                    f"verification={_v(outcome.receipt.verification_status)}, "
+                    f"attempts={outcome.receipt.attempts}"
+                )
+            elif outcome is None and c.kind == "release":
+                text = "released"
+                assert c.action_id is not None
+                previous = self.observed.get(c.action_id)
+                c.released_attempts = previous.attempts if previous else 0  # type: ignore[attr-defined]
+            else:
+                text = f"raised {type(outcome).__name__}: {outcome}"
+                receipt = getattr(outcome, "receipt", None)
+                if c.kind == "execute" and isinstance(receipt, ActionReceipt):
+                    c.action_id = receipt.action_id
+            if c.waited:
+                text += " after waiting for the claim holder"
+                REACHED[("wait", _wait_outcome(outcome))] += 1
+            self.history.add(f"contender {c.name}", f"{c.kind} {c.key} -> {text}")
+            note(f"contender {c.name}: {c.kind} {c.key} -> {text}")
+        self._observe()
+
+    def _observe(self) -> None:
+        async def read() -> dict[str, ActionReceipt | None]:
+            seen: dict[str, ActionReceipt | None] = {}
+            for key in self.order_keys:
+                stored = await self.observer.find(ACTION, key)
+                if stored is not None:
+                    seen[stored.action_id] = stored
+            for action_id in self.observed:
+                if action_id not in seen:
+                    seen[action_id] = await self.observer.get(action_id)
+            return seen
+
+        self.transitions = {}
+        for action_id, receipt in self.loop.run(read()).items():
+            before = self.observed.get(action_id)
+            if before is not None:
+                self.transitions[action_id] = (before, receipt)
+            if receipt is not None:
+                self.observed[action_id] = receipt
+            elif action_id in self.observed and action_id in self.released_ids:
+                del self.observed[action_id]
+
+    def _check(self, checks: list[Any]) -> None:
+        for check in checks:
+            try:
+                check(self)
+            except inv.InvariantViolation as violation:
+                path = self.history.write(str(violation))
+                raise inv.violation_type(violation.name)(
+                    violation.name,
+                    f"{violation.detail}\n\nWhat happened:\n{self.history.narrative()}\n\n"
+                    f"Trace written to {path}",
+                ) from None
+
+    @invariant()
+    def safety_properties_hold(self) -> None:
+        self._check(inv.SAFETY)
+
+    @invariant()
+    def progress_properties_hold(self) -> None:
+        self._check(inv.PROGRESS)
+
+    @invariant()
+    def receipt_of_each_finished_contender_was_observed(self) -> None:
+        for c in self.contenders_list:
+            if c.finished and isinstance(c.outcome, ActionResult):
+                assert c.outcome.receipt.action_id in self.observed or (
+                    c.outcome.receipt.action_id in self.released_ids
+                ), f"contender {c.name}'s receipt is missing from the ledger"
+
+
+def _wait_outcome(outcome: Any) -> str:
+    if isinstance(outcome, ActionResult):
+        return "replayed" if outcome.replayed else "claimed after a release"
+    return type(outcome).__name__
+
+
+def _v(status: Any) -> str:
+    return "None" if status is None else status.value
+
+
+def machine_for(backend: str, **overrides: Any) -> type[RunnerMachineBase]:
+    """The runner machine on one backend; ``overrides`` plant bugs for the bug tests."""
+    name = f"RunnerMachine_{backend}" + ("_" + "_".join(sorted(overrides)) if overrides else "")
+    return type(name, (RunnerMachineBase,), {"backend": backend, **overrides})
+
+
+RunnerMachineMemory = machine_for("memory")
+RunnerMachineSQLite = machine_for("sqlite")
+RunnerMachinePostgres = machine_for("postgres")

@@ -1,0 +1,79 @@
+"""The real services tests run against (PostgreSQL), shared by tests/ and stateful_tests/.
+
+A test that needs a service it cannot get is skipped on a developer machine
+and fails under ``CI=true``: CI must never pass by skipping what it was set
+up to run. Importing this module imports no test module.
+"""
+
+from __future__ import annotations
+
+from typing import Any, NoReturn
+
+__all__ = ["PostgresTestTable", "postgres_dsn", "unavailable", "unique_table"]
+
+
+def unavailable(reason: str, *, module_level: bool = False) -> NoReturn:
+    """Skip for want of a service or extra on a developer machine; fail under CI=true.
+
+    CI must never pass by skipping what it was set up to run.
+    """
+    import os
+
+    import pytest
+
+    if os.environ.get("CI", "").lower() in ("1", "true", "yes"):
+        pytest.fail(f"CI=true and {reason}")
+    pytest.skip(reason, allow_module_level=module_level)
+
+
+def postgres_dsn() -> str:
+    """The test PostgreSQL server's DSN; skips the test without one, fails it under CI=true."""
+    from dataoad.testing._postgres_server import PostgresUnavailableError, shared_test_dsn
+
+    try:
+        import asyncpg  # noqa: F401
+
+        return shared_test_dsn()
+    except (ImportError, PostgresUnavailableError) as exc:
+        unavailable(f"PostgreSQL unavailable: {exc}")
+
+
+def unique_table() -> str:
+    """A fresh table name, so tests share one server without seeing each other."""
+    import uuid
+
+    return f"t_{uuid.uuid4().hex[:20]}"
+
+
+class PostgresTestTable:
+    """A fresh ledger table on the test server: clients on it, created and dropped by tests."""
+
+    def __init__(self, dsn: str | None = None) -> None:
+        self.dsn = dsn or postgres_dsn()
+        self.table = unique_table()
+
+    def client(self, **options: Any) -> Any:
+        """A new PostgresLedger (its own pool) on this table."""
+        from dataoad import PostgresLedger
+
+        options.setdefault("min_size", 1)
+        options.setdefault("max_size", 2)
+        return PostgresLedger(self.dsn, table=self.table, **options)
+
+    async def create(self) -> None:
+        """Run the migrations for this table."""
+        ledger = self.client()
+        try:
+            await ledger.migrate()
+        finally:
+            await ledger.close()
+
+    async def drop(self) -> None:
+        """Drop the table and its schema-version table."""
+        import asyncpg
+
+        conn = await asyncpg.connect(self.dsn)
+        try:
+            await conn.execute(f'DROP TABLE IF EXISTS "{self.table}", "{self.table}_schema"')
+        finally:
+            await conn.close()
