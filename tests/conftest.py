@@ -3,12 +3,17 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 
-from dataoad import InMemoryLedger, Ledger, SQLiteLedger
+from dataoad import (
+    InMemoryLedger,
+    Ledger,
+    SQLiteLedger,
+)
 from stateful_tests.services import PostgresTestTable
 from tests.support import BACKENDS
 
@@ -29,3 +34,10 @@ def new_ledger(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Calla
             yield table.client
         finally:
             asyncio.run(table.drop())
+
+
+@pytest.fixture
+def caplog(caplog: pytest.LogCaptureFixture) -> pytest.LogCaptureFixture:
+    """Every test here reads the dataoad logger's records at INFO and above."""
+    caplog.set_level(logging.INFO, logger="dataoad")
+    return caplog

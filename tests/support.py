@@ -2,10 +2,25 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable
 from typing import Any
 
-from dataoad import DefinitiveFailure, VerificationHealth, VerificationResult
+import pytest
+
+from dataoad import (
+    ActionPersistenceError,
+    ActionReceipt,
+    ActionRunner,
+    DefinitiveFailure,
+    InMemoryLedger,
+    VerificationHealth,
+    VerificationResult,
+)
+from dataoad.testing import FaultyLedger, LedgerFault
+
+FAIL = LedgerFault.FAIL_BEFORE_WRITE
+LOSE = LedgerFault.LOSE_ACKNOWLEDGEMENT
 
 REF = "order-1"
 REQUEST: dict[str, Any] = {"customer_id": "c1", "amount_cents": 2500}
@@ -66,7 +81,6 @@ async def call_via(
     front_end: str, runner: Any, action_name: str, operation: Any, **kwargs: Any
 ) -> Any:
     """Run one action through ``front_end``; same arguments as ``ActionRunner.execute``."""
-    import asyncio
     import functools
     import inspect
 
@@ -147,3 +161,67 @@ async def closing(ledger: Any) -> None:
     close = getattr(ledger, "close", None)
     if close is not None:
         await close()
+
+
+def events(caplog: pytest.LogCaptureFixture) -> list[tuple[str, int, dict[str, Any]]]:
+    """(event, level, fields) of every dataoad log record, in order."""
+    return [
+        (r.dataoad["event"], r.levelno, r.dataoad)  # type: ignore[attr-defined]
+        for r in caplog.records
+        if hasattr(r, "dataoad")
+    ]
+
+
+async def execute(runner: ActionRunner, op: Any = None, **kwargs: Any) -> Any:
+    return await runner.execute(
+        "charge",
+        op or CountingOperation("ok"),
+        request=REQUEST,
+        idempotency_key=kwargs.pop("key", "k"),
+        provider_reference=REF,
+        **kwargs,
+    )
+
+
+async def stranded(ledger: Any) -> ActionReceipt:
+    """A PENDING claim with one started attempt, as a crashed worker leaves it."""
+    faulty = FaultyLedger(ledger)
+    faulty.inject("record", FAIL)
+    with pytest.raises(ActionPersistenceError) as info:
+        await execute(ActionRunner(faulty))
+    assert info.value.receipt is not None
+    return info.value.receipt
+
+
+async def unstarted(ledger: Any, key: str = "k") -> ActionReceipt:
+    """A PENDING claim whose attempt start failed: it never invoked anything."""
+    faulty = FaultyLedger(ledger)
+    faulty.inject("start_attempt", FAIL)
+    with pytest.raises(ActionPersistenceError) as info:
+        await execute(ActionRunner(faulty), key=key)
+    assert info.value.receipt is not None
+    return info.value.receipt
+
+
+async def unknown(ledger: Any) -> Any:
+    """A completed UNKNOWN action: the call timed out and nothing verified it."""
+    return await execute(ActionRunner(ledger), CountingOperation(TimeoutError("lost")))
+
+
+async def refuse(*args: Any) -> bool:
+    """A conditional write whose condition no longer holds."""
+    return False
+
+
+async def stranded_pending(attempted: bool) -> tuple[InMemoryLedger, str, CountingOperation]:
+    """A PENDING claim left behind by a failed ledger write."""
+    inner = InMemoryLedger()
+    faulty = FaultyLedger(inner)
+    op = CountingOperation(TimeoutError())
+    faulty.inject("record" if attempted else "start_attempt", LedgerFault.FAIL_BEFORE_WRITE)
+    with pytest.raises(ActionPersistenceError) as info:
+        await ActionRunner(faulty).execute(
+            "a", op, request=REQUEST, idempotency_key="k", provider_reference=REF
+        )
+    assert info.value.receipt is not None
+    return inner, info.value.receipt.action_id, op

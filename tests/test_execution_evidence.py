@@ -37,10 +37,6 @@ def front_end(request: pytest.FixtureRequest) -> None:
     FRONT["name"] = request.param
 
 
-def run(coro):
-    return asyncio.run(coro)
-
-
 async def execute(runner, op, **kw):
     kw.setdefault("request", REQUEST)
     kw.setdefault("idempotency_key", "k1")
@@ -57,7 +53,7 @@ async def execute(runner, op, **kw):
         RuntimeError("anything else"),
     ],
 )
-def test_ordinary_exception_after_invocation_is_unknown(exc: Exception) -> None:
+async def test_ordinary_exception_after_invocation_is_unknown(exc: Exception) -> None:
     async def scenario() -> None:
         op = CountingOperation(exc)
         result = await execute(ActionRunner(InMemoryLedger()), op)
@@ -67,10 +63,10 @@ def test_ordinary_exception_after_invocation_is_unknown(exc: Exception) -> None:
         with pytest.raises(UnresolvedActionError):
             _ = result.value
 
-    run(scenario())
+    await scenario()
 
 
-def test_only_definitive_failure_is_failed() -> None:
+async def test_only_definitive_failure_is_failed() -> None:
     async def scenario() -> None:
         op = CountingOperation(DefinitiveFailure("declined"))
         result = await execute(ActionRunner(InMemoryLedger()), op)
@@ -78,11 +74,11 @@ def test_only_definitive_failure_is_failed() -> None:
         assert result.receipt.execution_status is ActionStatus.FAILED
         assert result.receipt.error == "DefinitiveFailure: declined"
 
-    run(scenario())
+    await scenario()
 
 
 @pytest.mark.parametrize("falsey", [None, 0, "", False, [], {}])
-def test_normal_return_without_verifier_is_confirmed_even_when_falsey(falsey: object) -> None:
+async def test_normal_return_without_verifier_is_confirmed_even_when_falsey(falsey: object) -> None:
     async def scenario() -> None:
         op = CountingOperation(falsey)
         result = await execute(ActionRunner(InMemoryLedger()), op)
@@ -90,19 +86,19 @@ def test_normal_return_without_verifier_is_confirmed_even_when_falsey(falsey: ob
         assert result.value == falsey
         assert result.value_available is True
 
-    run(scenario())
+    await scenario()
 
 
-def test_sync_operation_is_supported() -> None:
+async def test_sync_operation_is_supported() -> None:
     async def scenario() -> None:
         result = await execute(ActionRunner(InMemoryLedger()), lambda: 42)
         assert result.status is ActionStatus.CONFIRMED
         assert result.value == 42
 
-    run(scenario())
+    await scenario()
 
 
-def test_normal_return_with_verifier_is_unknown_until_verifier_decides() -> None:
+async def test_normal_return_with_verifier_is_unknown_until_verifier_decides() -> None:
     async def scenario() -> None:
         verifier = fixed_verifier(VerificationResult.unknown(reason="read path down"))
         op = CountingOperation("charged")
@@ -113,10 +109,10 @@ def test_normal_return_with_verifier_is_unknown_until_verifier_decides() -> None
         assert result.status is ActionStatus.UNKNOWN
         assert len(verifier.calls) == 1  # type: ignore[attr-defined]
 
-    run(scenario())
+    await scenario()
 
 
-def test_normal_return_with_verifier_confirmed_by_bound_evidence() -> None:
+async def test_normal_return_with_verifier_confirmed_by_bound_evidence() -> None:
     async def scenario() -> None:
         op = CountingOperation("charged")
         result = await execute(
@@ -130,10 +126,10 @@ def test_normal_return_with_verifier_confirmed_by_bound_evidence() -> None:
         assert result.status is ActionStatus.CONFIRMED
         assert result.value == "charged"  # the direct value of this execution
 
-    run(scenario())
+    await scenario()
 
 
-def test_normal_return_with_verifier_can_be_failed_by_fenced_absence() -> None:
+async def test_normal_return_with_verifier_can_be_failed_by_fenced_absence() -> None:
     async def scenario() -> None:
         result = await execute(
             ActionRunner(InMemoryLedger()),
@@ -143,10 +139,10 @@ def test_normal_return_with_verifier_can_be_failed_by_fenced_absence() -> None:
         )
         assert result.status is ActionStatus.FAILED
 
-    run(scenario())
+    await scenario()
 
 
-def test_verifier_without_provider_reference_is_a_usage_error_before_anything_runs() -> None:
+async def test_verifier_without_provider_reference_is_a_usage_error_before_anything_runs() -> None:
     async def scenario() -> None:
         ledger = InMemoryLedger()
         op = CountingOperation()
@@ -155,10 +151,10 @@ def test_verifier_without_provider_reference_is_a_usage_error_before_anything_ru
         assert op.calls == 0
         assert ledger.snapshot() == []
 
-    run(scenario())
+    await scenario()
 
 
-def test_three_status_fields_and_pending_stays_internal() -> None:
+async def test_three_status_fields_and_pending_stays_internal() -> None:
     async def scenario() -> None:
         provider_result = await execute(
             ActionRunner(InMemoryLedger()),
@@ -173,7 +169,7 @@ def test_three_status_fields_and_pending_stays_internal() -> None:
         assert provider_result.status is receipt.final_status
         assert {s.value for s in ActionStatus} == {"CONFIRMED", "FAILED", "UNKNOWN"}
 
-    run(scenario())
+    await scenario()
 
 
 # -- verifier classification -------------------------------------------------
@@ -209,7 +205,7 @@ def _bad_results() -> list[object]:
 
 
 @pytest.mark.parametrize("verification", _bad_results(), ids=repr)
-def test_untrustworthy_verifier_answers_stay_unknown(verification: object) -> None:
+async def test_untrustworthy_verifier_answers_stay_unknown(verification: object) -> None:
     async def scenario() -> None:
         result = await execute(
             ActionRunner(InMemoryLedger()),
@@ -219,10 +215,10 @@ def test_untrustworthy_verifier_answers_stay_unknown(verification: object) -> No
         )
         assert result.status is ActionStatus.UNKNOWN
 
-    run(scenario())
+    await scenario()
 
 
-def test_look_alike_verification_subclass_is_not_trusted() -> None:
+async def test_look_alike_verification_subclass_is_not_trusted() -> None:
     class Sneaky(VerificationResult):
         __slots__ = ()
 
@@ -237,13 +233,13 @@ def test_look_alike_verification_subclass_is_not_trusted() -> None:
         )
         assert result.status is ActionStatus.UNKNOWN
 
-    run(scenario())
+    await scenario()
 
 
 @pytest.mark.parametrize(
     "exc", [RuntimeError("boom"), TimeoutError(), PermissionError("auth failed")]
 )
-def test_verifier_exception_is_unknown(exc: Exception) -> None:
+async def test_verifier_exception_is_unknown(exc: Exception) -> None:
     async def scenario() -> None:
         result = await execute(
             ActionRunner(InMemoryLedger()),
@@ -255,10 +251,10 @@ def test_verifier_exception_is_unknown(exc: Exception) -> None:
         observation = result.receipt.metadata["verification"]
         assert type(exc).__name__ in observation["error"]
 
-    run(scenario())
+    await scenario()
 
 
-def test_wrong_reference_is_recorded_and_downgraded() -> None:
+async def test_wrong_reference_is_recorded_and_downgraded() -> None:
     async def scenario() -> None:
         result = await execute(
             ActionRunner(InMemoryLedger()),
@@ -269,10 +265,10 @@ def test_wrong_reference_is_recorded_and_downgraded() -> None:
         assert result.status is ActionStatus.UNKNOWN
         assert "does not match" in result.receipt.metadata["verification"]["error"]
 
-    run(scenario())
+    await scenario()
 
 
-def test_healthy_conclusive_retry_safe_bound_absence_is_failed() -> None:
+async def test_healthy_conclusive_retry_safe_bound_absence_is_failed() -> None:
     async def scenario() -> None:
         result = await execute(
             ActionRunner(InMemoryLedger()),
@@ -283,10 +279,10 @@ def test_healthy_conclusive_retry_safe_bound_absence_is_failed() -> None:
         assert result.status is ActionStatus.FAILED
         assert result.receipt.verification_status is ActionStatus.FAILED
 
-    run(scenario())
+    await scenario()
 
 
-def test_verifier_objects_with_verify_method_sync_and_async() -> None:
+async def test_verifier_objects_with_verify_method_sync_and_async() -> None:
     class SyncVerifier:
         def verify(self, receipt: object) -> VerificationResult:
             return confirmed()
@@ -307,10 +303,10 @@ def test_verifier_objects_with_verify_method_sync_and_async() -> None:
             )
             assert result.status is ActionStatus.CONFIRMED
 
-    run(scenario())
+    await scenario()
 
 
-def test_verifier_that_is_not_callable_is_rejected_before_anything_runs() -> None:
+async def test_verifier_that_is_not_callable_is_rejected_before_anything_runs() -> None:
     async def scenario() -> None:
         ledger = InMemoryLedger()
         op = CountingOperation()
@@ -319,10 +315,10 @@ def test_verifier_that_is_not_callable_is_rejected_before_anything_runs() -> Non
         assert op.calls == 0
         assert ledger.snapshot() == []
 
-    run(scenario())
+    await scenario()
 
 
-def test_receipt_metadata_is_json_serialisable() -> None:
+async def test_receipt_metadata_is_json_serialisable() -> None:
     async def scenario() -> None:
         result = await execute(
             ActionRunner(InMemoryLedger()),
@@ -332,4 +328,4 @@ def test_receipt_metadata_is_json_serialisable() -> None:
         )
         json.dumps(result.receipt.metadata)
 
-    run(scenario())
+    await scenario()

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import dataclasses
 import datetime
 import enum
@@ -15,13 +14,16 @@ import pytest
 
 from dataoad import (
     ActionRunner,
+    ActionStatus,
     InMemoryLedger,
     InvalidArgumentError,
     InvalidRequestError,
     ReservedMetadataError,
     RetryPolicy,
 )
-from tests.support import CountingOperation
+from tests.support import REF, REQUEST, CountingOperation, confirmed, fixed_verifier
+
+C, F, U = ActionStatus.CONFIRMED, ActionStatus.FAILED, ActionStatus.UNKNOWN
 
 
 class Color(enum.Enum):
@@ -49,10 +51,6 @@ class Point:
     x: int
 
 
-def run(coro):
-    return asyncio.run(coro)
-
-
 async def attempt(request: Any = None, **kw: Any) -> tuple[CountingOperation, InMemoryLedger]:
     ledger = InMemoryLedger()
     op = CountingOperation()
@@ -61,7 +59,7 @@ async def attempt(request: Any = None, **kw: Any) -> tuple[CountingOperation, In
     return op, ledger
 
 
-def assert_rejected_before_anything(error: type[Exception], **kw: Any) -> Exception:
+async def assert_rejected_before_anything(error: type[Exception], **kw: Any) -> Exception:
     ledger = InMemoryLedger()
     op = CountingOperation()
     kw.setdefault("idempotency_key", "k")
@@ -72,7 +70,7 @@ def assert_rejected_before_anything(error: type[Exception], **kw: Any) -> Except
             await ActionRunner(ledger).execute(kw.pop("action_name", "a"), kw.pop("op", op), **kw)
         return info.value
 
-    exc = run(scenario())
+    exc = await scenario()
     assert op.calls == 0
     assert ledger.snapshot() == []
     return exc
@@ -108,20 +106,20 @@ def assert_rejected_before_anything(error: type[Exception], **kw: Any) -> Except
         ({MyStr("k"): 1}, "request"),
     ],
 )
-def test_invalid_request_is_rejected_naming_the_path(request_: Any, path: str) -> None:
-    exc = assert_rejected_before_anything(InvalidRequestError, request=request_)
+async def test_invalid_request_is_rejected_naming_the_path(request_: Any, path: str) -> None:
+    exc = await assert_rejected_before_anything(InvalidRequestError, request=request_)
     assert isinstance(exc, TypeError)
     assert exc.path == path  # type: ignore[attr-defined]
     assert path in str(exc)
 
 
 @pytest.mark.parametrize("request_", [None, [], "{}", (), MyDict(a=1)])
-def test_request_must_be_an_exact_dict(request_: Any) -> None:
-    exc = assert_rejected_before_anything(InvalidRequestError, request=request_)
+async def test_request_must_be_an_exact_dict(request_: Any) -> None:
+    exc = await assert_rejected_before_anything(InvalidRequestError, request=request_)
     assert exc.path == "request"  # type: ignore[attr-defined]
 
 
-def test_bool_subclass_and_exact_scalars_accepted() -> None:
+async def test_bool_subclass_and_exact_scalars_accepted() -> None:
     ok = {
         "none": None,
         "t": True,
@@ -132,29 +130,29 @@ def test_bool_subclass_and_exact_scalars_accepted() -> None:
         "l": [1, [2, {"x": []}]],
         "d": {},
     }
-    op, ledger = run(attempt(ok))
+    op, ledger = await attempt(ok)
     assert op.calls == 1
     assert len(ledger.snapshot()) == 1
 
 
-def test_cyclic_request_gets_a_clear_error() -> None:
+async def test_cyclic_request_gets_a_clear_error() -> None:
     cyclic: dict[str, Any] = {"a": []}
     cyclic["a"].append(cyclic)
-    exc = assert_rejected_before_anything(InvalidRequestError, request=cyclic)
+    exc = await assert_rejected_before_anything(InvalidRequestError, request=cyclic)
     assert "cycle" in str(exc)
 
 
-def test_deeply_nested_request_gets_a_clear_error_not_recursion_error() -> None:
+async def test_deeply_nested_request_gets_a_clear_error_not_recursion_error() -> None:
     deep: dict[str, Any] = {}
     node = deep
     for _ in range(100_000):
         node["x"] = {}
         node = node["x"]
-    exc = assert_rejected_before_anything(InvalidRequestError, request=deep)
+    exc = await assert_rejected_before_anything(InvalidRequestError, request=deep)
     assert "deeper than" in str(exc)
 
 
-def test_reserved_metadata_keys_are_rejected_before_a_claim_exists() -> None:
+async def test_reserved_metadata_keys_are_rejected_before_a_claim_exists() -> None:
     for key in (
         "attempt_history",
         "attempt_records",
@@ -167,13 +165,13 @@ def test_reserved_metadata_keys_are_rejected_before_a_claim_exists() -> None:
         "verification_observation_count",
         "verification_observations",
     ):
-        exc = assert_rejected_before_anything(ReservedMetadataError, metadata={key: 1})
+        exc = await assert_rejected_before_anything(ReservedMetadataError, metadata={key: 1})
         assert isinstance(exc, ValueError)
         assert key in str(exc)
 
 
-def test_nested_reserved_names_are_allowed() -> None:
-    _op, ledger = run(attempt({}, metadata={"note": {"verification": "manual"}}))
+async def test_nested_reserved_names_are_allowed() -> None:
+    _op, ledger = await attempt({}, metadata={"note": {"verification": "manual"}})
     assert ledger.snapshot()[0].metadata["note"]["verification"] == "manual"
 
 
@@ -181,13 +179,13 @@ def test_nested_reserved_names_are_allowed() -> None:
     "metadata",
     [{"a": object()}, {"a": float("nan")}, {1: "x"}, [], "x", {"a": (1,)}],
 )
-def test_metadata_must_be_json_compatible(metadata: Any) -> None:
-    assert_rejected_before_anything(InvalidArgumentError, metadata=metadata)
+async def test_metadata_must_be_json_compatible(metadata: Any) -> None:
+    await assert_rejected_before_anything(InvalidArgumentError, metadata=metadata)
 
 
-def test_metadata_is_snapshotted_and_immutable() -> None:
+async def test_metadata_is_snapshotted_and_immutable() -> None:
     metadata: dict[str, Any] = {"tags": ["a"]}
-    _op, ledger = run(attempt({}, metadata=metadata))
+    _op, ledger = await attempt({}, metadata=metadata)
     metadata["tags"].append("b")
     stored = ledger.snapshot()[0].metadata
     assert list(stored["tags"]) == ["a"]
@@ -210,11 +208,11 @@ def test_metadata_is_snapshotted_and_immutable() -> None:
         {"op": "not callable"},
     ],
 )
-def test_invalid_arguments_raise_before_anything(kw: dict[str, Any]) -> None:
-    assert_rejected_before_anything(InvalidArgumentError, **kw)
+async def test_invalid_arguments_raise_before_anything(kw: dict[str, Any]) -> None:
+    await assert_rejected_before_anything(InvalidArgumentError, **kw)
 
 
-def test_bad_input_leaves_existing_receipts_untouched() -> None:
+async def test_bad_input_leaves_existing_receipts_untouched() -> None:
     async def scenario() -> None:
         ledger = InMemoryLedger()
         runner = ActionRunner(ledger)
@@ -228,7 +226,7 @@ def test_bad_input_leaves_existing_receipts_untouched() -> None:
             )
         assert ledger.snapshot() == before
 
-    run(scenario())
+    await scenario()
 
 
 def test_ledger_must_implement_the_protocol() -> None:
@@ -245,3 +243,137 @@ def test_the_escape_hatch_warning_points_at_the_caller() -> None:
     # check where the warning points.
     if "MUTANT_UNDER_TEST" not in os.environ:
         assert warning.filename == __file__
+
+
+def test_a_stored_text_must_be_encodable() -> None:
+    from dataoad._verification import check_stored_text
+
+    with pytest.raises(InvalidArgumentError) as info:
+        check_stored_text("name", "a\ud800", limit=10)
+    assert str(info.value) == "name is not valid Unicode (lone surrogate)"
+    with pytest.raises(InvalidArgumentError) as info:
+        check_stored_text("name", None, limit=10)
+    assert str(info.value) == "name must be a str, not NoneType"
+
+
+@pytest.mark.parametrize(
+    ("call", "message"),
+    [
+        (lambda: ActionRunner(object()), "ledger object does not implement the Ledger protocol"),
+        (lambda: ActionRunner(InMemoryLedger(), policy=3), "policy must be a RetryPolicy, not int"),
+    ],
+)
+def test_a_bad_runner_argument_is_named(call: Any, message: str) -> None:
+    with pytest.raises(InvalidArgumentError) as info:
+        call()
+    assert str(info.value).startswith(message)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"operation": 3}, "operation must be callable, not int"),
+        ({"policy": "x"}, "policy must be a RetryPolicy, not str"),
+        (
+            {"verifier": fixed_verifier(confirmed()), "provider_reference": None},
+            "a verifier needs provider_reference: verification must be bound to the "
+            "provider's own reference for this mutation",
+        ),
+        (
+            {"verifier": 3},
+            "verifier must have a callable verify(receipt) method or be a callable, not int",
+        ),
+    ],
+)
+async def test_a_bad_execute_argument_is_named_before_anything_is_stored(
+    kwargs: dict[str, Any], message: str
+) -> None:
+    async def scenario() -> None:
+        ledger = InMemoryLedger()
+        call: dict[str, Any] = {
+            "operation": CountingOperation(),
+            "request": REQUEST,
+            "idempotency_key": "k",
+            "provider_reference": REF,
+            **kwargs,
+        }
+        operation = call.pop("operation")
+        with pytest.raises(InvalidArgumentError) as info:
+            await ActionRunner(ledger).execute("charge", operation, **call)
+        assert str(info.value) == message
+        assert await ledger.find("charge", "k") is None
+
+    await scenario()
+
+
+async def test_a_bad_text_argument_is_named() -> None:
+    async def scenario() -> None:
+        with pytest.raises(InvalidArgumentError) as info:
+            await ActionRunner(InMemoryLedger()).execute(
+                3,  # type: ignore[arg-type]
+                CountingOperation(),
+                request={},
+                idempotency_key="k",
+            )
+        assert str(info.value) == "action_name must be a str, not int"
+
+    await scenario()
+
+
+def test_a_partial_ledger_is_refused_naming_every_missing_method() -> None:
+    class Partial:
+        async def claim(self, receipt: Any) -> Any: ...
+        async def find(self, action_name: str, key: str) -> Any: ...
+        async def start_attempt(self, receipt: Any) -> Any: ...
+        async def release(self, action_id: str, version: int) -> Any: ...
+
+    with pytest.raises(InvalidArgumentError) as info:
+        ActionRunner(Partial())  # type: ignore[arg-type]
+    assert str(info.value).endswith("(missing get, record)")
+
+
+async def test_float_subclass_rejected():
+    class Fl(float):
+        pass
+
+    r = ActionRunner(InMemoryLedger())
+    with pytest.raises(InvalidRequestError):
+        await r.execute("a", lambda: 1, request={"a": Fl(1.5)}, idempotency_key="k")
+
+
+def test_depth_boundary():
+    from dataoad._canonical import MAX_DEPTH, validate_request
+
+    def nest(n):
+        d = {}
+        for _ in range(n):
+            d = {"a": d}
+        return d
+
+    validate_request(nest(MAX_DEPTH - 1))
+    with pytest.raises(InvalidRequestError):
+        validate_request(nest(MAX_DEPTH))
+
+
+@pytest.mark.parametrize(
+    ("make", "message"),
+    [
+        (lambda: RetryPolicy(max_attempts="2"), "max_attempts must be an int, not str"),
+        (lambda: RetryPolicy(max_attempts=0), "max_attempts must be >= 1, got 0"),
+        (lambda: RetryPolicy(retry_on_failed=1), "retry_on_failed must be a bool, not int"),
+        (
+            lambda: RetryPolicy().should_retry("FAILED", 1, True),
+            "status must be an ActionStatus, not str",
+        ),
+        (lambda: RetryPolicy().should_retry(F, 1.0, True), "attempts must be an int, not float"),
+        (lambda: RetryPolicy().should_retry(F, 0, True), "attempts must be >= 1, got 0"),
+        (
+            lambda: RetryPolicy().should_retry(F, 1, 1),
+            "failure_is_retryable must be a bool, not int",
+        ),
+    ],
+)
+def test_each_refusal_names_what_was_wrong(make: Any, message: str) -> None:
+    with pytest.raises(InvalidArgumentError) as info:
+        make()
+    assert str(info.value) == message

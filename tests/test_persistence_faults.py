@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import pickle
 
 import pytest
@@ -21,17 +20,13 @@ from tests.support import REF, REQUEST, CountingOperation, confirmed, fixed_veri
 BEFORE, LOST_ACK = LedgerFault.FAIL_BEFORE_WRITE, LedgerFault.LOSE_ACKNOWLEDGEMENT
 
 
-def run(coro):
-    return asyncio.run(coro)
-
-
 def setup() -> tuple[InMemoryLedger, FaultyLedger, ActionRunner, CountingOperation]:
     inner = InMemoryLedger()
     faulty = FaultyLedger(inner)
     return inner, faulty, ActionRunner(faulty), CountingOperation("value")
 
 
-def test_lost_acknowledgement_of_attempt_start_continues_after_exact_read_back() -> None:
+async def test_lost_acknowledgement_of_attempt_start_continues_after_exact_read_back() -> None:
     async def scenario() -> None:
         _inner, faulty, runner, op = setup()
         faulty.inject("start_attempt", LOST_ACK)
@@ -42,10 +37,10 @@ def test_lost_acknowledgement_of_attempt_start_continues_after_exact_read_back()
         assert result.receipt.attempts == 1
         assert faulty.calls.count("start_attempt") == 1
 
-    run(scenario())
+    await scenario()
 
 
-def test_failed_attempt_start_does_not_invoke_and_keeps_the_claim() -> None:
+async def test_failed_attempt_start_does_not_invoke_and_keeps_the_claim() -> None:
     async def scenario() -> None:
         inner, faulty, runner, op = setup()
         faulty.inject("start_attempt", BEFORE)
@@ -61,10 +56,10 @@ def test_failed_attempt_start_does_not_invoke_and_keeps_the_claim() -> None:
             await runner.execute("a", op, request=REQUEST, idempotency_key="k")
         assert op.calls == 0
 
-    run(scenario())
+    await scenario()
 
 
-def test_unprovable_attempt_start_does_not_invoke() -> None:
+async def test_unprovable_attempt_start_does_not_invoke() -> None:
     async def scenario() -> None:
         inner, faulty, runner, op = setup()
         # The write commits, the acknowledgement is lost, and the read-back fails too.
@@ -76,10 +71,10 @@ def test_unprovable_attempt_start_does_not_invoke() -> None:
         [stored] = inner.snapshot()
         assert stored.attempts == 1  # durable, so only read-only recovery applies
 
-    run(scenario())
+    await scenario()
 
 
-def test_read_back_showing_a_different_transition_does_not_invoke() -> None:
+async def test_read_back_showing_a_different_transition_does_not_invoke() -> None:
     async def scenario() -> None:
         inner = InMemoryLedger()
         faulty = FaultyLedger(inner)
@@ -97,10 +92,10 @@ def test_read_back_showing_a_different_transition_does_not_invoke() -> None:
             await runner.execute("a", op, request=REQUEST, idempotency_key="k")
         assert op.calls == 0
 
-    run(scenario())
+    await scenario()
 
 
-def test_lost_acknowledgement_of_claim_is_resolved_by_read_back() -> None:
+async def test_lost_acknowledgement_of_claim_is_resolved_by_read_back() -> None:
     async def scenario() -> None:
         inner, faulty, runner, op = setup()
         faulty.inject("claim", LOST_ACK)
@@ -109,10 +104,10 @@ def test_lost_acknowledgement_of_claim_is_resolved_by_read_back() -> None:
         assert op.calls == 1
         assert len(inner.snapshot()) == 1
 
-    run(scenario())
+    await scenario()
 
 
-def test_failed_claim_does_not_invoke() -> None:
+async def test_failed_claim_does_not_invoke() -> None:
     async def scenario() -> None:
         inner, faulty, runner, op = setup()
         faulty.inject("claim", BEFORE)
@@ -122,10 +117,10 @@ def test_failed_claim_does_not_invoke() -> None:
         assert info.value.operation_invoked is False
         assert inner.snapshot() == []
 
-    run(scenario())
+    await scenario()
 
 
-def test_failed_first_read_does_not_invoke() -> None:
+async def test_failed_first_read_does_not_invoke() -> None:
     async def scenario() -> None:
         inner, faulty, runner, op = setup()
         faulty.inject("find", BEFORE)
@@ -135,10 +130,10 @@ def test_failed_first_read_does_not_invoke() -> None:
         assert info.value.receipt is None
         assert inner.snapshot() == []
 
-    run(scenario())
+    await scenario()
 
 
-def test_lost_completion_acknowledgement_is_recovered_by_reading_back() -> None:
+async def test_lost_completion_acknowledgement_is_recovered_by_reading_back() -> None:
     async def scenario() -> None:
         inner, faulty, runner, op = setup()
         faulty.inject("record", LOST_ACK)
@@ -150,10 +145,12 @@ def test_lost_completion_acknowledgement_is_recovered_by_reading_back() -> None:
         assert stored == result.receipt
         assert stored.claim_state is ClaimState.COMPLETED
 
-    run(scenario())
+    await scenario()
 
 
-def test_lost_completion_acknowledgement_with_failed_read_back_is_a_persistence_error() -> None:
+async def test_lost_completion_acknowledgement_with_failed_read_back_is_a_persistence_error() -> (
+    None
+):
     async def scenario() -> None:
         inner, faulty, runner, op = setup()
         faulty.inject("record", LOST_ACK)
@@ -166,11 +163,11 @@ def test_lost_completion_acknowledgement_with_failed_read_back_is_a_persistence_
         [stored] = inner.snapshot()
         assert stored.claim_state is ClaimState.COMPLETED
 
-    run(scenario())
+    await scenario()
 
 
 @pytest.mark.parametrize("fault", [BEFORE])
-def test_failed_completion_raises_persistence_error_with_observed_evidence(
+async def test_failed_completion_raises_persistence_error_with_observed_evidence(
     fault: LedgerFault,
 ) -> None:
     async def scenario() -> None:
@@ -200,10 +197,10 @@ def test_failed_completion_raises_persistence_error_with_observed_evidence(
             assert again.replayed
         assert op.calls == 1
 
-    run(scenario())
+    await scenario()
 
 
-def test_failed_completion_of_unknown_carries_no_value() -> None:
+async def test_failed_completion_of_unknown_carries_no_value() -> None:
     async def scenario() -> None:
         _inner, faulty, runner, _ = setup()
         op = CountingOperation(TimeoutError())
@@ -214,10 +211,10 @@ def test_failed_completion_of_unknown_carries_no_value() -> None:
         assert info.value.value_available is False
         assert info.value.observed_value is None
 
-    run(scenario())
+    await scenario()
 
 
-def test_persistence_error_is_picklable() -> None:
+async def test_persistence_error_is_picklable() -> None:
     async def scenario() -> ActionPersistenceError:
         _inner, faulty, runner, op = setup()
         faulty.inject("record", BEFORE)
@@ -225,14 +222,14 @@ def test_persistence_error_is_picklable() -> None:
             await runner.execute("a", op, request=REQUEST, idempotency_key="k")
         return info.value
 
-    err = run(scenario())
+    err = await scenario()
     copy = pickle.loads(pickle.dumps(err))
     assert copy.receipt == err.receipt
     assert copy.observed_status is err.observed_status
     assert str(copy) == str(err)
 
 
-def test_lost_acknowledgement_of_reconciliation_is_resolved_by_read_back() -> None:
+async def test_lost_acknowledgement_of_reconciliation_is_resolved_by_read_back() -> None:
     async def scenario() -> None:
         inner, faulty, runner, _ = setup()
         op = CountingOperation(TimeoutError())
@@ -244,4 +241,4 @@ def test_lost_acknowledgement_of_reconciliation_is_resolved_by_read_back() -> No
         assert result.status is ActionStatus.CONFIRMED
         assert (await inner.get(first.receipt.action_id)) == result.receipt
 
-    run(scenario())
+    await scenario()

@@ -4,15 +4,18 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+from typing import TypeVar
 
 import pytest
 
 from dataoad import (
     ActionNotFoundError,
     ActionPersistenceError,
+    ActionReceipt,
     ActionRunner,
     ActionStatus,
     ClaimState,
+    DefinitiveFailure,
     InMemoryLedger,
     RecoveryRefusedError,
     ResultValueUnavailableError,
@@ -20,13 +23,28 @@ from dataoad import (
     VerificationResult,
 )
 from dataoad.testing import FaultyLedger, LedgerFault
-from tests.support import REF, REQUEST, CountingOperation, confirmed, fenced_absent, fixed_verifier
+from tests.support import (
+    REF,
+    REQUEST,
+    CountingOperation,
+    confirmed,
+    execute,
+    fenced_absent,
+    fixed_verifier,
+    refuse,
+    stranded,
+    stranded_pending,
+    unknown,
+    unstarted,
+)
+
+C, F, U = ActionStatus.CONFIRMED, ActionStatus.FAILED, ActionStatus.UNKNOWN
+
+T = TypeVar("T")
+FAIL = LedgerFault.FAIL_BEFORE_WRITE
+LOSE = LedgerFault.LOSE_ACKNOWLEDGEMENT
 
 CONFIRMED, FAILED, UNKNOWN = ActionStatus.CONFIRMED, ActionStatus.FAILED, ActionStatus.UNKNOWN
-
-
-def run(coro):
-    return asyncio.run(coro)
 
 
 async def unknown_action(runner: ActionRunner, key: str = "k") -> str:
@@ -41,24 +59,10 @@ async def unknown_action(runner: ActionRunner, key: str = "k") -> str:
     return result.receipt.action_id
 
 
-async def stranded_pending(attempted: bool) -> tuple[InMemoryLedger, str, CountingOperation]:
-    """A PENDING claim left behind by a failed ledger write."""
-    inner = InMemoryLedger()
-    faulty = FaultyLedger(inner)
-    op = CountingOperation(TimeoutError())
-    faulty.inject("record" if attempted else "start_attempt", LedgerFault.FAIL_BEFORE_WRITE)
-    with pytest.raises(ActionPersistenceError) as info:
-        await ActionRunner(faulty).execute(
-            "a", op, request=REQUEST, idempotency_key="k", provider_reference=REF
-        )
-    assert info.value.receipt is not None
-    return inner, info.value.receipt.action_id, op
-
-
 # -- reconcile -------------------------------------------------------------------
 
 
-def test_reconcile_confirms_unknown_without_invoking() -> None:
+async def test_reconcile_confirms_unknown_without_invoking() -> None:
     async def scenario() -> None:
         runner = ActionRunner(InMemoryLedger())
         action_id = await unknown_action(runner)
@@ -68,10 +72,10 @@ def test_reconcile_confirms_unknown_without_invoking() -> None:
         assert result.receipt.verification_status is CONFIRMED
         assert result.receipt.claim_state is ClaimState.COMPLETED
 
-    run(scenario())
+    await scenario()
 
 
-def test_reconcile_fails_unknown_only_on_fenced_absence() -> None:
+async def test_reconcile_fails_unknown_only_on_fenced_absence() -> None:
     async def scenario() -> None:
         runner = ActionRunner(InMemoryLedger())
         action_id = await unknown_action(runner)
@@ -79,10 +83,10 @@ def test_reconcile_fails_unknown_only_on_fenced_absence() -> None:
         assert (await runner.reconcile(action_id, fixed_verifier(plain))).status is UNKNOWN
         assert (await runner.reconcile(action_id, fixed_verifier(fenced_absent()))).status is FAILED
 
-    run(scenario())
+    await scenario()
 
 
-def test_reconcile_of_settled_receipt_changes_nothing() -> None:
+async def test_reconcile_of_settled_receipt_changes_nothing() -> None:
     async def scenario() -> None:
         ledger = InMemoryLedger()
         runner = ActionRunner(ledger)
@@ -92,10 +96,10 @@ def test_reconcile_of_settled_receipt_changes_nothing() -> None:
         assert again.receipt == done.receipt
         assert verifier.calls == []  # type: ignore[attr-defined]
 
-    run(scenario())
+    await scenario()
 
 
-def test_reconcile_refuses_pending_and_unknown_ids() -> None:
+async def test_reconcile_refuses_pending_and_unknown_ids() -> None:
     async def scenario() -> None:
         inner, action_id, _ = await stranded_pending(attempted=True)
         runner = ActionRunner(inner)
@@ -106,64 +110,16 @@ def test_reconcile_refuses_pending_and_unknown_ids() -> None:
         with pytest.raises(ActionNotFoundError):
             await runner.receipt("nope")
 
-    run(scenario())
+    await scenario()
 
 
 # -- recover_pending -------------------------------------------------------------
 
 
-@pytest.mark.parametrize(
-    ("verification", "expected"),
-    [
-        (confirmed(), CONFIRMED),
-        (fenced_absent(), FAILED),
-        (VerificationResult.absent(verified_provider_reference=REF), UNKNOWN),
-        (VerificationResult.unknown(reason="down"), UNKNOWN),
-        (RuntimeError("boom"), UNKNOWN),
-    ],
-)
-def test_recover_pending_completes_with_what_evidence_supports(
-    verification: object, expected: ActionStatus
-) -> None:
-    async def scenario() -> None:
-        inner, action_id, op = await stranded_pending(attempted=True)
-        result = await ActionRunner(inner).recover_pending(action_id, fixed_verifier(verification))
-        assert result.status is expected
-        assert result.receipt.claim_state is ClaimState.COMPLETED
-        assert result.receipt.metadata["recovery"]["method"] == "recover_pending"
-        assert op.calls == 1
-
-    run(scenario())
-
-
-def test_recover_pending_unknown_can_be_reconciled_later() -> None:
-    async def scenario() -> None:
-        inner, action_id, _ = await stranded_pending(attempted=True)
-        runner = ActionRunner(inner)
-        first = await runner.recover_pending(
-            action_id, fixed_verifier(VerificationResult.unknown(reason="x"))
-        )
-        assert first.status is UNKNOWN
-        second = await runner.reconcile(action_id, fixed_verifier(confirmed()))
-        assert second.status is CONFIRMED
-
-    run(scenario())
-
-
-def test_recover_pending_refuses_unstarted_claims() -> None:
-    async def scenario() -> None:
-        inner, action_id, op = await stranded_pending(attempted=False)
-        with pytest.raises(RecoveryRefusedError, match="release_unstarted"):
-            await ActionRunner(inner).recover_pending(action_id, fixed_verifier(confirmed()))
-        assert op.calls == 0
-
-    run(scenario())
-
-
 # -- release_unstarted -----------------------------------------------------------
 
 
-def test_release_unstarted_frees_the_key() -> None:
+async def test_release_unstarted_frees_the_key() -> None:
     async def scenario() -> None:
         inner, action_id, op = await stranded_pending(attempted=False)
         runner = ActionRunner(inner)
@@ -174,24 +130,10 @@ def test_release_unstarted_frees_the_key() -> None:
         )
         assert result.receipt.action_id != action_id
 
-    run(scenario())
+    await scenario()
 
 
-def test_release_unstarted_refuses_started_or_completed_claims() -> None:
-    async def scenario() -> None:
-        inner, action_id, _ = await stranded_pending(attempted=True)
-        runner = ActionRunner(inner)
-        with pytest.raises(RecoveryRefusedError):
-            await runner.release_unstarted(action_id)
-        assert (await inner.get(action_id)) is not None
-        done = await runner.execute("b", lambda: 1, request={}, idempotency_key="k")
-        with pytest.raises(RecoveryRefusedError):
-            await runner.release_unstarted(done.receipt.action_id)
-
-    run(scenario())
-
-
-def test_release_races_atomically_with_attempt_start() -> None:
+async def test_release_races_atomically_with_attempt_start() -> None:
     async def scenario() -> None:
         inner = InMemoryLedger()
         faulty = FaultyLedger(inner)
@@ -214,17 +156,7 @@ def test_release_races_atomically_with_attempt_start() -> None:
         assert released == [True]
         assert op.calls == 0  # the released claim was never invoked
 
-    run(scenario())
-
-
-def test_ledger_refuses_release_after_attempt_started() -> None:
-    async def scenario() -> None:
-        inner, action_id, _ = await stranded_pending(attempted=True)
-        stored = await inner.get(action_id)
-        assert stored is not None
-        assert await inner.release(action_id, stored.version) is False
-
-    run(scenario())
+    await scenario()
 
 
 # -- merging concurrent observations ----------------------------------------------
@@ -259,7 +191,7 @@ async def concurrent_reconcile(
 
 
 @pytest.mark.parametrize("order", ["confirmed-first", "absent-first"])
-def test_contradictory_observations_merge_to_unknown_keeping_both(order: str) -> None:
+async def test_contradictory_observations_merge_to_unknown_keeping_both(order: str) -> None:
     answers = [confirmed(), fenced_absent()]
     if order == "absent-first":
         answers.reverse()
@@ -272,10 +204,10 @@ def test_contradictory_observations_merge_to_unknown_keeping_both(order: str) ->
         statuses = sorted(o["status"] for o in receipt.metadata["verification_observations"])
         assert statuses == ["CONFIRMED", "FAILED"]
 
-    run(scenario())
+    await scenario()
 
 
-def test_two_confirmations_with_different_request_ids_stay_confirmed_with_conflict() -> None:
+async def test_two_confirmations_with_different_request_ids_stay_confirmed_with_conflict() -> None:
     async def scenario() -> None:
         runner, action_id = await concurrent_reconcile(
             confirmed(rid="pr_1", value="a"), confirmed(rid="pr_2", value="b")
@@ -285,10 +217,10 @@ def test_two_confirmations_with_different_request_ids_stay_confirmed_with_confli
         assert receipt.metadata["provider_request_id_conflict"] is True
         assert sorted(receipt.metadata["provider_request_ids"]) == ["pr_1", "pr_2"]
 
-    run(scenario())
+    await scenario()
 
 
-def test_recovered_value_needs_matching_non_null_request_ids() -> None:
+async def test_recovered_value_needs_matching_non_null_request_ids() -> None:
     async def scenario() -> None:
         runner = ActionRunner(InMemoryLedger())
         a = await unknown_action(runner, "k1")
@@ -302,7 +234,7 @@ def test_recovered_value_needs_matching_non_null_request_ids() -> None:
         with pytest.raises(ResultValueUnavailableError):
             _ = got.value
 
-    run(scenario())
+    await scenario()
 
 
 def test_conflicting_request_ids_withhold_the_value() -> None:
@@ -318,7 +250,7 @@ def test_conflicting_request_ids_withhold_the_value() -> None:
         assert last.value_available is False  # type: ignore[attr-defined]
 
 
-def test_value_is_unreadable_for_failed_and_unknown() -> None:
+async def test_value_is_unreadable_for_failed_and_unknown() -> None:
     async def scenario() -> None:
         runner = ActionRunner(InMemoryLedger())
         action_id = await unknown_action(runner)
@@ -332,7 +264,7 @@ def test_value_is_unreadable_for_failed_and_unknown() -> None:
         with pytest.raises(UnresolvedActionError):
             _ = failed.value
 
-    run(scenario())
+    await scenario()
 
 
 def test_stale_observation_does_not_settle_a_newer_attempt() -> None:
@@ -349,3 +281,298 @@ def test_stale_observation_does_not_settle_a_newer_attempt() -> None:
     assert settle(attempts, [stale]).final_status is UNKNOWN
     fresh = dataclasses.replace(stale, attempt=2)
     assert settle(attempts, [fresh]).final_status is FAILED
+
+
+async def test_a_failed_read_of_a_receipt_says_nothing_was_invoked() -> None:
+    async def scenario() -> None:
+        ledger = FaultyLedger(InMemoryLedger())
+        ledger.inject("get", FAIL)
+        with pytest.raises(ActionPersistenceError) as info:
+            await ActionRunner(ledger).receipt("a1")
+        assert info.value.operation_invoked is False
+        assert info.value.receipt is None
+        assert str(info.value).startswith("could not read action a1 from the ledger: ")
+        with pytest.raises(ActionNotFoundError) as missing:
+            await ActionRunner(ledger).receipt("a2")
+        assert missing.value.action_id == "a2"
+        assert str(missing.value) == "no action with id 'a2'"
+
+    await scenario()
+
+
+async def test_refusals_carry_the_receipt_they_refused() -> None:
+    async def scenario() -> None:
+        ledger = InMemoryLedger()
+        runner = ActionRunner(ledger)
+        done = await execute(runner, key="done")
+        claim = await unstarted(ledger, key="unstarted")
+        unstarted_id = claim.action_id
+        stuck = await stranded(ledger)
+        for call, action_id in [
+            (runner.release_unstarted, done.receipt.action_id),
+            (runner.release_unstarted, stuck.action_id),
+            (lambda a: runner.recover_pending(a, fixed_verifier(confirmed())), unstarted_id),
+            (lambda a: runner.reconcile(a, fixed_verifier(confirmed())), stuck.action_id),
+        ]:
+            with pytest.raises(RecoveryRefusedError) as info:
+                await call(action_id)
+            assert info.value.receipt == await ledger.get(action_id)
+
+    await scenario()
+
+
+async def test_a_failed_reconciliation_write_carries_what_is_stored_and_what_was_seen() -> None:
+    async def scenario() -> None:
+        ledger = InMemoryLedger()
+        unknown_result = await unknown(ledger)
+        faulty = FaultyLedger(ledger)
+        faulty.inject("record", FAIL)
+        with pytest.raises(ActionPersistenceError) as info:
+            await ActionRunner(faulty).reconcile(
+                unknown_result.receipt.action_id, fixed_verifier(confirmed())
+            )
+        error = info.value
+        assert error.receipt == unknown_result.receipt
+        assert error.operation_invoked is False
+        assert error.observed_status is ActionStatus.CONFIRMED
+        assert error.observed_metadata is not None
+        assert error.observed_metadata["verification"]["status"] == "CONFIRMED"
+        assert str(error).startswith(
+            f"the verification of action {unknown_result.receipt.action_id} could not be recorded"
+        )
+
+    await scenario()
+
+
+async def test_a_lost_reconciliation_acknowledgement_is_a_success() -> None:
+    async def scenario() -> None:
+        ledger = InMemoryLedger()
+        unknown_result = await unknown(ledger)
+        faulty = FaultyLedger(ledger)
+        faulty.inject("record", LOSE)
+        result = await ActionRunner(faulty).reconcile(
+            unknown_result.receipt.action_id, fixed_verifier(confirmed(value="v"))
+        )
+        assert result.status is ActionStatus.CONFIRMED
+        assert result.receipt == await ledger.get(unknown_result.receipt.action_id)
+        assert result.value == "v"
+        # Written once: a recovered acknowledgement is not merged a second time.
+        assert len(result.receipt.metadata["verification_observations"]) == 1
+        assert result.receipt.version == unknown_result.receipt.version + 1
+
+    await scenario()
+
+
+async def test_a_claim_that_disappears_during_reconciliation_is_reported_by_id() -> None:
+    async def scenario() -> None:
+        ledger = InMemoryLedger()
+        unknown_result = await unknown(ledger)
+        faulty = FaultyLedger(ledger)
+        reads = 0
+        original = faulty.get
+
+        async def get(action_id: str) -> ActionReceipt | None:
+            nonlocal reads
+            reads += 1
+            return None if reads > 1 else await original(action_id)
+
+        faulty.get = get  # type: ignore[method-assign]
+        faulty.record = refuse  # type: ignore[method-assign]
+        with pytest.raises(ActionNotFoundError) as info:
+            await ActionRunner(faulty).reconcile(
+                unknown_result.receipt.action_id, fixed_verifier(confirmed())
+            )
+        assert info.value.action_id == unknown_result.receipt.action_id
+        assert unknown_result.receipt.action_id in str(info.value)
+
+    await scenario()
+
+
+async def test_a_reconciliation_that_keeps_losing_races_gives_up_with_the_latest_receipt() -> None:
+    async def scenario() -> None:
+        ledger = InMemoryLedger()
+        unknown_result = await unknown(ledger)
+        faulty = FaultyLedger(ledger)
+
+        faulty.record = refuse  # type: ignore[method-assign]
+        with pytest.raises(ActionPersistenceError) as info:
+            await ActionRunner(faulty).reconcile(
+                unknown_result.receipt.action_id, fixed_verifier(confirmed())
+            )
+        assert info.value.receipt == unknown_result.receipt
+        assert info.value.operation_invoked is False
+        assert "races in a row; nothing was invoked" in str(info.value)
+
+    await scenario()
+
+
+async def test_operator_refusals_say_what_to_do_instead() -> None:
+    async def scenario() -> None:
+        ledger = InMemoryLedger()
+        stuck = await stranded(ledger)
+        claim = await unstarted(ledger, key="unstarted")
+        runner = ActionRunner(ledger)
+        verifier = fixed_verifier(confirmed())
+        with pytest.raises(RecoveryRefusedError) as info:
+            await runner.reconcile(stuck.action_id, verifier)
+        assert str(info.value).endswith(
+            "make sure its worker has stopped, then use recover_pending"
+        )
+        with pytest.raises(RecoveryRefusedError) as info:
+            await runner.recover_pending(claim.action_id, verifier)
+        assert str(info.value).endswith("so use release_unstarted instead")
+        with pytest.raises(RecoveryRefusedError) as info:
+            await runner.release_unstarted(stuck.action_id)
+        assert str(info.value).endswith(
+            "only a claim that never invoked its operation can be released"
+        )
+
+    await scenario()
+
+
+async def test_a_failed_reconciliation_write_carries_the_newer_stored_receipt() -> None:
+    async def scenario() -> None:
+        ledger = InMemoryLedger()
+        unknown_result = await unknown(ledger)
+        other = await ActionRunner(ledger).reconcile(
+            unknown_result.receipt.action_id,
+            fixed_verifier(VerificationResult.unknown(reason="lag")),
+        )
+        faulty = FaultyLedger(ledger)
+
+        async def fails(receipt: ActionReceipt) -> bool:
+            raise ConnectionError("write failed")
+
+        faulty.record = fails  # type: ignore[method-assign]
+        runner = ActionRunner(faulty)
+        # The runner read the claim before the other reconciliation landed.
+        runner_receipt = runner.receipt
+
+        async def stale(action_id: str) -> ActionReceipt:
+            return unknown_result.receipt
+
+        runner.receipt = stale  # type: ignore[method-assign]
+        with pytest.raises(ActionPersistenceError) as info:
+            await runner.reconcile(unknown_result.receipt.action_id, fixed_verifier(confirmed()))
+        assert info.value.receipt == other.receipt
+        del runner_receipt
+
+    await scenario()
+
+
+async def test_a_failed_reconciliation_write_and_read_back_carries_the_receipt_it_read() -> None:
+    async def scenario() -> None:
+        ledger = InMemoryLedger()
+        unknown_result = await unknown(ledger)
+        faulty = FaultyLedger(ledger)
+        faulty.inject("record", FAIL)
+        reads = 0
+        original = faulty.get
+
+        async def get(action_id: str) -> ActionReceipt | None:
+            nonlocal reads
+            reads += 1
+            if reads > 1:
+                raise ConnectionError("read-back failed")
+            return await original(action_id)
+
+        faulty.get = get  # type: ignore[method-assign]
+        with pytest.raises(ActionPersistenceError) as info:
+            await ActionRunner(faulty).reconcile(
+                unknown_result.receipt.action_id, fixed_verifier(confirmed())
+            )
+        assert info.value.receipt == unknown_result.receipt
+        assert "ConnectionError" not in str(info.value)  # the write's error, not the read's
+        assert "injected: record failed before write" in str(info.value)
+
+    await scenario()
+
+
+async def test_ledger_errors_are_quoted_in_what_the_operator_reads() -> None:
+    async def scenario() -> None:
+        ledger = InMemoryLedger()
+        faulty = FaultyLedger(ledger)
+        faulty.inject("get", FAIL)
+        with pytest.raises(ActionPersistenceError) as info:
+            await ActionRunner(faulty).receipt("a1")
+        assert "injected: get failed" in str(info.value)
+        claim = await unstarted(ledger)
+        faulty.inject("release", FAIL)
+        with pytest.raises(ActionPersistenceError) as info:
+            await ActionRunner(faulty).release_unstarted(claim.action_id)
+        assert "(LedgerFaultError: injected: release failed before write)" in str(info.value)
+        original = faulty.get
+        reads = 0
+
+        async def get(action_id: str) -> ActionReceipt | None:
+            nonlocal reads
+            reads += 1
+            if reads == 2:
+                raise ConnectionError("read-back failed")
+            return await original(action_id)
+
+        faulty.inject("release", FAIL)
+        faulty.get = get  # type: ignore[method-assign]
+        with pytest.raises(ActionPersistenceError) as info:
+            await ActionRunner(faulty).release_unstarted(claim.action_id)
+        assert str(info.value) == (
+            f"the release of action {claim.action_id} could not be confirmed "
+            "(LedgerFaultError: injected: release failed before write)"
+        )
+
+    await scenario()
+
+
+async def test_a_reconciliation_moves_the_receipts_update_time() -> None:
+    async def scenario() -> None:
+        ledger = InMemoryLedger()
+        unknown_result = await unknown(ledger)
+        await asyncio.sleep(0.001)
+        settled = await ActionRunner(ledger).reconcile(
+            unknown_result.receipt.action_id, fixed_verifier(confirmed())
+        )
+        assert settled.receipt.updated_at > unknown_result.receipt.updated_at
+        assert settled.receipt.execution_status is ActionStatus.UNKNOWN
+
+    await scenario()
+
+
+async def test_reconcile_of_failed_receipt_does_not_call_verifier():
+    async def s():
+        r = ActionRunner(InMemoryLedger())
+        done = await r.execute(
+            "a",
+            CountingOperation(DefinitiveFailure("no")),
+            request=REQUEST,
+            idempotency_key="k",
+            provider_reference=REF,
+        )
+        assert done.status is F
+        v = fixed_verifier(confirmed())
+        again = await r.reconcile(done.receipt.action_id, v)
+        assert again.receipt == done.receipt
+        assert v.calls == []
+
+    await s()
+
+
+async def test_failed_reconcile_write_raises_persistence_error():
+    async def s():
+        inner = InMemoryLedger()
+        faulty = FaultyLedger(inner)
+        r = ActionRunner(faulty)
+        first = await r.execute(
+            "a",
+            CountingOperation(TimeoutError()),
+            request=REQUEST,
+            idempotency_key="k",
+            provider_reference=REF,
+        )
+        faulty.inject("record", LedgerFault.FAIL_BEFORE_WRITE)
+        with pytest.raises(ActionPersistenceError) as info:
+            await r.reconcile(first.receipt.action_id, fixed_verifier(confirmed()))
+        assert info.value.operation_invoked is False
+        assert info.value.observed_status is C
+        assert (await inner.get(first.receipt.action_id)).final_status is U
+
+    await s()

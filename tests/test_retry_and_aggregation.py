@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-import asyncio
+import logging
+import os
 import warnings
 
 import pytest
@@ -16,14 +17,18 @@ from dataoad import (
     RetryPolicy,
     VerificationResult,
 )
-from tests.support import REF, REQUEST, CountingOperation, confirmed, fenced_absent, fixed_verifier
+from tests.support import (
+    REF,
+    REQUEST,
+    CountingOperation,
+    confirmed,
+    events,
+    fenced_absent,
+    fixed_verifier,
+)
 
 FAILED, UNKNOWN, CONFIRMED = ActionStatus.FAILED, ActionStatus.UNKNOWN, ActionStatus.CONFIRMED
 RETRY_FAILED = RetryPolicy(max_attempts=3, retry_on_failed=True)
-
-
-def run(coro):
-    return asyncio.run(coro)
 
 
 async def execute(op, *, policy=None, **kw):
@@ -103,7 +108,7 @@ def test_retry_policy_rejects_invalid_fields(kwargs: dict[str, object]) -> None:
 # -- the runner applies the policy --------------------------------------------
 
 
-def test_default_policy_never_retries_failed_or_unknown() -> None:
+async def test_default_policy_never_retries_failed_or_unknown() -> None:
     async def scenario() -> None:
         for first in (DefinitiveFailure("no", retryable=True), TimeoutError()):
             op = CountingOperation(first, "ok")
@@ -111,10 +116,10 @@ def test_default_policy_never_retries_failed_or_unknown() -> None:
             assert op.calls == 1
             assert result.status in (FAILED, UNKNOWN)
 
-    run(scenario())
+    await scenario()
 
 
-def test_retryable_definitive_failure_is_retried_when_policy_allows() -> None:
+async def test_retryable_definitive_failure_is_retried_when_policy_allows() -> None:
     async def scenario() -> None:
         op = CountingOperation(DefinitiveFailure("busy", retryable=True), "ok")
         result = await execute(op, policy=RETRY_FAILED)
@@ -125,30 +130,30 @@ def test_retryable_definitive_failure_is_retried_when_policy_allows() -> None:
         assert [r.retry_decision for r in records] == ["retry", "stop"]
         assert result.receipt.attempts == 2
 
-    run(scenario())
+    await scenario()
 
 
-def test_non_retryable_definitive_failure_is_not_retried() -> None:
+async def test_non_retryable_definitive_failure_is_not_retried() -> None:
     async def scenario() -> None:
         op = CountingOperation(DefinitiveFailure("declined"), "ok")
         result = await execute(op, policy=RETRY_FAILED)
         assert op.calls == 1
         assert result.status is FAILED
 
-    run(scenario())
+    await scenario()
 
 
-def test_unknown_is_never_retried_even_when_failed_retries_are_allowed() -> None:
+async def test_unknown_is_never_retried_even_when_failed_retries_are_allowed() -> None:
     async def scenario() -> None:
         op = CountingOperation(TimeoutError(), "ok")
         result = await execute(op, policy=RETRY_FAILED)
         assert op.calls == 1
         assert result.status is UNKNOWN
 
-    run(scenario())
+    await scenario()
 
 
-def test_unknown_absence_without_retry_safe_is_not_retried() -> None:
+async def test_unknown_absence_without_retry_safe_is_not_retried() -> None:
     async def scenario() -> None:
         op = CountingOperation(TimeoutError(), "ok")
         verifier = fixed_verifier(VerificationResult.absent(verified_provider_reference=REF))
@@ -156,10 +161,10 @@ def test_unknown_absence_without_retry_safe_is_not_retried() -> None:
         assert op.calls == 1
         assert result.status is UNKNOWN
 
-    run(scenario())
+    await scenario()
 
 
-def test_fenced_absence_authorises_a_retry() -> None:
+async def test_fenced_absence_authorises_a_retry() -> None:
     async def scenario() -> None:
         op = CountingOperation(TimeoutError(), "ok")
         verifier = fixed_verifier(fenced_absent(), confirmed())
@@ -167,10 +172,10 @@ def test_fenced_absence_authorises_a_retry() -> None:
         assert op.calls == 2
         assert result.status is CONFIRMED
 
-    run(scenario())
+    await scenario()
 
 
-def test_max_attempts_caps_retries() -> None:
+async def test_max_attempts_caps_retries() -> None:
     async def scenario() -> None:
         op = CountingOperation(*[DefinitiveFailure("busy", retryable=True)] * 5)
         result = await execute(op, policy=RETRY_FAILED)
@@ -178,10 +183,10 @@ def test_max_attempts_caps_retries() -> None:
         assert result.status is FAILED
         assert result.receipt.attempt_records[-1].retry_decision == "stop"
 
-    run(scenario())
+    await scenario()
 
 
-def test_retry_on_unknown_escape_hatch_retries_and_warns_each_time() -> None:
+async def test_retry_on_unknown_escape_hatch_retries_and_warns_each_time() -> None:
     with pytest.warns(RuntimeWarning):
         policy = RetryPolicy(max_attempts=2, retry_on_unknown=True)
 
@@ -192,13 +197,13 @@ def test_retry_on_unknown_escape_hatch_retries_and_warns_each_time() -> None:
         assert op.calls == 2
         assert result.status is CONFIRMED
 
-    run(scenario())
+    await scenario()
 
 
 # -- aggregation ----------------------------------------------------------------
 
 
-def test_later_failed_attempt_cannot_erase_earlier_unknown() -> None:
+async def test_later_failed_attempt_cannot_erase_earlier_unknown() -> None:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)
         policy = RetryPolicy(max_attempts=2, retry_on_unknown=True)
@@ -213,10 +218,10 @@ def test_later_failed_attempt_cannot_erase_earlier_unknown() -> None:
         assert result.status is UNKNOWN
         assert result.receipt.execution_status is UNKNOWN
 
-    run(scenario())
+    await scenario()
 
 
-def test_later_authoritative_confirmation_establishes_confirmed() -> None:
+async def test_later_authoritative_confirmation_establishes_confirmed() -> None:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)
         policy = RetryPolicy(max_attempts=2, retry_on_unknown=True)
@@ -228,10 +233,10 @@ def test_later_authoritative_confirmation_establishes_confirmed() -> None:
             result = await execute(op, policy=policy)
         assert result.status is CONFIRMED
 
-    run(scenario())
+    await scenario()
 
 
-def test_all_failed_attempts_aggregate_to_failed() -> None:
+async def test_all_failed_attempts_aggregate_to_failed() -> None:
     async def scenario() -> None:
         op = CountingOperation(
             DefinitiveFailure("busy", retryable=True), DefinitiveFailure("declined")
@@ -239,10 +244,10 @@ def test_all_failed_attempts_aggregate_to_failed() -> None:
         result = await execute(op, policy=RETRY_FAILED)
         assert result.status is FAILED
 
-    run(scenario())
+    await scenario()
 
 
-def test_policy_argument_overrides_runner_default_and_is_validated() -> None:
+async def test_policy_argument_overrides_runner_default_and_is_validated() -> None:
     async def scenario() -> None:
         runner = ActionRunner(InMemoryLedger(), policy=RETRY_FAILED)
         op = CountingOperation(DefinitiveFailure("busy", retryable=True), "ok")
@@ -256,4 +261,58 @@ def test_policy_argument_overrides_runner_default_and_is_validated() -> None:
         with pytest.raises(InvalidArgumentError):
             ActionRunner(InMemoryLedger(), policy={"max_attempts": 2})  # type: ignore[arg-type]
 
-    run(scenario())
+    await scenario()
+
+
+async def test_a_retry_is_logged_with_the_status_that_caused_it(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    from dataoad import RetryPolicy
+
+    async def scenario() -> None:
+        runner = ActionRunner(
+            InMemoryLedger(), policy=RetryPolicy(max_attempts=2, retry_on_failed=True)
+        )
+        op = CountingOperation(DefinitiveFailure("busy", retryable=True), "ok")
+        result = await runner.execute("charge", op, request=REQUEST, idempotency_key="k")
+        assert result.status is ActionStatus.CONFIRMED
+
+    await scenario()
+    retrying = [(lvl, f) for e, lvl, f in events(caplog) if e == "retrying"]
+    assert len(retrying) == 1
+    level, fields = retrying[0]
+    assert level == logging.INFO
+    assert fields["attempt_status"] == "FAILED"
+    assert fields["attempt"] == 1
+
+
+async def test_an_unknown_retried_through_the_escape_hatch_is_a_warning(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    import warnings
+
+    from dataoad import RetryPolicy
+
+    caplog.set_level(logging.INFO, logger="dataoad")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        policy = RetryPolicy(max_attempts=2, retry_on_unknown=True)
+
+    async def scenario() -> None:
+        runner = ActionRunner(InMemoryLedger(), policy=policy)
+        with pytest.warns(RuntimeWarning) as caught:
+            await runner.execute(
+                "charge",
+                CountingOperation(TimeoutError("lost"), "ok"),
+                request=REQUEST,
+                idempotency_key="k",
+            )
+        # mutmut's trampolines add stack frames, so only an unmutated run can
+        # check where the warning points.
+        if "MUTANT_UNDER_TEST" not in os.environ:
+            assert caught[0].filename == __file__
+
+    await scenario()
+    retrying = [(lvl, f) for e, lvl, f in events(caplog) if e == "retrying"]
+    assert retrying[0][0] == logging.WARNING
+    assert retrying[0][1]["attempt_status"] == "UNKNOWN"

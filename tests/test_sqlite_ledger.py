@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import hashlib
 import os
@@ -32,28 +31,24 @@ from tests.ledger_child import CRASH_POINTS, contend_in_processes
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def run(coro):
-    return asyncio.run(coro)
-
-
 def digest(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
-def test_new_files_are_readable_by_their_owner_only(tmp_path: Path) -> None:
+async def test_new_files_are_readable_by_their_owner_only(tmp_path: Path) -> None:
     db = tmp_path / "ledger.sqlite3"
 
     async def scenario() -> None:
         async with SQLiteLedger(db) as ledger:
             await ActionRunner(ledger).execute("a", lambda: 1, request={}, idempotency_key="k")
 
-    run(scenario())
+    await scenario()
     for path in tmp_path.iterdir():
         mode = stat.S_IMODE(path.stat().st_mode)
         assert mode & 0o077 == 0, f"{path.name} is {oct(mode)}"
 
 
-def test_opens_lazily_and_works_as_in_the_seed(tmp_path: Path) -> None:
+async def test_opens_lazily_and_works_as_in_the_seed(tmp_path: Path) -> None:
     async def scenario() -> None:
         ledger = SQLiteLedger(tmp_path / "dataoad.sqlite3")
         runner = ActionRunner(ledger)
@@ -63,10 +58,10 @@ def test_opens_lazily_and_works_as_in_the_seed(tmp_path: Path) -> None:
         await ledger.close()
         await ledger.close()
 
-    run(scenario())
+    await scenario()
 
 
-def test_completed_receipts_and_claims_survive_a_restart(tmp_path: Path) -> None:
+async def test_completed_receipts_and_claims_survive_a_restart(tmp_path: Path) -> None:
     db = tmp_path / "ledger.sqlite3"
     calls = 0
 
@@ -87,14 +82,14 @@ def test_completed_receipts_and_claims_survive_a_restart(tmp_path: Path) -> None
                 "a", op, request={"x": 1}, idempotency_key="k"
             )
 
-    receipt = run(first())
-    replay = run(second())
+    receipt = await first()
+    replay = await second()
     assert calls == 1
     assert replay.replayed is True  # type: ignore[attr-defined]
     assert replay.receipt == receipt  # type: ignore[attr-defined]
 
 
-def _rejected(path: Path, match: str) -> None:
+async def _rejected(path: Path, match: str) -> None:
     before = digest(path)
     names = sorted(p.name for p in path.parent.iterdir())
 
@@ -104,7 +99,7 @@ def _rejected(path: Path, match: str) -> None:
             await ledger.find("a", "k")
         await ledger.close()
 
-    run(scenario())
+    await scenario()
     assert digest(path) == before, "a rejected file was modified"
     # Any reader of a WAL-mode database (our read-only probe included) makes
     # SQLite create its shared-memory and log sidecars; nothing else may appear.
@@ -113,34 +108,34 @@ def _rejected(path: Path, match: str) -> None:
     assert after == [n for n in names if n not in sidecars]
 
 
-def test_a_foreign_sqlite_file_is_rejected_unchanged(tmp_path: Path) -> None:
+async def test_a_foreign_sqlite_file_is_rejected_unchanged(tmp_path: Path) -> None:
     path = tmp_path / "other.db"
     with contextlib.closing(sqlite3.connect(path)) as conn, conn:
         conn.execute("CREATE TABLE customers (id INTEGER PRIMARY KEY)")
-    _rejected(path, "not a Dataoad ledger")
+    await _rejected(path, "not a Dataoad ledger")
 
 
-def test_a_corrupt_file_is_rejected_unchanged(tmp_path: Path) -> None:
+async def test_a_corrupt_file_is_rejected_unchanged(tmp_path: Path) -> None:
     path = tmp_path / "corrupt.sqlite3"
     path.write_bytes(b"this is not a database at all" * 100)
-    _rejected(path, "not a SQLite database, or corrupt")
+    await _rejected(path, "not a SQLite database, or corrupt")
 
 
-def test_a_newer_schema_is_rejected_unchanged(tmp_path: Path) -> None:
+async def test_a_newer_schema_is_rejected_unchanged(tmp_path: Path) -> None:
     path = tmp_path / "ledger.sqlite3"
 
     async def create() -> None:
         async with SQLiteLedger(path) as ledger:
             await ledger.claim(make_receipt())
 
-    run(create())
+    await create()
     with contextlib.closing(sqlite3.connect(path)) as conn, conn:
         conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION + 1}")
         conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
-    _rejected(path, "newer than")
+    await _rejected(path, "newer than")
 
 
-def test_an_older_schema_is_migrated_keeping_every_receipt(tmp_path: Path) -> None:
+async def test_an_older_schema_is_migrated_keeping_every_receipt(tmp_path: Path) -> None:
     path = tmp_path / "v1.sqlite3"
     receipt = make_receipt()
     with contextlib.closing(sqlite3.connect(path)) as conn, conn:
@@ -154,7 +149,7 @@ def test_an_older_schema_is_migrated_keeping_every_receipt(tmp_path: Path) -> No
         async with SQLiteLedger(path) as ledger:
             assert await ledger.get(receipt.action_id) == receipt
 
-    run(scenario())
+    await scenario()
     with contextlib.closing(sqlite3.connect(path)) as conn, conn:
         assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION
         indexes = {row[1] for row in conn.execute("PRAGMA index_list(receipts)")}
@@ -173,20 +168,20 @@ def test_invalid_constructor_arguments_are_refused(tmp_path: Path) -> None:
         SQLiteLedger(3)  # type: ignore[arg-type]
 
 
-def test_missing_folder_is_a_clear_error(tmp_path: Path) -> None:
+async def test_missing_folder_is_a_clear_error(tmp_path: Path) -> None:
     async def scenario() -> None:
         ledger = SQLiteLedger(tmp_path / "nope" / "ledger.sqlite3")
         with pytest.raises(ActionPersistenceError, match="does not exist"):
             await ActionRunner(ledger).execute("a", lambda: 1, request={}, idempotency_key="k")
         await ledger.close()
 
-    run(scenario())
+    await scenario()
 
 
 # -- faults of the database itself -----------------------------------------------------
 
 
-def test_busy_past_the_timeout_does_not_invoke(tmp_path: Path) -> None:
+async def test_busy_past_the_timeout_does_not_invoke(tmp_path: Path) -> None:
     db = tmp_path / "ledger.sqlite3"
     calls = 0
 
@@ -209,10 +204,12 @@ def test_busy_past_the_timeout_does_not_invoke(tmp_path: Path) -> None:
             assert calls == 0
             assert await ledger.find("a", "k") is None
 
-    run(scenario())
+    await scenario()
 
 
-def test_a_full_database_surfaces_as_persistence_error_before_invoking(tmp_path: Path) -> None:
+async def test_a_full_database_surfaces_as_persistence_error_before_invoking(
+    tmp_path: Path,
+) -> None:
     db = tmp_path / "ledger.sqlite3"
     calls = 0
 
@@ -237,11 +234,11 @@ def test_a_full_database_surfaces_as_persistence_error_before_invoking(tmp_path:
             assert first is not None
             assert first.final_status is ActionStatus.CONFIRMED
 
-    run(scenario())
+    await scenario()
 
 
 @pytest.mark.skipif(not hasattr(os, "geteuid"), reason="POSIX permissions only")
-def test_a_read_only_file_surfaces_as_persistence_error(tmp_path: Path) -> None:
+async def test_a_read_only_file_surfaces_as_persistence_error(tmp_path: Path) -> None:
     # Root ignores file modes, so the attempt runs in a child without privileges.
     folder = Path(f"/tmp/dataoad-ro-{os.getpid()}")
     folder.mkdir(mode=0o755, exist_ok=True)
@@ -252,7 +249,7 @@ def test_a_read_only_file_surfaces_as_persistence_error(tmp_path: Path) -> None:
         async with SQLiteLedger(db) as ledger:
             await ActionRunner(ledger).execute("a", lambda: 1, request={}, idempotency_key="k")
 
-    run(create())
+    await create()
     with contextlib.closing(sqlite3.connect(db)) as conn, conn:
         conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
     for path in folder.iterdir():
@@ -295,7 +292,7 @@ def test_a_read_only_file_surfaces_as_persistence_error(tmp_path: Path) -> None:
 # -- several processes ----------------------------------------------------------------
 
 
-def test_processes_contending_for_the_same_keys(tmp_path: Path) -> None:
+async def test_processes_contending_for_the_same_keys(tmp_path: Path) -> None:
     db, effects = tmp_path / "ledger.sqlite3", tmp_path / "effects.log"
     keys, processes = 1000, 4
 
@@ -303,7 +300,7 @@ def test_processes_contending_for_the_same_keys(tmp_path: Path) -> None:
         async with SQLiteLedger(db) as ledger:
             await ledger.find("act", "none")
 
-    run(create())
+    await create()
     summaries = contend_in_processes(str(db), effects, keys, processes)
     lines = effects.read_text().split()
     # Exactly one effect per key: one winner each, and nothing invoked twice.
@@ -320,7 +317,7 @@ def test_processes_contending_for_the_same_keys(tmp_path: Path) -> None:
             assert len(receipts) == keys
             assert all(r.final_status is ActionStatus.CONFIRMED for r in receipts)
 
-    run(check())
+    await check()
 
 
 # -- crashes ----------------------------------------------------------------------------
@@ -340,7 +337,9 @@ class EffectsVerifier:
 
 
 @pytest.mark.parametrize("point", CRASH_POINTS)
-def test_sigkill_at_each_protocol_point_leaves_a_safe_state(tmp_path: Path, point: str) -> None:
+async def test_sigkill_at_each_protocol_point_leaves_a_safe_state(
+    tmp_path: Path, point: str
+) -> None:
     db, effects = tmp_path / "ledger.sqlite3", tmp_path / "effects.log"
     child = subprocess.run(
         [sys.executable, "-m", "tests.ledger_child", "crash", str(db), str(effects), point],
@@ -391,13 +390,13 @@ def test_sigkill_at_each_protocol_point_leaves_a_safe_state(tmp_path: Path, poin
             assert result.status is expected
             assert calls == 0, "the operation was invoked again after the crash"
 
-    run(after())
+    await after()
     assert (effects.read_text().split() if effects.exists() else []) == effects_before
     expected_effects = [] if point in ("after_claim", "after_attempt_start") else ["order-1"]
     assert effects_before == expected_effects
 
 
-def test_the_receipts_listing_applies_every_filter(tmp_path: Path) -> None:
+async def test_the_receipts_listing_applies_every_filter(tmp_path: Path) -> None:
     from datetime import UTC, datetime, timedelta, timezone
 
     from dataoad import ActionStatus, DefinitiveFailure
@@ -432,7 +431,7 @@ def test_the_receipts_listing_applies_every_filter(tmp_path: Path) -> None:
             assert await ledger.receipts(since=later) == []
             assert (await ledger.receipts(final_status=ActionStatus.CONFIRMED))[0] == ok.receipt
 
-    run(scenario())
+    await scenario()
 
 
 def test_a_failing_contended_lock_wait_surfaces_its_error(
@@ -454,7 +453,7 @@ def test_a_failing_contended_lock_wait_surfaces_its_error(
         pytest.fail("the lock was not held, yet the block ran")
 
 
-def test_the_listing_compares_times_in_utc_whatever_the_local_zone(
+async def test_the_listing_compares_times_in_utc_whatever_the_local_zone(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     import time
@@ -473,7 +472,7 @@ def test_the_listing_compares_times_in_utc_whatever_the_local_zone(
                 assert await ledger.receipts(since=created - timedelta(minutes=1)) == [done.receipt]
                 assert await ledger.receipts(since=created + timedelta(minutes=1)) == []
 
-        run(scenario())
+        await scenario()
     finally:
         monkeypatch.delenv("TZ")
         time.tzset()

@@ -53,7 +53,7 @@ async def test_the_writer_lock_is_not_held_while_the_event_loop_is_busy(tmp_path
         # Something blocks the loop (a sync call, a slow task). The statement
         # finishes on its own thread meanwhile; the lock must not wait for
         # the loop to come back before it is released.
-        time.sleep(0.3)  # noqa: ASYNC251 - blocking the loop on purpose
+        time.sleep(0.3)
         assert lock_is_free(Path(f"{path}.lock")), "the writer lock stayed held while the loop ran"
         assert await write is False
 

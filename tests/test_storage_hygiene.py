@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import dataclasses
 import json
 
@@ -11,15 +10,11 @@ from dataoad._receipt import MAX_ERROR_LENGTH
 from tests.support import REF, CountingOperation, confirmed, fixed_verifier
 
 
-def run(coro):
-    return asyncio.run(coro)
-
-
 def stored_text(receipt: object) -> str:
     return json.dumps(dataclasses.asdict(receipt), default=str)  # type: ignore[call-overload]
 
 
-def test_raw_request_and_provider_values_are_never_stored() -> None:
+async def test_raw_request_and_provider_values_are_never_stored() -> None:
     secret_request = {"card_number": "4111-SECRET-REQUEST"}
     secret_value = {"token": "SECRET-PROVIDER-VALUE"}
 
@@ -42,10 +37,10 @@ def test_raw_request_and_provider_values_are_never_stored() -> None:
             assert "SECRET-REQUEST" not in text
             assert "SECRET-PROVIDER-VALUE" not in text
 
-    run(scenario())
+    await scenario()
 
 
-def test_stored_error_strings_are_bounded() -> None:
+async def test_stored_error_strings_are_bounded() -> None:
     class Unprintable(Exception):
         def __str__(self) -> str:
             raise RuntimeError("cannot print")
@@ -66,10 +61,10 @@ def test_stored_error_strings_are_bounded() -> None:
         assert odd.receipt.error is not None
         assert odd.receipt.error.startswith("Unprintable")
 
-    run(scenario())
+    await scenario()
 
 
-def test_verifier_error_and_reason_strings_are_bounded() -> None:
+async def test_verifier_error_and_reason_strings_are_bounded() -> None:
     async def scenario() -> None:
         runner = ActionRunner(InMemoryLedger())
         result = await runner.execute(
@@ -83,10 +78,10 @@ def test_verifier_error_and_reason_strings_are_bounded() -> None:
         observation = result.receipt.metadata["verification"]
         assert len(observation["error"]) <= MAX_ERROR_LENGTH
 
-    run(scenario())
+    await scenario()
 
 
-def test_version_increases_by_one_per_durable_transition() -> None:
+async def test_version_increases_by_one_per_durable_transition() -> None:
     async def scenario() -> None:
         runner = ActionRunner(InMemoryLedger())
         result = await runner.execute(
@@ -101,10 +96,10 @@ def test_version_increases_by_one_per_durable_transition() -> None:
         settled = await runner.reconcile(result.receipt.action_id, fixed_verifier(confirmed()))
         assert settled.receipt.version == 4
 
-    run(scenario())
+    await scenario()
 
 
-def test_receipts_are_immutable_snapshots() -> None:
+async def test_receipts_are_immutable_snapshots() -> None:
     async def scenario() -> None:
         runner = ActionRunner(InMemoryLedger())
         result = await runner.execute("a", lambda: 1, request={}, idempotency_key="k")
@@ -116,4 +111,4 @@ def test_receipts_are_immutable_snapshots() -> None:
             raise AssertionError("receipt was mutable")
         assert (await runner.receipt(result.receipt.action_id)).attempts == 1
 
-    run(scenario())
+    await scenario()

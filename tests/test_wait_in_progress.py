@@ -22,7 +22,16 @@ from dataoad import (
     InvalidArgumentError,
 )
 from dataoad.testing import FaultyLedger, LedgerFault
-from tests.support import FRONT_ENDS, REQUEST, CountingOperation, call_via
+from tests.support import (
+    FRONT_ENDS,
+    REQUEST,
+    CountingOperation,
+    call_via,
+    execute,
+    stranded,
+)
+
+FAIL = LedgerFault.FAIL_BEFORE_WRITE
 
 
 @pytest.fixture(params=FRONT_ENDS)
@@ -216,3 +225,56 @@ def test_a_clock_without_the_clock_protocol_is_refused_before_anything_runs() ->
 
     with pytest.raises(InvalidArgumentError, match="clock"):
         ActionRunner(InMemoryLedger(), clock=NoSleep())  # type: ignore[arg-type]
+
+
+async def test_wait_in_progress_accepts_its_documented_maximum() -> None:
+    from dataoad._arguments import MAX_WAIT_IN_PROGRESS
+
+    async def scenario() -> None:
+        result = await execute(
+            ActionRunner(InMemoryLedger()), wait_in_progress=MAX_WAIT_IN_PROGRESS
+        )
+        assert result.status is ActionStatus.CONFIRMED
+        with pytest.raises(InvalidArgumentError):
+            await execute(ActionRunner(InMemoryLedger()), wait_in_progress=MAX_WAIT_IN_PROGRESS + 1)
+
+    await scenario()
+
+
+async def test_waiting_backs_off_by_doubling_and_stops_at_the_deadline() -> None:
+    from dataoad import ActionInProgressError
+    from dataoad._runner import WAIT_FIRST_DELAY, WAIT_MAX_DELAY
+
+    async def scenario() -> None:
+        ledger = InMemoryLedger()
+        holder = FaultyLedger(ledger)
+        holder.inject("record", FAIL)
+        await stranded(ledger)  # the claim of "k" stays PENDING
+        del holder
+        now = [0.0]
+        sleeps: list[float] = []
+
+        class Virtual:
+            def monotonic(self) -> float:
+                return now[0]
+
+            async def sleep(self, seconds: float) -> None:
+                sleeps.append(seconds)
+                now[0] += seconds
+
+        runner = ActionRunner(ledger, clock=Virtual())
+        total = WAIT_FIRST_DELAY * 7  # 1 + 2 + 4 delays
+        with pytest.raises(ActionInProgressError):
+            await execute(runner, wait_in_progress=total)
+        assert sleeps == pytest.approx(
+            [WAIT_FIRST_DELAY, 2 * WAIT_FIRST_DELAY, 4 * WAIT_FIRST_DELAY]
+        )
+        assert now[0] == pytest.approx(total)
+        # The delay never grows past the cap.
+        sleeps.clear()
+        now[0] = 0.0
+        with pytest.raises(ActionInProgressError):
+            await execute(runner, wait_in_progress=3.0)
+        assert max(sleeps) == WAIT_MAX_DELAY
+
+    await scenario()

@@ -10,12 +10,16 @@ import rfc8785
 
 from dataoad import (
     ActionInProgressError,
+    ActionPersistenceError,
+    ActionReceipt,
     ActionRunner,
     ActionStatus,
     IdempotencyConflictError,
     InMemoryLedger,
     ResultValueUnavailableError,
+    VerificationResult,
 )
+from dataoad.testing import FaultyLedger, LedgerFault
 from tests.support import (
     FRONT_ENDS,
     REF,
@@ -23,8 +27,11 @@ from tests.support import (
     CountingOperation,
     call_via,
     confirmed,
+    execute,
     fixed_verifier,
 )
+
+FAIL = LedgerFault.FAIL_BEFORE_WRITE
 
 FRONT = {"name": "execute"}
 
@@ -45,11 +52,7 @@ def via(runner: ActionRunner):
     return Front()
 
 
-def run(coro):
-    return asyncio.run(coro)
-
-
-def test_request_hash_is_sha256_of_rfc8785_form() -> None:
+async def test_request_hash_is_sha256_of_rfc8785_form() -> None:
     async def scenario() -> None:
         request = {"b": [1, 2.5, "é"], "a": {"z": None, "y": True}}
         result = await ActionRunner(InMemoryLedger()).execute(
@@ -65,10 +68,10 @@ def test_request_hash_is_sha256_of_rfc8785_form() -> None:
         assert replay.receipt.request_hash == expected
         assert result_ledger.snapshot()[0].request_hash == expected
 
-    run(scenario())
+    await scenario()
 
 
-def test_completed_duplicate_replays_without_invoking() -> None:
+async def test_completed_duplicate_replays_without_invoking() -> None:
     async def scenario() -> None:
         runner = ActionRunner(InMemoryLedger())
         op = CountingOperation("v1", "v2")
@@ -82,10 +85,10 @@ def test_completed_duplicate_replays_without_invoking() -> None:
         with pytest.raises(ResultValueUnavailableError):
             _ = second.value
 
-    run(scenario())
+    await scenario()
 
 
-def test_in_progress_duplicate_raises_without_invoking() -> None:
+async def test_in_progress_duplicate_raises_without_invoking() -> None:
     async def scenario() -> None:
         runner = ActionRunner(InMemoryLedger())
         started = asyncio.Event()
@@ -109,10 +112,10 @@ def test_in_progress_duplicate_raises_without_invoking() -> None:
         release.set()
         assert (await first).status is ActionStatus.CONFIRMED
 
-    run(scenario())
+    await scenario()
 
 
-def test_concurrent_contenders_produce_one_winner() -> None:
+async def test_concurrent_contenders_produce_one_winner() -> None:
     async def scenario() -> None:
         runner = ActionRunner(InMemoryLedger())
         op = CountingOperation()
@@ -127,10 +130,10 @@ def test_concurrent_contenders_produce_one_winner() -> None:
         assert op.calls == 1
         assert sum(1 for o in outcomes if not isinstance(o, Exception) and not o.replayed) == 1
 
-    run(scenario())
+    await scenario()
 
 
-def test_same_key_different_request_is_a_conflict_before_invoking() -> None:
+async def test_same_key_different_request_is_a_conflict_before_invoking() -> None:
     async def scenario() -> None:
         runner = ActionRunner(InMemoryLedger())
         op = CountingOperation()
@@ -142,10 +145,10 @@ def test_same_key_different_request_is_a_conflict_before_invoking() -> None:
         assert op.calls == 1
         assert info.value.action_id == first.receipt.action_id
 
-    run(scenario())
+    await scenario()
 
 
-def test_same_key_different_request_while_pending_is_a_conflict() -> None:
+async def test_same_key_different_request_while_pending_is_a_conflict() -> None:
     async def scenario() -> None:
         runner = ActionRunner(InMemoryLedger())
         gate = asyncio.Event()
@@ -160,10 +163,10 @@ def test_same_key_different_request_while_pending_is_a_conflict() -> None:
         gate.set()
         await task
 
-    run(scenario())
+    await scenario()
 
 
-def test_different_provider_reference_is_a_conflict() -> None:
+async def test_different_provider_reference_is_a_conflict() -> None:
     async def scenario() -> None:
         runner = ActionRunner(InMemoryLedger())
         op = CountingOperation()
@@ -181,10 +184,10 @@ def test_different_provider_reference_is_a_conflict() -> None:
         assert other.value.receipt == first.receipt
         assert none.value.receipt == first.receipt
 
-    run(scenario())
+    await scenario()
 
 
-def test_same_key_under_another_action_name_is_another_claim() -> None:
+async def test_same_key_under_another_action_name_is_another_claim() -> None:
     async def scenario() -> None:
         runner = ActionRunner(InMemoryLedger())
         op = CountingOperation()
@@ -193,10 +196,10 @@ def test_same_key_under_another_action_name_is_another_claim() -> None:
         assert op.calls == 2
         assert a.receipt.action_id != b.receipt.action_id
 
-    run(scenario())
+    await scenario()
 
 
-def test_unknown_replay_with_verifier_reconciles_read_only() -> None:
+async def test_unknown_replay_with_verifier_reconciles_read_only() -> None:
     async def scenario() -> None:
         runner = ActionRunner(InMemoryLedger())
         op = CountingOperation(TimeoutError(), "second")
@@ -213,10 +216,10 @@ def test_unknown_replay_with_verifier_reconciles_read_only() -> None:
         assert replay.status is ActionStatus.CONFIRMED
         assert len(verifier.calls) == 1  # type: ignore[attr-defined]
 
-    run(scenario())
+    await scenario()
 
 
-def test_unknown_replay_without_verifier_stays_unknown() -> None:
+async def test_unknown_replay_without_verifier_stays_unknown() -> None:
     async def scenario() -> None:
         runner = ActionRunner(InMemoryLedger())
         op = CountingOperation(TimeoutError())
@@ -226,4 +229,98 @@ def test_unknown_replay_without_verifier_stays_unknown() -> None:
         assert replay.replayed is True
         assert op.calls == 1
 
-    run(scenario())
+    await scenario()
+
+
+async def test_an_unproven_claim_carries_the_proposed_claim_and_says_nothing_ran() -> None:
+    async def scenario() -> None:
+        inner = InMemoryLedger()
+        ledger = FaultyLedger(inner)
+        ledger.inject("claim", FAIL)
+        original_find = ledger.find
+        looks = 0
+
+        async def find(action_name: str, key: str) -> ActionReceipt | None:
+            nonlocal looks
+            looks += 1
+            if looks == 2:  # the read-back after the failed claim write
+                raise ConnectionError("read-back failed too")
+            return await original_find(action_name, key)
+
+        ledger.find = find  # type: ignore[method-assign]
+        op = CountingOperation("ok")
+        with pytest.raises(ActionPersistenceError) as info:
+            await execute(ActionRunner(ledger), op)
+        assert op.calls == 0
+        assert info.value.operation_invoked is False
+        assert info.value.receipt is not None
+        assert info.value.receipt.idempotency_key == "k"
+        assert str(info.value).endswith("a stored PENDING claim with zero attempts can be released")
+        assert await inner.find("charge", "k") is None
+
+    await scenario()
+
+
+class StaleFindLedger(FaultyLedger):
+    """Its first look never sees an existing claim (a replica that lags)."""
+
+    async def find(self, action_name: str, idempotency_key: str) -> ActionReceipt | None:
+        self.calls.append("find")
+        return None
+
+
+async def test_a_duplicate_that_loses_the_claim_race_gets_the_stored_claim_answered() -> None:
+    async def scenario() -> None:
+        ledger = InMemoryLedger()
+        first = await execute(
+            ActionRunner(ledger),
+            CountingOperation(TimeoutError("lost")),
+            verifier=fixed_verifier(VerificationResult.unknown(reason="lag")),
+        )
+        assert first.status is ActionStatus.UNKNOWN
+        op = CountingOperation("ok")
+        second = await execute(
+            ActionRunner(StaleFindLedger(ledger)), op, verifier=fixed_verifier(confirmed())
+        )
+        assert op.calls == 0
+        assert second.replayed is True
+        # The duplicate's verifier settled the stored UNKNOWN claim.
+        assert second.status is ActionStatus.CONFIRMED
+        assert second.receipt.action_id == first.receipt.action_id
+
+    await scenario()
+
+
+async def test_a_failed_first_look_says_nothing_was_invoked() -> None:
+    async def scenario() -> None:
+        ledger = FaultyLedger(InMemoryLedger())
+        ledger.inject("find", FAIL)
+        op = CountingOperation()
+        with pytest.raises(ActionPersistenceError) as info:
+            await execute(ActionRunner(ledger), op)
+        assert op.calls == 0
+        assert info.value.operation_invoked is False
+        assert info.value.receipt is None
+        assert str(info.value).endswith("; nothing was invoked")
+
+    await scenario()
+
+
+async def test_lost_claim_ack_with_competitor_does_not_invoke():
+    async def s():
+        inner = InMemoryLedger()
+        op = CountingOperation()
+        CountingOperation()
+
+        class Racing(FaultyLedger):
+            async def claim(self, receipt):
+                comp = receipt.evolve(action_id="competitor")
+                await inner.claim(comp)
+                raise ConnectionError("ack lost")
+
+        with pytest.raises(ActionInProgressError):
+            await ActionRunner(Racing(inner)).execute("a", op, request=REQUEST, idempotency_key="k")
+        assert op.calls == 0
+        assert (await inner.get("competitor")).attempts == 0
+
+    await s()

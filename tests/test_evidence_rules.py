@@ -1,11 +1,4 @@
-"""Checks added because mutation testing showed them missing (see stateful_tests/README.md).
-
-Each asserts a behaviour a surviving mutant changed: the contradiction flag
-of merging and combining evidence, the statuses derived for unfinished or
-absent attempts, and that every refusal of a bad retry argument names what
-was wrong. (Where the escape hatch's warning points is checked in
-``test_input_validation.py``: mutmut's trampoline adds a stack frame.)
-"""
+"""The pure evidence rules: merging, combining and settling what attempts and verifiers established."""
 
 from __future__ import annotations
 
@@ -14,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from dataoad import ActionStatus, AttemptRecord, InvalidArgumentError, RetryPolicy
+from dataoad import ActionStatus, AttemptRecord
 from dataoad._evidence import combine, merge_observations, settle
 
 C, F, U = ActionStatus.CONFIRMED, ActionStatus.FAILED, ActionStatus.UNKNOWN
@@ -59,27 +52,3 @@ def test_no_attempts_and_no_observations_settle_without_error() -> None:
     settlement = settle((), ())
     assert settlement.verification_status is None
     assert settlement.final_status is U
-
-
-@pytest.mark.parametrize(
-    ("make", "message"),
-    [
-        (lambda: RetryPolicy(max_attempts="2"), "max_attempts must be an int, not str"),
-        (lambda: RetryPolicy(max_attempts=0), "max_attempts must be >= 1, got 0"),
-        (lambda: RetryPolicy(retry_on_failed=1), "retry_on_failed must be a bool, not int"),
-        (
-            lambda: RetryPolicy().should_retry("FAILED", 1, True),
-            "status must be an ActionStatus, not str",
-        ),
-        (lambda: RetryPolicy().should_retry(F, 1.0, True), "attempts must be an int, not float"),
-        (lambda: RetryPolicy().should_retry(F, 0, True), "attempts must be >= 1, got 0"),
-        (
-            lambda: RetryPolicy().should_retry(F, 1, 1),
-            "failure_is_retryable must be a bool, not int",
-        ),
-    ],
-)
-def test_each_refusal_names_what_was_wrong(make: Any, message: str) -> None:
-    with pytest.raises(InvalidArgumentError) as info:
-        make()
-    assert str(info.value) == message

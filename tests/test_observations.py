@@ -1,0 +1,313 @@
+"""Verifier answers: what the runner judges them worth, and what it stores of each."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from dataoad import (
+    ActionRunner,
+    ActionStatus,
+    InMemoryLedger,
+    InvalidArgumentError,
+    VerificationHealth,
+    VerificationResult,
+)
+from tests.support import REF, CountingOperation, confirmed, execute, fixed_verifier, stranded
+
+C, F, U = ActionStatus.CONFIRMED, ActionStatus.FAILED, ActionStatus.UNKNOWN
+
+
+async def test_a_stored_observation_keeps_every_field_of_the_verifier_answer() -> None:
+    async def scenario() -> None:
+        answer = VerificationResult.absent(
+            verified_provider_reference=REF,
+            retry_safe=False,
+            health=VerificationHealth.DEGRADED,
+            conclusive_absence=False,
+            details={"region": "eu"},
+        )
+        result = await execute(
+            ActionRunner(InMemoryLedger()),
+            CountingOperation(TimeoutError("lost")),
+            verifier=fixed_verifier(answer),
+        )
+        observation = result.receipt.metadata["verification"]
+        assert observation["source"] == "execute"
+        assert observation["attempt"] == 1
+        assert observation["claimed"] == "FAILED"
+        assert observation["health"] == "DEGRADED"
+        assert observation["conclusive_absence"] is False
+        assert observation["retry_safe"] is False
+        assert observation["verified_provider_reference"] == REF
+        assert observation["provider_request_id"] is None
+        assert observation["details"] == {"region": "eu"}
+        assert result.receipt.metadata["verification_observations"] == (observation,)
+
+    await scenario()
+
+
+@pytest.mark.parametrize(("size", "kept"), [(3990, True), (4100, False)])
+async def test_observation_details_are_kept_only_while_small(size: int, kept: bool) -> None:
+    # The bound is measured on compact JSON: "{"d":"xxx"}" is the text plus 8.
+    details = {"d": "é" * (size - 8)}
+
+    async def scenario() -> None:
+        result = await execute(
+            ActionRunner(InMemoryLedger()),
+            CountingOperation(TimeoutError("lost")),
+            verifier=fixed_verifier(
+                VerificationResult.confirmed(verified_provider_reference=REF, details=details)
+            ),
+        )
+        stored = result.receipt.metadata["verification"]["details"]
+        assert stored == (details if kept else {"truncated": True})
+
+    await scenario()
+
+
+async def test_details_exactly_at_the_bound_are_kept() -> None:
+    details = {"d": "x" * (4000 - 8)}
+
+    async def scenario() -> None:
+        result = await execute(
+            ActionRunner(InMemoryLedger()),
+            CountingOperation(TimeoutError("lost")),
+            verifier=fixed_verifier(
+                VerificationResult.confirmed(verified_provider_reference=REF, details=details)
+            ),
+        )
+        assert result.receipt.metadata["verification"]["details"] == details
+
+    await scenario()
+
+
+async def test_a_raising_or_malformed_verifier_is_recorded_as_an_unknown_observation() -> None:
+    async def scenario() -> None:
+        for answer, problem in [
+            (RuntimeError("read path down"), "verifier raised RuntimeError: read path down"),
+            ("not a result", "verifier returned str, not a VerificationResult"),
+        ]:
+            result = await execute(
+                ActionRunner(InMemoryLedger()),
+                CountingOperation(TimeoutError("lost")),
+                verifier=fixed_verifier(answer),
+            )
+            observation = result.receipt.metadata["verification"]
+            assert observation["source"] == "execute"
+            assert observation["attempt"] == 1
+            assert observation["status"] == "UNKNOWN"
+            assert observation["provider_request_id"] is None
+            assert observation["error"] == problem
+            assert result.receipt.verification_status is ActionStatus.UNKNOWN
+
+    await scenario()
+
+
+async def test_an_unbound_confirmation_is_recorded_with_the_reason() -> None:
+    async def scenario() -> None:
+        result = await execute(
+            ActionRunner(InMemoryLedger()),
+            CountingOperation(TimeoutError("lost")),
+            verifier=fixed_verifier(confirmed(ref="another-order")),
+        )
+        observation = result.receipt.metadata["verification"]
+        assert observation["status"] == "UNKNOWN"
+        assert "another-order" in observation["error"]
+        assert result.status is ActionStatus.UNKNOWN
+
+    await scenario()
+
+
+async def test_an_unknown_answer_for_another_reference_is_not_a_binding_problem() -> None:
+    async def scenario() -> None:
+        answer = VerificationResult.unknown(reason="queue lag", verified_provider_reference="x")
+        result = await execute(
+            ActionRunner(InMemoryLedger()),
+            CountingOperation(TimeoutError("lost")),
+            verifier=fixed_verifier(answer),
+        )
+        observation = result.receipt.metadata["verification"]
+        assert observation["status"] == "UNKNOWN"
+        assert observation["reason"] == "queue lag"
+        assert observation["verified_provider_reference"] == "x"
+        assert "error" not in observation
+
+    await scenario()
+
+
+def test_confirmed_and_absent_answers_must_name_the_reference() -> None:
+    for build in (VerificationResult.confirmed, VerificationResult.absent):
+        with pytest.raises(
+            InvalidArgumentError, match=r"^verified_provider_reference must be a str"
+        ):
+            build(verified_provider_reference=None)  # type: ignore[arg-type]
+
+
+def test_each_field_of_a_verifier_answer_is_kept() -> None:
+    answer = VerificationResult.absent(
+        verified_provider_reference=REF,
+        health=VerificationHealth.DEGRADED,
+        details={"a": 1},
+    )
+    assert answer.health is VerificationHealth.DEGRADED
+    assert answer.details == {"a": 1}
+    answer = VerificationResult.confirmed(verified_provider_reference=REF, details={"b": 2})
+    assert answer.details == {"b": 2}
+    answer = VerificationResult.unknown(
+        reason="lag", health=VerificationHealth.DEGRADED, verified_provider_reference=REF
+    )
+    assert answer.health is VerificationHealth.DEGRADED
+    assert answer.verified_provider_reference == REF
+
+
+@pytest.mark.parametrize(
+    ("fields", "message"),
+    [
+        ({"outcome": "CONFIRMED"}, "outcome must be an ActionStatus"),
+        ({"health": "HEALTHY"}, "health must be a VerificationHealth"),
+        ({"retry_safe": 1}, "retry_safe must be a bool"),
+        ({"conclusive_absence": None}, "conclusive_absence must be a bool"),
+        ({"verified_provider_reference": 7}, "verified_provider_reference must be a str, not int"),
+        ({"provider_request_id": ""}, "provider_request_id must not be empty"),
+        ({"reason": b"x"}, "reason must be a str"),
+        (
+            {"details": {"x": object()}},
+            'verification details are not JSON-compatible: details["x"] has unsupported type',
+        ),
+    ],
+)
+def test_a_malformed_verifier_answer_names_the_field(fields: dict[str, Any], message: str) -> None:
+    base: dict[str, Any] = {"outcome": ActionStatus.UNKNOWN}
+    with pytest.raises(InvalidArgumentError) as info:
+        VerificationResult(**{**base, **fields})
+    assert str(info.value).startswith(message)
+
+
+def test_an_unknown_answer_needs_a_textual_reason() -> None:
+    with pytest.raises(InvalidArgumentError) as info:
+        VerificationResult.unknown(reason=3)  # type: ignore[arg-type]
+    assert str(info.value) == "reason must be a str"
+
+
+async def test_observations_and_recoveries_are_timestamped() -> None:
+    from datetime import datetime
+
+    async def scenario() -> None:
+        ledger = InMemoryLedger()
+        stuck = await stranded(ledger)
+        recovered = await ActionRunner(ledger).recover_pending(
+            stuck.action_id, fixed_verifier(confirmed())
+        )
+        metadata = recovered.receipt.metadata
+        assert datetime.fromisoformat(metadata["verification"]["observed_at"])
+        assert datetime.fromisoformat(metadata["recovery"]["recovered_at"])
+
+    await scenario()
+
+
+async def test_observation_details_are_measured_as_compact_json() -> None:
+    # 370 keys: with wider separators the same details would exceed the bound.
+    details = {f"k{i:03d}": i for i in range(370)}
+    import json
+
+    assert len(json.dumps(details, separators=(",", ":"))) <= 4000 < len(json.dumps(details))
+
+    async def scenario() -> None:
+        result = await execute(
+            ActionRunner(InMemoryLedger()),
+            CountingOperation(TimeoutError("lost")),
+            verifier=fixed_verifier(
+                VerificationResult.confirmed(verified_provider_reference=REF, details=details)
+            ),
+        )
+        assert result.receipt.metadata["verification"]["details"] == details
+        assert result.receipt.updated_at >= result.receipt.attempt_records[-1].finished_at
+
+    await scenario()
+
+
+async def test_verifier_reason_is_bounded():
+    async def s():
+        r = ActionRunner(InMemoryLedger())
+        res = await r.execute(
+            "a",
+            CountingOperation(TimeoutError()),
+            request={},
+            idempotency_key="k",
+            provider_reference=REF,
+            verifier=fixed_verifier(VerificationResult.unknown(reason="z" * 50_000)),
+        )
+        assert len(res.receipt.metadata["verification"]["reason"]) <= 1000
+
+    await s()
+
+
+async def test_large_verifier_details_not_stored():
+    async def s():
+        r = ActionRunner(InMemoryLedger())
+        res = await r.execute(
+            "a",
+            CountingOperation(TimeoutError()),
+            request={},
+            idempotency_key="k",
+            provider_reference=REF,
+            verifier=fixed_verifier(
+                VerificationResult.unknown(reason="x", details={"blob": "b" * 10_000})
+            ),
+        )
+        assert res.receipt.metadata["verification"]["details"] == {"truncated": True}
+
+    await s()
+
+
+async def test_untrusted_confirmation_request_id_not_retained():
+    async def s():
+        r = ActionRunner(InMemoryLedger())
+        bad = VerificationResult(
+            outcome=C,
+            health=VerificationHealth.DEGRADED,
+            verified_provider_reference=REF,
+            provider_request_id="pr_x",
+        )
+        res = await r.execute(
+            "a",
+            CountingOperation(TimeoutError()),
+            request={},
+            idempotency_key="k",
+            provider_reference=REF,
+            verifier=fixed_verifier(bad),
+        )
+        assert res.status is U
+        assert tuple(res.receipt.metadata["provider_request_ids"]) == ()
+        assert res.receipt.provider_request_id is None
+
+    await s()
+
+
+async def test_oversized_verifier_identifiers_are_refused_and_stay_unknown() -> None:
+    from dataoad import InvalidArgumentError
+
+    with pytest.raises(InvalidArgumentError):
+        VerificationResult.confirmed(verified_provider_reference="r" * 1001)
+
+    def verify(receipt: object) -> VerificationResult:
+        return VerificationResult.confirmed(
+            verified_provider_reference=REF, provider_request_id="p" * 100_000
+        )
+
+    async def s() -> None:
+        r = ActionRunner(InMemoryLedger())
+        res = await r.execute(
+            "a",
+            CountingOperation(TimeoutError()),
+            request={},
+            idempotency_key="k",
+            provider_reference=REF,
+            verifier=verify,
+        )
+        assert res.status is U
+        assert len(str(res.receipt.metadata)) < 5000
+
+    await s()
