@@ -13,12 +13,13 @@ import asyncio
 import inspect
 import queue
 import threading
-from collections.abc import Awaitable, Callable, Coroutine
+from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from typing import Any, TypeVar, overload
 
 from dataoad._blocking import placed
 from dataoad._clock import Clock
 from dataoad._errors import DataoadError
+from dataoad._events import RunnerObserver
 from dataoad._ledger import Ledger
 from dataoad._policy import RetryPolicy
 from dataoad._receipt import ActionReceipt
@@ -47,9 +48,14 @@ class SyncActionRunner:
     """
 
     def __init__(
-        self, ledger: Ledger, *, policy: RetryPolicy | None = None, clock: Clock | None = None
+        self,
+        ledger: Ledger,
+        *,
+        policy: RetryPolicy | None = None,
+        clock: Clock | None = None,
+        observers: Sequence[RunnerObserver] = (),
     ) -> None:
-        self._runner = ActionRunner(ledger, policy=policy, clock=clock)
+        self._runner = ActionRunner(ledger, policy=policy, clock=clock, observers=observers)
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(
             target=self._loop.run_forever, name="dataoad-sync-runner", daemon=True

@@ -127,3 +127,19 @@ def test_release_unstarted_runs_in_a_span_too(spans: tuple) -> None:
     assert released.attributes["dataoad.outcome"] == "released"
     assert refused.attributes["dataoad.outcome"] == "ActionNotFoundError"
     assert refused.status.status_code.name == "ERROR"
+
+
+def test_the_operations_own_spans_nest_in_the_action_span(spans: tuple) -> None:
+    exporter, provider = spans
+    tracer = provider.get_tracer("test")
+    runner = TracedActionRunner(InMemoryLedger(), tracer=tracer)
+
+    async def charge() -> str:
+        with tracer.start_as_current_span("provider.charge"):
+            return "ok"
+
+    asyncio.run(runner.execute("charge", charge, request=SECRET_REQUEST, idempotency_key="k"))
+    inner, outer = exporter.get_finished_spans()
+    assert outer.name == "dataoad.execute charge"
+    assert inner.parent is not None
+    assert inner.parent.span_id == outer.context.span_id

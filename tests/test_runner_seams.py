@@ -234,3 +234,36 @@ def test_a_listing_binds_each_filter_it_uses(dialect: Any) -> None:
     )
     assert listing.bind(values) == ("UNKNOWN", "charge", 5)
     assert listing.sql.endswith(("ORDER BY created_at, action_id LIMIT ?", "LIMIT $3"))
+
+
+def test_a_sync_runner_hands_its_observers_the_same_events() -> None:
+    from dataoad import SyncActionRunner
+
+    seen = Recorder()
+    runner = SyncActionRunner(InMemoryLedger(), observers=[seen])
+    try:
+        runner.execute("charge", lambda: "ok", request=REQUEST, idempotency_key="k")
+    finally:
+        runner.close()
+    assert seen.kinds("execute") == [
+        EventKind.CALL_STARTED,
+        EventKind.CLAIMED,
+        EventKind.ATTEMPT_STARTED,
+        EventKind.COMPLETED,
+        EventKind.CALL_FINISHED,
+    ]
+
+
+async def test_a_recovered_claim_carries_a_typed_recovery_record() -> None:
+    from tests.support import stranded
+
+    ledger = InMemoryLedger()
+    stuck = await stranded(ledger)
+    result = await ActionRunner(ledger).recover_pending(stuck.action_id, lambda r: confirmed())
+    recovery = result.receipt.recovery
+    assert recovery is not None
+    assert recovery.method == "recover_pending"
+    assert recovery.attempts == 1
+    assert result.receipt.metadata["recovery"] == recovery.to_json()
+    [observation] = result.receipt.observations
+    assert observation.source is ObservationSource.RECOVER
