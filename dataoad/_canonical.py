@@ -16,6 +16,7 @@ from typing import Any, Final
 import rfc8785
 
 from dataoad._errors import InvalidArgumentError, InvalidRequestError, ReservedMetadataError
+from dataoad._records import PROTOCOL_METADATA_KEYS
 
 __all__ = [
     "MAX_DEPTH",
@@ -33,21 +34,14 @@ MAX_SAFE_INTEGER: Final = 2**53 - 1
 #: Deeper structures are rejected with a clear error instead of a RecursionError.
 MAX_DEPTH: Final = 64
 
-#: Top-level metadata keys owned by the receipt protocol.
-RESERVED_METADATA_KEYS: Final = frozenset(
-    {
-        "attempt_history",
-        "attempt_records",
-        "provider",
-        "provider_request_id_conflict",
-        "provider_request_ids",
-        "recovery",
-        "verification",
-        "verification_conflict",
-        "verification_observation_count",
-        "verification_observations",
-    }
-)
+#: Top-level metadata keys owned by the receipt protocol: the ones the
+#: runner derives from observations and recoveries (``_records``), and names
+#: older receipts used, kept refused so no caller can shadow them.
+RESERVED_METADATA_KEYS: Final = PROTOCOL_METADATA_KEYS | {
+    "attempt_history",
+    "attempt_records",
+    "provider",
+}
 
 
 def _describe(value: object) -> str:

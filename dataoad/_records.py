@@ -19,6 +19,7 @@ from dataoad._status import ActionStatus, VerificationHealth
 
 __all__ = [
     "OBSERVATION_KEYS",
+    "PROTOCOL_METADATA_KEYS",
     "ObservationSource",
     "RecoveryRecord",
     "VerificationObservation",
@@ -26,8 +27,7 @@ __all__ = [
     "recovery_from_metadata",
 ]
 
-#: The metadata keys the protocol writes; a caller may not use them (see also
-#: ``_canonical.RESERVED_METADATA_KEYS``, which adds keys kept for older receipts).
+#: The metadata keys derived from a receipt's observations (rewritten on every merge).
 OBSERVATION_KEYS: Final = frozenset(
     {
         "verification",
@@ -38,6 +38,8 @@ OBSERVATION_KEYS: Final = frozenset(
         "provider_request_id_conflict",
     }
 )
+#: Every metadata key the protocol writes: the observation keys and the recovery record.
+PROTOCOL_METADATA_KEYS: Final = OBSERVATION_KEYS | {"recovery"}
 
 
 class ObservationSource(enum.Enum):
