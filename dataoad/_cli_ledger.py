@@ -11,24 +11,30 @@ import argparse
 import asyncio
 import json
 import os
+import re
 import sys
-from collections.abc import Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from dataoad._canonical import RESERVED_METADATA_KEYS
 from dataoad._cli_loading import import_attribute
-from dataoad._errors import DataoadError
-from dataoad._frozen import thaw
+from dataoad._cli_render import receipt_dict, render_receipt, render_table, status_text
+from dataoad._errors import ActionNotFoundError, DataoadError
 from dataoad._ledger import InspectableLedger
 from dataoad._receipt import ActionReceipt
-from dataoad._status import ActionStatus
+from dataoad._status import ActionStatus, ClaimState
 from dataoad.ledgers.postgres import PostgresLedger
 
 __all__ = ["add_commands", "run_ledger_command"]
 
 EXIT_OK, EXIT_ERROR, EXIT_USAGE = 0, 1, 2
+#: ``recover`` ran, but the receipt is still UNKNOWN: read-back proved nothing.
+EXIT_STILL_UNKNOWN = 3
+#: The reader closed our output (``| head``): stop quietly, as on SIGPIPE.
+EXIT_PIPE_CLOSED = 141
+DEFAULT_TABLE = "public.dataoad_receipts"
+_URL_SCHEME = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*)://")
+_ID_PREFIX = re.compile(r"^[0-9a-f]{1,32}$")
 
 
 class CommandError(Exception):
@@ -46,9 +52,9 @@ def add_commands(commands: Any, parser_class: type[argparse.ArgumentParser]) -> 
         p.add_argument(
             "--table",
             metavar="[SCHEMA.]TABLE",
-            default=os.environ.get("DATAOAD_LEDGER_TABLE", "public.dataoad_receipts"),
+            default=None,
             help="PostgreSQL only: the ledger's table (default: $DATAOAD_LEDGER_TABLE or "
-            "public.dataoad_receipts)",
+            f"{DEFAULT_TABLE})",
         )
 
     def ledger_option(p: argparse.ArgumentParser) -> None:
@@ -69,7 +75,13 @@ def add_commands(commands: Any, parser_class: type[argparse.ArgumentParser]) -> 
         "migrate",
         help="create the ledger schema, or upgrade it; safe to run from several hosts at once",
     )
-    migrate.add_argument("url", metavar="URL", help="postgresql://... or a SQLite file path")
+    migrate.add_argument(
+        "url",
+        metavar="URL",
+        nargs="?",
+        default=os.environ.get("DATAOAD_LEDGER"),
+        help="postgresql://... or a SQLite file path; default: $DATAOAD_LEDGER",
+    )
     table_option(migrate)
 
     receipts = commands.add_parser("receipts", help="inspect stored receipts")
@@ -78,20 +90,31 @@ def add_commands(commands: Any, parser_class: type[argparse.ArgumentParser]) -> 
     )
     listing = sub.add_parser("list", help="list receipts, oldest first")
     ledger_option(listing)
-    listing.add_argument("--status", choices=[s.value for s in ActionStatus], help="final status")
+    listing.add_argument(
+        "--status",
+        type=_status_arg,
+        metavar="STATUS",
+        help="final status: confirmed, failed or unknown (any case)",
+    )
     listing.add_argument("--pending", action="store_true", help="only PENDING (stranded?) claims")
     listing.add_argument("--action", metavar="NAME", help="only this action name")
     listing.add_argument("--since", metavar="ISO-TIME", help="created at or after this time")
-    listing.add_argument("--limit", type=int, default=None, help="at most this many")
+    listing.add_argument("--limit", type=_positive_int, default=None, help="at most this many")
     listing.add_argument("--json", action="store_true", help="machine-readable output")
-    show = sub.add_parser("show", help="every field of one receipt")
+    show = sub.add_parser(
+        "show", help="every field of one receipt, by action id (or a unique prefix) or by key"
+    )
     ledger_option(show)
-    show.add_argument("action_id", metavar="ACTION_ID")
+    show.add_argument("action_id", metavar="ACTION_ID", nargs="?", help="the id or a unique prefix")
+    show.add_argument("--key", metavar="KEY", help="find the receipt by its idempotency key")
+    show.add_argument("--action", metavar="NAME", help="with --key: the action name")
     show.add_argument("--json", action="store_true", help="machine-readable output")
 
     recover = commands.add_parser(
         "recover",
         help="settle an UNKNOWN receipt, or a stranded PENDING one, with a read-only verifier",
+        epilog=f"exit status: 0 settled (CONFIRMED or FAILED), {EXIT_STILL_UNKNOWN} still "
+        "UNKNOWN after read-back, 1 error, 2 usage",
     )
     ledger_option(recover)
     recover.add_argument("action_id", metavar="ACTION_ID")
@@ -103,6 +126,25 @@ def add_commands(commands: Any, parser_class: type[argparse.ArgumentParser]) -> 
     ledger_option(release)
     release.add_argument("action_id", metavar="ACTION_ID")
     release.add_argument("--yes", action="store_true", help="do not ask for confirmation")
+
+
+def _status_arg(text: str) -> ActionStatus:
+    try:
+        return ActionStatus(text.upper())
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not a status; use confirmed, failed or unknown"
+        ) from None
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be a whole number of at least 1, not {text!r}")
+    return value
 
 
 def _is_postgres(url: str) -> bool:
@@ -120,21 +162,78 @@ def _postgres_ledger(url: str, table: str) -> PostgresLedger:
     return PostgresLedger(url, schema=schema or "public", table=name, min_size=1, max_size=2)
 
 
-def _open_ledger(url: str | None, table: str) -> InspectableLedger:
-    from dataoad.ledgers.sqlite import SQLiteLedger
-
+def _ledger_url(url: str | None, table: str | None) -> str:
+    """The URL, checked: a known scheme, and --table only where it means something."""
     if not url:
         raise UsageError(
             "no ledger given: pass --ledger sqlite:///path or postgresql://..., "
             "or set DATAOAD_LEDGER"
         )
+    scheme = _URL_SCHEME.match(url)
+    if scheme and not _is_postgres(url) and scheme.group(1).lower() != "sqlite":
+        raise UsageError(
+            f"unsupported ledger URL scheme {scheme.group(1)!r}: use sqlite:///path/to/file, "
+            "a file path, or postgresql://..."
+        )
+    if table is not None and not _is_postgres(url):
+        raise UsageError("--table applies to PostgreSQL ledgers only; a SQLite ledger has one")
+    return url
+
+
+def _table(table: str | None) -> str:
+    return table or os.environ.get("DATAOAD_LEDGER_TABLE") or DEFAULT_TABLE
+
+
+def _open_ledger(url: str | None, table: str | None, *, read_only: bool) -> InspectableLedger:
+    from dataoad.ledgers.sqlite import SQLiteLedger
+    from dataoad.ledgers.sqlite_reader import SQLiteReader
+
+    url = _ledger_url(url, table)
     if _is_postgres(url):
-        return _postgres_ledger(url, table)
+        return _postgres_ledger(url, _table(table))
     path = _sqlite_path(url)
+    if path.is_dir():
+        raise CommandError(f"{path} is a folder, not a ledger file")
+    if read_only:
+        return SQLiteReader(path)  # type: ignore[return-value]
     if not path.is_file():
         # Inspection must never create an empty ledger where none was.
         raise CommandError(f"no ledger file at {path}")
     return SQLiteLedger(path)
+
+
+async def _find_one(ledger: InspectableLedger, args: argparse.Namespace) -> ActionReceipt:
+    """The receipt named by an id, a unique id prefix, or --key (and --action)."""
+    key = getattr(args, "key", None)
+    if key is not None:
+        if args.action_id is not None:
+            raise UsageError("give an action id or --key, not both")
+        found = await ledger.receipts(idempotency_key=key, action_name=args.action, limit=20)
+        if not found:
+            where = f" of action {args.action!r}" if args.action else ""
+            raise CommandError(f"no receipt with key {key!r}{where}")
+        if len(found) > 1:
+            names = ", ".join(sorted({r.action_name for r in found}))
+            raise CommandError(f"key {key!r} is used by several actions ({names}); add --action")
+        return found[0]
+    if args.action_id is None:
+        raise UsageError("name the receipt: ACTION_ID (or a unique prefix), or --key KEY")
+    wanted = args.action_id.lower()
+    if not _ID_PREFIX.match(wanted):
+        # Not a runner's id or a prefix of one: only an exact id can match.
+        exact = await ledger.get(args.action_id)
+        if exact is None:
+            raise ActionNotFoundError(f"no action with id {args.action_id!r}")
+        return exact
+    found = await ledger.receipts(action_id_prefix=wanted, limit=2)
+    if not found:
+        raise CommandError(
+            f"no action with id {args.action_id!r}"
+            + ("" if len(wanted) == 32 else " (or starting so)")
+        )
+    if len(found) > 1:
+        raise CommandError(f"{args.action_id!r} matches several actions; give more of the id")
+    return found[0]
 
 
 async def _migrate(args: argparse.Namespace) -> int:
@@ -142,15 +241,18 @@ async def _migrate(args: argparse.Namespace) -> int:
     from dataoad.ledgers.sqlite import SCHEMA_VERSION as SQLITE_SCHEMA_VERSION
     from dataoad.ledgers.sqlite import SQLiteLedger, inspect_file
 
-    if _is_postgres(args.url):
-        ledger = _postgres_ledger(args.url, args.table)
+    url = _ledger_url(args.url, args.table)
+    if _is_postgres(url):
+        ledger = _postgres_ledger(url, _table(args.table))
         try:
             found = await ledger.migrate()
         finally:
             await ledger.close()
         where, target = f"{ledger.schema}.{ledger.table}", PG_SCHEMA_VERSION
     else:
-        path = _sqlite_path(args.url)
+        path = _sqlite_path(url)
+        if path.is_dir():
+            raise CommandError(f"{path} is a folder, not a ledger file")
         if not path.parent.is_dir():
             raise CommandError(f"folder {path.parent} does not exist")
         found = (inspect_file(path) or 0) if path.is_file() else 0
@@ -162,149 +264,6 @@ async def _migrate(args: argparse.Namespace) -> int:
     else:
         print(f"{where}: ledger schema {found} -> {target}")
     return EXIT_OK
-
-
-def _status(value: Any) -> str:
-    return "-" if value is None else str(value.value)
-
-
-def receipt_dict(receipt: ActionReceipt) -> dict[str, Any]:
-    """A JSON-ready form of a receipt, every field included."""
-    return {
-        "action_id": receipt.action_id,
-        "action_name": receipt.action_name,
-        "idempotency_key": receipt.idempotency_key,
-        "request_hash": receipt.request_hash,
-        "provider_reference": receipt.provider_reference,
-        "risk": receipt.risk,
-        "claim_state": receipt.claim_state.value,
-        "attempts": receipt.attempts,
-        "execution_status": None
-        if receipt.execution_status is None
-        else receipt.execution_status.value,
-        "verification_status": None
-        if receipt.verification_status is None
-        else receipt.verification_status.value,
-        "final_status": None if receipt.final_status is None else receipt.final_status.value,
-        "provider_request_id": receipt.provider_request_id,
-        "error": receipt.error,
-        "metadata": thaw(receipt.metadata),
-        "attempt_records": [
-            {
-                "number": a.number,
-                "started_at": a.started_at.isoformat(),
-                "finished_at": None if a.finished_at is None else a.finished_at.isoformat(),
-                "execution_status": None
-                if a.execution_status is None
-                else a.execution_status.value,
-                "verification_status": None
-                if a.verification_status is None
-                else a.verification_status.value,
-                "error": a.error,
-                "provider_request_id": a.provider_request_id,
-                "retry_decision": a.retry_decision,
-            }
-            for a in receipt.attempt_records
-        ],
-        "version": receipt.version,
-        "created_at": receipt.created_at.isoformat(),
-        "updated_at": receipt.updated_at.isoformat(),
-    }
-
-
-def render_table(receipts: Sequence[ActionReceipt]) -> str:
-    """One aligned line per receipt."""
-    header = ("ACTION ID", "ACTION", "KEY", "CLAIM", "FINAL", "ATTEMPTS", "UPDATED")
-    rows = [
-        (
-            r.action_id,
-            r.action_name,
-            r.idempotency_key,
-            r.claim_state.value,
-            _status(r.final_status),
-            str(r.attempts),
-            r.updated_at.strftime("%Y-%m-%d %H:%M:%S"),
-        )
-        for r in receipts
-    ]
-    widths = [max(len(row[i]) for row in [header, *rows]) for i in range(len(header))]
-    lines = [
-        "  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip()
-        for row in [header, *rows]
-    ]
-    lines.append(f"({len(rows)} receipt{'s' if len(rows) != 1 else ''})")
-    return "\n".join(lines)
-
-
-def render_receipt(receipt: ActionReceipt) -> str:
-    """Every field, the attempt history and the verification observations."""
-    data = receipt_dict(receipt)
-    lines = [f"Receipt {receipt.action_id}"]
-    for key in (
-        "action_name",
-        "idempotency_key",
-        "provider_reference",
-        "risk",
-        "claim_state",
-        "final_status",
-        "execution_status",
-        "verification_status",
-        "attempts",
-        "provider_request_id",
-        "error",
-        "request_hash",
-        "version",
-        "created_at",
-        "updated_at",
-    ):
-        lines.append(f"  {key:<20} {data[key] if data[key] is not None else '-'}")
-    lines.append("Attempts:")
-    for attempt in data["attempt_records"] or []:
-        lines.append(
-            f"  #{attempt['number']} started {attempt['started_at']}, "
-            f"finished {attempt['finished_at'] or '(never recorded)'}: "
-            f"execution={attempt['execution_status'] or '-'}, "
-            f"verification={attempt['verification_status'] or '-'}, "
-            f"next={attempt['retry_decision'] or '-'}"
-            + (f", error={attempt['error']}" if attempt["error"] else "")
-        )
-    if not data["attempt_records"]:
-        lines.append("  (none: the operation was never invoked)")
-    observations = data["metadata"].get("verification_observations", [])
-    lines.append("Verification observations:")
-    for o in observations:
-        lines.append(
-            f"  {o.get('observed_at', '?')} {o.get('source')} after attempt {o.get('attempt')}: "
-            f"claimed {o.get('claimed', '-')}, counted as {o.get('status')}"
-            + (
-                f" (reference {o['verified_provider_reference']})"
-                if o.get("verified_provider_reference")
-                else ""
-            )
-            + (f" [{o['error']}]" if o.get("error") else "")
-        )
-    if not observations:
-        lines.append("  (none)")
-    meta = data["metadata"]
-    if meta.get("provider_request_ids"):
-        lines.append(
-            f"Provider request ids: {', '.join(meta['provider_request_ids'])}"
-            + (
-                " (CONFLICT: possibly duplicate effects)"
-                if meta.get("provider_request_id_conflict")
-                else ""
-            )
-        )
-    if meta.get("verification_conflict"):
-        lines.append(
-            "Verification conflict: observations contradict each other; a person must look"
-        )
-    if meta.get("recovery"):
-        lines.append(f"Recovery: {json.dumps(meta['recovery'], sort_keys=True)}")
-    caller = {k: v for k, v in meta.items() if k not in RESERVED_METADATA_KEYS}
-    if caller:
-        lines.append(f"Metadata: {json.dumps(caller, sort_keys=True)}")
-    return "\n".join(lines)
 
 
 def _load_verifier(spec: str) -> Any:
@@ -336,25 +295,15 @@ async def _run(args: argparse.Namespace) -> int:
         if args.ledger_command != "migrate":
             raise UsageError("name a subcommand: ledger migrate URL")
         return await _migrate(args)
-    ledger = _open_ledger(args.ledger, args.table)
+    inspecting = args.command == "receipts"
+    ledger = _open_ledger(args.ledger, args.table, read_only=inspecting)
     try:
-        runner = ActionRunner(ledger)
         if args.command == "receipts" and args.receipts_command == "list":
-            since = None
-            if args.since:
-                try:
-                    since = datetime.fromisoformat(args.since)
-                except ValueError:
-                    raise UsageError(
-                        f"--since must be an ISO 8601 time, not {args.since!r}"
-                    ) from None
-                if since.tzinfo is None:
-                    since = since.replace(tzinfo=UTC)
             receipts = await ledger.receipts(
-                final_status=ActionStatus(args.status) if args.status else None,
+                final_status=args.status,
                 pending=True if args.pending else None,
                 action_name=args.action,
-                since=since,
+                since=_since(args.since),
                 limit=args.limit,
             )
             if args.json:
@@ -363,27 +312,21 @@ async def _run(args: argparse.Namespace) -> int:
                 print(render_table(receipts))
             return EXIT_OK
         if args.command == "receipts" and args.receipts_command == "show":
-            receipt = await runner.receipt(args.action_id)
+            receipt = await _find_one(ledger, args)
             print(
                 json.dumps(receipt_dict(receipt), indent=2)
                 if args.json
                 else render_receipt(receipt)
             )
             return EXIT_OK
+        if inspecting:
+            raise UsageError("name a subcommand: receipts list | receipts show ACTION_ID")
+        runner = ActionRunner(ledger)
+        verifier = _load_verifier(args.verifier) if args.command == "recover" else None
+        receipt = await _find_one(ledger, args)
         if args.command == "recover":
-            verifier = _load_verifier(args.verifier)
-            receipt = await runner.receipt(args.action_id)
-            _confirm(
-                f"Verify action {receipt.action_id} ({receipt.action_name}, key "
-                f"{receipt.idempotency_key}, now {_status(receipt.final_status)}/"
-                f"{receipt.claim_state.value}) read-only and record the result?",
-                args.yes,
-            )
-            result = await runner.recover_pending(receipt.action_id, verifier)
-            print(render_receipt(result.receipt))
-            return EXIT_OK
+            return await _recover(runner, receipt, verifier, args)
         if args.command == "release-unstarted":
-            receipt = await runner.receipt(args.action_id)
             _confirm(
                 f"Release claim {receipt.action_id} ({receipt.action_name}, key "
                 f"{receipt.idempotency_key}) so the key can be claimed again?",
@@ -392,15 +335,67 @@ async def _run(args: argparse.Namespace) -> int:
             await runner.release_unstarted(receipt.action_id)
             print(f"released {receipt.action_id}; key {receipt.idempotency_key!r} is free again")
             return EXIT_OK
-        raise UsageError("name a subcommand: receipts list | receipts show ACTION_ID")
+        raise UsageError(f"unknown command {args.command!r}")
     finally:
         await ledger.close()
+
+
+def _since(text: str | None) -> datetime | None:
+    if not text:
+        return None
+    try:
+        since = datetime.fromisoformat(text)
+    except ValueError:
+        raise UsageError(f"--since must be an ISO 8601 time, not {text!r}") from None
+    return since if since.tzinfo is not None else since.replace(tzinfo=UTC)
+
+
+async def _recover(
+    runner: Any, receipt: ActionReceipt, verifier: Any, args: argparse.Namespace
+) -> int:
+    if receipt.claim_state is ClaimState.PENDING and receipt.attempts == 0:
+        raise CommandError(
+            f"action {receipt.action_id} never started an attempt, so nothing ran and there "
+            f"is nothing to verify; free its key with: dataoad release-unstarted {receipt.action_id}"
+        )
+    question = (
+        f"Verify action {receipt.action_id} ({receipt.action_name}, key "
+        f"{receipt.idempotency_key}, now {status_text(receipt.final_status)}/"
+        f"{receipt.claim_state.value}) read-only and record the result?"
+    )
+    if receipt.claim_state is ClaimState.PENDING:
+        question = (
+            f"Action {receipt.action_id} is PENDING: make sure the worker that claimed it has "
+            "stopped (a live worker may still be calling the provider). " + question
+        )
+    _confirm(question, args.yes)
+    result = await runner.recover_pending(receipt.action_id, verifier)
+    print(render_receipt(result.receipt))
+    observations = result.receipt.observations
+    if observations:
+        last = observations[-1]
+        said = last.reason or last.error
+        print(f"Verifier: counted as {last.status.value}" + (f" ({said})" if said else ""))
+    if result.status is ActionStatus.UNKNOWN:
+        print(
+            f"Still UNKNOWN: the read-back proved nothing either way (exit status "
+            f"{EXIT_STILL_UNKNOWN}); try again later with dataoad recover {receipt.action_id}",
+            file=sys.stderr,
+        )
+        return EXIT_STILL_UNKNOWN
+    return EXIT_OK
 
 
 def run_ledger_command(args: argparse.Namespace) -> int:
     """Run an operator command; every failure is one line on stderr."""
     try:
         return asyncio.run(_run(args))
+    except BrokenPipeError:
+        # The reader stopped reading (``| head``): no error, and nothing more
+        # to flush into the closed pipe at exit.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return EXIT_PIPE_CLOSED
     except UsageError as problem:
         print(f"dataoad {args.command}: error: {problem}", file=sys.stderr)
         return EXIT_USAGE

@@ -80,6 +80,8 @@ class Inspection(Protocol):
         final_status: ActionStatus | None = None,
         pending: bool | None = None,
         action_name: str | None = None,
+        idempotency_key: str | None = None,
+        action_id_prefix: str | None = None,
         since: datetime | None = None,
         limit: int | None = None,
     ) -> list[ActionReceipt]:
@@ -87,7 +89,8 @@ class Inspection(Protocol):
 
         ``final_status``: only that outcome; ``pending``: only PENDING (True)
         or only COMPLETED (False) claims; ``action_name``: only that action;
-        ``since``: created at or after; ``limit``: at most that many.
+        ``idempotency_key``: only that key; ``action_id_prefix``: only ids
+        starting so; ``since``: created at or after; ``limit``: at most that many.
         """
         ...
 

@@ -232,3 +232,214 @@ def test_ledger_migrate_creates_a_sqlite_file(tmp_path: Path) -> None:
     second = dataoad("ledger", "migrate", f"sqlite:///{path}", cwd=tmp_path)
     assert second.stdout.strip() == f"{path}: ledger schema 2, up to date"
     assert (path.stat().st_mode & 0o777) == 0o600
+
+
+# -- read-only inspection (SQLite) -------------------------------------------------
+
+
+def sqlite_store_files(store: Store) -> list[str]:
+    return sorted(p.name for p in store.cwd.iterdir() if p.name.startswith("ledger"))
+
+
+@pytest.mark.parametrize("store", ["sqlite"], indirect=True)
+def test_inspection_writes_nothing_and_creates_no_file(store: Store) -> None:
+    path = store.cwd / "ledger.sqlite3"
+    (store.cwd / "ledger.sqlite3.lock").unlink(missing_ok=True)
+    before, content = sqlite_store_files(store), path.read_bytes()
+    any_id = str(listing(store)[0]["action_id"])
+    shown = dataoad("receipts", "show", any_id[:8], cwd=store.cwd, env=store.env)
+    assert shown.returncode == 0, shown.stderr
+    assert sqlite_store_files(store) == before  # no -wal, -shm or .lock of ours
+    assert path.read_bytes() == content
+
+
+def test_an_empty_file_is_reported_and_left_empty(tmp_path: Path) -> None:
+    empty = tmp_path / "empty.sqlite3"
+    empty.touch()
+    done = dataoad("receipts", "list", "--ledger", str(empty), cwd=tmp_path)
+    assert done.returncode == 1
+    assert "is empty" in done.stderr
+    assert empty.stat().st_size == 0
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["empty.sqlite3"]
+
+
+def _as_nobody(argv: list[str], cwd: Path) -> subprocess.CompletedProcess[str]:
+    """Run the CLI as an unprivileged user (root ignores file modes)."""
+    script = (
+        "import os, sys\n"
+        "import dataoad._cli, dataoad._cli_ledger, dataoad._runner, dataoad.ledgers.sqlite_reader\n"
+        "import dataoad.ledgers.postgres, dataoad._cli_render, sqlite3, json, asyncio\n"
+        "import concurrent.futures.thread\n"
+        "if os.geteuid() == 0:  # import first: the stdlib lives under /root\n"
+        "    os.setgid(65534); os.setuid(65534)\n"
+        f"sys.exit(dataoad._cli.main({argv!r}))\n"
+    )
+    return subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, cwd=cwd, check=False
+    )
+
+
+@pytest.mark.parametrize("store", ["sqlite"], indirect=True)
+def test_an_operator_with_read_only_access_can_inspect(store: Store) -> None:
+    folder = Path(f"/tmp/dataoad-ops-{os.getpid()}")
+    folder.mkdir(mode=0o755, exist_ok=True)
+    os.chmod(folder, 0o755)
+    db = folder / "ledger.sqlite3"
+    db.write_bytes((store.cwd / "ledger.sqlite3").read_bytes())
+    os.chmod(db, 0o444)
+    try:
+        done = _as_nobody(["receipts", "list", "--ledger", str(db)], folder)
+        assert done.returncode == 0, done.stderr
+        assert "(3 receipts)" in done.stdout
+        assert sorted(p.name for p in folder.iterdir()) == ["ledger.sqlite3"]
+        os.chmod(db, 0o000)
+        denied = _as_nobody(["receipts", "list", "--ledger", str(db)], folder)
+        assert denied.returncode == 1
+        assert "no read permission" in denied.stderr
+        assert "corrupt" not in denied.stderr
+    finally:
+        for path in folder.iterdir():
+            path.unlink()
+        folder.rmdir()
+
+
+@pytest.mark.parametrize(
+    ("ledger", "code", "message"),
+    [
+        ("mysql://u@h/db", 2, "unsupported ledger URL scheme 'mysql'"),
+        (".", 1, "is a folder, not a ledger file"),
+    ],
+)
+def test_unknown_schemes_and_folders_are_named(
+    tmp_path: Path, ledger: str, code: int, message: str
+) -> None:
+    for command in (("receipts", "list"), ("release-unstarted", "ab12", "--yes")):
+        done = dataoad(*command, "--ledger", ledger, cwd=tmp_path)
+        assert done.returncode == code, done.stderr
+        assert message in done.stderr
+        assert "postgresql://" in done.stderr or code == 1
+        assert len(done.stderr.strip().splitlines()) == 1
+
+
+# -- the CLI details ---------------------------------------------------------------
+
+
+def test_show_finds_a_receipt_by_prefix_or_by_key(store: Store) -> None:
+    env, cwd = store.env, store.cwd
+    rows = listing(store)
+    first = str(rows[0]["action_id"])
+    for given in (first, first[:6], first[:6].upper()):
+        shown = dataoad("receipts", "show", given, "--json", cwd=cwd, env=env)
+        assert shown.returncode == 0, shown.stderr
+        assert json.loads(shown.stdout)["action_id"] == first
+    by_key = dataoad("receipts", "show", "--key", "order-3", "--json", cwd=cwd, env=env)
+    assert json.loads(by_key.stdout)["action_name"] == "refund"
+    missing = dataoad("receipts", "show", "--key", "order-9", cwd=cwd, env=env)
+    assert missing.returncode == 1
+    assert "no receipt with key 'order-9'" in missing.stderr
+    unknown_prefix = "0" * 31 if not first.startswith("0" * 31) else "f" * 31
+    nothing = dataoad("receipts", "show", unknown_prefix, cwd=cwd, env=env)
+    assert nothing.returncode == 1
+    assert "no action with id" in nothing.stderr
+
+
+def test_an_ambiguous_prefix_or_key_asks_for_more(tmp_path: Path) -> None:
+    path = tmp_path / "ledger.sqlite3"
+
+    async def build() -> None:
+        async with SQLiteLedger(path) as ledger:
+            runner = ActionRunner(ledger)
+            for n in range(20):  # 20 ids over 16 first digits: two must share one
+                await runner.execute("charge", lambda: None, request={}, idempotency_key=f"k{n}")
+            await runner.execute("refund", lambda: None, request={}, idempotency_key="k0")
+
+    asyncio.run(build())
+    env = {"DATAOAD_LEDGER": str(path)}
+    ids = [
+        str(r["action_id"])
+        for r in json.loads(dataoad("receipts", "list", "--json", cwd=tmp_path, env=env).stdout)
+    ]
+    firsts = [i[0] for i in ids]
+    shared = next(c for c in firsts if firsts.count(c) > 1)
+    done = dataoad("receipts", "show", shared, cwd=tmp_path, env=env)
+    assert done.returncode == 1
+    assert "matches several actions" in done.stderr
+    both = dataoad("receipts", "show", "--key", "k0", cwd=tmp_path, env=env)
+    assert both.returncode == 1
+    assert "used by several actions (charge, refund); add --action" in both.stderr
+    one = dataoad(
+        "receipts", "show", "--key", "k0", "--action", "refund", "--json", cwd=tmp_path, env=env
+    )
+    assert json.loads(one.stdout)["action_name"] == "refund"
+
+
+def test_times_have_a_zone_and_statuses_any_case(store: Store) -> None:
+    table = dataoad("receipts", "list", cwd=store.cwd, env=store.env)
+    header, first_row = table.stdout.splitlines()[:2]
+    assert header.split()[-2:] == ["CREATED", "UPDATED"]
+    assert first_row.endswith("Z")
+    for spelled in ("unknown", "Unknown", "UNKNOWN"):
+        assert [r["idempotency_key"] for r in listing(store, "--status", spelled)] == ["order-1"]
+
+
+@pytest.mark.parametrize(
+    "args",
+    [("--status", "maybe"), ("--limit", "-1"), ("--limit", "0"), ("--limit", "many")],
+)
+def test_bad_filters_are_usage_errors(store: Store, args: tuple[str, ...]) -> None:
+    done = dataoad("receipts", "list", *args, cwd=store.cwd, env=store.env)
+    assert done.returncode == 2
+    assert args[1] in done.stderr
+
+
+@pytest.mark.parametrize("store", ["sqlite"], indirect=True)
+def test_table_is_refused_for_a_sqlite_ledger(store: Store) -> None:
+    done = dataoad("receipts", "list", "--table", "public.x", cwd=store.cwd, env=store.env)
+    assert done.returncode == 2
+    assert "--table applies to PostgreSQL ledgers only" in done.stderr
+
+
+def test_ledger_migrate_reads_dataoad_ledger(tmp_path: Path) -> None:
+    path = tmp_path / "from-env.sqlite3"
+    done = dataoad("ledger", "migrate", cwd=tmp_path, env={"DATAOAD_LEDGER": str(path)})
+    assert done.returncode == 0, done.stderr
+    assert path.is_file()
+
+
+def test_a_closed_pipe_ends_the_listing_quietly(store: Store) -> None:
+    child = subprocess.Popen(
+        [sys.executable, "-m", "dataoad", "receipts", "list", "--json"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        cwd=store.cwd,
+        env={**os.environ, **store.env},
+    )
+    assert child.stdout is not None
+    assert child.stderr is not None
+    child.stdout.close()  # the reader is gone before anything is written
+    with child.stderr:
+        errors = child.stderr.read().decode()
+    assert child.wait(timeout=60) in (0, 141)
+    assert errors == ""
+
+
+def test_recover_guides_the_operator(store: Store) -> None:
+    env, cwd = store.env, store.cwd
+    (cwd / "inconclusive.py").write_text(
+        "from dataoad import VerificationResult\n"
+        "def verifier(receipt):\n"
+        "    return VerificationResult.unknown(reason='provider search index is rebuilding')\n"
+    )
+    stranded = str(listing(store, "--pending")[0]["action_id"])
+    hint = dataoad(
+        "recover", stranded, "--verifier", "inconclusive:verifier", "--yes", cwd=cwd, env=env
+    )
+    assert hint.returncode == 1
+    assert f"dataoad release-unstarted {stranded}" in hint.stderr
+    unknown_id = str(listing(store, "--status", "unknown")[0]["action_id"])
+    still = dataoad(
+        "recover", unknown_id, "--verifier", "inconclusive:verifier", "--yes", cwd=cwd, env=env
+    )
+    assert still.returncode == 3, still.stderr
+    assert "provider search index is rebuilding" in still.stdout
+    assert "Still UNKNOWN" in still.stderr

@@ -55,5 +55,14 @@ async def test_every_backend_lists_and_filters_alike(new_ledger: Any) -> None:
         assert keys(await ledger.receipts(since=third)) == ["c", "d"]
         assert await ledger.receipts(since=everything[-1].created_at + timedelta(days=1)) == []
         assert await ledger.get(ids["b"]) == everything[1]
+        assert keys(await ledger.receipts(idempotency_key="c")) == ["c"]
+        assert keys(await ledger.receipts(idempotency_key="c", action_name="charge")) == []
+        for key, action_id in ids.items():
+            for length in (1, 6, 32):
+                found = await ledger.receipts(action_id_prefix=action_id[:length])
+                assert key in keys(found)
+                assert all(r.action_id.startswith(action_id[:length]) for r in found)
+        assert await ledger.receipts(action_id_prefix="%") == []  # no wildcard widens it
+        assert await ledger.receipts(action_id_prefix="_") == []
     finally:
         await closing(ledger)

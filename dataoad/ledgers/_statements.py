@@ -125,6 +125,8 @@ class Statements:
         action_name: str | None,
         since: Any,
         limit: int | None,
+        idempotency_key: str | None = None,
+        action_id_prefix: str | None = None,
     ) -> tuple[Statement, dict[str, Any]]:
         """A filtered receipts listing, oldest first, and its parameter values.
 
@@ -134,12 +136,18 @@ class Statements:
             "final_status": None if final_status is None else final_status.value,
             "claim_state": None if pending is None else ("PENDING" if pending else "COMPLETED"),
             "action_name": action_name,
+            "idempotency_key": idempotency_key,
+            "action_id_prefix": action_id_prefix,
+            "prefix_length": None if action_id_prefix is None else len(action_id_prefix),
             "since": since,
         }
         conditions: Sequence[tuple[str, str]] = (
             ("final_status", "final_status = :final_status"),
             ("claim_state", "claim_state = :claim_state"),
             ("action_name", "action_name = :action_name"),
+            ("idempotency_key", "idempotency_key = :idempotency_key"),
+            # substr, not LIKE: no wildcard in the prefix can widen the match.
+            ("action_id_prefix", "substr(action_id, 1, :prefix_length) = :action_id_prefix"),
             ("since", "created_at >= :since"),
         )
         clauses = [clause for name, clause in conditions if values[name] is not None]

@@ -105,6 +105,8 @@ class InMemoryLedger:
         final_status: ActionStatus | None = None,
         pending: bool | None = None,
         action_name: str | None = None,
+        idempotency_key: str | None = None,
+        action_id_prefix: str | None = None,
         since: datetime | None = None,
         limit: int | None = None,
     ) -> list[ActionReceipt]:
@@ -119,6 +121,8 @@ class InMemoryLedger:
             if (final_status is None or r.final_status is final_status)
             and (pending is None or (r.claim_state is ClaimState.PENDING) is pending)
             and (action_name is None or r.action_name == action_name)
+            and (idempotency_key is None or r.idempotency_key == idempotency_key)
+            and (action_id_prefix is None or r.action_id.startswith(action_id_prefix))
             and (since is None or r.created_at >= since)
         ]
         return selected if limit is None else selected[: int(limit)]

@@ -395,6 +395,8 @@ class PostgresLedger:
         final_status: ActionStatus | None = None,
         pending: bool | None = None,
         action_name: str | None = None,
+        idempotency_key: str | None = None,
+        action_id_prefix: str | None = None,
         since: datetime | None = None,
         limit: int | None = None,
     ) -> list[ActionReceipt]:
@@ -403,6 +405,8 @@ class PostgresLedger:
             final_status=final_status,
             pending=pending,
             action_name=action_name,
+            idempotency_key=idempotency_key,
+            action_id_prefix=action_id_prefix,
             since=since,
             limit=limit,
         )

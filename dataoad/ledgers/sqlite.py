@@ -400,6 +400,8 @@ class SQLiteLedger:
         final_status: ActionStatus | None = None,
         pending: bool | None = None,
         action_name: str | None = None,
+        idempotency_key: str | None = None,
+        action_id_prefix: str | None = None,
         since: datetime | None = None,
         limit: int | None = None,
     ) -> list[ActionReceipt]:
@@ -408,6 +410,8 @@ class SQLiteLedger:
             final_status=final_status,
             pending=pending,
             action_name=action_name,
+            idempotency_key=idempotency_key,
+            action_id_prefix=action_id_prefix,
             # Stored times are UTC ISO 8601 text, which sorts like the times.
             since=None if since is None else since.astimezone(UTC).isoformat(),
             limit=limit,

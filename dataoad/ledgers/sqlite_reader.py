@@ -1,0 +1,148 @@
+"""SQLiteReader: read-only inspection of a ledger file, for operators.
+
+``receipts list`` and ``receipts show`` must work for someone who may only
+read the file and its folder, must never write a byte (no schema on an
+empty file, no writer lock, no journal files they can avoid) and must never
+call a permission problem corruption. So the file is opened with SQLite's
+read-only URI: ``immutable=1`` when no write-ahead log is present (every
+committed receipt is then in the main file, and SQLite creates nothing),
+plain ``mode=ro`` while a writer's log exists (its shared-memory file is
+then there to read through).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import sqlite3
+from collections.abc import Sequence
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any, Final
+
+from dataoad._errors import InvalidArgumentError
+from dataoad._receipt import ActionReceipt
+from dataoad._status import ActionStatus
+from dataoad.ledgers._codec import receipt_of
+from dataoad.ledgers._statements import SQLITE, Statements
+from dataoad.ledgers.sqlite import APPLICATION_ID, SCHEMA_VERSION, LedgerFileError
+
+__all__ = ["SQLiteReader"]
+
+_SQL: Final = Statements("receipts", SQLITE)
+
+
+def _missing_permission(path: Path) -> str | None:
+    """What this user may not do that reading ``path`` needs, or None."""
+    if not os.access(path.parent, os.X_OK):
+        return f"no search (x) permission on the folder {path.parent}"
+    if not os.access(path, os.R_OK):
+        return f"no read permission on {path}"
+    return None
+
+
+class SQLiteReader:
+    """A read-only view of a SQLite ledger: the Inspection protocol, and nothing that writes."""
+
+    def __init__(self, path: str | os.PathLike[str]) -> None:
+        if not isinstance(path, str | os.PathLike) or str(path) in ("", ":memory:"):
+            raise InvalidArgumentError("SQLiteReader needs the path of a ledger file")
+        self.path = Path(path)
+        self._conn: sqlite3.Connection | None = None
+        self._lock = asyncio.Lock()
+
+    def __repr__(self) -> str:
+        return f"SQLiteReader({str(self.path)!r})"
+
+    def _open(self) -> sqlite3.Connection:
+        path = self.path
+        if path.is_dir():
+            raise LedgerFileError(f"{path} is a folder, not a ledger file")
+        if not path.exists():
+            raise LedgerFileError(f"no ledger file at {path}")
+        if problem := _missing_permission(path):
+            raise LedgerFileError(f"{path}: cannot read the ledger: {problem}")
+        if path.stat().st_size == 0:
+            raise LedgerFileError(f"{path} is empty: no ledger has been written there yet")
+        wal = path.with_name(path.name + "-wal")
+        # Without a log, committed receipts are all in the main file: read it
+        # as immutable, so SQLite creates no -shm or -wal file of its own.
+        mode = "mode=ro" if wal.exists() else "mode=ro&immutable=1"
+        try:
+            conn = sqlite3.connect(
+                f"{path.resolve().as_uri()}?{mode}", uri=True, check_same_thread=False
+            )
+        except sqlite3.Error as exc:
+            raise LedgerFileError(f"{path}: cannot be opened read-only: {exc}") from exc
+        try:
+            self._check(conn)
+        except BaseException:
+            conn.close()
+            raise
+        return conn
+
+    def _check(self, conn: sqlite3.Connection) -> None:
+        path = self.path
+        try:
+            application_id = conn.execute("PRAGMA application_id").fetchone()[0]
+            user_version = conn.execute("PRAGMA user_version").fetchone()[0]
+        except sqlite3.OperationalError as exc:
+            # Not corruption: SQLite could not get at a file it needs.
+            raise LedgerFileError(
+                f"{path}: cannot be read: {exc} (a writer's -shm file may be unreadable "
+                "to this user)"
+            ) from exc
+        except sqlite3.DatabaseError as exc:
+            raise LedgerFileError(f"{path}: not a SQLite database, or corrupt: {exc}") from exc
+        if application_id != APPLICATION_ID:
+            raise LedgerFileError(
+                f"{path}: not a Dataoad ledger (application_id {application_id:#x})"
+            )
+        if user_version > SCHEMA_VERSION:
+            raise LedgerFileError(
+                f"{path}: written with ledger schema {user_version}, newer than the "
+                f"{SCHEMA_VERSION} this Dataoad understands; upgrade Dataoad to read it"
+            )
+
+    async def _rows(self, sql: str, params: Sequence[Any]) -> list[Any]:
+        async with self._lock:
+            if self._conn is None:
+                self._conn = await asyncio.to_thread(self._open)
+            conn = self._conn
+            return await asyncio.to_thread(lambda: conn.execute(sql, tuple(params)).fetchall())
+
+    async def get(self, action_id: str) -> ActionReceipt | None:
+        """The receipt with this action id, or None."""
+        get = _SQL["get"]
+        rows = await self._rows(get.sql, get.bind({"action_id": action_id}))
+        return receipt_of(rows[0], datetime.fromisoformat) if rows else None
+
+    async def receipts(
+        self,
+        *,
+        final_status: ActionStatus | None = None,
+        pending: bool | None = None,
+        action_name: str | None = None,
+        idempotency_key: str | None = None,
+        action_id_prefix: str | None = None,
+        since: datetime | None = None,
+        limit: int | None = None,
+    ) -> list[ActionReceipt]:
+        """Stored receipts, oldest first, filtered like every ledger's listing."""
+        listing, values = _SQL.listing(
+            final_status=final_status,
+            pending=pending,
+            action_name=action_name,
+            idempotency_key=idempotency_key,
+            action_id_prefix=action_id_prefix,
+            since=None if since is None else since.astimezone(UTC).isoformat(),
+            limit=limit,
+        )
+        rows = await self._rows(listing.sql, listing.bind(values))
+        return [receipt_of(row, datetime.fromisoformat) for row in rows]
+
+    async def close(self) -> None:
+        """Close the file. Safe to call more than once."""
+        conn, self._conn = self._conn, None
+        if conn is not None:
+            conn.close()
