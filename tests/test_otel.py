@@ -143,3 +143,58 @@ def test_the_operations_own_spans_nest_in_the_action_span(spans: tuple) -> None:
     assert outer.name == "dataoad.execute charge"
     assert inner.parent is not None
     assert inner.parent.span_id == outer.context.span_id
+
+
+def test_metrics_count_outcomes_time_calls_and_gauge_the_backlog() -> None:
+    from opentelemetry.sdk.metrics import MeterProvider
+    from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+
+    from dataoad import ActionRunner
+    from dataoad.integrations.otel_metrics import LedgerGauges, MetricsObserver
+    from dataoad.testing import FaultyLedger, LedgerFault
+    from tests.support import CountingOperation
+
+    reader = InMemoryMetricReader()
+    meter = MeterProvider(metric_readers=[reader]).get_meter("test")
+    ledger = InMemoryLedger()
+    runner = ActionRunner(ledger, observers=[MetricsObserver(meter)])
+    gauges = LedgerGauges(ledger, meter=meter, stale_after=0.001)
+
+    async def scenario() -> None:
+        await runner.execute("charge", CountingOperation(), request={}, idempotency_key="a")
+        await runner.execute("charge", CountingOperation(), request={}, idempotency_key="a")
+        await runner.execute(
+            "charge", CountingOperation(TimeoutError("lost")), request={}, idempotency_key="b"
+        )
+        stuck = FaultyLedger(ledger)
+        stuck.inject("record", LedgerFault.FAIL_BEFORE_WRITE)
+        stuck.inject("get", LedgerFault.FAIL_BEFORE_WRITE)
+        with pytest.raises(Exception, match="could not be recorded"):
+            await ActionRunner(stuck).execute(
+                "refund", CountingOperation(), request={}, idempotency_key="c"
+            )
+        with pytest.raises(ActionInProgressError):
+            await runner.execute("refund", CountingOperation(), request={}, idempotency_key="c")
+        await asyncio.sleep(0.01)
+        assert await gauges.refresh() == {"unknown": 1, "pending": 1, "stale": 1}
+
+    asyncio.run(scenario())
+    data = reader.get_metrics_data()
+    metrics = {
+        m.name: m for rm in data.resource_metrics for sm in rm.scope_metrics for m in sm.metrics
+    }
+    counted = {
+        (p.attributes["dataoad.status"], p.attributes["dataoad.replayed"]): p.value
+        for p in metrics["dataoad.actions"].data.data_points
+    }
+    assert counted == {
+        ("CONFIRMED", False): 1,
+        ("CONFIRMED", True): 1,
+        ("UNKNOWN", False): 1,
+        ("ActionInProgressError", False): 1,
+    }
+    durations = metrics["dataoad.execute.duration"].data.data_points
+    assert sum(p.count for p in durations) == 4
+    for name, value in (("unknown", 1), ("pending", 1), ("stale", 1)):
+        [point] = metrics[f"dataoad.receipts.{name}"].data.data_points
+        assert point.value == value
