@@ -40,6 +40,9 @@ def add_check_command(commands: Any) -> None:
     check.add_argument("--seed", type=int, metavar="N", help="seed the search (reproducible)")
     check.add_argument("--trace-json", metavar="FILE", help="also write the report as JSON")
     check.add_argument("--junit-xml", metavar="FILE", help="also write a JUnit XML report")
+    check.add_argument(
+        "--html", metavar="FILE", help="also draw the counterexample as an HTML sequence diagram"
+    )
 
 
 def _module_from_file(path: Path) -> Any:
@@ -123,14 +126,28 @@ def run_check_command(args: argparse.Namespace) -> int:
     except Exception as exc:
         print(f"dataoad check: error: {args.target}: {type(exc).__name__}: {exc}", file=sys.stderr)
         return EXIT_USAGE
-    report = _adapter_check.check_adapter(
-        adapter,
-        profile=args.profile,
-        max_examples=args.max_examples,
-        seed_value=args.seed,
-        name=name,
-    )
+    # Progress only for a person watching a terminal; logs and pipes stay clean.
+    live = sys.stderr.isatty()
+
+    def progress(line: str) -> None:
+        sys.stderr.write(f"\r\033[K{line}")
+        sys.stderr.flush()
+
+    try:
+        report = _adapter_check.check_adapter(
+            adapter,
+            profile=args.profile,
+            max_examples=args.max_examples,
+            seed_value=args.seed,
+            name=name,
+            progress=progress if live else None,
+        )
+    finally:
+        if live:
+            sys.stderr.write("\r\033[K")
     print(report.render())
+    if args.html:
+        _adapter_check.write_html(report, args.html)
     if args.trace_json:
         _adapter_check.write_json(report, args.trace_json)
     if args.junit_xml:

@@ -34,6 +34,7 @@ from dataoad import (
 )
 from dataoad.testing import FaultyLedger, LedgerFaultError
 from dataoad.testing import LedgerFault as InjectedFault
+from dataoad.testing._trace_html import render_html, steps_from_history
 from models.world import World
 
 T = TypeVar("T")
@@ -190,6 +191,10 @@ class History:
             "events": [dataclasses.asdict(e) for e in self.events],
         }
         path.write_text(json.dumps(payload, indent=2, default=str))
+        picture = path.with_suffix(".html")
+        picture.write_text(
+            render_html(self.title, steps_from_history(self.events), violation), encoding="utf-8"
+        )
         return path.resolve()
 
 
@@ -199,7 +204,9 @@ def violation(history: History, name: str, detail: str) -> AssertionError:
 
     path = history.write(f"invariant {name} broken: {detail}")
     return violation_type(name)(
-        name, f"{detail}\n\nWhat happened:\n{history.narrative()}\n\nTrace written to {path}"
+        name,
+        f"{detail}\n\nWhat happened:\n{history.narrative()}\n\nTrace written to {path} "
+        f"(drawn as a sequence diagram in {path.with_suffix('.html')})",
     )
 
 

@@ -48,6 +48,7 @@ from dataoad.testing._adapter_report import (
     INVARIANTS,
     AdapterCheckReport,
     AdapterViolation,
+    write_html,
     write_json,
     write_junit,
 )
@@ -58,6 +59,7 @@ __all__ = [
     "AdapterViolation",
     "adapter_test_case",
     "check_adapter",
+    "write_html",
     "write_json",
     "write_junit",
 ]
@@ -144,10 +146,17 @@ class AdapterMachine(RuleBasedStateMachine):
     sandbox_faults: ClassVar[list[str]] = []
     read_faults: ClassVar[list[str]] = []
     examples: ClassVar[int] = 0
+    #: Set once a violation was found: every later example is shrinking it.
+    found: ClassVar[bool] = False
+    progress: ClassVar[Callable[[str], None] | None] = None
 
     def __init__(self) -> None:
         super().__init__()
         type(self).examples += 1
+        report = type(self).progress
+        if report is not None:
+            phase = "shrinking the counterexample" if type(self).found else "searching"
+            report(f"{phase}: {type(self).examples} examples tried")
         self.adapter.reset()
         self.loop = asyncio.Runner()
         self.ledger = InMemoryLedger()
@@ -352,6 +361,7 @@ class AdapterMachine(RuleBasedStateMachine):
     # -- invariants --------------------------------------------------------------------------
 
     def _fail(self, name: str, detail: str) -> None:
+        type(self).found = True
         self._step("checker", f"invariant {name} broken: {detail}", None)
         raise AdapterViolation(name, detail, list(self.steps))
 
@@ -429,13 +439,18 @@ def check_adapter(
     max_examples: int | None = None,
     seed_value: int | None = None,
     name: str | None = None,
+    progress: Callable[[str], None] | None = None,
 ) -> AdapterCheckReport:
-    """Run the adapter-contract machine over ``adapter`` within a budget; never raises for a violation."""
+    """Run the adapter-contract machine over ``adapter`` within a budget; never raises for a violation.
+
+    ``progress``, if given, is called with a one-line status as each example starts.
+    """
     if not isinstance(adapter, ProviderAdapter):
         raise TypeError(f"expected a ProviderAdapter, not {type(adapter).__qualname__}")
     if profile not in PROFILES:
         raise ValueError(f"profile must be one of {sorted(PROFILES)}, not {profile!r}")
     machine = _machine_for(adapter)
+    machine.progress = progress
     if seed_value is not None:
         machine = seed(seed_value)(machine)
     started = time.monotonic()

@@ -10,7 +10,14 @@ import dataclasses
 import json
 from typing import Any
 
-__all__ = ["INVARIANTS", "AdapterCheckReport", "AdapterViolation", "write_json", "write_junit"]
+__all__ = [
+    "INVARIANTS",
+    "AdapterCheckReport",
+    "AdapterViolation",
+    "write_html",
+    "write_json",
+    "write_junit",
+]
 
 #: What each invariant means, in words; the trace names the one that broke.
 INVARIANTS: dict[str, str] = {
@@ -120,3 +127,18 @@ def write_json(report: AdapterCheckReport, path: str) -> None:
     with open(path, "w", encoding="utf-8") as handle:
         json.dump(report.to_json(), handle, indent=2)
         handle.write("\n")
+
+
+def write_html(report: AdapterCheckReport, path: str) -> None:
+    """The counterexample as a self-contained HTML sequence diagram (or a page saying none)."""
+    from dataoad.testing._trace_html import render_html, steps_from_adapter
+
+    violation = report.violation
+    broken = None
+    steps: list[Any] = []
+    if violation is not None:
+        broken = f"{violation.invariant}: {INVARIANTS.get(violation.invariant, '')}"
+        steps = steps_from_adapter(violation.steps)
+    page = render_html(f"dataoad check {report.adapter}", steps, broken)
+    with open(path, "w", encoding="utf-8") as handle:
+        handle.write(page)
