@@ -200,7 +200,7 @@ def test_a_real_browser_draws_every_step(tmp_path: Path) -> None:
                 assert box is not None
                 assert box["width"] > 0
                 assert box["height"] > 0
-            numbers = tab.locator("g[data-step] text.number").all_inner_texts()
+            numbers = tab.locator("g[data-step] text.number").all_text_contents()
             assert numbers == [str(s["number"]) for s in steps]
             tab.screenshot(path=str(shot), full_page=True)
         finally:

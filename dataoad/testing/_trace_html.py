@@ -22,7 +22,7 @@ SYSTEM_LANES = ("provider", "verifier", "ledger")
 _GATE = re.compile(r"^(ledger|provider|verifier)\.(\w+): (.*)$")
 _FAULT_WORDS = re.compile(
     r"fail|timeout|time out|lose|lost|reset|malformed|outage|crash|stale|wrong|unavailable|"
-    r"degraded|raise|declin|reject|gives up|broken",
+    r"degraded|raise|declin|reject|gives up|broken|down|sandbox|staged|refus",
     re.I,
 )
 _LANE_WIDTH, _TOP, _ROW = 170, 96, 54
