@@ -266,7 +266,8 @@ class ProvenLedger:
             events.emit(EventKind.RELEASED, receipt)
             return
         if write.error is not None:
-            if write.read_error is not None or write.stored is None:
+            # Not proven: either the read-back failed, or the claim is still there.
+            if write.read_error is not None:
                 raise NothingInvokedError(
                     f"the release of action {action_id} could not be confirmed "
                     f"({bounded_error(write.error)})",

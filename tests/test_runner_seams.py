@@ -267,3 +267,50 @@ async def test_a_recovered_claim_carries_a_typed_recovery_record() -> None:
     assert result.receipt.metadata["recovery"] == recovery.to_json()
     [observation] = result.receipt.observations
     assert observation.source is ObservationSource.RECOVER
+
+
+def test_every_field_of_a_stored_observation_reads_back() -> None:
+    from datetime import UTC, datetime
+
+    from dataoad import VerificationHealth
+
+    observation = VerificationObservation(
+        source=ObservationSource.RECOVER,
+        attempt=2,
+        status=ActionStatus.UNKNOWN,
+        observed_at=datetime(2026, 1, 2, 3, 4, 5, tzinfo=UTC),
+        claimed=ActionStatus.FAILED,
+        health=VerificationHealth.DEGRADED,
+        conclusive_absence=False,
+        retry_safe=True,
+        verified_provider_reference="ref-9",
+        provider_request_id="pr_9",
+        reason="index lagging",
+        details={"region": "eu", "lag_s": 3},
+        error="verified_provider_reference 'ref-9' does not match",
+        number=7,
+    )
+    stored = observation.to_json()
+    assert dict(stored) == {
+        "source": "recover",
+        "attempt": 2,
+        "status": "UNKNOWN",
+        "observed_at": "2026-01-02T03:04:05+00:00",
+        "claimed": "FAILED",
+        "health": "DEGRADED",
+        "conclusive_absence": False,
+        "retry_safe": True,
+        "verified_provider_reference": "ref-9",
+        "provider_request_id": "pr_9",
+        "reason": "index lagging",
+        "details": {"region": "eu", "lag_s": 3},
+        "error": "verified_provider_reference 'ref-9' does not match",
+        "number": 7,
+    }
+    back = VerificationObservation.from_json(stored)
+    assert back == observation
+    assert back.answered
+    assert back.source.covers_the_action
+    assert not ObservationSource.EXECUTE.covers_the_action
+    with pytest.raises(ValueError, match="not a stored verification observation"):
+        VerificationObservation.from_json({"source": "execute"})

@@ -9,6 +9,7 @@ import sqlite3
 import stat
 import subprocess
 import sys
+from datetime import datetime
 from pathlib import Path
 
 import pytest
@@ -24,7 +25,8 @@ from dataoad import (
     SQLiteLedger,
     VerificationResult,
 )
-from dataoad.ledgers.sqlite import APPLICATION_ID, MIGRATIONS, SCHEMA_VERSION, _row_of
+from dataoad.ledgers._codec import row_of
+from dataoad.ledgers.sqlite import APPLICATION_ID, MIGRATIONS, SCHEMA_VERSION
 from dataoad.testing import make_receipt
 from tests.ledger_child import CRASH_POINTS, contend_in_processes
 
@@ -143,7 +145,10 @@ async def test_an_older_schema_is_migrated_keeping_every_receipt(tmp_path: Path)
             conn.execute(statement)
         conn.execute(f"PRAGMA application_id = {APPLICATION_ID}")
         conn.execute("PRAGMA user_version = 1")
-        conn.execute(f"INSERT INTO receipts VALUES ({', '.join('?' * 18)})", _row_of(receipt))
+        conn.execute(
+            f"INSERT INTO receipts VALUES ({', '.join('?' * 18)})",
+            row_of(receipt, datetime.isoformat),
+        )
 
     async def scenario() -> None:
         async with SQLiteLedger(path) as ledger:

@@ -71,7 +71,6 @@ class Statements:
     """Every statement a SQL ledger runs, for one table in one dialect."""
 
     def __init__(self, table: str, dialect: Dialect) -> None:
-        self.table = table
         self.dialect = dialect
         self.select = f"SELECT {', '.join(COLUMNS)} FROM {table}"
         eq = dialect.null_safe_equal

@@ -43,7 +43,7 @@ import aiosqlite
 from dataoad._errors import DataoadError, InvalidArgumentError
 from dataoad._receipt import ActionReceipt
 from dataoad._status import ActionStatus, ClaimState
-from dataoad.ledgers._codec import receipt_of, row_of, values_of
+from dataoad.ledgers._codec import receipt_of, values_of
 from dataoad.ledgers._statements import SQLITE, Statement, Statements
 from dataoad.ledgers._writer_lock import LedgerBusyError, WriterLock
 
@@ -97,10 +97,6 @@ class LedgerFileError(DataoadError):
 
 
 # -- serialisation ---------------------------------------------------------------
-
-
-def _row_of(receipt: ActionReceipt) -> tuple[Any, ...]:
-    return row_of(receipt, datetime.isoformat)
 
 
 def _values_of(receipt: ActionReceipt) -> dict[str, Any]:
