@@ -107,6 +107,7 @@ TESTS = [
     "tests/test_sqlite_lock_and_exit.py",
     "tests/test_recovery_reads.py",
     "tests/test_runner_seams.py",
+    "tests/test_inspection.py",
     "stateful_tests/test_runner_machine.py::TestRunnerMachineMemory",
     "stateful_tests/test_merge_machine.py::TestMergeMachineMemory",
     "stateful_tests/test_ledger_machine.py",

@@ -10,6 +10,7 @@ import pytest
 from dataoad import (
     ActionRunner,
     ActionStatus,
+    ClaimState,
     EventKind,
     InMemoryLedger,
     InvalidArgumentError,
@@ -314,3 +315,81 @@ def test_every_field_of_a_stored_observation_reads_back() -> None:
     assert not ObservationSource.EXECUTE.covers_the_action
     with pytest.raises(ValueError, match="not a stored verification observation"):
         VerificationObservation.from_json({"source": "execute"})
+
+
+async def test_operator_verbs_tell_observers_their_name_and_action_id() -> None:
+    from tests.support import stranded, unstarted
+
+    seen = Recorder()
+    ledger = InMemoryLedger()
+    runner = ActionRunner(ledger, observers=[seen])
+    stuck = await stranded(ledger)
+    await runner.recover_pending(stuck.action_id, lambda r: confirmed())
+    claim = await unstarted(ledger, key="other")
+    await runner.release_unstarted(claim.action_id)
+    started = [e for e in seen.events if e.kind is EventKind.CALL_STARTED]
+    assert [(e.verb, e.action_id) for e in started] == [
+        ("recover_pending", stuck.action_id),
+        ("release_unstarted", claim.action_id),
+    ]
+
+
+async def test_a_recovery_merged_into_a_claim_its_worker_completed_adds_no_recovery_note() -> None:
+    from tests.support import stranded
+
+    ledger = InMemoryLedger()
+    stuck = await stranded(ledger)
+
+    async def verifier(receipt: Any) -> Any:
+        # The worker was alive after all: it records its outcome meanwhile.
+        current = await ledger.get(receipt.action_id)
+        assert current is not None
+        done = current.evolve(
+            claim_state=ClaimState.COMPLETED,
+            final_status=ActionStatus.UNKNOWN,
+            execution_status=ActionStatus.UNKNOWN,
+            version=current.version + 1,
+        )
+        assert await ledger.record(done)
+        return confirmed()
+
+    result = await ActionRunner(ledger).recover_pending(stuck.action_id, verifier)
+    assert result.status is ActionStatus.CONFIRMED
+    assert result.receipt.recovery is None
+
+
+async def test_a_recovered_stranded_claim_says_its_unfinished_attempt_is_unknown() -> None:
+    from tests.support import stranded
+
+    ledger = InMemoryLedger()
+    stuck = await stranded(ledger)
+    assert stuck.execution_status is None
+    result = await ActionRunner(ledger).recover_pending(stuck.action_id, lambda r: confirmed())
+    assert result.receipt.execution_status is ActionStatus.UNKNOWN
+    assert result.receipt.final_status is ActionStatus.CONFIRMED
+
+
+async def test_an_unproven_merge_carries_what_a_read_back_found() -> None:
+    from dataoad import NothingInvokedError
+    from dataoad._proven import ProvenLedger
+    from tests.support import unknown
+
+    inner = InMemoryLedger()
+    done = await unknown(inner)
+    current = done.receipt
+    newer = current.evolve(version=current.version + 1, error="someone else wrote")
+    faulty = FaultyLedger(inner)
+
+    async def record(receipt: Any) -> bool:
+        raise ConnectionError("acknowledgement lost")
+
+    async def get(action_id: str) -> Any:
+        return newer
+
+    faulty.record = record  # type: ignore[method-assign]
+    faulty.get = get  # type: ignore[method-assign]
+    proposed = current.evolve(version=current.version + 1)
+    with pytest.raises(NothingInvokedError) as info:
+        await ProvenLedger(faulty).merge(proposed, current)
+    assert info.value.receipt == newer
+    assert "acknowledgement lost" in str(info.value)
