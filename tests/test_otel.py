@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import re
+from pathlib import Path
 
 import pytest
 
@@ -198,3 +200,7 @@ def test_metrics_count_outcomes_time_calls_and_gauge_the_backlog() -> None:
     for name, value in (("unknown", 1), ("pending", 1), ("stale", 1)):
         [point] = metrics[f"dataoad.receipts.{name}"].data.data_points
         assert point.value == value
+    # The docs site's table names exactly the instruments that exist.
+    page = (Path(__file__).parents[1] / "docs" / "how-to" / "monitoring.md").read_text()
+    documented = set(re.findall(r"^\| `(dataoad\.[a-z_.]+)` \|", page, re.M))
+    assert documented == set(metrics)
