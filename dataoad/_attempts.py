@@ -152,6 +152,7 @@ async def _answer_existing(
 
 def earlier_attempts_ran(
     exc: ActionPersistenceError,
+    action_id: str,
     finished: Sequence[AttemptRecord],
     observations: Sequence[VerificationObservation],
     base_metadata: Mapping[str, Any],
@@ -160,13 +161,12 @@ def earlier_attempts_ran(
     settlement = settle(finished, observations)
     cause = exc.__cause__
     why = "the claim changed concurrently" if cause is None else bounded_error(cause)
-    receipt = exc.receipt
     return OutcomeNotRecordedError(
-        f"attempt {len(finished) + 1} of action {receipt.action_id if receipt else '?'} could "
+        f"attempt {len(finished) + 1} of action {action_id} could "
         f"not be started ({why}), so it was not invoked; but {len(finished)} earlier "
         f"attempt(s) of this call WERE invoked ({settlement.final_status.value}): do not repeat "
         "the operation. Re-read the ledger; a PENDING claim needs read-only recover_pending",
-        receipt=receipt,
+        receipt=exc.receipt,
         operation_invoked=True,
         observed_status=settlement.final_status,
         observed_metadata=protocol_metadata(base_metadata, observations, settlement),
@@ -205,9 +205,9 @@ async def run_attempts(
         except ActionPersistenceError as exc:
             if number == claimed.attempts + 1:
                 raise  # nothing of this call ran
-            raise earlier_attempts_ran(exc, records[:-1], observations, base_metadata) from (
-                exc.__cause__ or exc
-            )
+            raise earlier_attempts_ran(
+                exc, claimed.action_id, records[:-1], observations, base_metadata
+            ) from (exc.__cause__ or exc)
         events.emit(EventKind.ATTEMPT_STARTED, durable)
 
         try:

@@ -26,7 +26,7 @@ import contextvars
 import inspect
 import queue
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any, Final, TypeVar
 
 __all__ = [
@@ -135,19 +135,14 @@ async def call_blocking(fn: Callable[[], T]) -> T:
     return await future
 
 
-class placed:
+@contextlib.contextmanager
+def placed(place: Placement) -> Iterator[None]:
     """Within this block (and tasks started in it), blocking calls go to ``place``."""
-
-    def __init__(self, place: Placement) -> None:
-        self._place = place
-        self._token: contextvars.Token[Placement | None] | None = None
-
-    def __enter__(self) -> None:
-        self._token = _placement.set(self._place)
-
-    def __exit__(self, *exc: object) -> None:
-        assert self._token is not None
-        _placement.reset(self._token)
+    token = _placement.set(place)
+    try:
+        yield
+    finally:
+        _placement.reset(token)
 
 
 async def call_maybe_async(fn: Callable[[], Any]) -> Any:

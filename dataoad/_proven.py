@@ -41,7 +41,7 @@ def proves(stored: ActionReceipt | None, expected: ActionReceipt | None) -> bool
 class _Write:
     """What one conditional write established."""
 
-    proven: bool
+    proven: bool = False
     #: A read-back's answer (None: absent, or not read, or the read failed).
     stored: ActionReceipt | None = None
     #: The read-back's exception, when it raised.
@@ -98,9 +98,9 @@ class ProvenLedger:
 
     async def _read_back(self, read: Callable[[], Awaitable[ActionReceipt | None]]) -> _Write:
         try:
-            return _Write(proven=False, stored=await read())
+            return _Write(stored=await read())
         except Exception as exc:
-            return _Write(proven=False, read_error=exc)
+            return _Write(read_error=exc)
 
     async def _prove(
         self,
@@ -121,7 +121,7 @@ class ProvenLedger:
             return dataclasses.replace(back, proven=proven, error=exc)
         if done:
             return _Write(proven=True)
-        return await self._read_back(read) if reread_on_refusal else _Write(proven=False)
+        return await self._read_back(read) if reread_on_refusal else _Write()
 
     # -- writes ------------------------------------------------------------------
 

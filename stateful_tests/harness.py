@@ -190,12 +190,20 @@ class History:
             "written_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
             "events": [dataclasses.asdict(e) for e in self.events],
         }
-        path.write_text(json.dumps(payload, indent=2, default=str))
-        picture = path.with_suffix(".html")
-        picture.write_text(
-            render_html(self.title, steps_from_history(self.events), violation), encoding="utf-8"
+        _replace(path, json.dumps(payload, indent=2, default=str))
+        _replace(
+            path.with_suffix(".html"),
+            render_html(self.title, steps_from_history(self.events), violation),
         )
         return path.resolve()
+
+
+def _replace(path: Path, text: str) -> None:
+    # Tests run in parallel processes (pytest-xdist) that may write the same
+    # machine's trace: each writes its own file and swaps it in whole.
+    scratch = path.with_name(f".{path.name}.{os.getpid()}")
+    scratch.write_text(text, encoding="utf-8")
+    os.replace(scratch, path)
 
 
 def violation(history: History, name: str, detail: str) -> AssertionError:

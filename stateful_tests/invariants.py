@@ -233,6 +233,22 @@ def claims_never_stolen(m: RunnerMachineBase) -> None:
                 )
 
 
+@safety
+def only_the_claimer_invokes(m: RunnerMachineBase) -> None:
+    """Only the caller that made a claim ever invokes the operation for it: a waiter or a duplicate never takes a claim over."""
+    invokers: dict[str, str] = {}
+    for c in m.contenders_list:
+        if c.kind != "execute" or not c.provider_calls or c.action_id is None:
+            continue
+        first = invokers.setdefault(c.action_id, c.name)
+        if first != c.name:
+            raise fail(
+                only_the_claimer_invokes,
+                f"contender {c.name} invoked the provider for claim {c.action_id[:8]} of "
+                f"{c.key}, which contender {first} holds and invoked for",
+            )
+
+
 _ALLOWED_FINAL = {
     (None, None),
     (None, ActionStatus.CONFIRMED),

@@ -557,7 +557,11 @@ PLANTED_BUGS = [
         "take-over-after-waiting",
         "a duplicate whose wait runs out while the holder's attempt is unsettled",
         "runner",
-        names("no-second-mutation-of-a-claim-by-anyone", "invocation-counted-before-call"),
+        names(
+            "only-the-claimer-invokes",
+            "no-second-mutation-of-a-claim-by-anyone",
+            "invocation-counted-before-call",
+        ),
         _take_over_after_waiting,
     ),
     PlantedBug(

@@ -18,6 +18,7 @@ from stateful_tests.invariants import InvariantViolation
 from stateful_tests.ledger_machine import LedgerMachineBase
 from stateful_tests.merge_machine import MergeMachineBase
 from stateful_tests.planted_bugs import PlantedBug, planted
+from stateful_tests.profiles import PHASES
 from stateful_tests.runner_machine import machine_for
 
 __all__ = ["SEARCH", "SHRINK_SECONDS", "bounded_shrinking", "find_violation", "machine"]
@@ -26,6 +27,7 @@ __all__ = ["SEARCH", "SHRINK_SECONDS", "bounded_shrinking", "find_violation", "m
 #: derandomized, so CI reruns the same search and a green run stays green.
 #: (Detection rates over fresh seeds are measured separately, not gated here.)
 SEARCH = settings(
+    phases=PHASES,
     max_examples=3000,
     derandomize=True,
     stateful_step_count=30,
@@ -40,7 +42,7 @@ SEARCH = settings(
 #: Shrinking seconds per bug. Finding takes under a few seconds; a full shrink
 #: of a stateful run can take minutes, and a partly shrunk trace names the
 #: same broken property. (Kept short: 25 bugs run in every CI job.)
-SHRINK_SECONDS = 5
+SHRINK_SECONDS = 2
 
 
 def machine(bug: PlantedBug, overrides: dict[str, object], backend: str = "memory") -> type:

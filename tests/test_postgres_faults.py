@@ -171,15 +171,21 @@ async def attempt_start_under_row_lock(
     blocker = await asyncpg.connect(dsn)
     lock = blocker.transaction()
 
+    locked = asyncio.Event()
+
     async def take_row_lock() -> None:
         await lock.start()
         await blocker.execute(f'UPDATE "public"."{table}" SET updated_at = updated_at')
         ledger.before_start = None
+        locked.set()
 
     ledger.before_start = take_row_lock
     runner = ActionRunner(ledger)
     op = CountingOperation("charged")
     task = asyncio.create_task(runner.execute("charge", op, request=REQUEST, idempotency_key="k"))
+    # The blocker connection runs one statement at a time: poll it only once
+    # the runner's task has finished taking the lock with it.
+    await asyncio.wait_for(locked.wait(), timeout=30)
     # Wait until the attempt start is blocked on the row lock, then interfere.
     for _ in range(500):
         waiting = await blocker.fetchval(

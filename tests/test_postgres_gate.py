@@ -27,6 +27,8 @@ def run_without_server(ci: str | None) -> subprocess.CompletedProcess[str]:
             "-q",
             "-p",
             "no:cacheprovider",
+            "-n",
+            "0",  # one process: the output read below is a plain run's
             "tests/test_postgres_contract.py",
             "-k",
             "claim_creates_exactly_once or one_winner",
