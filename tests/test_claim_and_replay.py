@@ -71,6 +71,35 @@ async def test_request_hash_is_sha256_of_rfc8785_form() -> None:
     await scenario()
 
 
+async def test_request_hash_matches_rfc8785_vectors_another_language_computes() -> None:
+    """The hash is over RFC 8785 bytes written out here, not over whatever the library says.
+
+    The vectors are the ones implementations get wrong: a string that is not
+    NFC-normalised (kept as sent, never normalised), an astral character
+    (raw UTF-8, and keys sorted by UTF-16 code units, so U+1F600 sorts before
+    U+FFFF), ECMAScript number forms, and escaped control characters.
+    """
+    request = {
+        "\U0001f600": "e\u0301",
+        "\uffff": 1.0,
+        "a": [1e21, 0.1, -0.0],
+        "ctl": '\u001f"\\',
+    }
+    canonical = (
+        b'{"a":[1e+21,0.1,0],"ctl":"\\u001f\\"\\\\",'
+        b'"\xf0\x9f\x98\x80":"e\xcc\x81","\xef\xbf\xbf":1}'
+    )
+    result = await via(ActionRunner(InMemoryLedger())).execute(
+        "a", lambda: None, request=request, idempotency_key="k"
+    )
+    assert result.receipt.request_hash == hashlib.sha256(canonical).hexdigest()
+    # The composed form is another request: normalising would merge the two.
+    composed = await via(ActionRunner(InMemoryLedger())).execute(
+        "a", lambda: None, request={**request, "\U0001f600": "\u00e9"}, idempotency_key="k"
+    )
+    assert composed.receipt.request_hash != result.receipt.request_hash
+
+
 async def test_completed_duplicate_replays_without_invoking() -> None:
     async def scenario() -> None:
         runner = ActionRunner(InMemoryLedger())

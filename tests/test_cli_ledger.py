@@ -430,12 +430,18 @@ def test_recover_guides_the_operator(store: Store) -> None:
         "def verifier(receipt):\n"
         "    return VerificationResult.unknown(reason='provider search index is rebuilding')\n"
     )
-    stranded = str(listing(store, "--pending")[0]["action_id"])
+    [before] = listing(store, "--pending")
+    stranded = str(before["action_id"])
     hint = dataoad(
         "recover", stranded, "--verifier", "inconclusive:verifier", "--yes", cwd=cwd, env=env
     )
     assert hint.returncode == 1
     assert f"dataoad release-unstarted {stranded}" in hint.stderr
+    # Refused means untouched: still PENDING, same version, nothing recorded.
+    [still_pending] = listing(store, "--pending")
+    assert still_pending["action_id"] == stranded
+    assert still_pending["version"] == before["version"]
+    assert still_pending["claim_state"] == "PENDING"
     unknown_id = str(listing(store, "--status", "unknown")[0]["action_id"])
     still = dataoad(
         "recover", unknown_id, "--verifier", "inconclusive:verifier", "--yes", cwd=cwd, env=env

@@ -48,13 +48,13 @@ TRIGGER = {
 }
 
 
-def _module(*args: str) -> subprocess.CompletedProcess[str]:
+def _module(*args: str, timeout: float = 170) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-m", *args],
         cwd=ROOT,
         capture_output=True,
         text=True,
-        timeout=180,
+        timeout=timeout,
         check=False,
     )
 
@@ -66,8 +66,9 @@ def test_the_abstract_model_is_clean_on_the_default_bound() -> None:
     assert len(lines) == len(BOUNDS["default"])
 
 
+@pytest.mark.timeout(900)  # every schedule of the default bound: about 100 s on two cores
 def test_default_bound_is_clean_and_reports_its_coverage() -> None:
-    done = _module("stateful_tests.exhaustive")
+    done = _module("stateful_tests.exhaustive", timeout=880)
     assert done.returncode == 0, done.stdout + done.stderr
     lines = [line for line in done.stdout.splitlines() if line.startswith("real runner:")]
     assert len(lines) == len(BOUNDS["default"])

@@ -226,3 +226,48 @@ def test_pytest_never_hangs_on_a_forgotten_close(tmp_path: Path) -> None:
     )
     assert done.returncode == 0, done.stdout + done.stderr
     assert "1 passed" in done.stdout
+
+
+async def test_every_write_statement_runs_while_the_writer_lock_is_held(tmp_path: Path) -> None:
+    """The README's lock discipline: each write runs inside the cross-process writer lock.
+
+    Without it, correctness rests on SQLite's own busy handler, which
+    starves processes. Every statement the connection runs is traced; each
+    one that writes must find the lock taken (by the ledger itself).
+    """
+    ledger = SQLiteLedger(tmp_path / "ledger.sqlite3")
+    lock_file = tmp_path / "ledger.sqlite3.lock"
+    runner = ActionRunner(ledger)
+    await runner.execute("charge", CountingOperation(), request=REQUEST, idempotency_key="warm")
+    unlocked: list[str] = []
+    writes: list[str] = []
+
+    def trace(statement: str) -> None:
+        verb = statement.lstrip().split(None, 1)[0].upper()
+        if verb in ("INSERT", "UPDATE", "DELETE", "REPLACE"):
+            writes.append(statement)
+            if lock_is_free(lock_file):
+                unlocked.append(statement)
+
+    conn = ledger._conn
+    assert conn is not None
+    await conn._execute(conn._conn.set_trace_callback, trace)
+    await runner.execute("charge", CountingOperation(), request=REQUEST, idempotency_key="k")
+    await conn._execute(conn._conn.set_trace_callback, None)
+    await ledger.close()
+    assert len(writes) >= 3, writes  # claim, attempt start, outcome
+    assert unlocked == [], unlocked
+
+
+async def test_a_new_ledger_is_durable_by_default(tmp_path: Path) -> None:
+    """The documented default: WAL with synchronous=FULL, so a commit survives power loss."""
+    ledger = SQLiteLedger(tmp_path / "ledger.sqlite3")
+    assert ledger.synchronous == "FULL"
+    await ledger.get("0" * 32)  # opens the connection
+    conn = ledger._conn
+    assert conn is not None
+    [(synchronous,)] = await conn.execute_fetchall("PRAGMA synchronous")
+    [(journal,)] = await conn.execute_fetchall("PRAGMA journal_mode")
+    await ledger.close()
+    assert synchronous == 2, "synchronous must be FULL (2) unless asked otherwise"
+    assert journal == "wal"

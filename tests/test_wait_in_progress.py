@@ -115,6 +115,55 @@ def test_waiter_gives_up_with_in_progress_error_when_time_runs_out(front_end: st
     asyncio.run(scenario())
 
 
+class StartPausedLedger(InMemoryLedger):
+    """A ledger whose first attempt start waits until the test lets it through."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.claimed = asyncio.Event()
+        self.proceed = asyncio.Event()
+
+    async def start_attempt(self, receipt: Any) -> bool:
+        if not self.claimed.is_set():  # only the holder's: a taker would not wait
+            self.claimed.set()
+            await self.proceed.wait()
+        return await super().start_attempt(receipt)
+
+
+def test_a_waiter_never_takes_a_claim_whose_attempt_has_not_started(front_end: str) -> None:
+    """The README: waiting never takes the holder's claim, even before its attempt starts."""
+
+    async def scenario() -> None:
+        ledger = StartPausedLedger()
+        runner = ActionRunner(ledger)
+        held = CountingOperation("charged")
+        holder = asyncio.create_task(
+            runner.execute("charge", held, request=REQUEST, idempotency_key="k")
+        )
+        await ledger.claimed.wait()
+        [claim] = ledger.snapshot()
+        duplicate = CountingOperation("must not run")
+        with pytest.raises(ActionInProgressError):
+            await call_via(
+                front_end,
+                runner,
+                "charge",
+                duplicate,
+                request=REQUEST,
+                idempotency_key="k",
+                wait_in_progress=0.1,
+            )
+        # The holder's claim is still the holder's: same id, untouched.
+        assert ledger.snapshot() == [claim]
+        ledger.proceed.set()
+        first = await holder
+        assert first.status is ActionStatus.CONFIRMED
+        assert first.receipt.action_id == claim.action_id
+        assert (held.calls, duplicate.calls) == (1, 0)
+
+    asyncio.run(scenario())
+
+
 def test_zero_wait_looks_once() -> None:
     async def scenario() -> None:
         runner, held, holder = await start_holder()
