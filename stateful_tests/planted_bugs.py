@@ -42,6 +42,7 @@ from dataoad._blocking import call_maybe_async
 from dataoad._events import EventSink
 from dataoad._proven import ProvenLedger
 from dataoad._verification import VerificationResult
+from dataoad.ledgers._statements import compile_sql
 
 
 @dataclasses.dataclass(frozen=True)
@@ -420,7 +421,12 @@ class ReopeningSQLiteLedger(SQLiteLedger):
     async def record(self, receipt: ActionReceipt) -> bool:
         if len(receipt.attempt_records) != receipt.attempts:
             return False
-        return await self._transition(sqlite_module._SQL.update("attempts = :attempts"), receipt)
+        statements = sqlite_module._SQL
+        weakened = compile_sql(
+            f"{statements._update} AND attempts = :attempts RETURNING action_id",
+            statements.dialect,
+        )
+        return await self._transition(weakened, receipt)
 
 
 class ReleasesStartedSQLiteLedger(SQLiteLedger):

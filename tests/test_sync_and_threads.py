@@ -740,3 +740,111 @@ async def test_observations_written_before_they_were_numbered_count_on() -> None
     )
     assert again.receipt.metadata["verification_observation_count"] == 3
     assert again.receipt.metadata["verification"]["number"] == 3
+
+
+@pytest.mark.asyncio
+async def test_a_retry_that_cannot_start_carries_the_earlier_attempts_observations() -> None:
+    """What the verifier said about the attempt that ran goes with the error, settled."""
+    from dataoad import OutcomeNotRecordedError
+    from tests.support import REF, fixed_verifier
+
+    class ChangedUnderIt(InMemoryLedger):
+        starts = 0
+
+        async def start_attempt(self, receipt: Any) -> bool:
+            self.starts += 1
+            if self.starts == 2:
+                return False
+            return await super().start_attempt(receipt)
+
+    absent = VerificationResult.absent(verified_provider_reference=REF, retry_safe=True)
+
+    async def lost() -> None:
+        raise TimeoutError("no answer")
+
+    policy = RetryPolicy(max_attempts=2, retry_on_failed=True)
+    with pytest.raises(OutcomeNotRecordedError) as raised:
+        await ActionRunner(ChangedUnderIt(), policy=policy).execute(
+            "charge",
+            lost,
+            request=REQUEST,
+            idempotency_key="k",
+            provider_reference=REF,
+            verifier=fixed_verifier(absent),
+            metadata={"note": "x"},
+        )
+    error = raised.value
+    assert error.observed_status is ActionStatus.FAILED
+    metadata = dict(error.observed_metadata)
+    assert metadata["note"] == "x"
+    [observation] = metadata["verification_observations"]
+    assert observation["status"] == "FAILED"
+    assert observation["verified_provider_reference"] == REF
+    assert metadata["verification"] == observation
+    assert metadata["verification_conflict"] is False
+    assert metadata["provider_request_id_conflict"] is False
+    assert "provider_request_ids" in metadata
+
+
+def test_a_job_that_arrives_as_a_workers_wait_runs_out_is_still_run() -> None:
+    """A worker whose idle wait ends just as a job is queued for it serves the job."""
+    import queue
+
+    from dataoad import _blocking
+
+    class TimesOutOnce:
+        def __init__(self) -> None:
+            self.jobs: queue.SimpleQueue[Any] = queue.SimpleQueue()
+            self.timed_out = False
+
+        def put(self, job: Any) -> None:
+            self.jobs.put(job)
+
+        def empty(self) -> bool:
+            return self.jobs.empty()
+
+        def get(self, timeout: float) -> Any:
+            if not self.timed_out:
+                self.timed_out = True
+                raise queue.Empty  # the wait ran out as the job was being queued
+            return self.jobs.get(timeout=timeout)
+
+    pool = _blocking._WorkerPool()
+    pool._jobs = TimesOutOnce()  # type: ignore[assignment]
+    done = threading.Event()
+    pool.submit(done.set)
+    assert done.wait(5), "the job was stranded: its worker exited instead of serving it"
+
+
+def test_every_idle_worker_is_counted_so_a_burst_reuses_them_all(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from dataoad import _blocking
+
+    started: list[threading.Thread] = []
+    real = threading.Thread
+
+    def counting(*args: Any, **kwargs: Any) -> threading.Thread:
+        thread = real(*args, **kwargs)
+        started.append(thread)
+        return thread
+
+    monkeypatch.setattr(_blocking.threading, "Thread", counting)
+    pool = _blocking._WorkerPool()
+    for _ in range(2):
+        together = threading.Barrier(3, timeout=5)
+        finished = threading.Barrier(4, timeout=5)
+
+        def job(
+            together: threading.Barrier = together, finished: threading.Barrier = finished
+        ) -> None:
+            together.wait()
+            finished.wait()
+
+        for _ in range(3):
+            pool.submit(job)
+        finished.wait()
+        deadline = time.monotonic() + 2
+        while pool._idle < 3 and time.monotonic() < deadline:
+            time.sleep(0.005)  # the three workers are going back to waiting
+    assert len(started) == 3, "a burst started new threads although three workers were idle"

@@ -112,10 +112,6 @@ class Statements:
     def __getitem__(self, name: str) -> Statement:
         return self._compiled[name]
 
-    def update(self, condition: str) -> Statement:
-        """A transition under another condition (``:name`` parameters allowed)."""
-        return compile_sql(f"{self._update} AND {condition} RETURNING action_id", self.dialect)
-
     def listing(
         self,
         *,
