@@ -131,7 +131,7 @@ def config(modules: list[str]) -> str:
         'source_paths = ["dataoad/"]\n'
         f"only_mutate = [{quoted}]\n"
         'also_copy = ["stateful_tests/", "models/", "conftest.py", "examples/", "fault_scenarios/"]\n'
-        'pytest_add_cli_args = ["-p", "no:cacheprovider", "-n", "0", "-x", "-q"'
+        'pytest_add_cli_args = ["-p", "no:cacheprovider", "-n", "0", "-o", "timeout=60", "-x", "-q"'
         + "".join(f', "--deselect", "{t}"' for t in DESELECTED)
         + "]\n"
         f"pytest_add_cli_args_test_selection = [{tests}]\n"

@@ -225,3 +225,12 @@ async def stranded_pending(attempted: bool) -> tuple[InMemoryLedger, str, Counti
         )
     assert info.value.receipt is not None
     return inner, info.value.receipt.action_id, op
+
+
+async def reached(event: asyncio.Event, task: asyncio.Future[Any], within: float = 30) -> None:
+    """Wait until ``event`` is set; fail at once if ``task`` ends first (a bug, not a hang)."""
+    waiter = asyncio.ensure_future(event.wait())
+    await asyncio.wait({waiter, task}, timeout=within, return_when=asyncio.FIRST_COMPLETED)
+    waiter.cancel()
+    if not event.is_set():
+        raise AssertionError(f"the call ended (or {within} s passed) before getting there: {task}")

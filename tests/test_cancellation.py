@@ -14,7 +14,7 @@ from dataoad import (
     InMemoryLedger,
     VerificationResult,
 )
-from tests.support import REF, REQUEST, execute, fixed_verifier
+from tests.support import REF, REQUEST, execute, fixed_verifier, reached
 
 T = TypeVar("T")
 
@@ -109,7 +109,7 @@ async def test_a_cancelled_attempt_keeps_the_observations_of_earlier_attempts() 
 
         absent = VerificationResult.absent(verified_provider_reference=REF, retry_safe=True)
         task = asyncio.create_task(execute(runner, op, verifier=fixed_verifier(absent)))
-        await retrying.wait()
+        await reached(retrying, task)
         task.cancel()
         with pytest.raises(asyncio.CancelledError):
             await task

@@ -28,6 +28,7 @@ from tests.support import (
     CountingOperation,
     call_via,
     execute,
+    reached,
     stranded,
 )
 
@@ -61,7 +62,7 @@ async def start_holder() -> tuple[ActionRunner, HeldOperation, asyncio.Task[Any]
     holder = asyncio.create_task(
         runner.execute("charge", held, request=REQUEST, idempotency_key="k")
     )
-    await held.started.wait()
+    await reached(held.started, holder)
     return runner, held, holder
 
 
@@ -140,7 +141,7 @@ def test_a_waiter_never_takes_a_claim_whose_attempt_has_not_started(front_end: s
         holder = asyncio.create_task(
             runner.execute("charge", held, request=REQUEST, idempotency_key="k")
         )
-        await ledger.claimed.wait()
+        await reached(ledger.claimed, holder)
         [claim] = ledger.snapshot()
         duplicate = CountingOperation("must not run")
         with pytest.raises(ActionInProgressError):
