@@ -848,3 +848,44 @@ def test_every_idle_worker_is_counted_so_a_burst_reuses_them_all(
         while pool._idle < 3 and time.monotonic() < deadline:
             time.sleep(0.005)  # the three workers are going back to waiting
     assert len(started) == 3, "a burst started new threads although three workers were idle"
+
+
+@pytest.mark.asyncio
+async def test_where_each_kind_of_operation_runs() -> None:
+    """README: async def and its partials on the loop; a lambda on a thread, its coroutine on the loop."""
+    import functools
+
+    loop_thread = threading.current_thread()
+    seen: dict[str, threading.Thread] = {}
+
+    async def native(label: str) -> str:
+        seen[label] = threading.current_thread()
+        return label
+
+    def called_by(label: str) -> Any:
+        seen[f"{label} (call)"] = threading.current_thread()
+        return native(label)
+
+    runner = ActionRunner(InMemoryLedger())
+    for label, operation in (
+        ("async def", functools.partial(native, "async def")),
+        ("lambda", lambda: called_by("lambda")),
+    ):
+        result = await runner.execute("op", operation, request={"l": label}, idempotency_key=label)
+        assert result.status is ActionStatus.CONFIRMED
+        assert result.value == label
+    assert seen["async def"] is loop_thread
+    assert seen["lambda (call)"] is not loop_thread  # the plain callable ran on a worker
+    assert seen["lambda"] is loop_thread  # and its coroutine was awaited on the loop
+
+
+@pytest.mark.asyncio
+async def test_a_plain_callable_that_needs_the_loop_is_recorded_unknown() -> None:
+    """README: such a callable (there, `asyncio.gather`) fails on its thread: UNKNOWN."""
+    result = await ActionRunner(InMemoryLedger()).execute(
+        "op", lambda: asyncio.get_running_loop().create_future(), request={}, idempotency_key="k"
+    )
+    assert result.status is ActionStatus.UNKNOWN
+    assert result.receipt.attempts == 1
+    assert result.receipt.error is not None
+    assert "RuntimeError" in result.receipt.error
