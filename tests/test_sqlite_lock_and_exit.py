@@ -260,7 +260,7 @@ async def test_every_write_statement_runs_while_the_writer_lock_is_held(tmp_path
 
 
 async def test_a_new_ledger_is_durable_by_default(tmp_path: Path) -> None:
-    """The documented default: WAL with synchronous=FULL, so a commit survives power loss."""
+    """The documented defaults: WAL with synchronous=FULL (a commit survives power loss), 5 s busy_timeout."""
     ledger = SQLiteLedger(tmp_path / "ledger.sqlite3")
     assert ledger.synchronous == "FULL"
     await ledger.get("0" * 32)  # opens the connection
@@ -268,6 +268,8 @@ async def test_a_new_ledger_is_durable_by_default(tmp_path: Path) -> None:
     assert conn is not None
     [(synchronous,)] = await conn.execute_fetchall("PRAGMA synchronous")
     [(journal,)] = await conn.execute_fetchall("PRAGMA journal_mode")
+    [(busy_ms,)] = await conn.execute_fetchall("PRAGMA busy_timeout")
     await ledger.close()
     assert synchronous == 2, "synchronous must be FULL (2) unless asked otherwise"
     assert journal == "wal"
+    assert (ledger.busy_timeout, busy_ms) == (5.0, 5000), "the documented 5 s busy_timeout"

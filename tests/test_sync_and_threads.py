@@ -889,3 +889,58 @@ async def test_a_plain_callable_that_needs_the_loop_is_recorded_unknown() -> Non
     assert result.receipt.attempts == 1
     assert result.receipt.error is not None
     assert "RuntimeError" in result.receipt.error
+
+
+def test_the_sync_runner_offers_every_operator_verb_and_close_closes_the_ledger(
+    tmp_path: Any,
+) -> None:
+    """README: SyncActionRunner offers every runner verb as a blocking call."""
+    from dataoad import ClaimState, SQLiteLedger, SyncActionRunner, VerificationResult
+    from dataoad.testing import FaultyLedger, LedgerFault
+    from tests.support import REF, CountingOperation
+
+    path = tmp_path / "ledger.sqlite3"
+
+    async def leave_behind() -> dict[str, str]:
+        ledger = SQLiteLedger(path)
+        ids = {}
+        for key, fault_on in (
+            ("unknown", None),
+            ("stranded", "record"),
+            ("unstarted", "start_attempt"),
+        ):
+            faulty = FaultyLedger(ledger)
+            if fault_on:
+                faulty.inject(fault_on, LedgerFault.FAIL_BEFORE_WRITE)
+            op = (
+                CountingOperation(TimeoutError("lost"))
+                if key == "unknown"
+                else CountingOperation("ok")
+            )
+            try:
+                result = await ActionRunner(faulty).execute(
+                    "charge", op, request=REQUEST, idempotency_key=key, provider_reference=REF
+                )
+                ids[key] = result.receipt.action_id
+            except ActionPersistenceError as exc:
+                ids[key] = exc.receipt.action_id if exc.receipt else ""
+        await ledger.close()
+        return ids
+
+    ids = asyncio.run(leave_behind())
+    confirmed = VerificationResult.confirmed(verified_provider_reference=REF)
+    ledger = SQLiteLedger(path)
+    with SyncActionRunner(ledger) as runner:
+        assert (
+            runner.reconcile(ids["unknown"], lambda r: confirmed).status is ActionStatus.CONFIRMED
+        )
+        recovered = runner.recover_pending(ids["stranded"], lambda r: confirmed)
+        assert recovered.status is ActionStatus.CONFIRMED
+        assert recovered.receipt.claim_state is ClaimState.COMPLETED
+        runner.release_unstarted(ids["unstarted"])
+        assert runner.receipt(ids["unknown"]).final_status is ActionStatus.CONFIRMED
+    # Leaving the block closed the ledger: it refuses to be used again.
+    with pytest.raises(Exception, match="closed"):
+        asyncio.run(ledger.get(ids["unknown"]))
+    with SyncActionRunner(SQLiteLedger(path)) as again, pytest.raises(Exception, match="no action"):
+        again.receipt(ids["unstarted"])
