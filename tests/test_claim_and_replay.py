@@ -353,3 +353,14 @@ async def test_lost_claim_ack_with_competitor_does_not_invoke():
         assert (await inner.get("competitor")).attempts == 0
 
     await s()
+
+
+async def test_the_provider_reference_is_never_inferred_from_the_key() -> None:
+    """Spec: provider_reference is caller-supplied, never derived from idempotency_key."""
+    ledger = InMemoryLedger()
+    result = await via(ActionRunner(ledger)).execute(
+        "charge", CountingOperation("ok"), request=REQUEST, idempotency_key=REF
+    )
+    assert result.receipt.provider_reference is None
+    [stored] = ledger.snapshot()
+    assert stored.provider_reference is None
