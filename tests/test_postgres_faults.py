@@ -488,3 +488,46 @@ def test_without_the_extra_import_works_and_the_error_names_the_extra() -> None:
     )
     assert "'postgres' extra" in done.stdout
     assert 'pip install -e ".[postgres]"' in done.stdout
+
+
+def test_each_step_is_one_autocommit_statement_and_commits_are_synchronous() -> None:
+    """README: one autocommit statement per ledger step, no BEGIN/COMMIT; synchronous_commit never lowered."""
+    dsn = postgres_dsn()
+
+    class Recording:
+        def __init__(self, pool: Any) -> None:
+            self.pool = pool
+            self.calls: list[tuple[str, str]] = []
+
+        async def fetch(self, sql: str, *args: Any) -> Any:
+            self.calls.append(("fetch", sql))
+            return await self.pool.fetch(sql, *args)
+
+        def __getattr__(self, name: str) -> Any:
+            self.calls.append((name, ""))  # anything else: a transaction, an acquire
+            return getattr(self.pool, name)
+
+    async def scenario() -> None:
+        ledger = await fresh_ledger(dsn)
+        runner = ActionRunner(ledger)
+        await runner.execute(
+            "charge", CountingOperation("ok"), request=REQUEST, idempotency_key="w"
+        )
+        real = ledger._pool
+        recording = Recording(real)
+        ledger._pool = recording
+        try:
+            await runner.execute(
+                "charge", CountingOperation("ok"), request=REQUEST, idempotency_key="k"
+            )
+        finally:
+            ledger._pool = real
+        assert {name for name, _ in recording.calls} == {"fetch"}, recording.calls
+        statements = [sql.lstrip().split(None, 1)[0].upper() for _, sql in recording.calls]
+        writes = [s for s in statements if s in ("INSERT", "UPDATE", "DELETE")]
+        assert len(writes) == 3, statements  # claim, attempt start, outcome
+        assert not {"BEGIN", "COMMIT", "START", "SET"} & set(statements), statements
+        assert await real.fetchval("SHOW synchronous_commit") == "on"
+        await ledger.close()
+
+    asyncio.run(scenario())
