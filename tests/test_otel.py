@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import re
 from pathlib import Path
 
@@ -204,3 +205,33 @@ def test_metrics_count_outcomes_time_calls_and_gauge_the_backlog() -> None:
     page = (Path(__file__).parents[1] / "docs" / "how-to" / "monitoring.md").read_text()
     documented = set(re.findall(r"^\| `(dataoad\.[a-z_.]+)` \|", page, re.M))
     assert documented == set(metrics)
+
+
+def test_gauges_started_on_the_loop_refresh_until_cancelled() -> None:
+    from opentelemetry.sdk.metrics import MeterProvider
+
+    from dataoad.integrations.otel_metrics import LedgerGauges
+    from tests.support import CountingOperation
+
+    ledger = InMemoryLedger()
+    gauges = LedgerGauges(ledger, meter=MeterProvider().get_meter("test"))
+
+    async def scenario() -> None:
+        refresher = gauges.start(interval=0.01)
+        await asyncio.sleep(0.03)
+        assert gauges.values["unknown"] == 0
+        runner = TracedActionRunner(ledger)
+        await runner.execute(
+            "charge", CountingOperation(TimeoutError("lost")), request={}, idempotency_key="a"
+        )
+        for _ in range(200):  # the next refresh sees the new UNKNOWN receipt
+            if gauges.values["unknown"] == 1:
+                break
+            await asyncio.sleep(0.01)
+        assert gauges.values["unknown"] == 1
+        refresher.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await refresher
+        assert refresher.cancelled()
+
+    asyncio.run(scenario())

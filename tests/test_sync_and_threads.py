@@ -450,6 +450,7 @@ async def test_repeated_replays_with_a_verifier_keep_the_receipt_bounded(
 ) -> None:
     from dataoad._evidence import MAX_KEPT_OBSERVATIONS
 
+    assert MAX_KEPT_OBSERVATIONS == 16  # the README's bound
     ledger = new_ledger()
 
     async def timeout() -> None:
