@@ -187,15 +187,18 @@ async def test_max_attempts_caps_retries() -> None:
 
 
 async def test_retry_on_unknown_escape_hatch_retries_and_warns_each_time() -> None:
-    with pytest.warns(RuntimeWarning):
-        policy = RetryPolicy(max_attempts=2, retry_on_unknown=True)
+    with pytest.warns(RuntimeWarning) as created:
+        policy = RetryPolicy(max_attempts=3, retry_on_unknown=True)
+    assert len(created) == 1
 
     async def scenario() -> None:
-        op = CountingOperation(TimeoutError(), "ok")
-        with pytest.warns(RuntimeWarning, match="duplicate"):
+        op = CountingOperation(TimeoutError(), TimeoutError(), "ok")
+        with pytest.warns(RuntimeWarning, match="duplicate") as retried:
             result = await execute(op, policy=policy)
-        assert op.calls == 2
+        assert op.calls == 3
         assert result.status is CONFIRMED
+        # One warning per retry, not one per call: two retries, two warnings.
+        assert len([w for w in retried if "duplicate" in str(w.message)]) == 2
 
     await scenario()
 
