@@ -86,8 +86,8 @@ async def contend(spec: str, effects: Path, keys: int, seed: int) -> dict[str, A
     }
 
 
-async def crash(db: Path, effects: Path, point: str) -> None:
-    ledger = SQLiteLedger(db)
+async def crash(db: Path, effects: Path, point: str, synchronous: str = "FULL") -> None:
+    ledger = SQLiteLedger(db, synchronous=synchronous)  # type: ignore[arg-type]
     faulty = FaultyLedger(ledger)
     calls: dict[str, int] = {}
 
@@ -166,7 +166,7 @@ def main(argv: list[str]) -> None:
     if mode == "contend":
         print(json.dumps(asyncio.run(contend(spec, effects, int(argv[3]), int(argv[4])))))
     elif mode == "crash":
-        asyncio.run(crash(Path(spec), effects, argv[3]))
+        asyncio.run(crash(Path(spec), effects, argv[3], *argv[4:5]))
     else:
         raise SystemExit(f"unknown mode {mode!r}")
 

@@ -341,13 +341,18 @@ class EffectsVerifier:
         return VerificationResult.absent(verified_provider_reference="order-1", retry_safe=True)
 
 
+# NORMAL too: the README promises it survives a process crash (not power loss).
+@pytest.mark.parametrize("synchronous", ["FULL", "NORMAL"])
 @pytest.mark.parametrize("point", CRASH_POINTS)
 async def test_sigkill_at_each_protocol_point_leaves_a_safe_state(
-    tmp_path: Path, point: str
+    tmp_path: Path, point: str, synchronous: str
 ) -> None:
     db, effects = tmp_path / "ledger.sqlite3", tmp_path / "effects.log"
     child = subprocess.run(
-        [sys.executable, "-m", "tests.ledger_child", "crash", str(db), str(effects), point],
+        [
+            *(sys.executable, "-m", "tests.ledger_child", "crash"),
+            *(str(db), str(effects), point, synchronous),
+        ],
         cwd=ROOT,
         capture_output=True,
         text=True,
