@@ -7,7 +7,7 @@ this module shares no code with the library it is the oracle for.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import Literal
 
 Outcome = Literal["CONFIRMED", "FAILED", "UNKNOWN"]
@@ -99,5 +99,31 @@ def permitted_outcomes(*, effect_exists: bool, may_appear_later: bool) -> frozen
     if effect_exists:
         allowed.add(CONFIRMED)
     elif not may_appear_later:
+        allowed.add(FAILED)
+    return frozenset(allowed)
+
+
+def evidence_permits(
+    executions: Sequence[Outcome | None], observations: Iterable[tuple[int, Evidence | None]]
+) -> frozenset[Outcome]:
+    """The statuses a receipt may state given only the evidence it records.
+
+    ``executions``: what each attempt's invocation proves, in order (None:
+    it never finished). ``observations``: (attempt judged, what the verifier
+    reported; None for an exception or an invalid answer). CONFIRMED needs a
+    proving execution or a confirming observation; FAILED needs nothing
+    confirming and every attempt settled FAILED, by its own definitive
+    failure or by a fenced absence observed at or after it. UNKNOWN is
+    always honest.
+    """
+    judged = [(attempt, classify_verification(evidence)) for attempt, evidence in observations]
+    allowed: set[Outcome] = {UNKNOWN}
+    if CONFIRMED in executions or any(outcome == CONFIRMED for _, outcome in judged):
+        allowed.add(CONFIRMED)
+    elif executions and all(
+        execution == FAILED
+        or any(outcome == FAILED and attempt >= number for attempt, outcome in judged)
+        for number, execution in enumerate(executions, start=1)
+    ):
         allowed.add(FAILED)
     return frozenset(allowed)

@@ -18,13 +18,17 @@ from dataoad import (
     ActionReceipt,
     ActionResult,
     ActionStatus,
+    ClaimState,
     IdempotencyConflictError,
     NothingInvokedError,
+    ObservationSource,
     OutcomeNotRecordedError,
     ResultValueUnavailableError,
     UnresolvedActionError,
+    VerificationHealth,
+    VerificationObservation,
 )
-from models.protocol import permitted_outcomes
+from models.protocol import Evidence, Outcome, evidence_permits, permitted_outcomes
 from models.world import World
 from stateful_tests.harness import (
     LOCK_WAIT_LIMIT,
@@ -246,6 +250,60 @@ def only_the_claimer_invokes(m: RunnerMachineBase) -> None:
                 only_the_claimer_invokes,
                 f"contender {c.name} invoked the provider for claim {c.action_id[:8]} of "
                 f"{c.key}, which contender {first} holds and invoked for",
+            )
+
+
+def _had_verifier(m: RunnerMachineBase, receipt: ActionReceipt) -> bool:
+    """Whether the call that made this claim configured a verifier."""
+    for c in m.contenders_list:
+        if c.kind == "execute" and c.action_id == receipt.action_id and c.provider_calls:
+            return bool(c.with_verifier)
+    # Its caller crashed before it learnt the id: a verifier, if configured,
+    # left an observation of its own for every attempt that finished.
+    return any(o.source is ObservationSource.EXECUTE for o in receipt.observations)
+
+
+def _reported(o: VerificationObservation, receipt: ActionReceipt) -> Evidence | None:
+    if o.claimed is None:
+        return None  # the verifier raised or answered with something else
+    return Evidence(
+        claim=o.claimed.value,  # type: ignore[arg-type]
+        healthy=o.health is VerificationHealth.HEALTHY,
+        conclusive=o.conclusive_absence is True,
+        retry_safe=o.retry_safe is True,
+        bound=receipt.provider_reference is not None
+        and o.verified_provider_reference == receipt.provider_reference,
+    )
+
+
+def _proved_by_execution(status: ActionStatus | None, verifier: bool) -> Outcome | None:
+    # The receipt records the runner's reading of each invocation; re-read it
+    # by the specification: a normal return proves the effect only without a
+    # verifier; with one it proves only that execution finished.
+    if status is ActionStatus.CONFIRMED:
+        return "UNKNOWN" if verifier else "CONFIRMED"
+    return None if status is None else status.value  # type: ignore[return-value]
+
+
+@safety
+def status_permitted_by_recorded_evidence(m: RunnerMachineBase) -> None:
+    """Every completed receipt states a status its own recorded attempts and verifier observations permit, judged by the specification's evidence rules (the right answer for the right reason)."""
+    for receipt in m.observed.values():
+        if receipt.claim_state is not ClaimState.COMPLETED or receipt.final_status is None:
+            continue
+        verifier = _had_verifier(m, receipt)
+        executions = [
+            _proved_by_execution(a.execution_status, verifier) for a in receipt.attempt_records
+        ]
+        observations = [(o.attempt, _reported(o, receipt)) for o in receipt.observations]
+        allowed = evidence_permits(executions, observations)
+        if receipt.final_status.value not in allowed:
+            raise fail(
+                status_permitted_by_recorded_evidence,
+                f"receipt {receipt.action_id[:8]} for {receipt.idempotency_key} says "
+                f"{receipt.final_status.value}, but its evidence permits only {sorted(allowed)}: "
+                f"attempts {executions} ({'with' if verifier else 'no'} verifier), "
+                f"observations {[(n, e.claim if e else None) for n, e in observations]}",
             )
 
 

@@ -490,6 +490,31 @@ def names(*invariants: str) -> frozenset[str]:
     return frozenset(invariants)
 
 
+def _trusts_return_when_verifier_fails(mp: pytest.MonkeyPatch) -> dict[str, Any]:
+    """With a verifier, a normal return counts as CONFIRMED whenever the verifier
+    raises or answers with something else (the README: it only proves that
+    execution finished). The world agrees whenever the fake provider's
+    return means the effect exists, so only the evidence can tell."""
+    real_invoke, real_observe = attempts_module._invoke, attempts_module.observe
+    returned = [False]
+
+    async def invoke(operation: Any, *, verifying: bool) -> Any:
+        execution = await real_invoke(operation, verifying=verifying)
+        returned[0] = execution.error is None  # no exception: a normal return
+        return execution
+
+    async def observe(verify: Any, receipt: Any, source: Any, attempt: int) -> Any:
+        seen = await real_observe(verify, receipt, source, attempt)
+        if seen.result is None and returned[0]:
+            trusted = dataclasses.replace(seen.record, status=ActionStatus.CONFIRMED)
+            return dataclasses.replace(seen, record=trusted)
+        return seen
+
+    mp.setattr(attempts_module, "_invoke", invoke)
+    mp.setattr(attempts_module, "observe", observe)
+    return {}
+
+
 PLANTED_BUGS = [
     PlantedBug(
         "retry-unknown-by-default",
@@ -560,6 +585,13 @@ PLANTED_BUGS = [
         _answers_unknown_to_everything,
     ),
     PlantedBug(
+        "trusts-return-when-verifier-fails",
+        "a normal return while the call's verifier raises or answers nonsense",
+        "runner",
+        names("status-permitted-by-recorded-evidence"),
+        _trusts_return_when_verifier_fails,
+    ),
+    PlantedBug(
         "take-over-after-waiting",
         "a duplicate whose wait runs out while the holder's attempt is unsettled",
         "runner",
@@ -567,6 +599,10 @@ PLANTED_BUGS = [
             "only-the-claimer-invokes",
             "no-second-mutation-of-a-claim-by-anyone",
             "invocation-counted-before-call",
+            # The taker runs on the holder's attempt count, so its own
+            # retryable failure is not retried: seen when the holder crashed
+            # before it learnt its claim's id (only-the-claimer-invokes needs it).
+            "retryable-failure-is-retried",
         ),
         _take_over_after_waiting,
     ),
