@@ -108,3 +108,26 @@ def test_abstract_ledger_transitions() -> None:
     ledger.claim(fresh)
     assert ledger.release("a3", 1)
     assert ledger.find("charge", "j") is None
+
+
+def test_evidence_permits_decisive_statuses_only_with_their_evidence() -> None:
+    from models.protocol import Evidence, evidence_permits
+
+    confirmed = Evidence("CONFIRMED")
+    fenced = Evidence("FAILED", retry_safe=True)
+    # A return proves the effect only where the caller had no verifier.
+    assert evidence_permits(["CONFIRMED"], []) == {"CONFIRMED", "UNKNOWN"}
+    assert evidence_permits(["UNKNOWN"], [(1, None)]) == {"UNKNOWN"}
+    # A confirmation must be healthy and bound to count.
+    assert evidence_permits(["UNKNOWN"], [(1, confirmed)]) == {"CONFIRMED", "UNKNOWN"}
+    assert evidence_permits(["UNKNOWN"], [(1, Evidence("CONFIRMED", bound=False))]) == {"UNKNOWN"}
+    assert evidence_permits(["UNKNOWN"], [(1, Evidence("CONFIRMED", healthy=False))]) == {"UNKNOWN"}
+    # FAILED: every attempt settled, by its own failure or a later fenced absence.
+    assert evidence_permits(["FAILED"], []) == {"FAILED", "UNKNOWN"}
+    assert evidence_permits(["UNKNOWN", "FAILED"], []) == {"UNKNOWN"}
+    assert evidence_permits(["UNKNOWN", "FAILED"], [(2, fenced)]) == {"FAILED", "UNKNOWN"}
+    assert evidence_permits(["UNKNOWN", "UNKNOWN"], [(1, fenced)]) == {"UNKNOWN"}
+    assert evidence_permits([None], [(1, Evidence("FAILED"))]) == {"UNKNOWN"}
+    # Anything confirming rules FAILED out; nothing recorded permits only UNKNOWN.
+    assert evidence_permits(["FAILED"], [(1, confirmed)]) == {"CONFIRMED", "UNKNOWN"}
+    assert evidence_permits([], []) == {"UNKNOWN"}
