@@ -527,14 +527,18 @@ PLANTED_BUGS = [
         "later-failed-erases-unknown",
         "escape-hatch policy: an ambiguous attempt, then a decline",
         "runner",
-        names("unknown-evidence-never-erased", "failed-requires-no-effect-now-or-later"),
+        names(
+            "status-permitted-by-recorded-evidence",
+            "unknown-evidence-never-erased",
+            "failed-requires-no-effect-now-or-later",
+        ),
         _later_failed_erases_unknown,
     ),
     PlantedBug(
         "accept-unbound-confirmation",
         "a verifier confirming another reference while nothing committed",
         "runner",
-        names("confirmed-requires-the-effect"),
+        names("status-permitted-by-recorded-evidence", "confirmed-requires-the-effect"),
         _accept_unbound_confirmation,
     ),
     PlantedBug(
@@ -543,6 +547,7 @@ PLANTED_BUGS = [
         "runner",
         # Under a retrying policy the wrong FAILED also licenses a second invocation.
         names(
+            "status-permitted-by-recorded-evidence",
             "failed-requires-no-effect-now-or-later",
             "unknown-evidence-never-erased",
             "no-second-mutation-after-unknown",
@@ -633,6 +638,7 @@ PLANTED_BUGS = [
         "runner",
         # Under a retrying policy the wrong FAILED also licenses a second invocation.
         names(
+            "status-permitted-by-recorded-evidence",
             "confirmed-requires-the-effect",
             "failed-requires-no-effect-now-or-later",
             "unknown-evidence-never-erased",
