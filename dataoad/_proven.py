@@ -82,14 +82,14 @@ class ProvenLedger:
                 operation_invoked=False,
             ) from exc
 
-    async def read(self, action_id: str, *, known: ActionReceipt | None = None) -> ActionReceipt:
+    async def read(self, action_id: str) -> ActionReceipt:
         """The stored receipt; ActionNotFoundError if none, NothingInvokedError if unreadable."""
         try:
             stored = await self.ledger.get(action_id)
         except Exception as exc:
             raise NothingInvokedError(
                 f"could not read action {action_id} from the ledger: {bounded_error(exc)}",
-                receipt=known,
+                receipt=None,
                 operation_invoked=False,
             ) from exc
         if stored is None:

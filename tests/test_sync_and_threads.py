@@ -852,7 +852,7 @@ def test_every_idle_worker_is_counted_so_a_burst_reuses_them_all(
 
 
 @pytest.mark.asyncio
-async def test_where_each_kind_of_operation_runs() -> None:
+async def test_where_each_kind_of_operation_runs(monkeypatch: pytest.MonkeyPatch) -> None:
     """README: async def and its partials on the loop; a lambda on a thread, its coroutine on the loop."""
     import functools
 
@@ -867,6 +867,16 @@ async def test_where_each_kind_of_operation_runs() -> None:
         seen[f"{label} (call)"] = threading.current_thread()
         return native(label)
 
+    from dataoad import _blocking
+
+    hops: list[object] = []
+    real_call_blocking = _blocking.call_blocking
+
+    async def counting(fn: Any) -> Any:
+        hops.append(fn)
+        return await real_call_blocking(fn)
+
+    monkeypatch.setattr(_blocking, "call_blocking", counting)
     runner = ActionRunner(InMemoryLedger())
     for label, operation in (
         ("async def", functools.partial(native, "async def")),
@@ -875,6 +885,7 @@ async def test_where_each_kind_of_operation_runs() -> None:
         result = await runner.execute("op", operation, request={"l": label}, idempotency_key=label)
         assert result.status is ActionStatus.CONFIRMED
         assert result.value == label
+    assert len(hops) == 1, "only the plain callable may take a thread hop"
     assert seen["async def"] is loop_thread
     assert seen["lambda (call)"] is not loop_thread  # the plain callable ran on a worker
     assert seen["lambda"] is loop_thread  # and its coroutine was awaited on the loop
