@@ -614,18 +614,21 @@ def test_idle_workers_exit_and_the_pool_still_serves_afterwards(
     assert again.wait(5)
 
 
+class ChangedUnderIt(InMemoryLedger):
+    """Refuses the second attempt start: someone else changed the claim first."""
+
+    starts = 0
+
+    async def start_attempt(self, receipt: Any) -> bool:
+        self.starts += 1
+        if self.starts == 2:
+            return False
+        return await super().start_attempt(receipt)
+
+
 @pytest.mark.asyncio
 async def test_a_retry_that_loses_its_claim_reports_the_earlier_attempt_in_full() -> None:
     from dataoad import DefinitiveFailure, OutcomeNotRecordedError
-
-    class ChangedUnderIt(InMemoryLedger):
-        starts = 0
-
-        async def start_attempt(self, receipt: Any) -> bool:
-            self.starts += 1
-            if self.starts == 2:
-                return False  # someone else changed the claim first
-            return await super().start_attempt(receipt)
 
     ledger = ChangedUnderIt()
     policy = RetryPolicy(max_attempts=2, retry_on_failed=True)
@@ -748,15 +751,6 @@ async def test_a_retry_that_cannot_start_carries_the_earlier_attempts_observatio
     """What the verifier said about the attempt that ran goes with the error, settled."""
     from dataoad import OutcomeNotRecordedError
     from tests.support import REF, fixed_verifier
-
-    class ChangedUnderIt(InMemoryLedger):
-        starts = 0
-
-        async def start_attempt(self, receipt: Any) -> bool:
-            self.starts += 1
-            if self.starts == 2:
-                return False
-            return await super().start_attempt(receipt)
 
     absent = VerificationResult.absent(verified_provider_reference=REF, retry_safe=True)
 
