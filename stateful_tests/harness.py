@@ -115,6 +115,7 @@ class VerifierAnswer(enum.Enum):
     RAISES = "raises"
     WRONG_REFERENCE = "answers for another reference"
     UNHEALTHY = "degraded read claiming the opposite"
+    NOT_A_RESULT = "answers with something that is not a VerificationResult"
 
 
 @dataclasses.dataclass
@@ -531,6 +532,11 @@ class WorldVerifier:
         elif answer is VerifierAnswer.RAISES:
             label = "raises"
             result = None
+        elif answer is VerifierAnswer.NOT_A_RESULT:
+            # A buggy adapter's answer: truthy, shaped like a confirmation, and
+            # worthless as evidence.
+            label = "not a result"
+            result = {"status": "confirmed", "reference": reference}  # type: ignore[assignment]
         else:
             opposite = (
                 VerificationResult.absent

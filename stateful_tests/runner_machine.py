@@ -146,7 +146,19 @@ PROVIDER_DECISIONS = st.sampled_from(
         ProviderFault.FAIL_BEFORE_SEND,
     ]
 )
+# With a verifier, a normal return is drawn more often: it is the one outcome
+# the runner must not take as proof, so the verifier's answer then decides.
+PROVIDER_WITH_VERIFIER_DECISIONS = st.sampled_from(
+    [ProviderFault.NONE] * 5 + list(PROVIDER_DECISIONS.elements)  # type: ignore[attr-defined]
+)
 VERIFIER_DECISIONS = st.sampled_from([VerifierAnswer.TRUTHFUL] * 3 + list(VerifierAnswer)[1:])
+# After a normal return the verifier is the only evidence: whether a broken
+# verifier is then read as proof (it must not be) needs it broken often.
+VERIFIER_AFTER_RETURN_DECISIONS = st.sampled_from(
+    [VerifierAnswer.TRUTHFUL] * 2
+    + [VerifierAnswer.RAISES, VerifierAnswer.NOT_A_RESULT] * 3
+    + list(VerifierAnswer)[1:]
+)
 #: The SQLite clients' busy_timeout: a write that meets a stuck lock holder
 #: must give up within it (property lock-waits-are-bounded).
 SQLITE_BUSY_TIMEOUT = 0.02
@@ -169,8 +181,10 @@ def _decisions_for(gate: str, contender: Contender, backend: str) -> st.SearchSt
     if gate in ("ledger.get", "ledger.find") and contender.waited:
         return WAITING_READ_DECISIONS
     if gate == "provider.charge":
-        return PROVIDER_DECISIONS
+        return PROVIDER_WITH_VERIFIER_DECISIONS if contender.with_verifier else PROVIDER_DECISIONS
     if gate == "verifier.verify":
+        if contender.provider_calls and contender.provider_calls[-1] is ProviderFault.NONE:
+            return VERIFIER_AFTER_RETURN_DECISIONS
         return VERIFIER_DECISIONS
     if gate in ("ledger.get", "ledger.find"):
         return READ_DECISIONS

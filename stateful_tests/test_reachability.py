@@ -23,6 +23,7 @@ VERIFIER_ANSWERS = (
     "raises",
     "wrong reference",
     "unhealthy",
+    "not a result",
 )
 
 
