@@ -11,7 +11,13 @@ from typing import Any
 
 import pytest
 
-from dataoad.testing import ProviderAdapter, adapter_test_case, check_adapter
+from dataoad.testing import (
+    ProviderAdapter,
+    ReadFault,
+    SandboxFault,
+    adapter_test_case,
+    check_adapter,
+)
 
 # Slow (each case runs a Hypothesis search over an adapter): left out of the quick loop, python -m pytest -m "not slow".
 pytestmark = pytest.mark.slow
@@ -26,6 +32,7 @@ BUGGY = {
     "bug_stale_read_healthy.py": "retry-safe-absence-only-when-final",
     "bug_wraps_every_error.py": "definitive-failure-only-when-nothing-committed",
     "bug_swallows_verifier_errors.py": "retry-safe-absence-only-when-final",
+    "bug_trusts_the_response.py": "confirmed-only-with-the-effect",
 }
 
 
@@ -172,8 +179,26 @@ def test_unimplemented_fault_controls_are_skipped_and_reported() -> None:
 
     report = check_adapter(NoFaultControls(), max_examples=10)
     assert report.passed
-    assert len(report.skipped_faults) == 7
+    assert len(report.skipped_faults) == len(SandboxFault) + len(ReadFault)
     assert "skipped fault: sandbox: declines before any effect" in report.render()
+
+
+def test_an_adapter_mapping_older_faults_skips_only_the_new_ones() -> None:
+    """A fault table written before a fault existed (a KeyError) skips that fault alone."""
+    module = _adapter("payment_adapter", "PaymentAdapter")
+    older = {
+        fault: charge
+        for fault, charge in _adapter("payment_adapter", "SANDBOX_FAULTS").items()
+        if fault is not SandboxFault.DECLINED_LATER
+    }
+
+    class OlderTable(module):  # type: ignore[misc, valid-type]
+        def stage_sandbox_fault(self, fault: Any) -> None:
+            self.provider.add_charge_fault(older[fault])
+
+    report = check_adapter(OlderTable(), max_examples=10)
+    assert report.passed
+    assert report.skipped_faults == [f"sandbox: {SandboxFault.DECLINED_LATER.value}"]
 
 
 def test_check_adapter_refuses_what_is_not_an_adapter() -> None:

@@ -329,3 +329,33 @@ async def test_receipt_metadata_is_json_serialisable() -> None:
         json.dumps(result.receipt.metadata)
 
     await scenario()
+
+
+@pytest.mark.parametrize("with_verifier", [True, False])
+@pytest.mark.parametrize(
+    "fault",
+    ["ACCEPTED_THEN_REVERSED", "DECLINED_LATER", "ANSWERS_FOR_ANOTHER_REQUEST"],
+)
+async def test_a_normal_return_is_no_proof_when_a_verifier_is_configured(
+    fault: str, with_verifier: bool
+) -> None:
+    """The provider answers normally, yet no charge stands: with a verifier its read
+    decides; without one the return is all there is (the specification's rule)."""
+    from dataoad.testing import ChargeFault, FakePaymentProvider, PaymentVerifier
+
+    provider = FakePaymentProvider(charge_faults=[ChargeFault[fault]])
+
+    async def charge() -> object:
+        return await provider.charge(customer_id="c", amount_cents=100, client_reference=REF)
+
+    verifier = PaymentVerifier(provider) if with_verifier else None
+    runner = ActionRunner(InMemoryLedger())
+    result = await execute(runner, charge, provider_reference=REF, verifier=verifier)
+    assert provider.charges_for(REF) == []
+    assert provider.charge_calls == 1
+    if not with_verifier:
+        assert result.status is ActionStatus.CONFIRMED  # what a verifier would have caught
+        return
+    assert result.receipt.execution_status is ActionStatus.UNKNOWN  # it only finished
+    assert result.status is ActionStatus.FAILED  # the fenced, bound read found nothing
+    assert not result.value_available

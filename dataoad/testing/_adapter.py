@@ -32,6 +32,15 @@ class SandboxFault(enum.Enum):
     #: The request times out while still in flight: it commits when
     #: ``land_in_flight`` is called, unless the provider has fenced it.
     IN_FLIGHT = "times out while the request is still in flight"
+    # The three below answer normally, yet nothing stands: a normal return is
+    # no proof when a verifier is configured, and the verifier must read the
+    # provider, not the response.
+    #: The provider commits and answers, then reverses the effect before any read.
+    ACCEPTED_THEN_REVERSED = "answers, then reverses the effect"
+    #: The provider answers "accepted", then declines asynchronously; nothing lands.
+    DECLINED_LATER = "answers accepted, then declines asynchronously"
+    #: The provider answers with another request's response and applies nothing.
+    ANSWERS_FOR_ANOTHER_REQUEST = "answers for another request, applies nothing"
 
 
 class ReadFault(enum.Enum):
@@ -49,7 +58,9 @@ class ProviderAdapter:
     The checker builds one instance per run and calls ``reset()`` before
     every example, so an instance may keep its sandbox in attributes.
     Fault-staging methods are optional: leave one unimplemented and the
-    checker skips that fault and says so.
+    checker skips that fault and says so. ``stage_sandbox_fault`` may also
+    raise ``NotImplementedError`` (or ``KeyError``, from a mapping) for one
+    fault its sandbox cannot stage: that fault alone is skipped.
     """
 
     #: The action name the checker executes under.

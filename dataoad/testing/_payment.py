@@ -40,6 +40,16 @@ class ChargeFault(enum.Enum):
     #: Time out while the request is still in flight; it may commit later
     #: (``commit_in_flight``) unless it is fenced first (``fence``).
     TIMEOUT_IN_FLIGHT = "timeout_in_flight"
+    #: Commit and answer normally, then reverse the charge before anyone
+    #: reads it (a fraud check, say): the answer was true when sent and is
+    #: no proof now.
+    ACCEPTED_THEN_REVERSED = "accepted_then_reversed"
+    #: Answer "accepted for processing" normally, then decline
+    #: asynchronously: nothing is ever charged.
+    DECLINED_LATER = "declined_later"
+    #: Answer normally with another request's charge (a mixed-up response)
+    #: and charge nothing for this one.
+    ANSWERS_FOR_ANOTHER_REQUEST = "answers_for_another_request"
 
 
 class LookupFault(enum.Enum):
@@ -77,7 +87,8 @@ class FakePaymentProvider:
 
     ``charge_faults`` and ``lookup_faults`` are consumed one per call, in
     order; calls beyond them behave normally. ``charge_calls`` counts every
-    charge request, ``charges`` holds the committed ones.
+    charge request, ``charges`` holds the committed ones that still stand,
+    ``reversed`` those committed and then reversed.
     """
 
     def __init__(
@@ -96,6 +107,7 @@ class FakePaymentProvider:
         self.charge_calls = 0
         self.lookup_calls = 0
         self.charges: list[Charge] = []
+        self.reversed: list[Charge] = []
         self._in_flight: list[Charge] = []
         self._ids = itertools.count(1)
 
@@ -125,6 +137,14 @@ class FakePaymentProvider:
         if fault is ChargeFault.TRANSIENT_REJECT:
             raise DefinitiveFailure("rejected before processing; try again", retryable=True)
         charge = self._next_charge(customer_id, amount_cents, client_reference)
+        if fault is ChargeFault.DECLINED_LATER:
+            return charge  # "accepted"; the decline comes later, and nothing lands
+        if fault is ChargeFault.ANSWERS_FOR_ANOTHER_REQUEST:
+            other = f"{client_reference}-other"
+            return dataclasses.replace(charge, client_reference=other)
+        if fault is ChargeFault.ACCEPTED_THEN_REVERSED:
+            self.reversed.append(charge)
+            return charge
         if fault is ChargeFault.TIMEOUT_IN_FLIGHT:
             self._in_flight.append(charge)
             raise TimeoutError("payment provider timed out; the request is still in flight")
