@@ -75,6 +75,31 @@ def fixed_verifier(*results: Any) -> Callable[[Any], Any]:
 #: The ways to run an action: the runner itself, the decorator on an async
 #: function, the sync facade, and the decorator on a sync function.
 FRONT_ENDS = ("execute", "decorator", "sync", "sync-decorator")
+#: The same, and again with the operation turned into a plain (sync)
+#: function, for each front end that takes an operation (the async
+#: decorator's body is the operation, and is async by definition): the
+#: runner must treat both kinds alike.
+SYNC_OPERATION = "+sync operation"
+FRONT_ENDS_AND_OPERATION_KINDS = FRONT_ENDS + tuple(
+    f + SYNC_OPERATION for f in FRONT_ENDS if f != "decorator"
+)
+
+
+def as_sync_operation(operation: Any) -> Callable[[], Any]:
+    """``operation`` as a plain function, run off the loop; a coroutine it makes runs to its end there."""
+    import inspect
+
+    def sync_operation() -> Any:
+        value = operation()
+        if inspect.isawaitable(value):
+
+            async def finish() -> Any:
+                return await value
+
+            return asyncio.run(finish())
+        return value
+
+    return sync_operation
 
 
 async def call_via(
@@ -85,6 +110,10 @@ async def call_via(
     import inspect
 
     from dataoad import SyncActionRunner, guarded
+
+    if front_end.endswith(SYNC_OPERATION):
+        front_end = front_end.removesuffix(SYNC_OPERATION)
+        operation = as_sync_operation(operation)
 
     if front_end == "execute":
         return await runner.execute(action_name, operation, **kwargs)
@@ -140,6 +169,7 @@ def _stop_without_closing_the_ledger(facade: Any) -> None:
 
 __all__ = [
     "FRONT_ENDS",
+    "FRONT_ENDS_AND_OPERATION_KINDS",
     "call_via",
     "REF",
     "REQUEST",

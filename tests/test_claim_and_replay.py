@@ -21,7 +21,7 @@ from dataoad import (
 )
 from dataoad.testing import FaultyLedger, LedgerFault
 from tests.support import (
-    FRONT_ENDS,
+    FRONT_ENDS_AND_OPERATION_KINDS,
     REF,
     REQUEST,
     CountingOperation,
@@ -36,7 +36,7 @@ FAIL = LedgerFault.FAIL_BEFORE_WRITE
 FRONT = {"name": "execute"}
 
 
-@pytest.fixture(autouse=True, params=FRONT_ENDS)
+@pytest.fixture(autouse=True, params=FRONT_ENDS_AND_OPERATION_KINDS)
 def front_end(request: pytest.FixtureRequest) -> None:
     """Every idempotency rule must hold through the decorator and the sync facade too."""
     FRONT["name"] = request.param

@@ -18,7 +18,7 @@ from dataoad import (
     VerificationResult,
 )
 from tests.support import (
-    FRONT_ENDS,
+    FRONT_ENDS_AND_OPERATION_KINDS,
     REF,
     REQUEST,
     CountingOperation,
@@ -31,7 +31,7 @@ from tests.support import (
 FRONT = {"name": "execute"}
 
 
-@pytest.fixture(autouse=True, params=FRONT_ENDS)
+@pytest.fixture(autouse=True, params=FRONT_ENDS_AND_OPERATION_KINDS)
 def front_end(request: pytest.FixtureRequest) -> None:
     """Every evidence rule must hold through the decorator and the sync facade too."""
     FRONT["name"] = request.param

@@ -23,7 +23,7 @@ from dataoad import (
 )
 from dataoad.testing import FaultyLedger, LedgerFault
 from tests.support import (
-    FRONT_ENDS,
+    FRONT_ENDS_AND_OPERATION_KINDS,
     REQUEST,
     CountingOperation,
     call_via,
@@ -35,7 +35,7 @@ from tests.support import (
 FAIL = LedgerFault.FAIL_BEFORE_WRITE
 
 
-@pytest.fixture(params=FRONT_ENDS)
+@pytest.fixture(params=FRONT_ENDS_AND_OPERATION_KINDS)
 def front_end(request: pytest.FixtureRequest) -> str:
     return str(request.param)
 
