@@ -493,6 +493,7 @@ def test_a_timed_out_lock_wait_hands_the_lock_back(tmp_path: Path) -> None:
     # up and hold it for ever: every other writer, in every process, would hang.
     import fcntl
     import os
+    import threading
     import time
 
     from dataoad.ledgers._writer_lock import LedgerBusyError, WriterLock
@@ -500,20 +501,23 @@ def test_a_timed_out_lock_wait_hands_the_lock_back(tmp_path: Path) -> None:
     path = tmp_path / "lock"
     holder = os.open(path, os.O_CREAT | os.O_RDWR, 0o600)
     fcntl.flock(holder, fcntl.LOCK_EX)
+    before = set(threading.enumerate())
     started = time.monotonic()
     with pytest.raises(LedgerBusyError, match="busy_timeout"), WriterLock(path).hold(0.1):
         pytest.fail("the lock was held by another descriptor, yet the block ran")
     assert time.monotonic() - started < 2
     os.close(holder)  # the abandoned waiter's thread now gets the lock, and drops it
-    deadline = time.monotonic() + 5
+    # Wait for that thread to finish before looking: a look while it is still
+    # queued in the kernel could take the lock first and pass by luck.
+    for thread in set(threading.enumerate()) - before:
+        if thread.name == "dataoad-sqlite-lock":
+            thread.join(5)
+            assert not thread.is_alive(), "the abandoned wait never got the lock"
     other = os.open(path, os.O_RDWR)
     try:
-        while True:
-            try:
-                fcntl.flock(other, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                break
-            except BlockingIOError:
-                assert time.monotonic() < deadline, "the abandoned wait kept the lock"
-                time.sleep(0.01)
+        try:
+            fcntl.flock(other, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            pytest.fail("the abandoned wait kept the lock")
     finally:
         os.close(other)
