@@ -160,6 +160,10 @@ class Contender:
     durable_attempts_at_call: list[tuple[int, str | None]] = dataclasses.field(default_factory=list)
     action_id: str | None = None
     waited: bool = False  # saw the claim held by another caller and waited
+    #: Claims whose creation by this contender committed (acknowledged or not).
+    claims: set[str] = dataclasses.field(default_factory=set)
+    #: (method, action_id): committed writes this contender made to a PENDING claim.
+    pending_writes: list[tuple[str, str]] = dataclasses.field(default_factory=list)
     amount: int = 0  # what the request asks for (the rest is the key)
 
     def __repr__(self) -> str:
@@ -326,10 +330,15 @@ class GatedLedger(FaultyLedger):
     """A ledger client whose every call parks first; the release decides the fault."""
 
     def __init__(
-        self, inner: Ledger, scheduler: Scheduler, released: set[str] | None = None
+        self,
+        inner: Ledger,
+        scheduler: Scheduler,
+        released: set[str] | None = None,
+        history: History | None = None,
     ) -> None:
         super().__init__(inner)
         self.scheduler = scheduler
+        self.history = history
         # Ids whose release committed, even if its acknowledgement is then lost.
         self.released = released if released is not None else set()
 
@@ -382,9 +391,58 @@ class GatedLedger(FaultyLedger):
             raise LedgerFaultError(f"injected: {method} committed, acknowledgement lost")
         return outcome
 
+    async def claim(self, receipt: ActionReceipt) -> tuple[ActionReceipt, bool]:
+        async def claim_and_note() -> tuple[ActionReceipt, bool]:
+            stored, created = await self.inner.claim(receipt)
+            contender = _current.get(None)
+            if created and contender is not None:
+                contender.claims.add(stored.action_id)
+            return stored, created
+
+        return await self._write("claim", claim_and_note)
+
+    async def _noting_pending_write(
+        self, method: str, action_id: str, call: Callable[[], Awaitable[bool]]
+    ) -> bool:
+        # Whose claim a write changes is read before it, ungated: only a
+        # write that lands on a PENDING claim moves a claim away from its holder.
+        before = await self.inner.get(action_id)
+        done = await call()
+        contender = _current.get(None)
+        if done and contender is not None and before is not None and before.is_pending:
+            contender.pending_writes.append((method, action_id))
+            if (
+                self.history is not None
+                and contender.kind == "execute"
+                and action_id not in contender.claims
+            ):
+                self.history.add(
+                    f"contender {contender.name}",
+                    f"ledger.{method} changes PENDING claim {action_id[:8]}, which it did not make",
+                )
+        return done
+
+    async def start_attempt(self, receipt: ActionReceipt) -> bool:
+        return await self._write(
+            "start_attempt",
+            lambda: self._noting_pending_write(
+                "start_attempt", receipt.action_id, lambda: self.inner.start_attempt(receipt)
+            ),
+        )
+
+    async def record(self, receipt: ActionReceipt) -> bool:
+        return await self._write(
+            "record",
+            lambda: self._noting_pending_write(
+                "record", receipt.action_id, lambda: self.inner.record(receipt)
+            ),
+        )
+
     async def release(self, action_id: str, version: int) -> bool:
         async def release_and_note() -> bool:
-            done = await self.inner.release(action_id, version)
+            done = await self._noting_pending_write(
+                "release", action_id, lambda: self.inner.release(action_id, version)
+            )
             if done:
                 self.released.add(action_id)
             return done

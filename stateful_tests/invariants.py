@@ -253,6 +253,22 @@ def only_the_claimer_invokes(m: RunnerMachineBase) -> None:
             )
 
 
+@safety
+def claims_leave_holders_only_by_operator_verbs(m: RunnerMachineBase) -> None:
+    """A caller of execute changes only the PENDING claims it made: another's claim moves only by an operator's release, reconcile or recovery, never because a waiter or a duplicate decided."""
+    holders = {a: c.name for c in m.contenders_list for a in c.claims}
+    for c in m.contenders_list:
+        if c.kind != "execute":
+            continue
+        for method, action_id in c.pending_writes:
+            if action_id not in c.claims:
+                raise fail(
+                    claims_leave_holders_only_by_operator_verbs,
+                    f"contender {c.name} ({method}) changed PENDING claim {action_id[:8]} of "
+                    f"{c.key}, which contender {holders.get(action_id, '?')} holds",
+                )
+
+
 def _had_verifier(m: RunnerMachineBase, receipt: ActionReceipt) -> bool:
     """Whether the call that made this claim configured a verifier."""
     for c in m.contenders_list:

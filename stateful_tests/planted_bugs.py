@@ -180,6 +180,59 @@ def _take_over_after_waiting(mp: pytest.MonkeyPatch) -> dict[str, Any]:
     return {"runner_class": TakesOverAfterWaiting}
 
 
+class _ActsOnHeldClaimAfterWaiting(ActionRunner):
+    """When a wait for a claim holder runs out, does something about the claim
+    (``act``) instead of reporting it in progress."""
+
+    async def execute(self, action_name: str, operation: Any, **kwargs: Any) -> Any:
+        try:
+            return await super().execute(action_name, operation, **kwargs)
+        except ActionInProgressError as exc:
+            if kwargs.get("wait_in_progress") is None or exc.receipt is None:
+                raise
+            return await self.act(exc, exc.receipt, action_name, operation, kwargs)
+
+    async def act(
+        self, exc: Exception, held: ActionReceipt, name: str, operation: Any, kw: Any
+    ) -> Any:
+        raise exc
+
+
+class ReleasesHolderAfterWaiting(_ActsOnHeldClaimAfterWaiting):
+    """Releases a held claim whose attempt has not started and claims the key
+    itself. Nothing runs twice (the holder's start then fails), yet the
+    holder's call fails for no fault of its own."""
+
+    async def act(
+        self, exc: Exception, held: ActionReceipt, name: str, operation: Any, kw: Any
+    ) -> Any:
+        if held.attempts:
+            raise exc
+        await self.release_unstarted(held.action_id)
+        return await super().execute(name, operation, **kw)
+
+
+def _releases_holder_after_waiting(mp: pytest.MonkeyPatch) -> dict[str, Any]:
+    return {"runner_class": ReleasesHolderAfterWaiting}
+
+
+class SettlesHolderAfterWaiting(_ActsOnHeldClaimAfterWaiting):
+    """Settles a held, started claim as an operator's recovery would (UNKNOWN
+    without a verifier) and returns that: the holder, still running, then
+    cannot record its own outcome."""
+
+    async def act(
+        self, exc: Exception, held: ActionReceipt, name: str, operation: Any, kw: Any
+    ) -> Any:
+        if not held.attempts:
+            raise exc
+        return await self.recover_pending(held.action_id, kw.get("verifier"))
+
+
+def _settles_holder_after_waiting(mp: pytest.MonkeyPatch) -> dict[str, Any]:
+    return {"runner_class": SettlesHolderAfterWaiting}
+
+
 def _accept_unproven_completion(mp: pytest.MonkeyPatch) -> dict[str, Any]:
     async def buggy(
         self: ProvenLedger,
@@ -602,6 +655,7 @@ PLANTED_BUGS = [
         "runner",
         names(
             "only-the-claimer-invokes",
+            "claims-leave-holders-only-by-operator-verbs",
             "no-second-mutation-of-a-claim-by-anyone",
             "invocation-counted-before-call",
             # The taker runs on the holder's attempt count, so its own
@@ -610,6 +664,20 @@ PLANTED_BUGS = [
             "retryable-failure-is-retried",
         ),
         _take_over_after_waiting,
+    ),
+    PlantedBug(
+        "releases-holder-after-waiting",
+        "a duplicate whose wait runs out before the holder's attempt starts",
+        "runner",
+        names("claims-leave-holders-only-by-operator-verbs"),
+        _releases_holder_after_waiting,
+    ),
+    PlantedBug(
+        "settles-holder-after-waiting",
+        "a duplicate whose wait runs out while the holder's attempt runs",
+        "runner",
+        names("claims-leave-holders-only-by-operator-verbs"),
+        _settles_holder_after_waiting,
     ),
     PlantedBug(
         "accept-unproven-completion",

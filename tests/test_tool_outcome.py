@@ -14,6 +14,7 @@ from dataoad import (
     InMemoryLedger,
     InvalidArgumentError,
     ToolOutcome,
+    VerificationResult,
     run_tool,
 )
 from dataoad.testing import FaultyLedger, LedgerFault
@@ -101,6 +102,32 @@ def test_unrecorded_outcomes_say_whether_anything_ran() -> None:
     outcome = call(ActionRunner(after), ok)
     assert outcome.status == "UNKNOWN"
     assert "could not be recorded" in outcome.message
+
+
+def test_an_unrecorded_check_of_an_attempted_action_is_never_not_attempted() -> None:
+    """A replay's read-only check that cannot be recorded invoked nothing itself, but the
+    claim it replays counted an attempt: the model must read UNKNOWN, never "not attempted"
+    (which invites a new request, and a second charge)."""
+    ledger = FaultyLedger(InMemoryLedger())
+    runner = ActionRunner(ledger)
+
+    async def lost() -> None:
+        raise TimeoutError("the answer was lost")
+
+    async def confirms(receipt: object) -> VerificationResult:
+        return VerificationResult.confirmed(verified_provider_reference="ref-1")
+
+    first = call(runner, lost, provider_reference="ref-1")
+    assert first.status == "UNKNOWN"
+    ledger.inject("record", LedgerFault.FAIL_BEFORE_WRITE)  # the check's merge write
+    replay = call(runner, lost, provider_reference="ref-1", verifier=confirms)
+    assert replay.status == "UNKNOWN", replay.message
+    assert replay.action_id == first.action_id
+    assert "Do NOT call this tool again" in replay.message
+    # A refusal before any claim counted an attempt is the only "not attempted".
+    fresh = FaultyLedger(InMemoryLedger())
+    fresh.inject("find", LedgerFault.FAIL_BEFORE_WRITE)
+    assert call(ActionRunner(fresh), ok).status == "NOT_ATTEMPTED"
 
 
 def test_bad_arguments_still_raise() -> None:

@@ -21,11 +21,14 @@ from typing import Any
 
 import pytest
 
-from dataoad import ActionRunner, GuardedTool, InMemoryLedger, run_tool
+from dataoad import ActionRunner, GuardedTool, InMemoryLedger, RetryPolicy, run_tool
 from dataoad.testing import ChargeFault, FakePaymentProvider, LookupFault, PaymentVerifier
 from tests.agents.support import framework
 
 ARGS = {"order_id": "order-7", "amount_cents": 2500}
+#: Every front end is given this policy: a failure the provider says is safe
+#: to retry is retried once; nothing else is.
+POLICY = RetryPolicy(max_attempts=2, retry_on_failed=True)
 Invoke = Callable[[dict[str, Any]], Awaitable[str]]
 
 
@@ -74,6 +77,7 @@ class Shop:
             request=lambda order_id, amount_cents: {"order": order_id, "amount": amount_cents},
             provider_reference=lambda order_id, amount_cents: order_id,
             verifier=PaymentVerifier(self.provider),
+            policy=POLICY,
         )
 
 
@@ -98,6 +102,7 @@ def via_run_tool(shop: Shop) -> Invoke:
             idempotency_key=args["order_id"],
             provider_reference=args["order_id"],
             verifier=PaymentVerifier(shop.provider),
+            policy=POLICY,
         )
         return outcome.message
 
@@ -137,6 +142,7 @@ def via_langgraph_node(shop: Shop) -> Invoke:
         request=lambda state: {"order": state["order_id"], "amount": state["amount_cents"]},
         provider_reference=lambda state: state["order_id"],
         verifier=PaymentVerifier(shop.provider),
+        policy=POLICY,
     )
 
     async def invoke(args: dict[str, Any]) -> str:
@@ -229,6 +235,15 @@ matrix = pytest.mark.parametrize(
 )
 
 
+def in_turn(invoke: Invoke, *calls: dict[str, Any]) -> list[str]:
+    """What the model reads for each call, made one after another on one loop."""
+
+    async def run() -> list[str]:
+        return [await invoke(args) for args in calls]
+
+    return asyncio.run(run())
+
+
 def status_of(message: str) -> str:
     return message.split(":", 1)[0]
 
@@ -242,10 +257,7 @@ def play(front: str, kind: str, charge_faults: list[ChargeFault], lookups: list[
 def test_a_repeated_call_replays_and_charges_once(front: str, kind: str) -> None:
     shop, invoke = play(front, kind, [])
 
-    async def calls() -> tuple[str, str]:
-        return await invoke(ARGS), await invoke(ARGS)
-
-    first, second = asyncio.run(calls())
+    first, second = in_turn(invoke, ARGS, ARGS)
     assert first.startswith("CONFIRMED: charge_order happened"), first
     assert second.startswith("CONFIRMED: charge_order already happened earlier"), second
     assert "This call did not repeat it" in second
@@ -257,11 +269,7 @@ def test_a_lost_answer_is_unknown_until_verified_and_never_repeated(front: str, 
     unavailable = [LookupFault.UNAVAILABLE, LookupFault.UNAVAILABLE]
     shop, invoke = play(front, kind, [ChargeFault.TIMEOUT_AFTER_COMMIT], unavailable)
 
-    async def calls() -> tuple[str, str, str]:
-        first, second = await invoke(ARGS), await invoke(ARGS)
-        return first, second, await invoke(ARGS)
-
-    first, second, third = asyncio.run(calls())
+    first, second, third = in_turn(invoke, ARGS, ARGS, ARGS)
     assert first.startswith("UNKNOWN: charge_order may have happened"), first
     assert "Do NOT call this tool again" in first
     assert status_of(second) == "UNKNOWN", second
@@ -274,7 +282,7 @@ def test_a_lost_answer_is_unknown_until_verified_and_never_repeated(front: str, 
 @matrix
 def test_a_lost_answer_the_verifier_finds_is_confirmed(front: str, kind: str) -> None:
     shop, invoke = play(front, kind, [ChargeFault.TIMEOUT_AFTER_COMMIT])
-    first = asyncio.run(invoke(ARGS))
+    (first,) = in_turn(invoke, ARGS)
     assert first.startswith("CONFIRMED: charge_order happened"), first
     assert shop.provider.charge_calls == 1
 
@@ -283,14 +291,20 @@ def test_a_lost_answer_the_verifier_finds_is_confirmed(front: str, kind: str) ->
 def test_a_decline_is_failed_and_replays_failed(front: str, kind: str) -> None:
     shop, invoke = play(front, kind, [ChargeFault.DECLINED])
 
-    async def calls() -> tuple[str, str]:
-        return await invoke(ARGS), await invoke(ARGS)
-
-    first, second = asyncio.run(calls())
+    first, second = in_turn(invoke, ARGS, ARGS)
     assert first.startswith("FAILED: charge_order did not happen"), first
     assert "card declined" in first
     assert status_of(second) == "FAILED", second
     assert shop.provider.charge_calls == 1
+
+
+@matrix
+def test_the_guards_policy_retries_a_retry_safe_rejection(front: str, kind: str) -> None:
+    shop, invoke = play(front, kind, [ChargeFault.TRANSIENT_REJECT])
+    (first,) = in_turn(invoke, ARGS)
+    assert first.startswith("CONFIRMED: charge_order happened"), first
+    assert shop.provider.charge_calls == 2
+    assert len(shop.provider.charges) == 1
 
 
 @matrix
@@ -306,20 +320,20 @@ def test_a_normal_return_the_verifier_cannot_find_is_not_confirmed(
     front: str, kind: str, fault: ChargeFault
 ) -> None:
     shop, invoke = play(front, kind, [fault])
-    first = asyncio.run(invoke(ARGS))
-    assert status_of(first) == "FAILED", first
-    assert shop.provider.charges_for("order-7") == []
-    assert shop.provider.charge_calls == 1
+    (first,) = in_turn(invoke, ARGS)
+    # The first answer proved nothing; the verifier's fenced absence let the
+    # policy retry, and the second charge is the one that stands.
+    assert shop.provider.charge_calls == 2
+    assert [c.charge_id for c in shop.provider.charges_for("order-7")] == ["ch_2"]
+    assert first.startswith("CONFIRMED: charge_order happened"), first
+    assert '"ch_2"' in first, first
 
 
 @matrix
 def test_a_reused_key_with_another_request_is_a_conflict(front: str, kind: str) -> None:
     shop, invoke = play(front, kind, [])
 
-    async def calls() -> tuple[str, str]:
-        return await invoke(ARGS), await invoke({**ARGS, "amount_cents": 9900})
-
-    first, second = asyncio.run(calls())
+    first, second = in_turn(invoke, ARGS, {**ARGS, "amount_cents": 9900})
     assert status_of(first) == "CONFIRMED", first
     assert second.startswith("CONFLICT:"), second
     assert "Nothing was done" in second
