@@ -1,0 +1,192 @@
+"""Planted bugs that example tests must catch: configuration, discipline and front ends.
+
+The state machines hunt bugs in the protocol. Some rules are not about
+interleavings at all (a default, a file mode, which bytes are hashed, where
+a statement runs relative to a lock, what a front end hands the runner),
+and a search would only find them by luck. Each bug here is a small source
+change, written as someone who had read the README but not the tests might
+write it, with the example tests that must fail because of it.
+``test_planted_examples.py`` applies each one to a copy of the checkout and
+runs exactly those tests there.
+
+Several of these passed every test when they were first written (see
+``stateful_tests/README.md``, "Planted bugs for example tests"); the tests
+named here were added or strengthened until each fails.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import shutil
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+#: What a copy needs to run the example tests.
+COPIED = ("dataoad", "tests", "stateful_tests", "models", "examples", "fault_scenarios")
+COPIED_FILES = ("conftest.py", "pyproject.toml", "README.md")
+
+
+def copy_checkout(into: Path) -> Path:
+    """What the example tests need of the checkout, copied to ``into / "planted"``."""
+    copy = into / "planted"
+    for folder in COPIED:
+        shutil.copytree(
+            ROOT / folder,
+            copy / folder,
+            ignore=shutil.ignore_patterns("__pycache__", ".hypothesis", "*.pyc"),
+        )
+    for name in COPIED_FILES:
+        shutil.copy2(ROOT / name, copy / name)
+    return copy
+
+
+@dataclasses.dataclass(frozen=True)
+class PlantedExample:
+    """One bug: replace ``old`` (which occurs exactly once) by ``new`` in ``path``."""
+
+    name: str
+    rule: str  # the promise it breaks, in words
+    path: str
+    old: str
+    new: str
+    tests: tuple[str, ...]  # node ids; at least one must fail
+    needs_postgres: bool = False
+
+    def plant(self, into: Path) -> Path:
+        """A copy of the checkout in ``into`` with this bug in it."""
+        copy = copy_checkout(into)
+        target = copy / self.path
+        source = target.read_text()
+        if source.count(self.old) != 1:
+            raise AssertionError(
+                f"planted example {self.name}: the code it changes moved "
+                f"({source.count(self.old)} matches in {self.path}); rewrite it"
+            )
+        target.write_text(source.replace(self.old, self.new))
+        return copy
+
+
+PLANTED_EXAMPLES = [
+    PlantedExample(
+        "sqlite-defaults-to-normal",
+        "a new SQLite ledger is synchronous=FULL unless asked otherwise",
+        "dataoad/ledgers/sqlite.py",
+        'synchronous: Synchronous = "FULL",',
+        'synchronous: Synchronous = "NORMAL",',
+        ("tests/test_sqlite_lock_and_exit.py::test_a_new_ledger_is_durable_by_default",),
+    ),
+    PlantedExample(
+        "sqlite-writes-after-the-lock",
+        "every SQLite write statement runs while the cross-process writer lock is held",
+        "dataoad/ledgers/sqlite.py",
+        "        with self._writer.hold(self.busy_timeout):\n"
+        "            return db.execute(sql, params).fetchall()",
+        "        with self._writer.hold(self.busy_timeout):\n"
+        "            pass\n"
+        "        return db.execute(sql, params).fetchall()",
+        (
+            "tests/test_sqlite_lock_and_exit.py"
+            "::test_every_write_statement_runs_while_the_writer_lock_is_held",
+        ),
+    ),
+    PlantedExample(
+        "sqlite-file-readable-by-all",
+        "a new SQLite file is readable by its owner only",
+        "dataoad/ledgers/sqlite.py",
+        "os.O_CREAT | os.O_EXCL | os.O_RDWR, 0o600",
+        "os.O_CREAT | os.O_EXCL | os.O_RDWR, 0o644",
+        ("tests/test_sqlite_ledger.py::test_new_files_are_readable_by_their_owner_only",),
+    ),
+    PlantedExample(
+        "postgres-asynchronous-commit",
+        "the PostgreSQL ledger never lowers synchronous_commit",
+        "dataoad/ledgers/postgres.py",
+        'settings = {"application_name": "dataoad"}',
+        'settings = {"application_name": "dataoad", "synchronous_commit": "off"}',
+        (
+            "tests/test_postgres_faults.py"
+            "::test_each_step_is_one_autocommit_statement_and_commits_are_synchronous",
+        ),
+        needs_postgres=True,
+    ),
+    PlantedExample(
+        "hash-of-nfc-text",
+        "the request hash is SHA-256 of the RFC 8785 bytes, text kept exactly as sent",
+        "dataoad/_canonical.py",
+        "return hashlib.sha256(rfc8785.dumps(request)).hexdigest()",
+        "text = rfc8785.dumps(request).decode()\n"
+        '    nfc = __import__("unicodedata").normalize("NFC", text)\n'
+        "    return hashlib.sha256(nfc.encode()).hexdigest()",
+        (
+            "tests/test_claim_and_replay.py"
+            "::test_request_hash_matches_rfc8785_vectors_another_language_computes",
+        ),
+    ),
+    PlantedExample(
+        "guarded-sync-function-called-at-once",
+        "guarded hands the runner the function uncalled: nothing runs before the claim",
+        "dataoad/_guard.py",
+        "        # ``fn`` is handed over uncalled: the runner calls it after the claim.\n"
+        "        return sync_runner.execute(\n"
+        "            guard.action_name,\n"
+        "            functools.partial(fn, *args, **kwargs),",
+        "        value = fn(*args, **kwargs)\n"
+        "        return sync_runner.execute(\n"
+        "            guard.action_name,\n"
+        "            lambda: value,",
+        (
+            "tests/test_guard.py"
+            "::test_decorator_on_a_sync_function_with_a_sync_runner_is_sync_and_guards_calls",
+        ),
+    ),
+    PlantedExample(
+        "recover-settles-unstarted-claims",
+        "recovery refuses a claim that never started an attempt (release it instead)",
+        "dataoad/_settling.py",
+        "    elif receipt.attempts == 0:\n        raise RecoveryRefusedError(",
+        "    elif receipt.attempts == 0 and False:\n        raise RecoveryRefusedError(",
+        ("tests/test_recover_pending.py::test_recover_pending_refuses_unstarted_claims",),
+    ),
+    PlantedExample(
+        "verifier-value-stored",
+        "provider values are never persisted, only what the receipt needs",
+        "dataoad/_observing.py",
+        "    details = result.details\n",
+        "    details = {**(result.details or {}), 'value': repr(result.value)}\n",
+        ("tests/test_storage_hygiene.py::test_raw_request_and_provider_values_are_never_stored",),
+    ),
+    PlantedExample(
+        "tool-says-not-attempted-after-an-attempt",
+        "run_tool never tells the model 'not attempted' about a claim that counted an attempt",
+        "dataoad/_tool.py",
+        "exc.operation_invoked or (receipt is not None and receipt.attempts > 0)",
+        "exc.operation_invoked",
+        (
+            "tests/test_tool_outcome.py"
+            "::test_an_unrecorded_check_of_an_attempted_action_is_never_not_attempted",
+        ),
+    ),
+    PlantedExample(
+        "guarded-tool-drops-policy",
+        "GuardedTool runs the tool under the policy it was given",
+        "dataoad/_tool.py",
+        "            verifier=self.verifier,\n            policy=self.policy,\n",
+        "            verifier=self.verifier,\n",
+        (
+            "tests/agents/test_front_end_matrix.py"
+            "::test_the_guards_policy_retries_a_retry_safe_rejection[GuardedTool.call-async]",
+        ),
+    ),
+    PlantedExample(
+        "guarded-tool-key-from-every-argument",
+        "a tool's key comes from the intent the caller declares, so a changed request conflicts",
+        "dataoad/_tool.py",
+        "idempotency_key=self.idempotency_key(**kwargs),",
+        "idempotency_key=self.idempotency_key(**kwargs) + str(sorted(kwargs.items()))[:40],",
+        (
+            "tests/agents/test_front_end_matrix.py"
+            "::test_a_reused_key_with_another_request_is_a_conflict[GuardedTool.call-sync]",
+        ),
+    ),
+]
