@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import dataclasses
 import inspect
-import json
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any, Final, cast
 
@@ -34,6 +33,7 @@ from dataoad._verification import (
     check_stored_text,
     classify_verification,
 )
+from dataoad.ledgers._codec import json_text
 
 __all__ = [
     "MAX_DETAILS_CHARS",
@@ -87,8 +87,16 @@ def resolve_verifier(verifier: object) -> VerifyFn:
     return call
 
 
-def _json_text(value: object) -> str:
-    return json.dumps(value, separators=(",", ":"), ensure_ascii=False, default=str)
+def _kept_details(details: Mapping[str, Any] | None) -> Mapping[str, Any] | None:
+    """Details as stored: small ones as given, large ones replaced by a marker."""
+    if details is None:
+        return None
+    try:
+        size = len(json_text(details))
+    except (TypeError, ValueError):
+        return details  # not JSON after all: _storable refuses the whole record
+    # Details come from the adapter; keep them only while they stay small.
+    return details if size <= MAX_DETAILS_CHARS else {"truncated": True}
 
 
 def _record(
@@ -102,10 +110,7 @@ def _record(
     now = utc_now()
     if result is None:
         return VerificationObservation(source, attempt, status, now, error=error)
-    details = result.details
-    if details is not None and len(_json_text(details)) > MAX_DETAILS_CHARS:
-        # Details come from the adapter; keep them only while they stay small.
-        details = {"truncated": True}
+    details = _kept_details(result.details)
     return VerificationObservation(
         source,
         attempt,
@@ -124,13 +129,18 @@ def _record(
 
 
 def _storable(record: VerificationObservation) -> bool:
-    """Whether every ledger can store ``record`` as JSON text (no NUL, valid UTF-8)."""
+    """Whether every ledger can store ``record`` as JSON text (valid JSON, valid UTF-8).
+
+    The encoder escapes NUL and other control characters, so only values that
+    are not JSON at all, or text that is not UTF-8, are refused here.
+    """
     try:
-        text = _json_text(record.to_json())
+        # The ledgers' own encoder: what passes here is what they will write.
+        text = json_text(record.to_json())
         text.encode("utf-8")
     except (TypeError, ValueError):  # UnicodeEncodeError is a ValueError
         return False
-    return "\x00" not in text
+    return True
 
 
 def _storable_identifiers(result: VerificationResult) -> bool:

@@ -107,21 +107,27 @@ class ProvenLedger:
         write: Callable[[], Awaitable[bool]],
         expected: ActionReceipt | None,
         action_id: str,
-        *,
-        reread_on_refusal: bool = True,
     ) -> _Write:
-        def read() -> Awaitable[ActionReceipt | None]:
-            return self.ledger.get(action_id)
+        """The write, proven or refused; on a refusal, what is stored instead."""
+        attempt = await self._prove_unread(write, expected, action_id)
+        if attempt.proven or attempt.error is not None:
+            return attempt
+        return await self._read_back(lambda: self.ledger.get(action_id))
 
+    async def _prove_unread(
+        self,
+        write: Callable[[], Awaitable[bool]],
+        expected: ActionReceipt | None,
+        action_id: str,
+    ) -> _Write:
+        """The write, proven or refused; a refusal reads nothing (only an error reads back)."""
         try:
             done = await write()
         except Exception as exc:
-            back = await self._read_back(read)
+            back = await self._read_back(lambda: self.ledger.get(action_id))
             proven = not back.read_failed and proves(back.stored, expected)
             return dataclasses.replace(back, proven=proven, error=exc)
-        if done:
-            return _Write(proven=True)
-        return await self._read_back(read) if reread_on_refusal else _Write()
+        return _Write(proven=done)
 
     # -- writes ------------------------------------------------------------------
 
@@ -185,9 +191,8 @@ class ProvenLedger:
         has_value: bool,
     ) -> None:
         """Record an invoked operation's outcome, or raise OutcomeNotRecordedError."""
-        write = await self._prove(
-            lambda: self.ledger.record(final), final, final.action_id, reread_on_refusal=False
-        )
+        # A refusal means another writer moved the claim: nothing to read back.
+        write = await self._prove_unread(lambda: self.ledger.record(final), final, final.action_id)
         if write.acknowledgement_lost:
             events.emit(EventKind.OUTCOME_ACKNOWLEDGEMENT_RECOVERED, final)
         if write.proven:
@@ -210,7 +215,7 @@ class ProvenLedger:
             observed_status=observed_status,
             observed_metadata=observed_metadata,
             value_available=has_value,
-            observed_value=value if has_value else None,
+            observed_value=value,  # the error keeps it only when value_available
         ) from write.error
 
     async def record_best_effort(self, receipt: ActionReceipt) -> None:

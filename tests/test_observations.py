@@ -311,3 +311,86 @@ async def test_oversized_verifier_identifiers_are_refused_and_stay_unknown() -> 
         assert len(str(res.receipt.metadata)) < 5000
 
     await s()
+
+
+def _forged(**fields: Any) -> VerificationResult:
+    """A confirmation whose fields were changed after its own checks ran (as a buggy
+    adapter could, through object.__setattr__): the runner must not trust the checks."""
+    result = VerificationResult.confirmed(verified_provider_reference=REF, details={"ok": 1})
+    for name, value in fields.items():
+        object.__setattr__(result, name, value)
+    return result
+
+
+@pytest.mark.parametrize(
+    "fields",
+    [
+        {"provider_request_id": "pr\x00hidden"},
+        {"details": {"ratio": float("nan")}},
+        {"details": {"when": {1, 2}}},
+        {"details": {"note": "half a pair \ud800"}},
+    ],
+    ids=["NUL in an identifier", "NaN", "a set", "a lone surrogate"],
+)
+async def test_an_answer_no_ledger_can_store_counts_as_no_evidence(
+    new_ledger: Any, fields: dict[str, Any]
+) -> None:
+    """What passes the check is exactly what the ledgers' encoder writes: an answer it
+    would refuse is recorded as an UNKNOWN observation, and the outcome still lands."""
+    ledger = new_ledger()
+    try:
+        result = await execute(
+            ActionRunner(ledger),
+            CountingOperation(TimeoutError("lost")),
+            verifier=fixed_verifier(_forged(**fields)),
+        )
+        assert await ledger.get(result.receipt.action_id) == result.receipt
+    finally:
+        await ledger.close()
+    assert result.status is U
+    observation = result.receipt.metadata["verification"]
+    assert observation["status"] == "UNKNOWN"
+    assert observation["attempt"] == 1
+    assert "no ledger can store" in observation["error"]
+
+
+async def test_stored_observation_details_cannot_be_changed_afterwards() -> None:
+    details = {"region": "eu", "tags": ["a"]}
+    result = await execute(
+        ActionRunner(InMemoryLedger()),
+        CountingOperation(TimeoutError("lost")),
+        verifier=fixed_verifier(_forged(details=details)),
+    )
+    details["region"] = "us"  # the adapter's own dict, changed after the answer
+    kept = result.receipt.observations[-1].details
+    assert kept["region"] == "eu"
+    with pytest.raises(TypeError):
+        kept["region"] = "us"  # type: ignore[index]
+
+
+class EqualsAnything(str):
+    """A str subclass that claims equality with any reference."""
+
+    __hash__ = str.__hash__
+
+    def __eq__(self, other: object) -> bool:
+        return True
+
+    def __ne__(self, other: object) -> bool:
+        return False
+
+
+async def test_a_forged_reference_that_equals_everything_binds_nothing() -> None:
+    """Binding compares plain strings: a str subclass that claims equality with any
+    reference (forged into an answer after its checks) is not a binding."""
+    from dataoad._verification import classify_fields
+
+    claim = (ActionStatus.CONFIRMED, VerificationHealth.HEALTHY, False, False)
+    assert classify_fields(*claim, EqualsAnything("other"), REF) is U  # the rule itself
+    assert classify_fields(*claim, REF, REF) is C
+    result = await execute(
+        ActionRunner(InMemoryLedger()),
+        CountingOperation(TimeoutError("lost")),
+        verifier=fixed_verifier(_forged(verified_provider_reference=EqualsAnything("other"))),
+    )
+    assert result.status is U  # and the runner, which also refuses to store it

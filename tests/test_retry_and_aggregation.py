@@ -203,6 +203,23 @@ async def test_retry_on_unknown_escape_hatch_retries_and_warns_each_time() -> No
     await scenario()
 
 
+async def test_the_retry_warning_points_at_the_line_that_called_execute() -> None:
+    """The warning names the caller's own line (``stacklevel``), where the policy is used."""
+    import inspect
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        policy = RetryPolicy(max_attempts=2, retry_on_unknown=True)
+    runner = ActionRunner(InMemoryLedger())
+    op = CountingOperation(TimeoutError(), "ok")
+    line = inspect.currentframe().f_lineno + 3  # type: ignore[union-attr]
+    with warnings.catch_warnings(record=True) as retried:
+        warnings.simplefilter("always")
+        await runner.execute("a", op, request={}, idempotency_key="k", policy=policy)
+    (warning,) = [w for w in retried if "duplicate" in str(w.message)]
+    assert (warning.filename, warning.lineno) == (__file__, line)
+
+
 # -- aggregation ----------------------------------------------------------------
 
 

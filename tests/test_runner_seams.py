@@ -393,3 +393,22 @@ async def test_an_unproven_merge_carries_what_a_read_back_found() -> None:
         await ProvenLedger(faulty).merge(proposed, current)
     assert info.value.receipt == newer
     assert "acknowledgement lost" in str(info.value)
+
+
+def test_an_observation_holds_its_own_frozen_copy_of_the_details() -> None:
+    from datetime import UTC, datetime
+
+    given = {"region": "eu", "zones": ["a"]}
+    observation = VerificationObservation(
+        ObservationSource.EXECUTE,
+        1,
+        ActionStatus.CONFIRMED,
+        datetime(2026, 1, 2, tzinfo=UTC),
+        claimed=ActionStatus.CONFIRMED,
+        details=given,
+    )
+    given["region"] = "us"
+    assert observation.details is not None
+    assert observation.details["region"] == "eu"
+    with pytest.raises(TypeError):
+        observation.details["region"] = "us"  # type: ignore[index]

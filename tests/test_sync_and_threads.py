@@ -950,3 +950,83 @@ def test_the_sync_runner_offers_every_operator_verb_and_close_closes_the_ledger(
         asyncio.run(ledger.get(ids["unknown"]))
     with SyncActionRunner(SQLiteLedger(path)) as again, pytest.raises(Exception, match="no action"):
         again.receipt(ids["unstarted"])
+
+
+def test_a_blocking_call_that_outlives_its_loop_ends_quietly() -> None:
+    """Its caller is gone with the loop: the worker drops the result, raises nothing,
+    and goes back to serving calls."""
+    from dataoad import _blocking
+
+    release = threading.Event()
+    finished = threading.Event()
+    thread_errors: list[BaseException | None] = []
+    previous_hook = threading.excepthook
+    threading.excepthook = lambda args: thread_errors.append(args.exc_value)
+    try:
+
+        def slow() -> str:
+            release.wait(5)
+            finished.set()
+            return "late"
+
+        async def start_and_leave() -> None:
+            task = asyncio.ensure_future(_blocking.call_blocking(slow))
+            await asyncio.sleep(0.05)
+            task.cancel()
+
+        asyncio.run(start_and_leave())  # the loop is closed when this returns
+        release.set()
+        assert finished.wait(5)
+        time.sleep(0.1)  # let the worker try to hand its result to the closed loop
+        assert asyncio.run(_blocking.call_blocking(lambda: "served")) == "served"
+    finally:
+        threading.excepthook = previous_hook
+    assert thread_errors == [], f"a worker raised after its loop closed: {thread_errors}"
+
+
+@pytest.mark.asyncio
+async def test_an_async_verifier_runs_on_the_loop_and_a_sync_one_on_a_worker(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from dataoad import _observing
+
+    hops: list[object] = []
+    real_call_blocking = _observing.call_blocking
+
+    async def counting(fn: Any) -> Any:
+        hops.append(fn)
+        return await real_call_blocking(fn)
+
+    monkeypatch.setattr(_observing, "call_blocking", counting)
+    loop_thread = threading.current_thread()
+    seen: dict[str, threading.Thread] = {}
+
+    def answer(label: str) -> VerificationResult:
+        seen[label] = threading.current_thread()
+        return VerificationResult.confirmed(verified_provider_reference="ref")
+
+    async def async_verifier(receipt: Any) -> VerificationResult:
+        return answer("async")
+
+    class SyncVerifier:
+        def verify(self, receipt: Any) -> VerificationResult:
+            return answer("sync")
+
+    runner = ActionRunner(InMemoryLedger())
+    for label, verifier in (("async", async_verifier), ("sync", SyncVerifier())):
+
+        async def lost() -> None:
+            raise TimeoutError("lost")
+
+        result = await runner.execute(
+            "op",
+            lost,
+            request={"l": label},
+            idempotency_key=label,
+            provider_reference="ref",
+            verifier=verifier,
+        )
+        assert result.status is ActionStatus.CONFIRMED
+    assert seen["async"] is loop_thread
+    assert seen["sync"] is not loop_thread
+    assert len(hops) == 1, "only the sync verifier may take a thread hop"

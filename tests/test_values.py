@@ -11,6 +11,7 @@ from dataoad import (
     ActionStatus,
     InMemoryLedger,
     ResultValueUnavailableError,
+    VerificationResult,
 )
 from tests.support import REF, REQUEST, CountingOperation, confirmed, execute, fixed_verifier
 
@@ -140,3 +141,35 @@ async def test_replay_never_exposes_a_value_even_after_reconciling() -> None:
             _ = replay.value
 
     await s()
+
+
+def test_no_value_is_exposed_from_conflicting_or_missing_evidence() -> None:
+    """The exposure rule on its own: a conflict between confirmations hides even the
+    operation's own value, and without an observation there is nothing to recover."""
+    from dataoad._attempts import _Execution, _exposed_value
+    from dataoad._evidence import Settlement
+    from dataoad._result import MISSING
+
+    def settled(*ids: str) -> Settlement:
+        return Settlement(
+            execution_status=ActionStatus.UNKNOWN,
+            verification_status=ActionStatus.CONFIRMED,
+            final_status=ActionStatus.CONFIRMED,
+            verification_conflict=False,
+            provider_request_ids=ids,
+        )
+
+    returned = _Execution(ActionStatus.UNKNOWN, value={"charge": "ch_1"})
+    assert _exposed_value(settled("pr_1"), returned, None) == {"charge": "ch_1"}
+    assert _exposed_value(settled("pr_1", "pr_2"), returned, None) is MISSING
+    nothing = _Execution(ActionStatus.UNKNOWN)
+    assert _exposed_value(settled("pr_1"), nothing, None) is MISSING
+    from dataoad._observing import Observation, _record
+    from dataoad._records import ObservationSource
+
+    answer = VerificationResult.confirmed(
+        verified_provider_reference=REF, provider_request_id="pr_1", value="recovered"
+    )
+    seen = Observation(answer, _record(ObservationSource.EXECUTE, 1, C, answer, None))
+    assert _exposed_value(settled("pr_1"), nothing, seen) == "recovered"
+    assert _exposed_value(settled("pr_1", "pr_2"), nothing, seen) is MISSING
