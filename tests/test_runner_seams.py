@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from typing import Any
 
@@ -94,12 +95,19 @@ async def test_an_observer_sees_refusals_and_releases() -> None:
     assert type(failed.error).__name__ == "NothingInvokedError"
     assert EventKind.ATTEMPT_NOT_STARTED in seen.kinds("execute")
     [stranded] = inner.snapshot()
+    # The refusal's receipt travels with the finished call: observers (spans,
+    # metrics) can name the claim that was left behind.
+    assert failed.receipt is not None
+    assert failed.receipt.action_id == stranded.action_id
     await ActionRunner(inner, observers=[seen]).release_unstarted(stranded.action_id)
     assert seen.kinds("release_unstarted") == [
         EventKind.CALL_STARTED,
         EventKind.RELEASED,
         EventKind.CALL_FINISHED,
     ]
+    released = seen.events[-1]
+    assert released.result is None  # the verb returns nothing
+    assert released.error is None
 
 
 @pytest.mark.asyncio
@@ -412,3 +420,19 @@ def test_an_observation_holds_its_own_frozen_copy_of_the_details() -> None:
     assert observation.details["region"] == "eu"
     with pytest.raises(TypeError):
         observation.details["region"] = "us"  # type: ignore[index]
+
+
+def test_the_observation_count_of_observations_stored_before_numbering() -> None:
+    """Receipts written before observations were numbered count them by position."""
+    from datetime import UTC, datetime
+
+    from dataoad._observing import protocol_metadata
+
+    legacy = [
+        VerificationObservation(
+            ObservationSource.EXECUTE, 1, ActionStatus.UNKNOWN, datetime(2026, 1, 1, tzinfo=UTC)
+        )
+    ] * 2
+    assert protocol_metadata({}, legacy, None)["verification_observation_count"] == 2
+    numbered = [dataclasses.replace(legacy[0], number=5)]
+    assert protocol_metadata({}, numbered, None)["verification_observation_count"] == 5

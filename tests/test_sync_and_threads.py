@@ -870,10 +870,15 @@ async def test_where_each_kind_of_operation_runs(monkeypatch: pytest.MonkeyPatch
         hops.append(fn)
         return await real_call_blocking(fn)
 
+    class AsyncCallable:
+        async def __call__(self) -> str:
+            return await native("async __call__")
+
     monkeypatch.setattr(_blocking, "call_blocking", counting)
     runner = ActionRunner(InMemoryLedger())
     for label, operation in (
         ("async def", functools.partial(native, "async def")),
+        ("async __call__", AsyncCallable()),
         ("lambda", lambda: called_by("lambda")),
     ):
         result = await runner.execute("op", operation, request={"l": label}, idempotency_key=label)
@@ -881,6 +886,7 @@ async def test_where_each_kind_of_operation_runs(monkeypatch: pytest.MonkeyPatch
         assert result.value == label
     assert len(hops) == 1, "only the plain callable may take a thread hop"
     assert seen["async def"] is loop_thread
+    assert seen["async __call__"] is loop_thread
     assert seen["lambda (call)"] is not loop_thread  # the plain callable ran on a worker
     assert seen["lambda"] is loop_thread  # and its coroutine was awaited on the loop
 
