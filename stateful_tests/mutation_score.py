@@ -138,6 +138,40 @@ def config(modules: list[str]) -> str:
     )
 
 
+def recheck(workspace: Path, name: str, env: dict[str, str]) -> bool:
+    """Whether ``name`` fails the example tests when they all run against it.
+
+    mutmut runs, for each mutant, only the tests it saw calling the mutated
+    function. That misses code run at import (a statement built once when
+    its module loads) and code a racy test reaches only sometimes; so every
+    survivor not already reviewed runs against every example test here.
+    """
+    examples = [t for t in TESTS if t.startswith("tests/")]
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-p",
+            "no:cacheprovider",
+            "-x",
+            "-q",
+            "-n",
+            "2",
+            "-o",
+            "timeout=120",
+            *(f"--deselect={t}" for t in DESELECTED),
+            *examples,
+        ],
+        cwd=workspace / "mutants",
+        env={**env, "MUTANT_UNDER_TEST": name},
+        check=False,
+        capture_output=True,
+        text=True,
+    )
+    return done.returncode == 1
+
+
 def reviewed() -> dict[str, str]:
     if not EQUIVALENTS.exists():
         return {}
@@ -208,28 +242,33 @@ def main() -> int:
             capture_output=True,
             text=True,
         ).stdout
-    statuses = dict(re.findall(r"^\s*(\S+): (\w[\w ]*)$", results, re.M))
-    if patterns:
-        statuses = {
-            name: status
-            for name, status in statuses.items()
-            if any(fnmatch.fnmatchcase(name, pattern) for pattern in patterns)
-        }
+        statuses = dict(re.findall(r"^\s*(\S+): (\w[\w ]*)$", results, re.M))
+        if patterns:
+            statuses = {
+                name: status
+                for name, status in statuses.items()
+                if any(fnmatch.fnmatchcase(name, pattern) for pattern in patterns)
+            }
+        known = reviewed()
+        # A mutant no test even ran is as unnoticed as one that survived them.
+        unnoticed = [n for n, status in statuses.items() if status in ("survived", "no tests")]
+        rechecked = [n for n in sorted(unnoticed) if n not in known and recheck(copy, n, env)]
     total = len(statuses)
-    # A mutant no test even ran is as unnoticed as one that survived them.
-    survivors = sorted(
-        name for name, status in statuses.items() if status in ("survived", "no tests")
-    )
+    survivors = sorted(set(unnoticed) - set(rechecked))
     killed = total - len(survivors)
-    known = reviewed()
     triaged = [s for s in survivors if s in known]
     open_ = [s for s in survivors if s not in known]
     if not total:
         print("mutmut produced no results", file=sys.stderr)
         return 2
     print(f"modules: {', '.join(args.modules)}")
-    print(f"mutants: {total}, killed: {killed}, survived: {len(survivors)}")
+    print(
+        f"mutants: {total}, killed: {killed} ({len(rechecked)} of them only when rechecked "
+        f"against every example test), survived: {len(survivors)}"
+    )
     print(f"raw score: {killed / total:.1%}")
+    for name in rechecked:
+        print(f"  rechecked   {name}: killed by the example tests mutmut did not select")
     print(
         f"after triage ({len(triaged)} reviewed as equivalent): {(killed + len(triaged)) / total:.1%}"
     )
