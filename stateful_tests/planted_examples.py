@@ -152,7 +152,7 @@ PLANTED_EXAMPLES = [
         "verifier-value-stored",
         "provider values are never persisted, only what the receipt needs",
         "dataoad/_observing.py",
-        "    details = result.details\n",
+        "    details = _kept_details(result.details)\n",
         "    details = {**(result.details or {}), 'value': repr(result.value)}\n",
         ("tests/test_storage_hygiene.py::test_raw_request_and_provider_values_are_never_stored",),
     ),

@@ -35,6 +35,8 @@ TRIGGER = {
     "invoke-after-unproven-attempt-start": "2 contenders, 1 key",
     "answers-unknown-to-everything": "2 contenders, 1 key",
     "take-over-after-waiting": "a duplicate that waits for the claim holder",
+    "releases-holder-after-waiting": "a duplicate that waits for the claim holder",
+    "settles-holder-after-waiting": "a duplicate that waits for the claim holder",
     "accept-unproven-completion": "2 contenders, 1 key",
     "never-retries": "2 contenders, 1 key, retrying policy and no verifier",
     "retries-beyond-max-attempts": "1 contender, retrying policy, 3 faults",

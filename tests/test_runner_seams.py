@@ -72,6 +72,7 @@ async def test_an_observer_sees_every_verb_and_its_transitions(new_ledger: Any) 
     finished = seen.events[4]
     assert finished.result is not None
     assert finished.result.status is ActionStatus.UNKNOWN
+    assert finished.receipt == first.receipt  # the finished call names its receipt
     assert finished.action_name == "charge"
     reconciled = seen.events[-1]
     assert reconciled.action_id == first.receipt.action_id
