@@ -140,10 +140,26 @@ async def test_events_are_logged_under_their_kinds_value(caplog: pytest.LogCaptu
     assert {EventKind(name) for name in logged} <= set(EventKind)
 
 
-@pytest.mark.parametrize("observers", [[object()], "on_event", 3])
-def test_a_bad_observer_is_refused_when_the_runner_is_made(observers: Any) -> None:
-    with pytest.raises(InvalidArgumentError, match="observer"):
+@pytest.mark.parametrize(
+    ("observers", "named"), [([object()], "object"), ("on_event", "str"), (3, "int")]
+)
+def test_a_bad_observer_is_refused_when_the_runner_is_made(observers: Any, named: str) -> None:
+    with pytest.raises(InvalidArgumentError, match="observer") as refused:
         ActionRunner(InMemoryLedger(), observers=observers)
+    assert named in str(refused.value)
+
+
+@pytest.mark.asyncio
+async def test_observers_never_see_an_invalid_name_or_id_as_one() -> None:
+    """A verb refused for a bad argument still reports its call, without the bad value."""
+    seen = Recorder()
+    runner = ActionRunner(InMemoryLedger(), observers=[seen])
+    with pytest.raises(InvalidArgumentError):
+        await runner.execute(42, CountingOperation(), request=REQUEST, idempotency_key="k")  # type: ignore[arg-type]
+    with pytest.raises(InvalidArgumentError):
+        await runner.reconcile(7, lambda r: confirmed())  # type: ignore[arg-type]
+    assert [e.kind for e in seen.events] == [EventKind.CALL_STARTED, EventKind.CALL_FINISHED] * 2
+    assert all(e.action_name is None and e.action_id is None for e in seen.events)
 
 
 # -- typed evidence records ----------------------------------------------------------
