@@ -169,7 +169,9 @@ def recheck(workspace: Path, name: str, env: dict[str, str]) -> bool:
         capture_output=True,
         text=True,
     )
-    return done.returncode == 1
+    # With -x and two workers pytest reports a stop as "interrupted" (2): a
+    # failed test, not the exit status, is the kill.
+    return re.search(r"^FAILED ", done.stdout, re.M) is not None
 
 
 def reviewed() -> dict[str, str]:
