@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import fnmatch
+import json
 import os
 import re
 import shutil
@@ -123,6 +124,20 @@ DESELECTED = ["tests/test_sqlite_ledger.py::test_a_read_only_file_surfaces_as_pe
 WORKSPACE_MARKER = ".dataoad-mutation-workspace"
 
 
+#: pytest options for every run against a mutant, by mutmut or by ``recheck``:
+#: a 60 s limit per test (a mutant that makes a test wait forever is killed
+#: quickly), stop at the first failure, and the tests that cannot run under mutmut.
+PYTEST_OPTIONS = [
+    "-p",
+    "no:cacheprovider",
+    "-o",
+    "timeout=60",
+    "-x",
+    "-q",
+    *(f"--deselect={t}" for t in DESELECTED),
+]
+
+
 def config(modules: list[str]) -> str:
     quoted = ", ".join(f'"{m}"' for m in modules)
     tests = ", ".join(f'"{t}"' for t in TESTS)
@@ -131,9 +146,7 @@ def config(modules: list[str]) -> str:
         'source_paths = ["dataoad/"]\n'
         f"only_mutate = [{quoted}]\n"
         'also_copy = ["stateful_tests/", "models/", "conftest.py", "examples/", "fault_scenarios/"]\n'
-        'pytest_add_cli_args = ["-p", "no:cacheprovider", "-n", "0", "-o", "timeout=60", "-x", "-q"'
-        + "".join(f', "--deselect", "{t}"' for t in DESELECTED)
-        + "]\n"
+        f"pytest_add_cli_args = {json.dumps(['-n', '0', *PYTEST_OPTIONS])}\n"
         f"pytest_add_cli_args_test_selection = [{tests}]\n"
     )
 
@@ -148,21 +161,7 @@ def recheck(workspace: Path, name: str, env: dict[str, str]) -> bool:
     """
     examples = [t for t in TESTS if t.startswith("tests/")]
     done = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "pytest",
-            "-p",
-            "no:cacheprovider",
-            "-x",
-            "-q",
-            "-n",
-            "2",
-            "-o",
-            "timeout=120",
-            *(f"--deselect={t}" for t in DESELECTED),
-            *examples,
-        ],
+        [sys.executable, "-m", "pytest", "-n", "2", *PYTEST_OPTIONS, *examples],
         cwd=workspace / "mutants",
         env={**env, "MUTANT_UNDER_TEST": name},
         check=False,

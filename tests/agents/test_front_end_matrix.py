@@ -32,6 +32,11 @@ POLICY = RetryPolicy(max_attempts=2, retry_on_failed=True)
 Invoke = Callable[[dict[str, Any]], Awaitable[str]]
 
 
+def request_of(order_id: str, amount_cents: int) -> dict[str, Any]:
+    """The request every front end records for a charge: one mapping, used by all."""
+    return {"order": order_id, "amount": amount_cents}
+
+
 class Shop:
     """One provider, one verifier, one runner, and a charge tool (sync or async)."""
 
@@ -74,7 +79,7 @@ class Shop:
             self.runner,
             "charge_order",
             idempotency_key=lambda order_id, amount_cents: order_id,
-            request=lambda order_id, amount_cents: {"order": order_id, "amount": amount_cents},
+            request=request_of,
             provider_reference=lambda order_id, amount_cents: order_id,
             verifier=PaymentVerifier(self.provider),
             policy=POLICY,
@@ -98,7 +103,7 @@ def via_run_tool(shop: Shop) -> Invoke:
             shop.runner,
             "charge_order",
             functools.partial(shop.tool, **args),
-            request={"order": args["order_id"], "amount": args["amount_cents"]},
+            request=request_of(**args),
             idempotency_key=args["order_id"],
             provider_reference=args["order_id"],
             verifier=PaymentVerifier(shop.provider),
@@ -139,7 +144,7 @@ def via_langgraph_node(shop: Shop) -> Invoke:
         runner=shop.runner,
         action_name="charge_order",
         idempotency_key=lambda state: state["order_id"],
-        request=lambda state: {"order": state["order_id"], "amount": state["amount_cents"]},
+        request=lambda state: request_of(**state),
         provider_reference=lambda state: state["order_id"],
         verifier=PaymentVerifier(shop.provider),
         policy=POLICY,
@@ -248,7 +253,9 @@ def status_of(message: str) -> str:
     return message.split(":", 1)[0]
 
 
-def play(front: str, kind: str, charge_faults: list[ChargeFault], lookups: list[Any] = ()) -> Any:  # type: ignore[assignment]
+def play(
+    front: str, kind: str, charge_faults: list[ChargeFault], lookups: tuple[Any, ...] = ()
+) -> tuple[Shop, Invoke]:
     shop = Shop(kind, list(charge_faults), list(lookups))
     return shop, FRONT_ENDS[front](shop)
 
@@ -266,7 +273,7 @@ def test_a_repeated_call_replays_and_charges_once(front: str, kind: str) -> None
 
 @matrix
 def test_a_lost_answer_is_unknown_until_verified_and_never_repeated(front: str, kind: str) -> None:
-    unavailable = [LookupFault.UNAVAILABLE, LookupFault.UNAVAILABLE]
+    unavailable = (LookupFault.UNAVAILABLE, LookupFault.UNAVAILABLE)
     shop, invoke = play(front, kind, [ChargeFault.TIMEOUT_AFTER_COMMIT], unavailable)
 
     first, second, third = in_turn(invoke, ARGS, ARGS, ARGS)
