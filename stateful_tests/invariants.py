@@ -480,6 +480,28 @@ def _clean_ledger(c: Any) -> bool:
 
 
 @progress
+def holders_fail_only_by_own_faults_or_operators(m: RunnerMachineBase) -> None:
+    """A call that made a claim ends in a persistence error only after a ledger fault at its own gates, or after an operator acted on that claim."""
+    operated = {o.action_id for o in m.contenders_list if o.kind != "execute" and o.action_id}
+    for c in m.contenders_list:
+        if (
+            c.kind == "execute"
+            and c.finished
+            and not c.crashed
+            and c.claims
+            and isinstance(c.outcome, ActionPersistenceError)
+            and _clean_ledger(c)
+            and not c.claims & operated
+        ):
+            raise fail(
+                holders_fail_only_by_own_faults_or_operators,
+                f"contender {c.name} held claim {min(c.claims)[:8]} of {c.key}, met no ledger "
+                f"fault and no operator touched its claim, yet raised "
+                f"{type(c.outcome).__name__}: {c.outcome}",
+            )
+
+
+@progress
 def clean_success_is_confirmed(m: RunnerMachineBase) -> None:
     """A first execution with no fault anywhere and truthful read-back ends CONFIRMED."""
     for c in m.contenders_list:

@@ -669,14 +669,20 @@ PLANTED_BUGS = [
         "releases-holder-after-waiting",
         "a duplicate whose wait runs out before the holder's attempt starts",
         "runner",
-        names("claims-leave-holders-only-by-operator-verbs"),
+        names(
+            "claims-leave-holders-only-by-operator-verbs",
+            "holders-fail-only-by-own-faults-or-operators",
+        ),
         _releases_holder_after_waiting,
     ),
     PlantedBug(
         "settles-holder-after-waiting",
         "a duplicate whose wait runs out while the holder's attempt runs",
         "runner",
-        names("claims-leave-holders-only-by-operator-verbs"),
+        names(
+            "claims-leave-holders-only-by-operator-verbs",
+            "holders-fail-only-by-own-faults-or-operators",
+        ),
         _settles_holder_after_waiting,
     ),
     PlantedBug(

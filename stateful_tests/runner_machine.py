@@ -134,8 +134,9 @@ READ_DECISIONS = st.sampled_from([LedgerFault.NONE] * 12 + [LedgerFault.FAIL_BEF
 WAITING_READ_DECISIONS = st.sampled_from([LedgerFault.NONE] * 40 + [LedgerFault.FAIL_BEFORE_WRITE])
 # Releases are rare operator actions; when one happens, fault it often.
 RELEASE_DECISIONS = st.sampled_from([LedgerFault.NONE] * 2 + list(WRITE_FAULTS)[1:])
-# Definitive failures are listed twice: only they exercise the retry
-# policy's FAILED branch, which needs a retrying policy as well. So is the
+# Definitive failures are listed more than once: only they exercise the retry
+# policy's FAILED branch, which needs a retrying policy as well, and a decline
+# after an ambiguous attempt is where UNKNOWN evidence must survive. So is the
 # error raised before sending: it is the one ambiguous error after which
 # nothing committed, against three after which something did, and only it
 # tests that a verifier's word is checked rather than borne out by the world.
@@ -303,9 +304,10 @@ class RunnerMachineBase(RuleBasedStateMachine):
         return [key for key in self.order_keys if key not in called]
 
     # Most bugs in a claim's lifecycle need its first caller (only it invokes
-    # the provider) with a particular policy and faults. Duplicates drawn from
-    # the bundle of keys made up three executes in four, and a run made about
-    # 1.5 provider calls; this rule gives a fresh order its first caller.
+    # the provider) with a particular policy and faults. With only duplicates
+    # drawn from the bundle of keys, three executes in four were duplicates and
+    # a run made about 1.8 provider calls; this rule gives a fresh order its
+    # first caller.
     @precondition(
         lambda self: (
             self._active() < MAX_ACTIVE
