@@ -301,26 +301,36 @@ def _proved_by_execution(status: ActionStatus | None, verifier: bool) -> Outcome
     return None if status is None else status.value  # type: ignore[return-value]
 
 
+def evidence_objection(receipt: ActionReceipt, verifier: bool) -> str | None:
+    """Why a completed receipt's status is not one its recorded evidence permits (None if it is).
+
+    ``verifier`` says whether the call that made the claim configured one: a
+    normal return is then no proof of the effect.
+    """
+    if receipt.claim_state is not ClaimState.COMPLETED or receipt.final_status is None:
+        return None
+    executions = [
+        _proved_by_execution(a.execution_status, verifier) for a in receipt.attempt_records
+    ]
+    observations = [(o.attempt, _reported(o, receipt)) for o in receipt.observations]
+    allowed = evidence_permits(executions, observations)
+    if receipt.final_status.value in allowed:
+        return None
+    return (
+        f"receipt {receipt.action_id[:8]} for {receipt.idempotency_key} says "
+        f"{receipt.final_status.value}, but its evidence permits only {sorted(allowed)}: "
+        f"attempts {executions} ({'with' if verifier else 'no'} verifier), "
+        f"observations {[(n, e.claim if e else None) for n, e in observations]}"
+    )
+
+
 @safety
 def status_permitted_by_recorded_evidence(m: RunnerMachineBase) -> None:
     """Every completed receipt states a status its own recorded attempts and verifier observations permit, judged by the specification's evidence rules (the right answer for the right reason)."""
     for receipt in m.observed.values():
-        if receipt.claim_state is not ClaimState.COMPLETED or receipt.final_status is None:
-            continue
-        verifier = _had_verifier(m, receipt)
-        executions = [
-            _proved_by_execution(a.execution_status, verifier) for a in receipt.attempt_records
-        ]
-        observations = [(o.attempt, _reported(o, receipt)) for o in receipt.observations]
-        allowed = evidence_permits(executions, observations)
-        if receipt.final_status.value not in allowed:
-            raise fail(
-                status_permitted_by_recorded_evidence,
-                f"receipt {receipt.action_id[:8]} for {receipt.idempotency_key} says "
-                f"{receipt.final_status.value}, but its evidence permits only {sorted(allowed)}: "
-                f"attempts {executions} ({'with' if verifier else 'no'} verifier), "
-                f"observations {[(n, e.claim if e else None) for n, e in observations]}",
-            )
+        objection = evidence_objection(receipt, _had_verifier(m, receipt))
+        if objection is not None:
+            raise fail(status_permitted_by_recorded_evidence, objection)
 
 
 _ALLOWED_FINAL = {

@@ -40,6 +40,7 @@ from stateful_tests.harness import (
     Scheduler,
     violation,
 )
+from stateful_tests.invariants import evidence_objection
 from stateful_tests.services import PostgresTestTable
 
 REF = "ref-merge"
@@ -193,6 +194,18 @@ class MergeMachineBase(RuleBasedStateMachine):
         receipt = self.loop.run(self.clients[0].get(self.action_id))
         assert receipt is not None
         note(f"receipt: {receipt.final_status}, version {receipt.version}")
+
+    @invariant()
+    def status_permitted_by_recorded_evidence(self) -> None:
+        """The receipt's status is one its recorded attempt and observations permit (the evidence oracle)."""
+        if not self.action_id:
+            return
+        receipt = self.loop.run(self.clients[0].get(self.action_id))
+        assert receipt is not None
+        # The action was made without a verifier: its one attempt timed out.
+        objection = evidence_objection(receipt, verifier=False)
+        if objection is not None:
+            raise violation(self.history, "status-permitted-by-recorded-evidence", objection)
 
     @invariant()
     def merge_is_order_independent_and_loses_nothing(self) -> None:

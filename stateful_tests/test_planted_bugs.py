@@ -9,7 +9,9 @@ from hypothesis import settings
 from hypothesis.stateful import run_state_machine_as_test
 
 from stateful_tests import invariants as inv
-from stateful_tests.planted_bugs import PLANTED_BUGS, PlantedBug
+from stateful_tests.invariants import InvariantViolation
+from stateful_tests.merge_machine import MergeMachineBase
+from stateful_tests.planted_bugs import PLANTED_BUGS, PlantedBug, planted
 from stateful_tests.runner_machine import machine_for
 from stateful_tests.search import SEARCH, bounded_shrinking, find_violation
 
@@ -48,3 +50,17 @@ def test_a_holder_failing_under_a_waiter_is_caught_by_its_own_property(
     bug = next(b for b in PLANTED_BUGS if b.name == name)
     violation, _ = find_violation(bug)
     assert violation.name == "holders-fail-only-by-own-faults-or-operators"
+
+
+def test_the_merge_machine_judges_receipts_by_their_evidence() -> None:
+    """With its own merge check switched off, the merge machine still catches a reconcile that
+    accepts a confirmation for another reference: the evidence oracle objects."""
+    bug = next(b for b in PLANTED_BUGS if b.name == "accept-unbound-confirmation")
+    blind = type(
+        "MergeMachineWithoutItsMergeCheck",
+        (MergeMachineBase,),
+        {"merge_is_order_independent_and_loses_nothing": lambda self: None},
+    )
+    with planted(bug), pytest.raises(InvariantViolation) as info:
+        run_state_machine_as_test(blind, settings=SEARCH)
+    assert info.value.name == "status-permitted-by-recorded-evidence"
