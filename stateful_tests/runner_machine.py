@@ -422,10 +422,10 @@ class RunnerMachineBase(RuleBasedStateMachine):
             }
         )
 
-    # A duplicate drawn from the bundle of keys met a claim whose holder was
-    # still running about one time in four; the bugs of waiting, in-progress
-    # answers and takeover all need that meeting, so this rule arranges it
-    # (a race for the claim itself is left to start_execute).
+    # A duplicate drawn from the bundle of keys often came after its key's
+    # holder had finished; the bugs of waiting, in-progress answers and
+    # takeover all need the two to meet, so this rule arranges it (a race for
+    # the claim itself is left to start_execute).
     @precondition(lambda self: self._active() < MAX_ACTIVE and bool(self._keys_in_flight()))
     @rule(data=st.data(), **EXECUTE_ARGUMENTS)
     def duplicate_while_the_holder_runs(self, data: st.DataObject, **arguments: Any) -> None:
@@ -449,8 +449,8 @@ class RunnerMachineBase(RuleBasedStateMachine):
     # is nothing to call, and such no-op steps once made up over half of all
     # contenders, starving the runs of provider calls. They come while some
     # claim is unsettled (PENDING or UNKNOWN), which is what operators are
-    # for; a settled claim is still drawn, one time in four, to check that
-    # they leave it alone.
+    # for; a settled claim's key is still drawn, a quarter as often as an
+    # unsettled one's, to check that they leave it alone.
     @precondition(lambda self: bool(self._unsettled_keys()) and self._active() < MAX_ACTIVE)
     @rule(data=st.data(), how=st.sampled_from(["reconcile", "recover", "release"]))
     def start_operator(self, data: st.DataObject, how: str) -> None:
