@@ -37,7 +37,9 @@ def test_the_correct_code_passes_the_same_search() -> None:
     run_state_machine_as_test(machine_for("memory"), settings=settings(SEARCH, max_examples=300))
 
 
-@pytest.mark.parametrize("name", ["releases-holder-after-waiting", "settles-holder-after-waiting"])
+# One of the two waiter bugs: settles-holder-after-waiting is caught the same
+# way, but its search takes 37 s of a CI run that must stay under 10 minutes.
+@pytest.mark.parametrize("name", ["releases-holder-after-waiting"])
 def test_a_holder_failing_under_a_waiter_is_caught_by_its_own_property(
     name: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
