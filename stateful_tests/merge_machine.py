@@ -21,6 +21,7 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, pr
 
 import dataoad._evidence as evidence_module
 from dataoad import (
+    ActionReceipt,
     ActionResult,
     ActionRunner,
     ActionStatus,
@@ -195,13 +196,20 @@ class MergeMachineBase(RuleBasedStateMachine):
         assert receipt is not None
         note(f"receipt: {receipt.final_status}, version {receipt.version}")
 
+    def _stored(self) -> ActionReceipt | None:
+        """The action's receipt as the ledger holds it (None before the action exists)."""
+        if not self.action_id:
+            return None
+        receipt = self.loop.run(self.clients[0].get(self.action_id))
+        assert receipt is not None
+        return receipt
+
     @invariant()
     def status_permitted_by_recorded_evidence(self) -> None:
         """The receipt's status is one its recorded attempt and observations permit (the evidence oracle)."""
-        if not self.action_id:
+        receipt = self._stored()
+        if receipt is None:
             return
-        receipt = self.loop.run(self.clients[0].get(self.action_id))
-        assert receipt is not None
         # The action was made without a verifier: its one attempt timed out.
         objection = evidence_objection(receipt, verifier=False)
         if objection is not None:
@@ -210,10 +218,9 @@ class MergeMachineBase(RuleBasedStateMachine):
     @invariant()
     def merge_is_order_independent_and_loses_nothing(self) -> None:
         """The receipt states the model's merge of every observation, and counts them all."""
-        if not self.action_id:
+        receipt = self._stored()
+        if receipt is None:
             return
-        receipt = self.loop.run(self.clients[0].get(self.action_id))
-        assert receipt is not None
         recorded = receipt.metadata.get("verification_observations", ())
         counted = receipt.metadata.get("verification_observation_count", 0)
         writers = [
