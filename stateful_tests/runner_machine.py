@@ -60,6 +60,7 @@ from stateful_tests.harness import (
     current_contender,
 )
 from stateful_tests.services import PostgresTestTable
+from stateful_tests.swarm import swarm_over
 
 ACTION = "charge"
 #: At most this many contenders are in flight at once.
@@ -97,6 +98,18 @@ WAITS = {
     "wait 1 s": 1.0,
     "wait 3 s": 3.0,
 }
+
+
+#: Rules a run may leave out, each with probability 1/4 (see
+#: ``harness.swarm_over``): the kinds of interference. The rules that start
+#: callers and move parked contenders on are never left out.
+INTERFERENCE_RULES = (
+    "crash",
+    "duplicate_while_the_holder_runs",
+    "provider_side_event",
+    "release_stranded_claim",
+    "start_operator",
+)
 
 
 class VirtualClock:
@@ -229,6 +242,7 @@ class RunnerMachineBase(RuleBasedStateMachine):
 
     def __init__(self) -> None:
         super().__init__()
+        swarm_over(self, INTERFERENCE_RULES)
         self.loop = MachineLoop()
         self.history = History(type(self).__name__)
         self.world = World()
