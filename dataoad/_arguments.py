@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from typing import Any, Final
 
 from dataoad._attempts import Call
-from dataoad._canonical import request_hash, validate_metadata, validate_request
+from dataoad._canonical import checked_request_hash, validate_metadata
 from dataoad._clock import Clock, SystemClock
 from dataoad._errors import InvalidArgumentError
 from dataoad._events import RunnerObserver, check_observers
@@ -144,7 +144,7 @@ def prepare_call(
         raise InvalidArgumentError(
             f"operation must be callable, not {type(operation).__qualname__}"
         )
-    validate_request(request)
+    digest = checked_request_hash(request)
     check_text_arg("idempotency_key", idempotency_key)
     check_text_arg("provider_reference", provider_reference, optional=True)
     verify = None if verifier is None else resolve_verifier(verifier)
@@ -160,7 +160,7 @@ def prepare_call(
         action_name=action_name,  # type: ignore[arg-type]
         operation=operation,
         idempotency_key=idempotency_key,  # type: ignore[arg-type]
-        digest=request_hash(request),  # type: ignore[arg-type]
+        digest=digest,
         provider_reference=provider_reference,  # type: ignore[arg-type]
         verify=verify,
         risk=risk,  # type: ignore[arg-type]

@@ -23,6 +23,7 @@ __all__ = [
     "MAX_SAFE_INTEGER",
     "RESERVED_METADATA_KEYS",
     "canonical_json",
+    "checked_request_hash",
     "request_hash",
     "validate_json_object",
     "validate_metadata",
@@ -48,6 +49,69 @@ def _describe(value: object) -> str:
     return type(value).__qualname__
 
 
+class _NotStrictJson(Exception):
+    """Raised by the quick walk; the explaining walk then names the path."""
+
+
+def _scan(value: object) -> bool:
+    """Check ``value`` in one walk that builds no paths; raise ``_NotStrictJson`` if invalid.
+
+    The same rules as ``_explain`` (a property test holds the two to the same
+    verdict on generated valid and invalid values). Returns whether the
+    standard library's C encoder writes the value's RFC 8785 form: it does
+    unless a float (ECMAScript number formatting) or a key beyond the Basic
+    Multilingual Plane (RFC 8785 sorts keys by UTF-16 code units, Python by
+    code points) occurs.
+    """
+    if type(value) is not dict:
+        raise _NotStrictJson
+    plain = True
+    on_path: set[int] = set()
+    stack: list[tuple[object, int, bool]] = [(value, 0, False)]
+    try:
+        while stack:
+            node, depth, leaving = stack.pop()
+            if leaving:
+                on_path.discard(id(node))
+                continue
+            node_type = type(node)
+            if node_type is str:
+                if not node.isascii():  # type: ignore[attr-defined]
+                    node.encode("utf-8")  # type: ignore[attr-defined]
+                continue
+            if node is None or node_type is bool:
+                continue
+            if node_type is int:
+                if not -MAX_SAFE_INTEGER <= node <= MAX_SAFE_INTEGER:  # type: ignore[operator]
+                    raise _NotStrictJson
+                continue
+            if node_type is float:
+                if not math.isfinite(node):  # type: ignore[arg-type]
+                    raise _NotStrictJson
+                plain = False
+                continue
+            if node_type is not dict and node_type is not list:
+                raise _NotStrictJson
+            if id(node) in on_path or depth >= MAX_DEPTH:
+                raise _NotStrictJson
+            on_path.add(id(node))
+            stack.append((node, depth, True))
+            if node_type is dict:
+                for key, child in node.items():  # type: ignore[attr-defined]
+                    if type(key) is not str:
+                        raise _NotStrictJson
+                    if not key.isascii():
+                        key.encode("utf-8")
+                        if max(key) > "\uffff":
+                            plain = False
+                    stack.append((child, depth + 1, False))
+            else:
+                stack.extend((child, depth + 1, False) for child in node)  # type: ignore[attr-defined]
+    except UnicodeEncodeError:  # a lone surrogate
+        raise _NotStrictJson from None
+    return plain
+
+
 def validate_json_object(
     value: object,
     *,
@@ -60,6 +124,21 @@ def validate_json_object(
     ``bool``, exact ``int`` within +/-(2**53-1), finite exact ``float``, exact
     ``str`` (valid Unicode), exact ``list`` and nested such dicts.
     """
+    try:
+        _scan(value)
+    except _NotStrictJson:
+        _explain(value, root=root, error=error)
+        raise AssertionError("the quick and the explaining JSON walks disagree") from None
+
+
+def _explain(
+    value: object,
+    *,
+    root: str,
+    error: Callable[[str, str], Exception],
+) -> None:
+    # Valid input never comes here: the quick walk found a fault, and this
+    # slower walk finds it again, building the path that names it.
     if type(value) is not dict:
         raise error(f"{root} must be a dict, not {_describe(value)}", root)
     # Iterative walk with an explicit stack: no recursion limit to hit, and the
@@ -153,11 +232,43 @@ def validate_metadata(metadata: object) -> None:
         )
 
 
-def canonical_json(value: Mapping[str, Any]) -> bytes:
-    """The RFC 8785 (JSON Canonicalization Scheme) bytes of a validated object."""
+#: The C encoder, set to write RFC 8785's form of values without floats or
+#: keys beyond the BMP (strings escaped as RFC 8785 3.2.2.2 and ECMAScript
+#: do: the same seven short escapes, other controls as lowercase \u00xx).
+_PLAIN_ENCODER: Final = json.JSONEncoder(
+    ensure_ascii=False,
+    sort_keys=True,
+    separators=(",", ":"),
+    allow_nan=False,
+    check_circular=False,  # the walk already refused cycles
+)
+
+
+def _canonical(value: Mapping[str, Any], plain: bool) -> bytes:
+    if plain:
+        return _PLAIN_ENCODER.encode(value).encode("utf-8")
     return rfc8785.dumps(value)
+
+
+def canonical_json(value: Mapping[str, Any]) -> bytes:
+    """The RFC 8785 (JSON Canonicalization Scheme) bytes of a strict JSON object."""
+    try:
+        plain = _scan(value)
+    except _NotStrictJson:
+        plain = False  # rfc8785 raises its own error
+    return _canonical(value, plain)
 
 
 def request_hash(request: Mapping[str, Any]) -> str:
     """Lowercase hex SHA-256 of the request's RFC 8785 canonical form."""
-    return hashlib.sha256(rfc8785.dumps(request)).hexdigest()
+    return hashlib.sha256(canonical_json(request)).hexdigest()
+
+
+def checked_request_hash(request: object) -> str:
+    """Validate ``request`` like ``validate_request`` and hash it, in one walk on valid input."""
+    try:
+        plain = _scan(request)
+    except _NotStrictJson:
+        _explain(request, root="request", error=_request_error)
+        raise AssertionError("the quick and the explaining JSON walks disagree") from None
+    return hashlib.sha256(_canonical(request, plain)).hexdigest()  # type: ignore[arg-type]

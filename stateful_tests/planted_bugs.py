@@ -375,24 +375,27 @@ def _hash_depends_on_key_order(mp: pytest.MonkeyPatch) -> dict[str, Any]:
     import hashlib
     import json
 
+    real = arguments_module.checked_request_hash
+
     def buggy(request: Any) -> str:
+        real(request)  # still validates
         text = json.dumps(request, separators=(",", ":"))  # insertion order, no RFC 8785
         return hashlib.sha256(text.encode()).hexdigest()
 
-    mp.setattr(arguments_module, "request_hash", buggy)
+    mp.setattr(arguments_module, "checked_request_hash", buggy)
     return {}
 
 
 def _hash_tells_int_from_float(mp: pytest.MonkeyPatch) -> dict[str, Any]:
     import hashlib
 
-    real = arguments_module.request_hash
+    real = arguments_module.checked_request_hash
 
     def buggy(request: Any) -> str:
         kinds = "".join(sorted(f"{k}:{type(v).__name__}" for k, v in request.items()))
         return hashlib.sha256((real(request) + kinds).encode()).hexdigest()
 
-    mp.setattr(arguments_module, "request_hash", buggy)
+    mp.setattr(arguments_module, "checked_request_hash", buggy)
     return {}
 
 
