@@ -196,8 +196,11 @@ class LedgerMachineBase(RuleBasedStateMachine):
                 if memory_winner.action_id != winner.action_id:
                     self.loop.run(self.ledgers[backend].release(winner.action_id, 1))
                     self.loop.run(self.ledgers[backend].claim(memory_winner))
+                    self.touched.add(winner.action_id)  # read back: gone everywhere
             self.model.claim(project(memory_winner))
             self.known.add(memory_winner.action_id)
+            # These writes bypass _all: name the winner for the get read-back.
+            self.touched.add(memory_winner.action_id)
 
     @rule(claim=claims, variant=st.sampled_from(["exact", "stale", "skip", "other-hash"]))
     def start_attempt(self, claim: str, variant: str) -> None:

@@ -101,7 +101,7 @@ WAITS = {
 
 
 #: Rules a run may leave out, each with probability 1/4 (see
-#: ``harness.swarm_over``): the kinds of interference. The rules that start
+#: ``stateful_tests.swarm.swarm_over``): the kinds of interference. The rules that start
 #: callers and move parked contenders on are never left out.
 INTERFERENCE_RULES = (
     "crash",
