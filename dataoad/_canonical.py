@@ -124,8 +124,13 @@ def validate_json_object(
     ``bool``, exact ``int`` within +/-(2**53-1), finite exact ``float``, exact
     ``str`` (valid Unicode), exact ``list`` and nested such dicts.
     """
+    _check(value, root=root, error=error)
+
+
+def _check(value: object, *, root: str, error: Callable[[str, str], Exception]) -> bool:
+    # The quick walk decides; only a refusal pays for the walk that names the path.
     try:
-        _scan(value)
+        return _scan(value)
     except _NotStrictJson:
         _explain(value, root=root, error=error)
         raise AssertionError("the quick and the explaining JSON walks disagree") from None
@@ -266,9 +271,5 @@ def request_hash(request: Mapping[str, Any]) -> str:
 
 def checked_request_hash(request: object) -> str:
     """Validate ``request`` like ``validate_request`` and hash it, in one walk on valid input."""
-    try:
-        plain = _scan(request)
-    except _NotStrictJson:
-        _explain(request, root="request", error=_request_error)
-        raise AssertionError("the quick and the explaining JSON walks disagree") from None
+    plain = _check(request, root="request", error=_request_error)
     return hashlib.sha256(_canonical(request, plain)).hexdigest()  # type: ignore[arg-type]

@@ -60,19 +60,25 @@ SCALARS = st.one_of(
     FLOATS,
     TEXT,
 )
-JSON = st.recursive(
-    SCALARS,
-    lambda inner: st.one_of(st.lists(inner, max_size=4), st.dictionaries(TEXT, inner, max_size=4)),
-    max_leaves=20,
+
+
+def objects(scalars: st.SearchStrategy[Any]) -> st.SearchStrategy[dict[str, Any]]:
+    """JSON objects nesting lists and objects of ``scalars``."""
+    values = st.recursive(
+        scalars,
+        lambda inner: st.one_of(
+            st.lists(inner, max_size=4), st.dictionaries(TEXT, inner, max_size=4)
+        ),
+        max_leaves=20,
+    )
+    return st.dictionaries(TEXT, values, max_size=5)
+
+
+OBJECTS = objects(SCALARS)
+# The same without floats: the values the C encoder writes.
+PLAIN_OBJECTS = objects(
+    st.one_of(st.none(), st.booleans(), st.integers(-MAX_SAFE_INTEGER, MAX_SAFE_INTEGER), TEXT)
 )
-OBJECTS = st.dictionaries(TEXT, JSON, max_size=5)
-# The same, without floats: the values the C encoder writes.
-PLAIN_JSON = st.recursive(
-    st.one_of(st.none(), st.booleans(), st.integers(-MAX_SAFE_INTEGER, MAX_SAFE_INTEGER), TEXT),
-    lambda inner: st.one_of(st.lists(inner, max_size=4), st.dictionaries(TEXT, inner, max_size=4)),
-    max_leaves=20,
-)
-PLAIN_OBJECTS = st.dictionaries(TEXT, PLAIN_JSON, max_size=5)
 
 EXAMPLES = settings(max_examples=200, deadline=None, suppress_health_check=list(HealthCheck))
 
