@@ -8,10 +8,12 @@ ambiguity only through read-only verifiers bound to the provider's reference.
 
 from __future__ import annotations
 
+from dataoad._current import AttemptContext, current_attempt
 from dataoad._errors import (
     ActionInProgressError,
     ActionNotFoundError,
     ActionPersistenceError,
+    ClaimFencedError,
     DataoadError,
     IdempotencyConflictError,
     InvalidArgumentError,
@@ -27,7 +29,7 @@ from dataoad._errors import (
 from dataoad._events import EventKind, RunnerEvent, RunnerObserver
 from dataoad._failure import DefinitiveFailure
 from dataoad._guard import guarded
-from dataoad._ledger import Ledger
+from dataoad._ledger import LeasingLedger, Ledger
 from dataoad._policy import RetryPolicy
 from dataoad._receipt import ActionReceipt, AttemptRecord
 from dataoad._records import ObservationSource, RecoveryRecord, VerificationObservation
@@ -49,6 +51,9 @@ __all__ = [
     "DefinitiveFailure",
     "guarded",
     "SyncActionRunner",
+    # leases and fencing
+    "current_attempt",
+    "AttemptContext",
     # outcomes and receipts
     "ActionStatus",
     "ClaimState",
@@ -73,11 +78,13 @@ __all__ = [
     "VerificationHealth",
     # ledgers
     "Ledger",
+    "LeasingLedger",
     "InMemoryLedger",
     "SQLiteLedger",
     "PostgresLedger",
     # errors
     "DataoadError",
+    "ClaimFencedError",
     "ActionInProgressError",
     "IdempotencyConflictError",
     "ActionPersistenceError",

@@ -16,18 +16,22 @@ from dataoad._clock import Clock, SystemClock
 from dataoad._errors import InvalidArgumentError
 from dataoad._events import RunnerObserver, check_observers
 from dataoad._frozen import FrozenDict, freeze
+from dataoad._leases import default_owner
 from dataoad._ledger import Ledger
 from dataoad._observing import resolve_verifier
 from dataoad._policy import RetryPolicy
+from dataoad._proven import keeps_leases
 from dataoad._verification import MAX_IDENTIFIER_LENGTH, check_stored_text
 
 __all__ = [
     "MAX_TEXT_ARG_LENGTH",
     "MAX_WAIT_IN_PROGRESS",
     "check_clock",
+    "check_lease",
     "check_ledger",
     "check_metadata",
     "check_observer_list",
+    "check_owner",
     "check_policy",
     "check_text_arg",
     "check_wait",
@@ -46,7 +50,11 @@ MAX_TEXT_ARG_LENGTH: Final[dict[str, int]] = {
     "provider_reference": MAX_IDENTIFIER_LENGTH,
     "risk": 128,
     "action_id": 128,
+    "owner": 200,
 }
+
+#: Longest accepted lease, in seconds (a day).
+MAX_LEASE: Final = 86_400.0
 
 _LEDGER_METHODS: Final = ("claim", "get", "find", "start_attempt", "record", "release")
 
@@ -65,6 +73,36 @@ def check_ledger(ledger: object) -> Ledger:
             f"protocol (missing {', '.join(missing)})"
         )
     return ledger  # type: ignore[return-value]
+
+
+def check_lease(lease: object, ledger: object) -> float | None:
+    """None, or finite seconds in (0, MAX_LEASE] on a ledger that keeps leases."""
+    if lease is None:
+        return None
+    if (
+        type(lease) not in (int, float)
+        or not math.isfinite(lease)  # type: ignore[arg-type]
+        or not 0 < lease <= MAX_LEASE  # type: ignore[operator]
+    ):
+        raise InvalidArgumentError(
+            f"lease must be None or seconds in (0, {MAX_LEASE:g}], not {lease!r}"
+        )
+    if not keeps_leases(ledger):
+        raise InvalidArgumentError(
+            f"ledger {type(ledger).__qualname__} keeps no leases (no take_over and renew); "
+            "pass lease=None to run without them"
+        )
+    return float(lease)  # type: ignore[arg-type]
+
+
+def check_owner(owner: object) -> str:
+    """This worker's name in receipts; None gives ``host:pid:random``."""
+    if owner is None:
+        return default_owner()
+    check_text_arg("owner", owner)
+    if not owner:
+        raise InvalidArgumentError("owner must not be empty")
+    return owner  # type: ignore[return-value]
 
 
 def check_policy(policy: object, default: RetryPolicy | None = None) -> RetryPolicy:

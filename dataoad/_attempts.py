@@ -23,9 +23,11 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from dataoad._blocking import call_maybe_async
+from dataoad._current import running_attempt
 from dataoad._errors import (
     ActionInProgressError,
     ActionPersistenceError,
+    ClaimFencedError,
     IdempotencyConflictError,
     OutcomeNotRecordedError,
 )
@@ -38,6 +40,13 @@ from dataoad._evidence import (
     settle,
 )
 from dataoad._failure import DefinitiveFailure
+from dataoad._leases import (
+    Tenure,
+    keep_lease,
+    merge_zombie_evidence,
+    settle_started,
+    take_over,
+)
 from dataoad._observing import (
     Observation,
     VerifyFn,
@@ -82,11 +91,13 @@ class _Execution:
     value: object = MISSING
 
 
-async def execute_once(store: ProvenLedger, call: Call, events: EventSink) -> ActionResult[Any]:
-    """One pass of ``execute``: replay, refuse, or claim and run."""
+async def execute_once(
+    store: ProvenLedger, call: Call, events: EventSink, tenure: Tenure
+) -> ActionResult[Any]:
+    """One pass of ``execute``: replay, refuse, take over, or claim and run."""
     existing = await store.read_claim(call.action_name, call.idempotency_key)
     if existing is not None:
-        return await _answer_existing(store, existing, call, events)
+        return await _answer_existing(store, existing, call, events, tenure)
     now = utc_now()
     proposed = ActionReceipt(
         action_id=uuid.uuid4().hex,
@@ -107,16 +118,19 @@ async def execute_once(store: ProvenLedger, call: Call, events: EventSink) -> Ac
         version=1,
         created_at=now,
         updated_at=now,
+        owner=tenure.owner,
     )
-    claimed, created = await store.claim(proposed)
+    claimed, created = await store.claim(proposed, tenure.lease)
     if not created:
-        return await _answer_existing(store, claimed, call, events)
+        return await _answer_existing(store, claimed, call, events, tenure)
     events.emit(EventKind.CLAIMED, claimed)
-    return await run_attempts(store, claimed, call.operation, call.verify, call.policy, events)
+    return await run_attempts(
+        store, claimed, call.operation, call.verify, call.policy, events, tenure
+    )
 
 
 async def _answer_existing(
-    store: ProvenLedger, existing: ActionReceipt, call: Call, events: EventSink
+    store: ProvenLedger, existing: ActionReceipt, call: Call, events: EventSink, tenure: Tenure
 ) -> ActionResult[Any]:
     same_request = existing.request_hash == call.digest
     same_reference = existing.provider_reference == call.provider_reference
@@ -136,6 +150,9 @@ async def _answer_existing(
             receipt=existing,
         )
     if existing.claim_state is ClaimState.PENDING:
+        taken = await take_over(store, existing, tenure, events)
+        if taken is not None:
+            return await _run_taken_over(store, taken, call, events, tenure)
         events.emit(EventKind.IN_PROGRESS, existing)
         raise ActionInProgressError(
             f"action {existing.action_id} ({existing.action_name!r}, key "
@@ -148,6 +165,22 @@ async def _answer_existing(
             store, existing, call.verify, ObservationSource.RECONCILE, events, replayed=True
         )
     return ActionResult(existing, replayed=True)
+
+
+async def _run_taken_over(
+    store: ProvenLedger, taken: ActionReceipt, call: Call, events: EventSink, tenure: Tenure
+) -> ActionResult[Any]:
+    """A claim this call took over: invoke if nothing started, else settle read-only."""
+    if taken.attempts == 0:
+        return await run_attempts(
+            store, taken, call.operation, call.verify, call.policy, events, tenure, taken_over=True
+        )
+    settled = await settle_started(store, taken, call.verify, call.policy, events)
+    if isinstance(settled, ActionResult):
+        return settled
+    return await run_attempts(
+        store, settled, call.operation, call.verify, call.policy, events, tenure, taken_over=True
+    )
 
 
 def earlier_attempts_ran(
@@ -180,12 +213,17 @@ async def run_attempts(
     verify: VerifyFn | None,
     policy: RetryPolicy,
     events: EventSink,
+    tenure: Tenure,
+    *,
+    taken_over: bool = False,
 ) -> ActionResult[Any]:
     """Run attempts of a claim this caller holds until the policy stops, then record."""
     durable = claimed
     records = list(claimed.attempt_records)
     observations = claimed.observations
     base_metadata = claimed.metadata
+    # The verifier's record of the last attempt that ran, for a fenced retry.
+    last_observation: VerificationObservation | None = None
     while True:
         number = durable.attempts + 1
         now = utc_now()
@@ -201,26 +239,42 @@ async def run_attempts(
                 ),
                 durable,
                 events,
+                tenure.lease,
             )
         except ActionPersistenceError as exc:
             if number == claimed.attempts + 1:
                 raise  # nothing of this call ran
+            if isinstance(exc, ClaimFencedError) and exc.receipt is not None:
+                ran = settle(records[:-1], observations)
+                raise await _fenced_after_running(
+                    store,
+                    exc,
+                    exc.receipt,
+                    records[-2],
+                    last_observation,
+                    events,
+                    observed_status=ran.final_status,
+                    observed_metadata=protocol_metadata(base_metadata, observations, ran),
+                ) from exc
             raise earlier_attempts_ran(
                 exc, claimed.action_id, records[:-1], observations, base_metadata
             ) from (exc.__cause__ or exc)
         events.emit(EventKind.ATTEMPT_STARTED, durable)
 
         try:
-            execution = await _invoke(operation, verifying=verify is not None)
-            observation = None
-            if verify is not None and execution.status is ActionStatus.UNKNOWN:
-                observation = await observe(verify, durable, ObservationSource.EXECUTE, number)
+            async with keep_lease(store, durable, tenure, events):
+                with running_attempt(durable):
+                    execution = await _invoke(operation, verifying=verify is not None)
+                observation = None
+                if verify is not None and execution.status is ActionStatus.UNKNOWN:
+                    observation = await observe(verify, durable, ObservationSource.EXECUTE, number)
         except asyncio.CancelledError:
             # The operation may have run. Record UNKNOWN if we still can,
             # then let the cancellation through; a PENDING claim is safe too.
             await _record_cancelled(store, durable, records, observations, base_metadata)
             raise
 
+        last_observation = None if observation is None else observation.record
         if observation is not None:
             observations = with_observation(records, observations, observation.record)
         verification_status = None if observation is None else observation.status
@@ -264,7 +318,15 @@ async def run_attempts(
             )
             continue
         return await _complete(
-            store, durable, records, observations, base_metadata, execution, observation, events
+            store,
+            durable,
+            records,
+            observations,
+            base_metadata,
+            execution,
+            observation,
+            events,
+            taken_over=taken_over,
         )
 
 
@@ -342,20 +404,62 @@ async def _complete(
     execution: _Execution,
     observation: Observation | None,
     events: EventSink,
+    *,
+    taken_over: bool,
 ) -> ActionResult[Any]:
     final, settlement = completed(durable, records, observations, base_metadata, execution.error)
     value = _exposed_value(settlement, execution, observation)
-    await store.record_outcome(
-        final,
-        durable,
-        events,
-        observed_status=settlement.final_status,
-        observed_metadata=final.metadata,
-        value=value,
-        has_value=value is not MISSING,
-    )
+    try:
+        await store.record_outcome(
+            final,
+            durable,
+            events,
+            observed_status=settlement.final_status,
+            observed_metadata=final.metadata,
+            value=value,
+            has_value=value is not MISSING,
+        )
+    except ClaimFencedError as exc:
+        if exc.receipt is None:
+            raise
+        raise await _fenced_after_running(
+            store,
+            exc,
+            exc.receipt,
+            records[-1],
+            None if observation is None else observation.record,
+            events,
+        ) from None
     events.emit(EventKind.COMPLETED, final)
-    return ActionResult(final, value=value)
+    return ActionResult(final, value=value, taken_over=taken_over)
+
+
+async def _fenced_after_running(
+    store: ProvenLedger,
+    exc: ClaimFencedError,
+    stored: ActionReceipt,
+    finished: AttemptRecord,
+    observation: VerificationObservation | None,
+    events: EventSink,
+    *,
+    observed_status: ActionStatus | None = None,
+    observed_metadata: Mapping[str, Any] | None = None,
+) -> ClaimFencedError:
+    """The error a zombie raises, once its attempt is merged into the receipt as evidence."""
+    merged = await merge_zombie_evidence(store, stored, finished, observation, events)
+    return ClaimFencedError(
+        str(exc)
+        if exc.operation_invoked
+        else f"action {stored.action_id} was taken over by {stored.owner!r} (its lease had run "
+        f"out) after attempt {finished.number} of this call WAS invoked: do not repeat it. "
+        "What this worker saw was merged into the receipt as evidence",
+        receipt=merged,
+        operation_invoked=True,
+        observed_status=exc.observed_status or observed_status,
+        observed_metadata=exc.observed_metadata or observed_metadata,
+        value_available=exc.value_available,
+        observed_value=exc.observed_value,
+    )
 
 
 async def _record_cancelled(

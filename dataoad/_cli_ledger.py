@@ -97,6 +97,11 @@ def add_commands(commands: Any, parser_class: type[argparse.ArgumentParser]) -> 
         help="final status: confirmed, failed or unknown (any case)",
     )
     listing.add_argument("--pending", action="store_true", help="only PENDING (stranded?) claims")
+    listing.add_argument(
+        "--stale",
+        action="store_true",
+        help="only PENDING claims whose lease ran out (what recover --stale would settle)",
+    )
     listing.add_argument("--action", metavar="NAME", help="only this action name")
     listing.add_argument("--since", metavar="ISO-TIME", help="created at or after this time")
     listing.add_argument("--limit", type=_positive_int, default=None, help="at most this many")
@@ -117,8 +122,14 @@ def add_commands(commands: Any, parser_class: type[argparse.ArgumentParser]) -> 
         "UNKNOWN after read-back, 1 error, 2 usage",
     )
     ledger_option(recover)
-    recover.add_argument("action_id", metavar="ACTION_ID")
-    recover.add_argument("--verifier", metavar="MODULE:ATTRIBUTE", required=True)
+    recover.add_argument("action_id", metavar="ACTION_ID", nargs="?")
+    recover.add_argument(
+        "--stale",
+        action="store_true",
+        help="instead of one ACTION_ID: every claim whose lease ran out (released if it never "
+        "started; else verified, or UNKNOWN without --verifier)",
+    )
+    recover.add_argument("--verifier", metavar="MODULE:ATTRIBUTE")
     recover.add_argument("--yes", action="store_true", help="do not ask for confirmation")
     release = commands.add_parser(
         "release-unstarted", help="remove a PENDING claim that never started an attempt"
@@ -302,6 +313,7 @@ async def _run(args: argparse.Namespace) -> int:
             receipts = await ledger.receipts(
                 final_status=args.status,
                 pending=True if args.pending else None,
+                stale=True if args.stale else None,
                 action_name=args.action,
                 since=_since(args.since),
                 limit=args.limit,
@@ -322,7 +334,18 @@ async def _run(args: argparse.Namespace) -> int:
         if inspecting:
             raise UsageError("name a subcommand: receipts list | receipts show ACTION_ID")
         runner = ActionRunner(ledger)
-        verifier = _load_verifier(args.verifier) if args.command == "recover" else None
+        if args.command == "recover":
+            if args.stale == (args.action_id is not None):
+                raise UsageError("name one ACTION_ID, or --stale for every expired claim")
+            if args.action_id is not None and args.verifier is None:
+                raise UsageError("recover ACTION_ID needs --verifier MODULE:ATTRIBUTE")
+        verifier = (
+            _load_verifier(args.verifier)
+            if args.command == "recover" and args.verifier is not None
+            else None
+        )
+        if args.command == "recover" and args.stale:
+            return await _recover_stale(ledger, runner, verifier, args)
         receipt = await _find_one(ledger, args)
         if args.command == "recover":
             return await _recover(runner, receipt, verifier, args)
@@ -384,6 +407,30 @@ async def _recover(
         )
         return EXIT_STILL_UNKNOWN
     return EXIT_OK
+
+
+async def _recover_stale(ledger: Any, runner: Any, verifier: Any, args: argparse.Namespace) -> int:
+    stale = await ledger.receipts(stale=True)
+    if not stale:
+        print("no stale claims: every PENDING claim's lease still holds")
+        return EXIT_OK
+    print(render_table(stale))
+    how = "with the verifier" if verifier is not None else "as UNKNOWN (no --verifier)"
+    _confirm(
+        f"Take over these {len(stale)} expired claim(s): release the unstarted ones and "
+        f"settle the others read-only {how}?",
+        args.yes,
+    )
+    results = await runner.recover_stale(verifier, limit=max(len(stale), 1))
+    settled = {r.receipt.action_id for r in results}
+    for result in results:
+        print(f"{result.receipt.action_id}: {result.status.value}")
+    released = [r.action_id for r in stale if r.attempts == 0 and r.action_id not in settled]
+    for action_id in released:
+        if await ledger.get(action_id) is None:
+            print(f"{action_id}: released (never started)")
+    unknown = any(r.status is ActionStatus.UNKNOWN for r in results)
+    return EXIT_STILL_UNKNOWN if unknown else EXIT_OK
 
 
 def run_ledger_command(args: argparse.Namespace) -> int:

@@ -1,17 +1,43 @@
 """The runner's clock: how it tells and passes time, as one declared seam.
 
-``wait_in_progress`` reads it (and leases will). Tests and the state machines
+``wait_in_progress`` and lease renewal read it. Tests and the state machines
 pass their own, so that a waiter's deadline depends on the steps taken, not
 on the machine's speed.
+
+A ledger has a clock of its own, a wall clock (``LedgerClock``): it alone
+judges whether a lease ran out, so no decision compares two hosts' clocks.
 """
 
 from __future__ import annotations
 
 import asyncio
 import time
-from typing import Protocol, runtime_checkable
+from collections.abc import Callable
+from datetime import UTC, datetime
+from typing import Protocol, TypeAlias, runtime_checkable
 
-__all__ = ["Clock", "SystemClock"]
+from dataoad._errors import InvalidArgumentError
+
+__all__ = ["Clock", "LedgerClock", "SystemClock", "check_ledger_clock", "utc_now"]
+
+#: A ledger's wall clock: returns the current time as an aware datetime.
+LedgerClock: TypeAlias = Callable[[], datetime]
+
+
+def utc_now() -> datetime:
+    """The current time as an aware UTC datetime."""
+    return datetime.now(UTC)
+
+
+def check_ledger_clock(clock: object) -> LedgerClock:
+    """A ledger's clock: None gives UTC now; anything else must be callable."""
+    if clock is None:
+        return utc_now
+    if not callable(clock):
+        raise InvalidArgumentError(
+            f"clock must be a callable returning an aware datetime, not {type(clock).__name__}"
+        )
+    return clock
 
 
 @runtime_checkable

@@ -14,6 +14,7 @@ __all__ = [
     "ActionInProgressError",
     "ActionNotFoundError",
     "ActionPersistenceError",
+    "ClaimFencedError",
     "NothingInvokedError",
     "OutcomeNotRecordedError",
     "DataoadError",
@@ -180,6 +181,17 @@ class OutcomeNotRecordedError(ActionPersistenceError):
     ``operation_invoked`` is always True and ``observed_status`` carries the
     evidence seen. Do not repeat the operation: re-read the ledger, and settle
     a PENDING claim read-only (``recover_pending``).
+    """
+
+
+class ClaimFencedError(ActionPersistenceError):
+    """This worker lost its claim: its lease ran out and another worker took it over.
+
+    A fenced worker (a zombie) can no longer write the claim. What it
+    observed was merged into the receipt as evidence (``receipt`` is the
+    receipt after that merge, when it could be written), never overwriting
+    the new owner's record. ``operation_invoked`` says whether this call ran
+    the operation; if it did, do not repeat it.
     """
 
 

@@ -42,6 +42,14 @@ class EventKind(enum.Enum):
     RECONCILED = "reconciled"
     RECOVERED = "recovered"
     RELEASED = "released"
+    #: An expired claim passed to this runner (fencing token + 1).
+    TAKEN_OVER = "taken_over"
+    #: This runner's claim was taken over: it can no longer write it.
+    FENCED = "fenced"
+    #: A sweep could not settle one stale claim (it goes on with the others).
+    STALE_CLAIM_NOT_SETTLED = "stale_claim_not_settled"
+    #: A fenced worker's evidence was merged into the new owner's receipt.
+    ZOMBIE_EVIDENCE_MERGED = "zombie_evidence_merged"
 
 
 #: Events only observers see: the log has one record per transition, not per call.

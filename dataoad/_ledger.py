@@ -6,6 +6,13 @@ stored ``version`` (optimistic concurrency), so a stale writer changes
 nothing. A method that returns normally has made its write durable; one that
 raises may or may not have committed (a lost acknowledgement), and callers
 must read back before relying on either.
+
+Leases: a PENDING claim may carry an owner, a fencing token and a lease
+that the ledger stamps from its own clock (``lease`` seconds from now). Only
+``take_over`` changes the owner (fencing token + 1) and only once the lease
+has run out by that clock; every other transition must keep the owner and
+token it was read under, so a worker whose claim was taken over cannot
+write it any more.
 """
 
 from __future__ import annotations
@@ -16,18 +23,21 @@ from typing import Protocol
 from dataoad._receipt import ActionReceipt
 from dataoad._status import ActionStatus
 
-__all__ = ["Inspection", "InspectableLedger", "Ledger"]
+__all__ = ["Inspection", "InspectableLedger", "LeasingLedger", "Ledger"]
 
 
 class Ledger(Protocol):
     """Durable storage of claims and receipts with atomic conditional transitions."""
 
-    async def claim(self, receipt: ActionReceipt) -> tuple[ActionReceipt, bool]:
+    async def claim(
+        self, receipt: ActionReceipt, *, lease: float | None = None
+    ) -> tuple[ActionReceipt, bool]:
         """Insert ``receipt`` unless ``(action_name, idempotency_key)`` is claimed.
 
-        Returns ``(receipt, True)`` when this call created the claim, or
+        Returns ``(stored, True)`` when this call created the claim, or
         ``(existing, False)`` with the stored claim otherwise. Exactly one of
-        any number of concurrent callers for one key gets True.
+        any number of concurrent callers for one key gets True. With
+        ``lease``, the claim's lease runs out that many seconds from now.
         """
         ...
 
@@ -39,12 +49,13 @@ class Ledger(Protocol):
         """The stored claim for this action name and key, or None."""
         ...
 
-    async def start_attempt(self, receipt: ActionReceipt) -> bool:
+    async def start_attempt(self, receipt: ActionReceipt, *, lease: float | None = None) -> bool:
         """Store ``receipt`` as the next attempt of a PENDING claim.
 
         Succeeds (True) only if the stored receipt is PENDING, has version
-        ``receipt.version - 1`` and one attempt fewer, and the same identity.
-        Returns False, writing nothing, when the condition does not hold.
+        ``receipt.version - 1`` and one attempt fewer, and the same identity,
+        owner and fencing token. Returns False, writing nothing, when the
+        condition does not hold. The lease restarts (``lease`` seconds, or none).
         """
         ...
 
@@ -52,9 +63,10 @@ class Ledger(Protocol):
         """Store ``receipt`` as the next version of the claim, attempts unchanged.
 
         Succeeds (True) only if the stored receipt has version
-        ``receipt.version - 1``, the same attempt count and identity, and the
-        write does not move a COMPLETED claim back to PENDING. Returns False,
-        writing nothing, otherwise.
+        ``receipt.version - 1``, the same attempt count, identity, owner and
+        fencing token, and the write does not move a COMPLETED claim back to
+        PENDING. Returns False, writing nothing, otherwise. A COMPLETED
+        receipt has no lease; a PENDING one keeps the lease it had.
         """
         ...
 
@@ -71,6 +83,28 @@ class Ledger(Protocol):
         ...
 
 
+class LeasingLedger(Ledger, Protocol):
+    """A ledger that keeps leases: what a runner with ``lease`` set needs."""
+
+    async def take_over(self, receipt: ActionReceipt, *, lease: float) -> bool:
+        """Hand an expired PENDING claim to ``receipt.owner``.
+
+        Succeeds (True) only if the stored claim is PENDING, its lease ran out
+        by the ledger's clock, and ``receipt`` is it at the next version and
+        the next fencing token with only owner and update time changed. The
+        new owner's lease runs out ``lease`` seconds from now.
+        """
+        ...
+
+    async def renew(self, action_id: str, fencing_token: int, lease: float) -> bool:
+        """Restart the lease of a PENDING claim still held under ``fencing_token``.
+
+        Not a transition (the version stays). False, writing nothing, once
+        the claim was taken over (a higher token) or completed.
+        """
+        ...
+
+
 class Inspection(Protocol):
     """Read-only listing, the same on every backend; the operator commands use only this."""
 
@@ -79,6 +113,7 @@ class Inspection(Protocol):
         *,
         final_status: ActionStatus | None = None,
         pending: bool | None = None,
+        stale: bool | None = None,
         action_name: str | None = None,
         idempotency_key: str | None = None,
         action_id_prefix: str | None = None,
@@ -88,7 +123,9 @@ class Inspection(Protocol):
         """Stored receipts, oldest first (by creation time, then action id), filtered.
 
         ``final_status``: only that outcome; ``pending``: only PENDING (True)
-        or only COMPLETED (False) claims; ``action_name``: only that action;
+        or only COMPLETED (False) claims; ``stale``: only PENDING claims whose
+        lease ran out by the ledger's clock (True) or only the others
+        (False); ``action_name``: only that action;
         ``idempotency_key``: only that key; ``action_id_prefix``: only ids
         starting so; ``since``: created at or after; ``limit``: at most that many.
         """
@@ -99,5 +136,5 @@ class Inspection(Protocol):
         ...
 
 
-class InspectableLedger(Ledger, Inspection, Protocol):
+class InspectableLedger(LeasingLedger, Inspection, Protocol):
     """A ledger with the read-only listing: what the operator commands open."""

@@ -6,10 +6,22 @@ in-memory ledger and the reference model call these directly.
 
 from __future__ import annotations
 
+import dataclasses
+from datetime import datetime, timedelta
+
 from dataoad._receipt import ActionReceipt
 from dataoad._status import ClaimState
 
-__all__ = ["check_record", "check_start_attempt", "same_identity"]
+__all__ = [
+    "check_record",
+    "check_renew",
+    "check_start_attempt",
+    "check_take_over",
+    "lease_expired",
+    "lease_until",
+    "same_holder",
+    "same_identity",
+]
 
 
 def same_identity(current: ActionReceipt, proposed: ActionReceipt) -> bool:
@@ -25,6 +37,56 @@ def same_identity(current: ActionReceipt, proposed: ActionReceipt) -> bool:
     )
 
 
+def same_holder(current: ActionReceipt, proposed: ActionReceipt) -> bool:
+    """Whether ``proposed`` is written under the fence that holds ``current``.
+
+    Only ``check_take_over`` changes the owner; every other transition keeps
+    owner and fencing token, so a worker whose claim was taken over (a
+    zombie) can no longer write it.
+    """
+    return current.owner == proposed.owner and current.fencing_token == proposed.fencing_token
+
+
+def lease_until(now: datetime, lease: float | None) -> datetime | None:
+    """When a lease of ``lease`` seconds granted at ``now`` (ledger clock) runs out."""
+    return None if lease is None else now + timedelta(seconds=lease)
+
+
+def lease_expired(current: ActionReceipt, now: datetime) -> bool:
+    """Whether ``current`` is a PENDING claim whose lease ran out by ``now``.
+
+    ``now`` is the ledger's clock, never a worker's: no decision compares two
+    hosts' clocks. A claim without a lease never expires.
+    """
+    return (
+        current.claim_state is ClaimState.PENDING
+        and current.lease_expires_at is not None
+        and current.lease_expires_at <= now
+    )
+
+
+def check_take_over(current: ActionReceipt, proposed: ActionReceipt, now: datetime) -> bool:
+    """An expired claim passes to a new owner under the next fence, nothing else changed."""
+    return (
+        lease_expired(current, now)
+        and proposed.fencing_token == current.fencing_token + 1
+        and proposed.version == current.version + 1
+        and proposed
+        == dataclasses.replace(
+            current,
+            owner=proposed.owner,
+            fencing_token=proposed.fencing_token,
+            version=proposed.version,
+            updated_at=proposed.updated_at,
+        )
+    )
+
+
+def check_renew(current: ActionReceipt, fencing_token: int) -> bool:
+    """Only the holder of the current fence may extend a PENDING claim's lease."""
+    return current.claim_state is ClaimState.PENDING and current.fencing_token == fencing_token
+
+
 def check_start_attempt(current: ActionReceipt, proposed: ActionReceipt) -> bool:
     """A new attempt may start only on the exact PENDING version it was read at."""
     return (
@@ -33,6 +95,7 @@ def check_start_attempt(current: ActionReceipt, proposed: ActionReceipt) -> bool
         and proposed.version == current.version + 1
         and proposed.attempts == current.attempts + 1
         and len(proposed.attempt_records) == proposed.attempts
+        and same_holder(current, proposed)
         and same_identity(current, proposed)
     )
 
@@ -47,5 +110,6 @@ def check_record(current: ActionReceipt, proposed: ActionReceipt) -> bool:
             current.claim_state is ClaimState.COMPLETED
             and proposed.claim_state is ClaimState.PENDING
         )
+        and same_holder(current, proposed)
         and same_identity(current, proposed)
     )

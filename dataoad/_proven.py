@@ -16,20 +16,26 @@ from __future__ import annotations
 import dataclasses
 import logging
 from collections.abc import Awaitable, Callable, Mapping
-from typing import Any
+from typing import Any, cast
 
 from dataoad._errors import (
     ActionNotFoundError,
+    ClaimFencedError,
     NothingInvokedError,
     OutcomeNotRecordedError,
     RecoveryRefusedError,
 )
 from dataoad._events import EventKind, EventSink
-from dataoad._ledger import Ledger
+from dataoad._ledger import LeasingLedger, Ledger
 from dataoad._receipt import ActionReceipt, bounded_error
 from dataoad._status import ActionStatus
 
-__all__ = ["ProvenLedger", "proves"]
+__all__ = ["ProvenLedger", "fenced", "keeps_leases", "proves"]
+
+
+def keeps_leases(ledger: object) -> bool:
+    """Whether ``ledger`` implements ``take_over`` and ``renew`` (a ``LeasingLedger``)."""
+    return all(callable(getattr(ledger, name, None)) for name in ("take_over", "renew"))
 
 
 def proves(stored: ActionReceipt | None, expected: ActionReceipt | None) -> bool:
@@ -58,6 +64,11 @@ class _Write:
     def acknowledgement_lost(self) -> bool:
         """Proven only by reading back after the write raised."""
         return self.proven and self.error is not None
+
+
+def fenced(stored: ActionReceipt | None, mine: ActionReceipt) -> bool:
+    """Whether ``stored`` shows that ``mine``'s holder lost the claim to a later owner."""
+    return stored is not None and stored.fencing_token > mine.fencing_token
 
 
 class ProvenLedger:
@@ -131,10 +142,14 @@ class ProvenLedger:
 
     # -- writes ------------------------------------------------------------------
 
-    async def claim(self, proposed: ActionReceipt) -> tuple[ActionReceipt, bool]:
+    async def claim(
+        self, proposed: ActionReceipt, lease: float | None = None
+    ) -> tuple[ActionReceipt, bool]:
         """Insert the claim: ``(proposed, True)``, or ``(someone else's, False)``."""
         try:
-            return await self.ledger.claim(proposed)
+            if lease is None:  # a ledger written before leases takes no lease
+                return await self.ledger.claim(proposed)
+            return await self.ledger.claim(proposed, lease=lease)
         except Exception as exc:
             # Our action id is fresh, so finding it stored proves the claim is ours.
             back = await self._read_back(
@@ -153,17 +168,36 @@ class ProvenLedger:
             ) from exc
 
     async def start_attempt(
-        self, proposed: ActionReceipt, previous: ActionReceipt, events: EventSink
+        self,
+        proposed: ActionReceipt,
+        previous: ActionReceipt,
+        events: EventSink,
+        lease: float | None = None,
     ) -> ActionReceipt:
-        """Count the attempt durably before invoking, or raise NothingInvokedError."""
+        """Count the attempt durably before invoking, or raise NothingInvokedError.
+
+        ClaimFencedError (nothing invoked) when the claim was taken over.
+        """
         write = await self._prove(
-            lambda: self.ledger.start_attempt(proposed), proposed, proposed.action_id
+            (lambda: self.ledger.start_attempt(proposed))
+            if lease is None
+            else (lambda: self.ledger.start_attempt(proposed, lease=lease)),
+            proposed,
+            proposed.action_id,
         )
         if write.acknowledgement_lost:
             events.emit(EventKind.ATTEMPT_START_ACKNOWLEDGEMENT_RECOVERED, proposed)
         if write.proven:
             return proposed
         shown = write.stored if write.stored is not None else previous
+        if fenced(write.stored, proposed):
+            events.emit(EventKind.FENCED, shown, level=logging.WARNING)
+            raise ClaimFencedError(
+                f"action {proposed.action_id} was taken over by {shown.owner!r} before "
+                f"attempt {proposed.attempts} could start; the operation was not invoked",
+                receipt=shown,
+                operation_invoked=False,
+            )
         if write.error is not None:
             events.emit(EventKind.ATTEMPT_NOT_STARTED, previous, level=logging.WARNING)
             raise NothingInvokedError(
@@ -190,13 +224,33 @@ class ProvenLedger:
         value: object,
         has_value: bool,
     ) -> None:
-        """Record an invoked operation's outcome, or raise OutcomeNotRecordedError."""
-        # A refusal means another writer moved the claim: nothing to read back.
+        """Record an invoked operation's outcome, or raise OutcomeNotRecordedError.
+
+        ClaimFencedError (with what is stored now) when the claim was taken over.
+        """
         write = await self._prove_unread(lambda: self.ledger.record(final), final, final.action_id)
         if write.acknowledgement_lost:
             events.emit(EventKind.OUTCOME_ACKNOWLEDGEMENT_RECOVERED, final)
         if write.proven:
             return
+        if write.error is None:
+            # Refused: another writer moved the claim. Was it a new owner?
+            back = await self._read_back(lambda: self.ledger.get(final.action_id))
+            if fenced(back.stored, final):
+                assert back.stored is not None
+                events.emit(EventKind.FENCED, back.stored, level=logging.WARNING)
+                raise ClaimFencedError(
+                    f"action {durable.action_id} was taken over by {back.stored.owner!r} "
+                    f"(its lease had run out); this worker's outcome "
+                    f"({observed_status.value}) is evidence only. The operation WAS "
+                    "invoked: do not repeat it",
+                    receipt=back.stored,
+                    operation_invoked=True,
+                    observed_status=observed_status,
+                    observed_metadata=observed_metadata,
+                    value_available=has_value,
+                    observed_value=value,
+                )
         events.emit(
             EventKind.OUTCOME_NOT_RECORDED,
             durable,
@@ -260,6 +314,29 @@ class ProvenLedger:
                 action_id=proposed.action_id,
             )
         return write.stored
+
+    async def take_over(self, proposed: ActionReceipt, lease: float) -> bool:
+        """Take an expired claim over: True when proven, False when refused.
+
+        NothingInvokedError when the write raised and could not be proven
+        either way (the claim may now be this runner's, with nothing started).
+        """
+        ledger = cast(LeasingLedger, self.ledger)
+        write = await self._prove_unread(
+            lambda: ledger.take_over(proposed, lease=lease), proposed, proposed.action_id
+        )
+        if write.proven:
+            return True
+        if write.error is None:
+            return False
+        if not write.read_failed and not fenced(write.stored, proposed):
+            return False  # the read-back shows someone else's write, not ours
+        raise NothingInvokedError(
+            f"taking over action {proposed.action_id} could not be proven "
+            f"({bounded_error(write.error)}); nothing was invoked",
+            receipt=write.stored,
+            operation_invoked=False,
+        ) from write.error
 
     async def release(self, receipt: ActionReceipt, events: EventSink) -> None:
         """Delete a claim that never started an attempt, or raise and change nothing."""

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Mapping
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any, Final, Literal
 
+from dataoad._clock import utc_now
 from dataoad._frozen import freeze
 from dataoad._records import (
     RecoveryRecord,
@@ -22,11 +23,6 @@ __all__ = ["MAX_ERROR_LENGTH", "ActionReceipt", "AttemptRecord", "bounded_error"
 MAX_ERROR_LENGTH: Final = 1000
 
 RetryDecision = Literal["retry", "stop"]
-
-
-def utc_now() -> datetime:
-    """The current time as an aware UTC datetime."""
-    return datetime.now(UTC)
 
 
 def bounded_error(exc: BaseException) -> str:
@@ -89,6 +85,8 @@ class ActionReceipt:
     None while nothing is established. ``version`` grows by one on every
     durable transition. Raw requests and provider return values are never
     kept: only ``request_hash``, identifiers, bounded errors and JSON metadata.
+    ``owner``, ``lease_expires_at`` and ``fencing_token`` say who may write a
+    PENDING claim, until when, and under which fence (see ``_leases``).
     """
 
     action_id: str
@@ -109,11 +107,21 @@ class ActionReceipt:
     version: int
     created_at: datetime
     updated_at: datetime
+    #: The worker holding (or, once COMPLETED, last holding) the claim.
+    owner: str | None = None
+    #: When the owner's lease runs out, on the ledger's own clock; None when
+    #: COMPLETED or unleased. The ledger stamps it and a renewal moves it
+    #: without a new version, so equality ignores it.
+    lease_expires_at: datetime | None = dataclasses.field(default=None, compare=False)
+    #: 1 when claimed, one more on every change of owner.
+    fencing_token: int = 1
 
     def __post_init__(self) -> None:
         # Deep-freeze so no holder of a snapshot can change what others see.
         object.__setattr__(self, "metadata", freeze(self.metadata))
         object.__setattr__(self, "attempt_records", tuple(self.attempt_records))
+        if self.lease_expires_at is not None and self.claim_state is ClaimState.COMPLETED:
+            object.__setattr__(self, "lease_expires_at", None)  # nobody holds a completed claim
 
     @property
     def is_pending(self) -> bool:

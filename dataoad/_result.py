@@ -24,15 +24,22 @@ class ActionResult(Generic[T]):
     from a durable receipt, since values are never persisted).
     """
 
-    __slots__ = ("_value", "receipt", "replayed")
+    __slots__ = ("_value", "receipt", "replayed", "taken_over")
 
     def __init__(
-        self, receipt: ActionReceipt, *, replayed: bool = False, value: object = MISSING
+        self,
+        receipt: ActionReceipt,
+        *,
+        replayed: bool = False,
+        value: object = MISSING,
+        taken_over: bool = False,
     ) -> None:
         if receipt.final_status is None:
             raise ValueError("an ActionResult needs a receipt with a final status")
         self.receipt = receipt
         self.replayed = replayed
+        #: Whether this call took the claim over from a worker whose lease ran out.
+        self.taken_over = taken_over
         # A value is only ever attached to a CONFIRMED result.
         self._value = value if receipt.final_status is ActionStatus.CONFIRMED else MISSING
 
@@ -67,5 +74,6 @@ class ActionResult(Generic[T]):
     def __repr__(self) -> str:
         return (
             f"ActionResult(status={self.status.value}, action_id={self.receipt.action_id!r}, "
-            f"replayed={self.replayed}, value_available={self.value_available})"
+            f"replayed={self.replayed}, value_available={self.value_available}"
+            + (", taken_over=True)" if self.taken_over else ")")
         )

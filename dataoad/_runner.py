@@ -16,8 +16,10 @@ from typing import Any, Final, TypeVar, overload
 
 from dataoad._arguments import (
     check_clock,
+    check_lease,
     check_ledger,
     check_observer_list,
+    check_owner,
     check_policy,
     check_text_arg,
     check_wait,
@@ -25,8 +27,9 @@ from dataoad._arguments import (
 )
 from dataoad._attempts import execute_once
 from dataoad._clock import Clock
-from dataoad._errors import ActionInProgressError
+from dataoad._errors import ActionInProgressError, InvalidArgumentError
 from dataoad._events import EventKind, EventSink, RunnerObserver
+from dataoad._leases import DEFAULT_LEASE, Tenure, recover_stale
 from dataoad._ledger import Ledger
 from dataoad._observing import resolve_verifier
 from dataoad._policy import RetryPolicy
@@ -79,6 +82,13 @@ class ActionRunner:
     an UNKNOWN outcome unless the policy's escape hatch says so, and resolves
     ambiguity only through read-only verifiers bound to the provider reference.
     ``observers`` receive every event (see ``dataoad.integrations.otel``).
+
+    ``lease`` (seconds, default 30): a claim this runner holds stays its own
+    that long without renewal, and is renewed while its attempt runs; a
+    claim whose lease ran out (its worker died) is taken over by the next
+    caller or by ``recover_stale``, never blindly re-invoked. ``lease=None``
+    turns leases off (v0.1: a stranded claim waits for an operator).
+    ``owner`` names this worker in receipts (default ``host:pid:random``).
     """
 
     def __init__(
@@ -86,6 +96,8 @@ class ActionRunner:
         ledger: Ledger,
         *,
         policy: RetryPolicy | None = None,
+        lease: float | None = DEFAULT_LEASE,
+        owner: str | None = None,
         clock: Clock | None = None,
         observers: Sequence[RunnerObserver] = (),
     ) -> None:
@@ -93,6 +105,7 @@ class ActionRunner:
         self._policy = check_policy(policy)
         self._clock = check_clock(clock)
         self._observers = check_observer_list(observers)
+        self._tenure = Tenure(check_owner(owner), check_lease(lease, ledger), self._clock)
 
     @property
     def ledger(self) -> Ledger:
@@ -103,6 +116,16 @@ class ActionRunner:
     def policy(self) -> RetryPolicy:
         """The default retry policy for ``execute``."""
         return self._policy
+
+    @property
+    def owner(self) -> str:
+        """This worker's name in the receipts it claims."""
+        return self._tenure.owner
+
+    @property
+    def lease(self) -> float | None:
+        """Seconds a claim stays this runner's without renewal (None: no leases)."""
+        return self._tenure.lease
 
     def _verb(self, verb: str, *, action_name: object = None, action_id: object = None) -> _Verb:
         # Only strings reach observers: a bad argument is reported, not echoed.
@@ -187,7 +210,7 @@ class ActionRunner:
             delay = WAIT_FIRST_DELAY
             while True:
                 try:
-                    verb.result = await execute_once(self._store, call, verb.events)
+                    verb.result = await execute_once(self._store, call, verb.events, self._tenure)
                     return verb.result  # type: ignore[no-any-return]
                 except ActionInProgressError:
                     if deadline is None:
@@ -232,6 +255,24 @@ class ActionRunner:
             check_text_arg("action_id", action_id)
             verify = resolve_verifier(verifier)
             verb.result = await recover_pending(self._store, action_id, verify, verb.events)
+            return verb.result  # type: ignore[no-any-return]
+
+    async def recover_stale(
+        self, verifier: AnyVerifier | None = None, *, limit: int = 100
+    ) -> list[ActionResult[Any]]:
+        """Settle claims whose lease ran out (their worker is gone), without a person.
+
+        Each is taken over atomically (a worker that renewed in time keeps
+        its claim). One that never started an attempt is released; one that
+        did is settled read-only: by the verifier's bound evidence, or as
+        UNKNOWN without one. Never invokes an operation. Returns the settled
+        results (up to ``limit`` claims are looked at).
+        """
+        with self._verb("recover_stale") as verb:
+            verify = None if verifier is None else resolve_verifier(verifier)
+            if type(limit) is not int or not 1 <= limit <= 10_000:
+                raise InvalidArgumentError(f"limit must be an int in [1, 10000], not {limit!r}")
+            verb.result = await recover_stale(self._store, verify, self._tenure, verb.events, limit)
             return verb.result  # type: ignore[no-any-return]
 
     async def release_unstarted(self, action_id: str) -> None:

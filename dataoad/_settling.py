@@ -9,24 +9,32 @@ from __future__ import annotations
 
 from typing import Any, Final
 
-from dataoad._errors import NothingInvokedError, RecoveryRefusedError
+from dataoad._errors import ClaimFencedError, NothingInvokedError, RecoveryRefusedError
 from dataoad._events import EventKind, EventSink
 from dataoad._evidence import Settlement, recovered_value_correlated, settle
 from dataoad._observing import (
+    Observation,
     VerifyFn,
     caller_metadata,
     observe,
     protocol_metadata,
     with_observation,
 )
-from dataoad._proven import ProvenLedger
+from dataoad._proven import ProvenLedger, fenced
 from dataoad._receipt import ActionReceipt, utc_now
 from dataoad._records import ObservationSource, RecoveryRecord, VerificationObservation
 from dataoad._result import ActionResult
 from dataoad._status import ActionStatus, ClaimState
 from dataoad._verification import MISSING
 
-__all__ = ["MAX_MERGE_ROUNDS", "observe_and_merge", "reconcile", "recover_pending", "release"]
+__all__ = [
+    "MAX_MERGE_ROUNDS",
+    "merge_observation",
+    "observe_and_merge",
+    "reconcile",
+    "recover_pending",
+    "release",
+]
 
 #: How often a reconciliation re-reads and re-merges after losing a race.
 MAX_MERGE_ROUNDS: Final = 32
@@ -83,16 +91,19 @@ async def release(store: ProvenLedger, action_id: str, events: EventSink) -> Non
 
 
 def _merged(
-    current: ActionReceipt, observation_record: VerificationObservation, source: ObservationSource
+    current: ActionReceipt,
+    observation_record: VerificationObservation | None,
+    source: ObservationSource,
+    method: str,
 ) -> tuple[ActionReceipt, Settlement]:
-    """``current`` completed with one more observation merged in."""
-    observations = with_observation(
-        current.attempt_records, current.observations, observation_record
-    )
+    """``current`` completed with one more observation (if any) merged in."""
+    observations = current.observations
+    if observation_record is not None:
+        observations = with_observation(current.attempt_records, observations, observation_record)
     settlement = settle(current.attempt_records, observations)
     recovery = None
     if source is ObservationSource.RECOVER and current.claim_state is ClaimState.PENDING:
-        recovery = RecoveryRecord("recover_pending", utc_now(), current.attempts)
+        recovery = RecoveryRecord(method, utc_now(), current.attempts)
     merged = current.evolve(
         claim_state=ClaimState.COMPLETED,
         execution_status=settlement.execution_status,
@@ -117,15 +128,43 @@ async def observe_and_merge(
 ) -> ActionResult[Any]:
     """Ask the verifier once, then merge its observation into the stored receipt."""
     observation = await observe(verify, receipt, source, receipt.attempts)
+    return await merge_observation(store, receipt, observation, source, events, replayed=replayed)
+
+
+async def merge_observation(
+    store: ProvenLedger,
+    receipt: ActionReceipt,
+    observation: Observation | None,
+    source: ObservationSource,
+    events: EventSink,
+    *,
+    replayed: bool,
+    method: str = "recover_pending",
+    taken_over: bool = False,
+) -> ActionResult[Any]:
+    """Complete ``receipt`` with ``observation`` (None: with the facts it has) merged in.
+
+    ``method`` names the verb in the recovery record of a PENDING claim.
+    """
     current = receipt
     for _ in range(MAX_MERGE_ROUNDS):
+        if taken_over and fenced(current, receipt):
+            # Taken over again while verifying: the claim is another's now.
+            raise ClaimFencedError(
+                f"action {receipt.action_id} was taken over by {current.owner!r} while this "
+                "runner verified it; nothing was invoked",
+                receipt=current,
+                operation_invoked=False,
+            )
         if current.attempts != receipt.attempts:
             raise RecoveryRefusedError(
                 f"action {receipt.action_id} started another attempt during recovery; "
                 "its worker is still active, so this observation is out of date",
                 receipt=current,
             )
-        proposed, settlement = _merged(current, observation.record, source)
+        proposed, settlement = _merged(
+            current, None if observation is None else observation.record, source, method
+        )
         newer = await store.merge(proposed, current)
         if newer is not None:
             current = newer  # lost a race with another writer: merge into what it wrote
@@ -135,7 +174,7 @@ async def observe_and_merge(
             proposed,
         )
         value: object = MISSING
-        result = observation.result
+        result = None if observation is None else observation.result
         # A replay never exposes a value, even a freshly recovered one:
         # callers must be able to rely on "replayed" meaning "no value".
         if (
@@ -150,7 +189,7 @@ async def observe_and_merge(
             )
         ):
             value = result.value
-        return ActionResult(proposed, replayed=replayed, value=value)
+        return ActionResult(proposed, replayed=replayed, value=value, taken_over=taken_over)
     raise NothingInvokedError(
         f"the verification of action {receipt.action_id} lost {MAX_MERGE_ROUNDS} races in "
         "a row; nothing was invoked",

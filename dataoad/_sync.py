@@ -20,6 +20,7 @@ from dataoad._blocking import placed
 from dataoad._clock import Clock
 from dataoad._errors import DataoadError
 from dataoad._events import RunnerObserver
+from dataoad._leases import DEFAULT_LEASE
 from dataoad._ledger import Ledger
 from dataoad._policy import RetryPolicy
 from dataoad._receipt import ActionReceipt
@@ -39,7 +40,8 @@ _Inbox = queue.SimpleQueue[Callable[[], None] | None]
 class SyncActionRunner:
     """A blocking facade over ActionRunner for code that is not async.
 
-    ``SyncActionRunner(ledger, policy=..., clock=...)`` takes ActionRunner's options.
+    ``SyncActionRunner(ledger, policy=..., lease=..., owner=..., clock=...)`` takes
+    ActionRunner's options.
     Every method blocks until the call is done; any number of threads may
     call at once, and their operations run concurrently, each on its caller's
     thread. Inside a running event loop use ActionRunner instead: calling this
@@ -52,10 +54,14 @@ class SyncActionRunner:
         ledger: Ledger,
         *,
         policy: RetryPolicy | None = None,
+        lease: float | None = DEFAULT_LEASE,
+        owner: str | None = None,
         clock: Clock | None = None,
         observers: Sequence[RunnerObserver] = (),
     ) -> None:
-        self._runner = ActionRunner(ledger, policy=policy, clock=clock, observers=observers)
+        self._runner = ActionRunner(
+            ledger, policy=policy, lease=lease, owner=owner, clock=clock, observers=observers
+        )
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(
             target=self._loop.run_forever, name="dataoad-sync-runner", daemon=True
@@ -178,6 +184,12 @@ class SyncActionRunner:
     def recover_pending(self, action_id: str, verifier: AnyVerifier) -> ActionResult[Any]:
         """Blocking ``ActionRunner.recover_pending``."""
         return self._run(self._runner.recover_pending(action_id, verifier))
+
+    def recover_stale(
+        self, verifier: AnyVerifier | None = None, *, limit: int = 100
+    ) -> list[ActionResult[Any]]:
+        """Blocking ``ActionRunner.recover_stale``."""
+        return self._run(self._runner.recover_stale(verifier, limit=limit))
 
     def release_unstarted(self, action_id: str) -> None:
         """Blocking ``ActionRunner.release_unstarted``."""

@@ -256,6 +256,7 @@ def run_real(
 
 #: Planted bugs of the ledger and merge machines that the runner explorer
 #: cannot reach, and why; their own machines find them.
+_NO_LEASE_CLOCK = "leases need the ledger clock, which only the runner machine moves so far"
 OUT_OF_REACH = {
     "non-atomic-claim": "the race is inside one ledger call; the scheduler gates between calls",
     "first-writer-wins-merge": "losing an observation is judged by the merge machine's model",
@@ -271,6 +272,13 @@ OUT_OF_REACH = {
     "trusts-return-when-verifier-fails": (
         "judged by the evidence oracle, which only the runner machine checks so far"
     ),
+    "renewal-after-takeover": _NO_LEASE_CLOCK,
+    "takeover-without-fencing": _NO_LEASE_CLOCK,
+    "takeover-reinvokes-started-attempt": _NO_LEASE_CLOCK,
+    "expiry-judged-by-worker-clock": _NO_LEASE_CLOCK,
+    "zombie-overwrites-new-owner": _NO_LEASE_CLOCK,
+    "taker-retries-without-retry-safe-evidence": _NO_LEASE_CLOCK,
+    "zombie-evidence-dropped": _NO_LEASE_CLOCK,
 }
 
 

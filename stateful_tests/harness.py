@@ -20,17 +20,20 @@ import os
 import time
 from collections import Counter
 from collections.abc import Awaitable, Callable
+from datetime import datetime
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 from hypothesis import settings
 
 from dataoad import (
     ActionReceipt,
     DefinitiveFailure,
+    LeasingLedger,
     Ledger,
     VerificationHealth,
     VerificationResult,
+    current_attempt,
 )
 from dataoad.testing import FaultyLedger, LedgerFaultError
 from dataoad.testing import LedgerFault as InjectedFault
@@ -165,6 +168,12 @@ class Contender:
     #: (method, action_id): committed writes this contender made to a PENDING claim.
     pending_writes: list[tuple[str, str]] = dataclasses.field(default_factory=list)
     amount: int = 0  # what the request asks for (the rest is the key)
+    #: action_id -> the fencing token under which this contender holds the claim.
+    tokens: dict[str, int] = dataclasses.field(default_factory=dict)
+    #: Claims this contender took over from a worker whose lease ran out.
+    took_over: set[str] = dataclasses.field(default_factory=set)
+    #: Lease rules a committed write broke, as seen by the machine (one line each).
+    lease_breaches: list[str] = dataclasses.field(default_factory=list)
 
     def __repr__(self) -> str:
         where = "finished" if self.finished else f"parked at {self.parked_at}"
@@ -335,10 +344,13 @@ class GatedLedger(FaultyLedger):
         scheduler: Scheduler,
         released: set[str] | None = None,
         history: History | None = None,
+        clock: Callable[[], datetime] | None = None,
     ) -> None:
         super().__init__(inner)
         self.scheduler = scheduler
         self.history = history
+        #: The ledger's clock as the machine keeps it: judges the takeovers it sees.
+        self.clock = clock
         # Ids whose release committed, even if its acknowledgement is then lost.
         self.released = released if released is not None else set()
 
@@ -391,12 +403,15 @@ class GatedLedger(FaultyLedger):
             raise LedgerFaultError(f"injected: {method} committed, acknowledgement lost")
         return outcome
 
-    async def claim(self, receipt: ActionReceipt) -> tuple[ActionReceipt, bool]:
+    async def claim(
+        self, receipt: ActionReceipt, *, lease: float | None = None
+    ) -> tuple[ActionReceipt, bool]:
         async def claim_and_note() -> tuple[ActionReceipt, bool]:
-            stored, created = await self.inner.claim(receipt)
+            stored, created = await self.inner.claim(receipt, lease=lease)
             contender = _current.get(None)
             if created and contender is not None:
                 contender.claims.add(stored.action_id)
+                contender.tokens[stored.action_id] = stored.fencing_token
             return stored, created
 
         return await self._write("claim", claim_and_note)
@@ -409,6 +424,8 @@ class GatedLedger(FaultyLedger):
         before = await self.inner.get(action_id)
         done = await call()
         contender = _current.get(None)
+        if done and contender is not None and before is not None:
+            self._note_lease_rules(contender, method, before, await self.inner.get(action_id))
         if done and contender is not None and before is not None and before.is_pending:
             contender.pending_writes.append((method, action_id))
             if (
@@ -422,13 +439,100 @@ class GatedLedger(FaultyLedger):
                 )
         return done
 
-    async def start_attempt(self, receipt: ActionReceipt) -> bool:
+    def _note_lease_rules(
+        self,
+        contender: Contender,
+        method: str,
+        before: ActionReceipt,
+        after: ActionReceipt | None,
+    ) -> None:
+        """What a committed write did to the claim's holder, judged by the machine's clock."""
+        if after is None:
+            return
+        action_id = before.action_id
+        if method == "take_over":
+            now = None if self.clock is None else self.clock()
+            expired = (
+                before.is_pending
+                and before.lease_expires_at is not None
+                and now is not None
+                and before.lease_expires_at <= now
+            )
+            if not expired:
+                contender.lease_breaches.append(
+                    f"took over claim {action_id[:8]} whose lease runs to "
+                    f"{before.lease_expires_at} (ledger clock {now})"
+                )
+            if after.fencing_token != before.fencing_token + 1:
+                contender.lease_breaches.append(
+                    f"took over claim {action_id[:8]} with fencing token "
+                    f"{before.fencing_token} -> {after.fencing_token}, not +1"
+                )
+            contender.claims.add(action_id)
+            contender.took_over.add(action_id)
+            contender.tokens[action_id] = after.fencing_token
+            return
+        if after.owner != before.owner or after.fencing_token != before.fencing_token:
+            contender.lease_breaches.append(
+                f"{method} changed claim {action_id[:8]}'s holder "
+                f"({before.owner}, token {before.fencing_token}) -> "
+                f"({after.owner}, token {after.fencing_token}) without a takeover"
+            )
+        mine = contender.tokens.get(action_id)
+        if method == "start_attempt" and mine is not None and mine != before.fencing_token:
+            contender.lease_breaches.append(
+                f"started an attempt of claim {action_id[:8]} under fencing token {mine} "
+                f"after it passed to token {before.fencing_token}"
+            )
+        if (
+            method == "record"
+            and mine is not None
+            and mine != before.fencing_token
+            and before.is_pending
+            and not after.is_pending
+            and contender.kind == "execute"
+        ):
+            contender.lease_breaches.append(
+                f"completed claim {action_id[:8]} under fencing token {mine} after it passed "
+                f"to token {before.fencing_token}"
+            )
+
+    async def start_attempt(self, receipt: ActionReceipt, *, lease: float | None = None) -> bool:
         return await self._write(
             "start_attempt",
             lambda: self._noting_pending_write(
-                "start_attempt", receipt.action_id, lambda: self.inner.start_attempt(receipt)
+                "start_attempt",
+                receipt.action_id,
+                lambda: self.inner.start_attempt(receipt, lease=lease),
             ),
         )
+
+    async def take_over(self, receipt: ActionReceipt, *, lease: float) -> bool:
+        inner = cast(LeasingLedger, self.inner)
+        return await self._write(
+            "take_over",
+            lambda: self._noting_pending_write(
+                "take_over", receipt.action_id, lambda: inner.take_over(receipt, lease=lease)
+            ),
+        )
+
+    async def renew(self, action_id: str, fencing_token: int, lease: float) -> bool:
+        # Ungated: a renewal is the heartbeat rule's single step (see VirtualClock).
+        inner = cast(LeasingLedger, self.inner)
+        before = await inner.get(action_id)
+        done = await inner.renew(action_id, fencing_token, lease)
+        contender = _current.get(None)
+        if (
+            done
+            and contender is not None
+            and before is not None
+            and before.fencing_token != fencing_token
+        ):
+            contender.lease_breaches.append(
+                f"renewed claim {action_id[:8]} under fencing token {fencing_token} after "
+                f"it passed to token {before.fencing_token}"
+            )
+        return done
 
     async def record(self, receipt: ActionReceipt) -> bool:
         return await self._write(
@@ -488,11 +592,15 @@ class WorldProvider:
         # One claim per reference (a released claim never invoked anything), so
         # the reference names the claim across contenders.
         self.calls_by_claim.append((reference, contender, self.cleared.get(reference, True)))
-        self.cleared[reference] = fault is ProviderFault.REJECT_RETRYABLE
         contender.provider_calls.append(fault)
-        attempt = len(contender.provider_calls)
-        contender.cleared_since_last_call = fault is ProviderFault.REJECT_RETRYABLE
+        # The claim's attempt number, as the runner tells the operation: a
+        # taker's first call is its claim's second attempt, not its own first.
+        context = current_attempt()
+        attempt = len(contender.provider_calls) if context is None else context.attempt
         if self.world.is_fenced(reference, attempt):
+            # Refused outright, so nothing happened: what cleared the claim for
+            # another call still holds, and this call clears its caller too.
+            contender.cleared_since_last_call = True
             # The provider refuses a fenced request outright: nothing commits.
             self.history.add(
                 f"contender {contender.name}",
@@ -503,6 +611,8 @@ class WorldProvider:
                 committed=False,
             )
             raise DefinitiveFailure("the provider refused a fenced request")
+        self.cleared[reference] = fault is ProviderFault.REJECT_RETRYABLE
+        contender.cleared_since_last_call = fault is ProviderFault.REJECT_RETRYABLE
         effect = None
         if fault in COMMITTING:
             effect = self.world.commit(reference, attempt)

@@ -18,6 +18,7 @@ from dataoad import (
     ActionReceipt,
     ActionResult,
     ActionStatus,
+    ClaimFencedError,
     ClaimState,
     IdempotencyConflictError,
     NothingInvokedError,
@@ -114,10 +115,12 @@ def no_second_mutation_of_a_claim_by_anyone(m: RunnerMachineBase) -> None:
 
 @safety
 def invocation_counted_before_call(m: RunnerMachineBase) -> None:
-    """Every invocation happens only after the ledger durably counted that attempt on a PENDING claim."""
+    """Every invocation happens only after the ledger durably counted that attempt on a PENDING claim (a zombie's late request may reach the provider after its claim was taken over and completed: only the count must hold)."""
+    taken = {a for o in m.contenders_list for a in o.took_over}
     for c in m.contenders_list:
+        zombie = bool(c.claims & taken - c.took_over)
         for n, (durable, state) in enumerate(c.durable_attempts_at_call, start=1):
-            if durable < n or state != "PENDING":
+            if durable < n or (state != "PENDING" and not zombie):
                 raise fail(
                     invocation_counted_before_call,
                     f"contender {c.name} made invocation {n} for {c.key} while the ledger showed "
@@ -239,10 +242,14 @@ def claims_never_stolen(m: RunnerMachineBase) -> None:
 
 @safety
 def only_the_claimer_invokes(m: RunnerMachineBase) -> None:
-    """Only the caller that made a claim ever invokes the operation for it: a waiter or a duplicate never takes a claim over."""
+    """Only the caller that made a claim, or took it over once its lease ran out, invokes the operation for it: a waiter or a duplicate never takes a live claim."""
     invokers: dict[str, str] = {}
     for c in m.contenders_list:
         if c.kind != "execute" or not c.provider_calls or c.action_id is None:
+            continue
+        if c.action_id in c.took_over:
+            # A taker invokes only as the claim's new owner; whether it was
+            # allowed to is no-second-mutation-of-a-claim-by-anyone's question.
             continue
         first = invokers.setdefault(c.action_id, c.name)
         if first != c.name:
@@ -255,13 +262,14 @@ def only_the_claimer_invokes(m: RunnerMachineBase) -> None:
 
 @safety
 def claims_leave_holders_only_by_operator_verbs(m: RunnerMachineBase) -> None:
-    """A caller of execute changes only the PENDING claims it made: another's claim moves only by an operator's release, reconcile or recovery, never because a waiter or a duplicate decided."""
+    """A caller of execute changes only the PENDING claims it made or took over: another's live claim moves only by an operator's release, reconcile or recovery, never because a waiter or a duplicate decided."""
     holders = {a: c.name for c in m.contenders_list for a in c.claims}
     for c in m.contenders_list:
         if c.kind != "execute":
             continue
         for method, action_id in c.pending_writes:
-            if action_id not in c.claims:
+            # A takeover is judged by takeovers-only-after-expiry.
+            if action_id not in c.claims and method != "take_over":
                 raise fail(
                     claims_leave_holders_only_by_operator_verbs,
                     f"contender {c.name} ({method}) changed PENDING claim {action_id[:8]} of "
@@ -415,7 +423,7 @@ def persistence_errors_tell_what_ran(m: RunnerMachineBase) -> None:
                 f"ActionPersistenceError says operation_invoked={error.operation_invoked}",
             )
         kind = OutcomeNotRecordedError if error.operation_invoked else NothingInvokedError
-        if type(error) is not kind:
+        if type(error) is not kind and type(error) is not ClaimFencedError:
             raise fail(
                 persistence_errors_tell_what_ran,
                 f"contender {c.name}'s {type(error).__name__} says operation_invoked="
@@ -493,6 +501,8 @@ def _clean_ledger(c: Any) -> bool:
 def holders_fail_only_by_own_faults_or_operators(m: RunnerMachineBase) -> None:
     """A call that made a claim ends in a persistence error only after a ledger fault at its own gates, or after an operator acted on that claim."""
     operated = {o.action_id for o in m.contenders_list if o.kind != "execute" and o.action_id}
+    # A claim taken over from its holder is that holder's loss, not a fault of the runner.
+    operated |= {a for o in m.contenders_list for a in o.took_over}
     for c in m.contenders_list:
         if (
             c.kind == "execute"

@@ -13,7 +13,7 @@ import asyncio
 import dataclasses
 import fcntl
 import os
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager, suppress
 from typing import Any
 
@@ -42,21 +42,9 @@ from dataoad._blocking import call_maybe_async
 from dataoad._events import EventSink
 from dataoad._proven import ProvenLedger
 from dataoad._verification import VerificationResult
-from dataoad.ledgers._statements import compile_sql
-
-
-@dataclasses.dataclass(frozen=True)
-class PlantedBug:
-    """A broken rule, how to plant it, and which properties must report it."""
-
-    name: str
-    trigger: str
-    machine: str  # runner | ledger | merge
-    expected: frozenset[str]
-    plant: Callable[[pytest.MonkeyPatch], dict[str, Any]]
-    #: The runner machine's backend when the bug exists on one only (None: any).
-    backend: str | None = None
-
+from dataoad.ledgers._statements import SQLITE, compile_sql
+from stateful_tests.planted import PlantedBug, names
+from stateful_tests.planted_lease_bugs import LEASE_BUGS
 
 # -- runner and evidence bugs -------------------------------------------------------
 
@@ -126,7 +114,7 @@ async def _first_writer_wins_merge(
 ) -> ActionResult[Any]:
     """On losing a reconciliation race, keeps the other writer's receipt as is."""
     observation = await observing_module.observe(verify, receipt, source, receipt.attempts)
-    proposed, _ = settling_module._merged(receipt, observation.record, source)
+    proposed, _ = settling_module._merged(receipt, observation.record, source, "recover_pending")
     if await store.ledger.record(proposed):
         return ActionResult(proposed, replayed=replayed)
     stored = await store.ledger.get(receipt.action_id)
@@ -142,10 +130,14 @@ def _first_writer_wins(mp: pytest.MonkeyPatch) -> dict[str, Any]:
 
 def _invoke_after_unproven_attempt_start(mp: pytest.MonkeyPatch) -> dict[str, Any]:
     async def buggy(
-        self: ProvenLedger, proposed: ActionReceipt, previous: ActionReceipt, events: EventSink
+        self: ProvenLedger,
+        proposed: ActionReceipt,
+        previous: ActionReceipt,
+        events: EventSink,
+        lease: float | None = None,
     ) -> ActionReceipt:
         with suppress(Exception):  # treats a failed attempt-start write as if it had succeeded
-            await self.ledger.start_attempt(proposed)
+            await self.ledger.start_attempt(proposed, lease=lease)  # type: ignore[call-arg]
         return proposed
 
     mp.setattr(ProvenLedger, "start_attempt", buggy)
@@ -173,6 +165,7 @@ class TakesOverAfterWaiting(ActionRunner):
                 None,
                 policy,
                 EventSink((), "execute"),
+                self._tenure,
             )
 
 
@@ -417,16 +410,20 @@ def _start_read_back_accepts_any_receipt(mp: pytest.MonkeyPatch) -> dict[str, An
     real = ProvenLedger.start_attempt
 
     async def buggy(
-        self: ProvenLedger, proposed: ActionReceipt, previous: ActionReceipt, events: EventSink
+        self: ProvenLedger,
+        proposed: ActionReceipt,
+        previous: ActionReceipt,
+        events: EventSink,
+        lease: float | None = None,
     ) -> ActionReceipt:
         try:
-            if await self.ledger.start_attempt(proposed):
+            if await self.ledger.start_attempt(proposed, lease=lease):  # type: ignore[call-arg]
                 return proposed
         except Exception:
             # After an attempt-start write raises, continues if the claim merely still exists.
             if await self.ledger.get(proposed.action_id) is not None:  # not "== proposed"
                 return proposed
-        return await real(self, proposed, previous, events)
+        return await real(self, proposed, previous, events, lease)
 
     mp.setattr(ProvenLedger, "start_attempt", buggy)
     return {}
@@ -435,8 +432,10 @@ def _start_read_back_accepts_any_receipt(mp: pytest.MonkeyPatch) -> dict[str, An
 class ClaimAlwaysCreatedLedger(InMemoryLedger):
     """Reports every claim as newly created, even when it returns the existing one."""
 
-    async def claim(self, receipt: ActionReceipt) -> tuple[ActionReceipt, bool]:
-        stored, _ = await super().claim(receipt)
+    async def claim(
+        self, receipt: ActionReceipt, *, lease: float | None = None
+    ) -> tuple[ActionReceipt, bool]:
+        stored, _ = await super().claim(receipt, lease=lease)
         return stored, True
 
 
@@ -462,7 +461,7 @@ class VersionBlindRecordLedger(InMemoryLedger):
 class StartsAttemptsOnCompletedClaims(InMemoryLedger):
     """Starts an attempt on any claim with the right version, completed or not."""
 
-    async def start_attempt(self, receipt: ActionReceipt) -> bool:
+    async def start_attempt(self, receipt: ActionReceipt, *, lease: float | None = None) -> bool:
         stored = self._by_id.get(receipt.action_id)
         if stored is None or stored.version != receipt.version - 1:
             return False
@@ -478,9 +477,10 @@ class ReopeningSQLiteLedger(SQLiteLedger):
         if len(receipt.attempt_records) != receipt.attempts:
             return False
         statements = sqlite_module._SQL
+        guard = " AND NOT (claim_state = 'COMPLETED' AND :claim_state = 'PENDING')"
+        assert guard in statements.templates["record"]
         weakened = compile_sql(
-            f"{statements._update} AND attempts = :attempts RETURNING action_id",
-            statements.dialect,
+            statements.templates["record"].replace(guard, ""), statements.dialect
         )
         return await self._transition(weakened, receipt)
 
@@ -490,9 +490,12 @@ class ReleasesStartedSQLiteLedger(SQLiteLedger):
 
     async def release(self, action_id: str, version: int) -> bool:
         deleted = await self._write(
-            "DELETE FROM receipts WHERE action_id = ? AND version = ? AND claim_state = 'PENDING' "
-            "RETURNING action_id",
-            (action_id, version),
+            compile_sql(
+                "DELETE FROM receipts WHERE action_id = :action_id AND version = :version "
+                "AND claim_state = 'PENDING' RETURNING action_id",
+                SQLITE,
+            ),
+            {"action_id": action_id, "version": version},
         )
         return bool(deleted)
 
@@ -501,12 +504,13 @@ class UnboundedLockWaitSQLiteLedger(SQLiteLedger):
     """Takes the writer lock on the event loop, waits for it without bound, and
     holds it until the loop gets round to releasing it (the pre-0.2 design)."""
 
-    async def _write(self, sql: str, params: Any) -> list[Any]:
+    async def _write(self, statement: Any, values: Any) -> list[Any]:
         conn = await self._connection()
         fd = os.open(self._writer.path, os.O_CREAT | os.O_RDWR, 0o600)
         try:
             await asyncio.to_thread(fcntl.flock, fd, fcntl.LOCK_EX)
-            return list(await conn.execute_fetchall(sql, tuple(params)))
+            params = self._params(statement, values)
+            return list(await conn.execute_fetchall(statement.sql, params))
         finally:
             os.close(fd)
 
@@ -540,10 +544,6 @@ def _observations_truncated_oldest_first(mp: pytest.MonkeyPatch) -> dict[str, An
 
     mp.setattr(observing_module, "keep_observations", buggy)
     return {}
-
-
-def names(*invariants: str) -> frozenset[str]:
-    return frozenset(invariants)
 
 
 def _trusts_return_when_verifier_fails(mp: pytest.MonkeyPatch) -> dict[str, Any]:
@@ -844,3 +844,7 @@ def planted(bug: PlantedBug) -> Iterator[dict[str, Any]]:
         yield bug.plant(mp)
     finally:
         mp.undo()
+
+
+# Leases, takeover and fencing live in their own module.
+PLANTED_BUGS += LEASE_BUGS

@@ -81,10 +81,10 @@ PLANTED_EXAMPLES = [
         "every SQLite write statement runs while the cross-process writer lock is held",
         "dataoad/ledgers/sqlite.py",
         "        with self._writer.hold(self.busy_timeout):\n"
-        "            return db.execute(sql, params).fetchall()",
+        "            return db.execute(statement.sql, self._params(statement, values)).fetchall()",
         "        with self._writer.hold(self.busy_timeout):\n"
         "            pass\n"
-        "        return db.execute(sql, params).fetchall()",
+        "        return db.execute(statement.sql, self._params(statement, values)).fetchall()",
         (
             "tests/test_sqlite_lock_and_exit.py"
             "::test_every_write_statement_runs_while_the_writer_lock_is_held",

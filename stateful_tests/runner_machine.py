@@ -44,6 +44,7 @@ from dataoad import (
 )
 from models.world import World
 from stateful_tests import invariants as inv
+from stateful_tests import lease_invariants  # noqa: F401  (registers the lease properties)
 from stateful_tests.harness import (
     REACHED,
     WRITE_FAULTS,
@@ -59,6 +60,7 @@ from stateful_tests.harness import (
     WorldVerifier,
     current_contender,
 )
+from stateful_tests.lease_rules import LEASE, Heartbeats, LeaseRules, LedgerClock
 from stateful_tests.services import PostgresTestTable
 from stateful_tests.swarm import swarm_over
 
@@ -109,6 +111,8 @@ INTERFERENCE_RULES = (
     "provider_side_event",
     "release_stranded_claim",
     "start_operator",
+    "lease_runs_out",
+    "heartbeat",
 )
 
 
@@ -117,16 +121,21 @@ class VirtualClock:
 
     Real time would make a shrunk trace depend on the machine's speed; here a
     waiter's deadline is reached after a fixed number of looks at the claim.
+    A lease renewal's sleep passes no time: it waits for a ``heartbeat`` step.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, heartbeats: Heartbeats) -> None:
         self.now = 0.0
+        self.heartbeats = heartbeats
 
     def monotonic(self) -> float:
         return self.now
 
     async def sleep(self, seconds: float) -> None:
         contender = current_contender()
+        if self.heartbeats.is_renewal():
+            await self.heartbeats.wait(contender.name if contender is not None else "?")
+            return
         if contender is not None:
             contender.waited = True
         self.now += seconds
@@ -231,7 +240,7 @@ EXECUTE_ARGUMENTS: dict[str, st.SearchStrategy[Any]] = {
 }
 
 
-class RunnerMachineBase(RuleBasedStateMachine):
+class RunnerMachineBase(LeaseRules, RuleBasedStateMachine):
     """Backend-independent rules; subclasses choose the ledger and the runner."""
 
     backend: ClassVar[str] = "memory"
@@ -253,7 +262,15 @@ class RunnerMachineBase(RuleBasedStateMachine):
         self.released_ids: set[str] = set()
         self.crashes = 0
         self.order_keys: list[str] = []
-        self.virtual_time = VirtualClock()
+        self.heartbeats = Heartbeats()
+        self.virtual_time = VirtualClock(self.heartbeats)
+        self.ledger_clock = LedgerClock()
+        # The escape-hatch policy warns on every retry of UNKNOWN. One filter for
+        # the whole run: catch_warnings inside concurrent tasks would save and
+        # restore the process-wide filters out of order (and a task cancelled
+        # at teardown would never restore them), so the next run would differ.
+        self.saved_warning_filters = list(warnings.filters)
+        warnings.simplefilter("ignore", RuntimeWarning)
         self.saved_observation_limit = evidence_module.MAX_KEPT_OBSERVATIONS
         evidence_module.MAX_KEPT_OBSERVATIONS = OBSERVATION_LIMIT
         self.folder: Path | None = None
@@ -275,18 +292,31 @@ class RunnerMachineBase(RuleBasedStateMachine):
         if self.backend == "sqlite":
             assert self.folder is not None
             cls = self.ledger_class or SQLiteLedger
-            client: Ledger = cls(self.folder / "ledger.sqlite3", busy_timeout=SQLITE_BUSY_TIMEOUT)
+            client: Ledger = cls(
+                self.folder / "ledger.sqlite3",
+                busy_timeout=SQLITE_BUSY_TIMEOUT,
+                clock=self.ledger_clock,
+            )
             self.clients.append(client)
             return client
         if self.backend == "postgres":
             assert self.postgres is not None
-            client = self.postgres.client()
+            client = self.postgres.client(clock=self.ledger_clock)
             self.clients.append(client)
             return client
         if not self.clients:
             cls = self.ledger_class or InMemoryLedger
-            self.clients.append(cls())
+            self.clients.append(cls(clock=self.ledger_clock))
         return self.clients[0]
+
+    def gated(self, client: Ledger) -> GatedLedger:
+        """A contender's view of ``client``: every call parks at its gate."""
+        return GatedLedger(
+            client, self.scheduler, self.released_ids, self.history, clock=self.ledger_clock
+        )
+
+    def _after_lease_step(self) -> None:
+        self._observe()
 
     def teardown(self) -> None:
         try:
@@ -297,6 +327,7 @@ class RunnerMachineBase(RuleBasedStateMachine):
             for c in self.contenders_list:
                 self.scheduler.fail_stranded_gate(c)
             evidence_module.MAX_KEPT_OBSERVATIONS = self.saved_observation_limit
+            warnings.filters[:] = self.saved_warning_filters
             for client in self.clients:
                 self.loop.run(client.close())
             if self.postgres is not None:
@@ -388,9 +419,11 @@ class RunnerMachineBase(RuleBasedStateMachine):
             request = {"key": key, "amount": float(amount)}
         client = self.new_client()
         runner = self.runner_class(
-            GatedLedger(client, self.scheduler, self.released_ids, self.history),
+            self.gated(client),
             policy=POLICIES[policy],
             clock=self.virtual_time,
+            lease=LEASE,
+            owner=name,
         )
 
         c.in_thread = runs_in == "a worker thread"
@@ -413,17 +446,15 @@ class RunnerMachineBase(RuleBasedStateMachine):
                     return asyncio.run_coroutine_threadsafe(call, loop).result()
 
                 operation = blocking_charge
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore", RuntimeWarning)
-                return await runner.execute(
-                    ACTION,
-                    operation,
-                    request=request,
-                    idempotency_key=key,
-                    provider_reference=reference,
-                    verifier=self.verifier if with_verifier else None,
-                    wait_in_progress=WAITS[wait],
-                )
+            return await runner.execute(
+                ACTION,
+                operation,
+                request=request,
+                idempotency_key=key,
+                provider_reference=reference,
+                verifier=self.verifier if with_verifier else None,
+                wait_in_progress=WAITS[wait],
+            )
 
         self._start(c, body)
 
@@ -490,7 +521,7 @@ class RunnerMachineBase(RuleBasedStateMachine):
             return
         c.action_id = stored.action_id
         runner = self.runner_class(
-            GatedLedger(self.new_client(), self.scheduler, self.released_ids, self.history)
+            self.gated(self.new_client()), clock=self.virtual_time, lease=LEASE, owner=name
         )
 
         async def body() -> Any:

@@ -113,8 +113,8 @@ async def crash(db: Path, effects: Path, point: str, synchronous: str = "FULL") 
     faulty.on_call = on_call
     original_claim = faulty.claim
 
-    async def claim_then_maybe_die(receipt: Any) -> Any:
-        outcome = await original_claim(receipt)
+    async def claim_then_maybe_die(receipt: Any, **lease: Any) -> Any:
+        outcome = await original_claim(receipt, **lease)
         if point == "after_claim":
             die()
         return outcome

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import logging
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import pytest
 
@@ -87,13 +87,13 @@ async def test_an_attempt_start_refused_by_the_ledger_carries_what_is_stored() -
         runner = ActionRunner(ledger)
         held: dict[str, ActionReceipt] = {}
 
-        async def release_first(receipt: ActionReceipt) -> bool:
+        async def release_first(receipt: ActionReceipt, **lease: Any) -> bool:
             # Someone releases the claim between its creation and the attempt start.
             stored = await inner.find("charge", "k")
             assert stored is not None
             assert await inner.release(stored.action_id, stored.version)
             held["stored"] = stored
-            return await inner.start_attempt(receipt)
+            return await inner.start_attempt(receipt, **lease)
 
         ledger.start_attempt = release_first  # type: ignore[method-assign]
         op = CountingOperation("ok")
@@ -184,7 +184,10 @@ async def test_an_attempt_start_error_carries_what_a_concurrent_writer_stored() 
             ledger = FaultyLedger(inner)
 
             async def start_attempt(
-                receipt: ActionReceipt, inner: InMemoryLedger = inner, raises: bool = raises
+                receipt: ActionReceipt,
+                inner: InMemoryLedger = inner,
+                raises: bool = raises,
+                **lease: Any,
             ) -> bool:
                 # Another worker (holding the same claim) starts its attempt first.
                 previous = await inner.get(receipt.action_id)

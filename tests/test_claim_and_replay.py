@@ -342,7 +342,7 @@ async def test_lost_claim_ack_with_competitor_does_not_invoke():
         CountingOperation()
 
         class Racing(FaultyLedger):
-            async def claim(self, receipt):
+            async def claim(self, receipt, **lease):
                 comp = receipt.evolve(action_id="competitor")
                 await inner.claim(comp)
                 raise ConnectionError("ack lost")

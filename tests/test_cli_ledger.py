@@ -14,6 +14,8 @@ from pathlib import Path
 import pytest
 
 from dataoad import ActionPersistenceError, ActionRunner, SQLiteLedger
+from dataoad.ledgers.postgres import SCHEMA_VERSION as PG_SCHEMA
+from dataoad.ledgers.sqlite import SCHEMA_VERSION as SQLITE_SCHEMA
 from dataoad.testing import ChargeFault, FakePaymentProvider, FaultyLedger, LedgerFault
 from stateful_tests.services import PostgresTestTable
 
@@ -208,14 +210,14 @@ def test_ledger_migrate_on_postgres_from_several_processes_at_once() -> None:
     lines = sorted(out.strip() for out, _ in outputs)
     assert (
         lines
-        == [f"public.{table.table}: ledger schema 0 -> 1"]
-        + [f"public.{table.table}: ledger schema 1, up to date"] * 3
+        == [f"public.{table.table}: ledger schema 0 -> {PG_SCHEMA}"]
+        + [f"public.{table.table}: ledger schema {PG_SCHEMA}, up to date"] * 3
     )
 
     async def usable() -> None:
         ledger = table.client()
         try:
-            assert await ledger.schema_version() == 1
+            assert await ledger.schema_version() == PG_SCHEMA
             assert await ledger.receipts() == []
         finally:
             await ledger.close()
@@ -228,9 +230,9 @@ def test_ledger_migrate_creates_a_sqlite_file(tmp_path: Path) -> None:
     path = tmp_path / "new.sqlite3"
     first = dataoad("ledger", "migrate", str(path), cwd=tmp_path)
     assert first.returncode == 0, first.stderr
-    assert first.stdout.strip() == f"{path}: ledger schema 0 -> 2"
+    assert first.stdout.strip() == f"{path}: ledger schema 0 -> {SQLITE_SCHEMA}"
     second = dataoad("ledger", "migrate", f"sqlite:///{path}", cwd=tmp_path)
-    assert second.stdout.strip() == f"{path}: ledger schema 2, up to date"
+    assert second.stdout.strip() == f"{path}: ledger schema {SQLITE_SCHEMA}, up to date"
     assert (path.stat().st_mode & 0o777) == 0o600
 
 

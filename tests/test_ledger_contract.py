@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import tempfile
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -14,17 +15,20 @@ from dataoad import (
     Ledger,
     SQLiteLedger,
 )
-from dataoad.testing import DurableLedgerContract, LedgerContract
+from dataoad.testing import DurableLedgerContract, LeaseContract, LedgerContract, ManualClock
 
 
-class TestInMemoryLedger(LedgerContract):
+class TestInMemoryLedger(LedgerContract, LeaseContract):
     """InMemoryLedger: one shared instance is the only kind of peer."""
 
     def make_ledger(self) -> Ledger:
         return InMemoryLedger()
 
+    def make_leasing_ledger(self, clock: ManualClock) -> InMemoryLedger:
+        return InMemoryLedger(clock=clock)
 
-class TestSQLiteLedger(DurableLedgerContract):
+
+class TestSQLiteLedger(DurableLedgerContract, LeaseContract):
     """SQLiteLedger: peers are separate connections to the same file."""
 
     @pytest.fixture(autouse=True)
@@ -37,6 +41,12 @@ class TestSQLiteLedger(DurableLedgerContract):
     def peer(self, ledger: Ledger) -> Ledger:
         assert isinstance(ledger, SQLiteLedger)
         return SQLiteLedger(ledger.path)
+
+    def make_leasing_ledger(self, clock: ManualClock) -> SQLiteLedger:
+        return SQLiteLedger(self.folder / "leases.sqlite3", clock=clock)
+
+    def leasing_peer(self, ledger: Any, clock: ManualClock) -> SQLiteLedger:
+        return SQLiteLedger(ledger.path, clock=clock)
 
     def reopen(self, ledger: Ledger) -> Ledger:
         assert isinstance(ledger, SQLiteLedger)

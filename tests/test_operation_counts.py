@@ -31,9 +31,9 @@ class CountingLedger(InMemoryLedger):
         if name in WRITES + READS:
             calls = super().__getattribute__("calls")
 
-            async def counted(*args: Any) -> Any:
+            async def counted(*args: Any, **kwargs: Any) -> Any:
                 calls[name] += 1
-                return await attribute(*args)
+                return await attribute(*args, **kwargs)
 
             return counted
         return attribute

@@ -11,11 +11,11 @@ import asyncio
 import pytest
 
 from dataoad import Ledger, PostgresLedger
-from dataoad.testing import DurableLedgerContract
+from dataoad.testing import DurableLedgerContract, LeaseContract, ManualClock
 from stateful_tests.services import postgres_dsn, unique_table
 
 
-class TestPostgresLedger(DurableLedgerContract):
+class TestPostgresLedger(DurableLedgerContract, LeaseContract):
     """PostgresLedger at the server's default isolation, READ COMMITTED."""
 
     isolation = "read committed"
@@ -40,6 +40,13 @@ class TestPostgresLedger(DurableLedgerContract):
 
     def reopen(self, ledger: Ledger) -> Ledger:
         return self.make_ledger()
+
+    # Tests only: the statements read this clock instead of the server's.
+    def make_leasing_ledger(self, clock: ManualClock) -> PostgresLedger:
+        return PostgresLedger(self.dsn, table=self.table, min_size=1, max_size=4, clock=clock)
+
+    def leasing_peer(self, ledger: object, clock: ManualClock) -> PostgresLedger:
+        return PostgresLedger(self.dsn, table=self.table, min_size=1, max_size=2, clock=clock)
 
 
 class TestPostgresLedgerSerializable(TestPostgresLedger):

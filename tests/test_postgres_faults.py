@@ -31,6 +31,7 @@ from dataoad import (
     LedgerSchemaError,
     PostgresLedger,
 )
+from dataoad.ledgers.postgres import SCHEMA_VERSION as PG_SCHEMA
 from dataoad.testing._postgres_server import PostgresServer, PostgresUnavailableError
 from stateful_tests.services import postgres_dsn, unavailable, unique_table
 from tests.support import REQUEST, CountingOperation
@@ -119,9 +120,9 @@ def test_lost_acknowledgement_is_read_back_and_the_operation_runs_once(
             ledger = await fresh_ledger(proxy_dsn)
             real = getattr(ledger, step)
 
-            async def arm_then_call(*args: Any) -> Any:
+            async def arm_then_call(*args: Any, **kwargs: Any) -> Any:
                 proxy.armed = tag
-                return await real(*args)
+                return await real(*args, **kwargs)
 
             setattr(ledger, step, arm_then_call)
             runner = ActionRunner(ledger)
@@ -149,10 +150,10 @@ class PausingLedger(PostgresLedger):
 
     before_start: Callable[[], Awaitable[None]] | None = None
 
-    async def start_attempt(self, receipt: Any) -> bool:
+    async def start_attempt(self, receipt: Any, **lease: Any) -> bool:
         if self.before_start is not None:
             await self.before_start()
-        return await super().start_attempt(receipt)
+        return await super().start_attempt(receipt, **lease)
 
 
 async def attempt_start_under_row_lock(
@@ -391,9 +392,9 @@ def test_concurrent_migrations_from_many_clients_apply_once() -> None:
     async def scenario() -> None:
         ledgers = [PostgresLedger(dsn, table=table) for _ in range(8)]
         found = await asyncio.gather(*(ledger.migrate() for ledger in ledgers))
-        assert sorted(found) == [0] + [1] * 7
-        assert await ledgers[0].schema_version() == 1
-        assert await ledgers[0].migrate() == 1  # idempotent
+        assert sorted(found) == [0] + [PG_SCHEMA] * 7
+        assert await ledgers[0].schema_version() == PG_SCHEMA
+        assert await ledgers[0].migrate() == PG_SCHEMA  # idempotent
         for ledger in ledgers:
             await ledger.close()
 

@@ -142,13 +142,13 @@ async def test_release_races_atomically_with_attempt_start() -> None:
         released: list[object] = []
 
         # Just before the attempt-start write lands, an operator tries to release.
-        async def racing_start(receipt):
+        async def racing_start(receipt, **lease):
             try:
                 await ActionRunner(inner).release_unstarted(receipt.action_id)
                 released.append(True)
             except RecoveryRefusedError as exc:
                 released.append(exc)
-            return await inner.start_attempt(receipt)
+            return await inner.start_attempt(receipt, **lease)
 
         faulty.start_attempt = racing_start  # type: ignore[method-assign]
         with pytest.raises(ActionPersistenceError):

@@ -20,7 +20,7 @@ from dataoad import (
     RunnerEvent,
     VerificationObservation,
 )
-from dataoad.ledgers._codec import COLUMNS
+from dataoad.ledgers._codec import WRITTEN
 from dataoad.ledgers._statements import POSTGRES, SQLITE, Statements, compile_sql
 from dataoad.testing import FaultyLedger, LedgerFault
 from tests.support import REF, REQUEST, CountingOperation, closing, confirmed
@@ -235,14 +235,25 @@ def test_a_repeated_name_is_one_numbered_parameter_but_two_question_marks() -> N
 @pytest.mark.parametrize("dialect", [SQLITE, POSTGRES], ids=lambda d: d.name)
 def test_every_statement_binds_only_known_names(dialect: Any) -> None:
     statements = Statements("receipts", dialect)
-    transition = {*COLUMNS, "previous_version", "previous_attempts"}
+    # The lease is stamped from the ledger's clock, never taken from the receipt.
+    clock = {"lease_end"} if dialect is SQLITE else {"now", "lease"}
+    judged = {"now"}
+    transition = {*WRITTEN, "previous_version", "previous_attempts", *clock}
     expected = {
-        "claim": set(COLUMNS),
+        "claim": set(WRITTEN) | clock,
         "get": {"action_id"},
         "find": {"action_name", "idempotency_key"},
         "release": {"action_id", "version"},
         "start_attempt": transition,
-        "record": set(COLUMNS) | {"previous_version"},
+        "record": set(WRITTEN) | {"previous_version"},
+        "take_over": set(WRITTEN)
+        - {"metadata", "attempt_records", "claim_state"}
+        - {"execution_status", "verification_status", "final_status", "provider_request_id"}
+        - {"error"}
+        | {"previous_version"}
+        | clock
+        | judged,
+        "renew": {"action_id", "fencing_token"} | clock,
     }
     for name, names in expected.items():
         assert set(statements[name].names) == names, name

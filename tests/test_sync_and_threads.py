@@ -619,11 +619,11 @@ class ChangedUnderIt(InMemoryLedger):
 
     starts = 0
 
-    async def start_attempt(self, receipt: Any) -> bool:
+    async def start_attempt(self, receipt: Any, **lease: Any) -> bool:
         self.starts += 1
         if self.starts == 2:
             return False
-        return await super().start_attempt(receipt)
+        return await super().start_attempt(receipt, **lease)
 
 
 @pytest.mark.asyncio

@@ -124,11 +124,11 @@ class StartPausedLedger(InMemoryLedger):
         self.claimed = asyncio.Event()
         self.proceed = asyncio.Event()
 
-    async def start_attempt(self, receipt: Any) -> bool:
+    async def start_attempt(self, receipt: Any, **lease: Any) -> bool:
         if not self.claimed.is_set():  # only the holder's: a taker would not wait
             self.claimed.set()
             await self.proceed.wait()
-        return await super().start_attempt(receipt)
+        return await super().start_attempt(receipt, **lease)
 
 
 def test_a_waiter_never_takes_a_claim_whose_attempt_has_not_started(front_end: str) -> None:
@@ -246,9 +246,9 @@ class RecordingLedger(InMemoryLedger):
         self.calls += 1
         return await super().find(*args)
 
-    async def claim(self, *args: Any) -> Any:
+    async def claim(self, *args: Any, **lease: Any) -> Any:
         self.calls += 1
-        return await super().claim(*args)
+        return await super().claim(*args, **lease)
 
 
 @pytest.mark.parametrize("bad", [-1, -0.001, math.nan, math.inf, True, "1", 3601, [1], 1e300])

@@ -17,6 +17,7 @@ from dataoad._status import ActionStatus, ClaimState
 
 __all__ = [
     "COLUMNS",
+    "WRITTEN",
     "attempts_from",
     "attempts_json",
     "json_text",
@@ -48,7 +49,14 @@ COLUMNS: Final = (
     "version",
     "created_at",
     "updated_at",
+    "owner",
+    "fencing_token",
+    "lease_expires_at",
 )
+
+#: The columns a write takes from the receipt: all but the lease, which the
+#: ledger stamps from its own clock.
+WRITTEN: Final = COLUMNS[:-1]
 
 
 def status(value: str | None) -> ActionStatus | None:
@@ -133,13 +141,15 @@ def values_of(receipt: ActionReceipt, time: Callable[[datetime], Any] = _same) -
         "version": receipt.version,
         "created_at": time(receipt.created_at),
         "updated_at": time(receipt.updated_at),
+        "owner": receipt.owner,
+        "fencing_token": receipt.fencing_token,
     }
 
 
 def row_of(receipt: ActionReceipt, time: Callable[[datetime], Any] = _same) -> tuple[Any, ...]:
-    """The receipt as a row of COLUMNS, in their order (for whole-row inserts)."""
+    """The receipt as a row of WRITTEN, in their order (for whole-row inserts)."""
     values = values_of(receipt, time)
-    return tuple(values[column] for column in COLUMNS)
+    return tuple(values[column] for column in WRITTEN)
 
 
 def receipt_of(row: Sequence[Any], time: Callable[[Any], datetime] = _same) -> ActionReceipt:
@@ -164,4 +174,9 @@ def receipt_of(row: Sequence[Any], time: Callable[[Any], datetime] = _same) -> A
         version=value["version"],
         created_at=time(value["created_at"]),
         updated_at=time(value["updated_at"]),
+        owner=value["owner"],
+        fencing_token=value["fencing_token"],
+        lease_expires_at=None
+        if value["lease_expires_at"] is None
+        else time(value["lease_expires_at"]),
     )

@@ -16,12 +16,13 @@ from collections.abc import Mapping, Sequence
 from typing import Any, Final
 
 from dataoad._status import ActionStatus
-from dataoad.ledgers._codec import COLUMNS
+from dataoad.ledgers._codec import COLUMNS, WRITTEN
 
 __all__ = ["Dialect", "POSTGRES", "SQLITE", "Statement", "Statements"]
 
-#: Columns a transition may change; the first six (the claim's identity) never change.
-MUTABLE: Final = COLUMNS[6:]
+#: Columns a transition copies from the receipt; the first six (the claim's
+#: identity) never change, and the lease is stamped by the ledger.
+MUTABLE: Final = WRITTEN[6:]
 
 _PARAMETER = re.compile(r":([a-z_]+)\b")
 
@@ -33,10 +34,26 @@ class Dialect:
     name: str
     numbered: bool  # $1, $2 ... (PostgreSQL) instead of ? (SQLite)
     null_safe_equal: str
+    #: The ledger's clock, read inside the statement.
+    now: str
+    #: When a lease granted now runs out (NULL: no lease).
+    lease_end: str
 
 
-SQLITE: Final = Dialect("sqlite", numbered=False, null_safe_equal="IS")
-POSTGRES: Final = Dialect("postgres", numbered=True, null_safe_equal="IS NOT DISTINCT FROM")
+# SQLite's clock is the ledger process's own (one host shares the file); the
+# ledger binds it as text that sorts like the time. PostgreSQL reads the
+# server's clock unless a test binds one.
+SQLITE: Final = Dialect(
+    "sqlite", numbered=False, null_safe_equal="IS", now=":now", lease_end=":lease_end"
+)
+_PG_NOW: Final = "COALESCE(CAST(:now AS timestamptz), clock_timestamp())"
+POSTGRES: Final = Dialect(
+    "postgres",
+    numbered=True,
+    null_safe_equal="IS NOT DISTINCT FROM",
+    now=_PG_NOW,
+    lease_end=f"({_PG_NOW} + CAST(:lease AS double precision) * interval '1 second')",
+)
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -74,11 +91,15 @@ class Statements:
         self.dialect = dialect
         self.select = f"SELECT {', '.join(COLUMNS)} FROM {table}"
         eq = dialect.null_safe_equal
+        now, lease_end = dialect.now, dialect.lease_end
+        stale = f"claim_state = 'PENDING' AND lease_expires_at <= {now}"
+        self._stale = stale
         sql = {
             "claim": (
                 f"INSERT INTO {table} ({', '.join(COLUMNS)}) "
-                f"VALUES ({', '.join(f':{c}' for c in COLUMNS)}) "
-                "ON CONFLICT (action_name, idempotency_key) DO NOTHING RETURNING action_id"
+                f"VALUES ({', '.join(f':{c}' for c in WRITTEN)}, {lease_end}) "
+                "ON CONFLICT (action_name, idempotency_key) DO NOTHING "
+                "RETURNING action_id, lease_expires_at"
             ),
             "get": f"{self.select} WHERE action_id = :action_id",
             "find": (
@@ -89,24 +110,43 @@ class Statements:
                 f"DELETE FROM {table} WHERE action_id = :action_id AND version = :version "
                 "AND claim_state = 'PENDING' AND attempts = 0 RETURNING action_id"
             ),
+            "renew": (
+                f"UPDATE {table} SET lease_expires_at = {lease_end} "
+                "WHERE action_id = :action_id AND claim_state = 'PENDING' "
+                "AND fencing_token = :fencing_token RETURNING action_id"
+            ),
         }
         # A transition writes the next version over exactly the previous one,
         # of exactly this claim (identity unchanged), under its own condition.
-        self._update = update = (
-            f"UPDATE {table} SET {', '.join(f'{c} = :{c}' for c in MUTABLE)} "
+        columns = ", ".join(f"{c} = :{c}" for c in MUTABLE)
+        where = (
             "WHERE action_id = :action_id AND version = :previous_version "
             "AND action_name = :action_name AND idempotency_key = :idempotency_key "
             f"AND request_hash = :request_hash AND provider_reference {eq} :provider_reference "
             f"AND risk {eq} :risk AND created_at = :created_at"
         )
+        # Only a takeover changes the holder; every other write keeps it.
+        holder = f"AND owner {eq} :owner AND fencing_token = :fencing_token"
         sql["start_attempt"] = (
-            f"{update} AND claim_state = 'PENDING' AND attempts = :previous_attempts "
-            "RETURNING action_id"
+            f"UPDATE {table} SET {columns}, lease_expires_at = {lease_end} {where} {holder} "
+            "AND claim_state = 'PENDING' AND attempts = :previous_attempts RETURNING action_id"
         )
         sql["record"] = (
-            f"{update} AND attempts = :attempts "
+            f"UPDATE {table} SET {columns}, lease_expires_at = CASE WHEN "
+            f"claim_state = 'PENDING' AND :claim_state = 'PENDING' THEN lease_expires_at END "
+            f"{where} {holder} AND attempts = :attempts "
             "AND NOT (claim_state = 'COMPLETED' AND :claim_state = 'PENDING') RETURNING action_id"
         )
+        # The content is the version's (written once at that version); only the
+        # holder, the version and the update time change, under the next fence.
+        sql["take_over"] = (
+            f"UPDATE {table} SET owner = :owner, fencing_token = :fencing_token, "
+            f"version = :version, updated_at = :updated_at, lease_expires_at = {lease_end} "
+            f"{where} AND fencing_token + 1 = :fencing_token AND attempts = :attempts "
+            f"AND {stale} RETURNING action_id"
+        )
+        #: The templates, before compiling (for tests that weaken one on purpose).
+        self.templates: dict[str, str] = sql
         self._compiled = {name: compile_sql(text, dialect) for name, text in sql.items()}
 
     def __getitem__(self, name: str) -> Statement:
@@ -122,12 +162,17 @@ class Statements:
         limit: int | None,
         idempotency_key: str | None = None,
         action_id_prefix: str | None = None,
+        stale: bool | None = None,
+        now: Any = None,
     ) -> tuple[Statement, dict[str, Any]]:
         """A filtered receipts listing, oldest first, and its parameter values.
 
-        ``since`` is already encoded the way the backend stores ``created_at``.
+        ``since`` is already encoded the way the backend stores ``created_at``,
+        and ``now`` the way it binds the ledger's clock.
         """
         values: dict[str, Any] = {
+            "stale": stale,
+            "now": now,
             "final_status": None if final_status is None else final_status.value,
             "claim_state": None if pending is None else ("PENDING" if pending else "COMPLETED"),
             "action_name": action_name,
@@ -144,6 +189,12 @@ class Statements:
             # substr, not LIKE: no wildcard in the prefix can widen the match.
             ("action_id_prefix", "substr(action_id, 1, :prefix_length) = :action_id_prefix"),
             ("since", "created_at >= :since"),
+            (
+                "stale",
+                f"({self._stale})"
+                if stale
+                else f"NOT ({self._stale} AND lease_expires_at IS NOT NULL)",
+            ),
         )
         clauses = [clause for name, clause in conditions if values[name] is not None]
         text = self.select + (f" WHERE {' AND '.join(clauses)}" if clauses else "")

@@ -2,11 +2,21 @@
 
 from __future__ import annotations
 
+import dataclasses
 import threading
+from collections.abc import Callable
 from datetime import datetime
 from types import TracebackType
 
-from dataoad._ledger_rules import check_record, check_start_attempt
+from dataoad._clock import check_ledger_clock
+from dataoad._ledger_rules import (
+    check_record,
+    check_renew,
+    check_start_attempt,
+    check_take_over,
+    lease_expired,
+    lease_until,
+)
 from dataoad._receipt import ActionReceipt
 from dataoad._status import ActionStatus, ClaimState
 
@@ -19,9 +29,13 @@ class InMemoryLedger:
     Every transition runs under one ``threading.Lock`` and never awaits while
     holding it, so one instance may be shared by several event loops in
     several threads. Receipts are immutable, so they are stored as given.
+
+    ``clock`` (for tests) is the ledger's own clock, which alone judges
+    leases: a callable returning an aware datetime; default: UTC now.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, *, clock: Callable[[], datetime] | None = None) -> None:
+        self._now = check_ledger_clock(clock)
         self._lock = threading.Lock()
         self._by_id: dict[str, ActionReceipt] = {}
         self._by_key: dict[tuple[str, str], str] = {}
@@ -37,7 +51,12 @@ class InMemoryLedger:
     ) -> None:
         await self.close()
 
-    async def claim(self, receipt: ActionReceipt) -> tuple[ActionReceipt, bool]:
+    def _leased(self, receipt: ActionReceipt, lease: float | None) -> ActionReceipt:
+        return dataclasses.replace(receipt, lease_expires_at=lease_until(self._now(), lease))
+
+    async def claim(
+        self, receipt: ActionReceipt, *, lease: float | None = None
+    ) -> tuple[ActionReceipt, bool]:
         """Insert the claim unless its action name and key are taken."""
         key = (receipt.action_name, receipt.idempotency_key)
         with self._lock:
@@ -46,6 +65,7 @@ class InMemoryLedger:
                 return self._by_id[existing_id], False
             if receipt.action_id in self._by_id:
                 raise ValueError(f"action id {receipt.action_id!r} already exists")
+            receipt = self._leased(receipt, lease)
             self._by_id[receipt.action_id] = receipt
             self._by_key[key] = receipt.action_id
             return receipt, True
@@ -61,13 +81,13 @@ class InMemoryLedger:
             action_id = self._by_key.get((action_name, idempotency_key))
             return None if action_id is None else self._by_id[action_id]
 
-    async def start_attempt(self, receipt: ActionReceipt) -> bool:
-        """Store the next attempt if the stored claim allows exactly that step."""
+    async def start_attempt(self, receipt: ActionReceipt, *, lease: float | None = None) -> bool:
+        """Store the next attempt (renewing the lease) if the stored claim allows that step."""
         with self._lock:
             current = self._by_id.get(receipt.action_id)
             if current is None or not check_start_attempt(current, receipt):
                 return False
-            self._by_id[receipt.action_id] = receipt
+            self._by_id[receipt.action_id] = self._leased(receipt, lease)
             return True
 
     async def record(self, receipt: ActionReceipt) -> bool:
@@ -76,7 +96,27 @@ class InMemoryLedger:
             current = self._by_id.get(receipt.action_id)
             if current is None or not check_record(current, receipt):
                 return False
-            self._by_id[receipt.action_id] = receipt
+            # The lease is the ledger's: kept while PENDING, gone once COMPLETED.
+            expires = current.lease_expires_at if receipt.is_pending else None
+            self._by_id[receipt.action_id] = dataclasses.replace(receipt, lease_expires_at=expires)
+            return True
+
+    async def take_over(self, receipt: ActionReceipt, *, lease: float) -> bool:
+        """Hand an expired claim to ``receipt.owner`` under the next fencing token."""
+        with self._lock:
+            current = self._by_id.get(receipt.action_id)
+            if current is None or not check_take_over(current, receipt, self._now()):
+                return False
+            self._by_id[receipt.action_id] = self._leased(receipt, lease)
+            return True
+
+    async def renew(self, action_id: str, fencing_token: int, lease: float) -> bool:
+        """Extend the lease of a PENDING claim still held under ``fencing_token``."""
+        with self._lock:
+            current = self._by_id.get(action_id)
+            if current is None or not check_renew(current, fencing_token):
+                return False
+            self._by_id[action_id] = self._leased(current, lease)
             return True
 
     async def release(self, action_id: str, version: int) -> bool:
@@ -104,6 +144,7 @@ class InMemoryLedger:
         *,
         final_status: ActionStatus | None = None,
         pending: bool | None = None,
+        stale: bool | None = None,
         action_name: str | None = None,
         idempotency_key: str | None = None,
         action_id_prefix: str | None = None,
@@ -115,11 +156,13 @@ class InMemoryLedger:
         ``since``: created at or after. The same filters and order as the
         SQLite and PostgreSQL ledgers (the Inspection protocol).
         """
+        now = self._now()
         selected = [
             r
             for r in self.snapshot()
             if (final_status is None or r.final_status is final_status)
             and (pending is None or (r.claim_state is ClaimState.PENDING) is pending)
+            and (stale is None or lease_expired(r, now) is stale)
             and (action_name is None or r.action_name == action_name)
             and (idempotency_key is None or r.idempotency_key == idempotency_key)
             and (action_id_prefix is None or r.action_id.startswith(action_id_prefix))

@@ -29,12 +29,14 @@ Design notes (the why):
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import random
 import re
 from datetime import datetime
 from types import TracebackType
 from typing import Any, Final
 
+from dataoad._clock import LedgerClock, check_ledger_clock
 from dataoad._errors import DataoadError, InvalidArgumentError, MissingExtraError
 from dataoad._receipt import ActionReceipt
 from dataoad._status import ActionStatus, ClaimState
@@ -44,7 +46,7 @@ from dataoad.ledgers._statements import POSTGRES, Statement, Statements
 __all__ = ["SCHEMA_VERSION", "LedgerSchemaError", "MissingExtraError", "PostgresLedger"]
 
 #: The schema version this code writes and understands.
-SCHEMA_VERSION: Final = 1
+SCHEMA_VERSION: Final = 2
 
 
 #: Schema steps: MIGRATIONS[v] takes a version v-1 database to version v.
@@ -79,6 +81,15 @@ MIGRATIONS: Final[dict[int, tuple[str, ...]]] = {
             UNIQUE (action_name, idempotency_key)
         ) WITH (fillfactor = 80)
         """,
+    ),
+    # Leases (v0.2). Claims written before them have no owner and no lease,
+    # and hold fencing token 1. Adding columns with constant defaults
+    # rewrites no rows (PostgreSQL 11 and later).
+    2: (
+        "ALTER TABLE {table} ADD COLUMN owner text",
+        "ALTER TABLE {table} ADD COLUMN fencing_token integer NOT NULL DEFAULT 1 "
+        "CHECK (fencing_token >= 1)",
+        "ALTER TABLE {table} ADD COLUMN lease_expires_at timestamptz",
     ),
 }
 
@@ -127,7 +138,9 @@ class PostgresLedger:
     connections the ledger opens; ``connect_timeout`` bounds opening one. A write that the server rolls back with a
     serialization failure or deadlock is re-run up to ``serialization_retries``
     times (it changed nothing, and it re-checks its condition); after that
-    the error reaches the runner. Needs the ``postgres`` extra.
+    the error reaches the runner. Leases are judged by the server's clock
+    inside each statement, never by a client's; ``clock`` replaces it for
+    tests only. Needs the ``postgres`` extra.
     """
 
     def __init__(
@@ -142,6 +155,7 @@ class PostgresLedger:
         statement_timeout: float | None = None,
         serialization_retries: int = 5,
         connect_timeout: float = 10.0,
+        clock: LedgerClock | None = None,
     ) -> None:
         if (dsn is None) == (pool is None):
             raise InvalidArgumentError("PostgresLedger needs exactly one of dsn or pool")
@@ -159,6 +173,8 @@ class PostgresLedger:
         if type(connect_timeout) not in (int, float) or not 0 < connect_timeout <= 600:
             raise InvalidArgumentError("connect_timeout must be seconds in (0, 600]")
         self._connect_timeout = float(connect_timeout)
+        # None: the server's clock, read inside each statement (the default).
+        self._clock = None if clock is None else check_ledger_clock(clock)
         if type(serialization_retries) is not int or not 0 <= serialization_retries <= 100:
             raise InvalidArgumentError("serialization_retries must be an int in [0, 100]")
         self._serialization_retries = serialization_retries
@@ -317,11 +333,14 @@ class PostgresLedger:
             return list(await pool.fetch(sql, *args))
 
     async def _write(self, sql: str, *args: Any) -> bool:
+        return bool(await self._write_rows(sql, *args))
+
+    async def _write_rows(self, sql: str, *args: Any) -> list[Any]:
         pool = await self._ready_pool()
         retries = self._serialization_retries
         while True:
             try:
-                return bool(await pool.fetch(sql, *args))
+                return list(await pool.fetch(sql, *args))
             except (self._driver.SerializationError, self._driver.DeadlockDetectedError):
                 # The server rolled the statement back and said so: nothing was
                 # written, so running the conditional statement again is safe
@@ -333,11 +352,19 @@ class PostgresLedger:
 
     # -- the Ledger protocol -------------------------------------------------
 
-    async def claim(self, receipt: ActionReceipt) -> tuple[ActionReceipt, bool]:
+    def _now(self) -> datetime | None:
+        return None if self._clock is None else self._clock()
+
+    async def claim(
+        self, receipt: ActionReceipt, *, lease: float | None = None
+    ) -> tuple[ActionReceipt, bool]:
         """Insert the claim unless its action name and key are taken."""
+        claim = self._sql["claim"]
         while True:
-            if await self._run(self._sql["claim"], values_of(receipt)):
-                return receipt, True
+            values = {**values_of(receipt), "now": self._now(), "lease": lease}
+            rows = await self._write_rows(claim.sql, *claim.bind(values))
+            if rows:
+                return dataclasses.replace(receipt, lease_expires_at=rows[0][1]), True
             existing = await self.find(receipt.action_name, receipt.idempotency_key)
             if existing is not None:
                 return existing, False
@@ -367,14 +394,18 @@ class PostgresLedger:
         values.update(previous_version=receipt.version - 1, **condition)
         return await self._run(statement, values)
 
-    async def start_attempt(self, receipt: ActionReceipt) -> bool:
-        """Store the next attempt if the stored claim allows exactly that step."""
+    async def start_attempt(self, receipt: ActionReceipt, *, lease: float | None = None) -> bool:
+        """Store the next attempt (restarting the lease) if the stored claim allows that step."""
         if receipt.claim_state is not ClaimState.PENDING or len(receipt.attempt_records) != (
             receipt.attempts
         ):
             return False
         return await self._transition(
-            self._sql["start_attempt"], receipt, previous_attempts=receipt.attempts - 1
+            self._sql["start_attempt"],
+            receipt,
+            previous_attempts=receipt.attempts - 1,
+            now=self._now(),
+            lease=lease,
         )
 
     async def record(self, receipt: ActionReceipt) -> bool:
@@ -382,6 +413,24 @@ class PostgresLedger:
         if len(receipt.attempt_records) != receipt.attempts:
             return False
         return await self._transition(self._sql["record"], receipt)
+
+    async def take_over(self, receipt: ActionReceipt, *, lease: float) -> bool:
+        """Hand an expired claim to ``receipt.owner`` under the next fencing token."""
+        if receipt.claim_state is not ClaimState.PENDING:
+            return False
+        return await self._transition(self._sql["take_over"], receipt, now=self._now(), lease=lease)
+
+    async def renew(self, action_id: str, fencing_token: int, lease: float) -> bool:
+        """Restart the lease of a PENDING claim still held under ``fencing_token``."""
+        return await self._run(
+            self._sql["renew"],
+            {
+                "action_id": action_id,
+                "fencing_token": fencing_token,
+                "now": self._now(),
+                "lease": lease,
+            },
+        )
 
     async def release(self, action_id: str, version: int) -> bool:
         """Delete an unstarted PENDING claim at exactly ``version``."""
@@ -394,6 +443,7 @@ class PostgresLedger:
         *,
         final_status: ActionStatus | None = None,
         pending: bool | None = None,
+        stale: bool | None = None,
         action_name: str | None = None,
         idempotency_key: str | None = None,
         action_id_prefix: str | None = None,
@@ -404,6 +454,8 @@ class PostgresLedger:
         listing, values = self._sql.listing(
             final_status=final_status,
             pending=pending,
+            stale=stale,
+            now=self._now(),
             action_name=action_name,
             idempotency_key=idempotency_key,
             action_id_prefix=action_id_prefix,

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import functools
 import os
 import sqlite3
@@ -33,13 +34,14 @@ import threading
 import warnings
 import weakref
 from collections.abc import Callable, Iterable, Sequence
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from types import TracebackType
 from typing import Any, Final, Literal, TypeVar, cast
 
 import aiosqlite
 
+from dataoad._clock import LedgerClock, check_ledger_clock
 from dataoad._errors import DataoadError, InvalidArgumentError
 from dataoad._receipt import ActionReceipt
 from dataoad._status import ActionStatus, ClaimState
@@ -52,7 +54,7 @@ __all__ = ["SCHEMA_VERSION", "LedgerBusyError", "LedgerFileError", "SQLiteLedger
 #: ``PRAGMA application_id`` of a Dataoad ledger file ("DAOD").
 APPLICATION_ID: Final = 0x44414F44
 #: The schema version this code writes; older files are migrated on open.
-SCHEMA_VERSION: Final = 2
+SCHEMA_VERSION: Final = 3
 
 T = TypeVar("T")
 
@@ -87,6 +89,14 @@ MIGRATIONS: Final[dict[int, tuple[str, ...]]] = {
     ),
     # Operators list stranded and unsettled receipts; keep that an index scan.
     2: ("CREATE INDEX receipts_by_state ON receipts (claim_state, final_status, updated_at)",),
+    # Leases (v0.2): claims written before them have no owner and no lease,
+    # and hold fencing token 1 (no change of owner yet).
+    3: (
+        "ALTER TABLE receipts ADD COLUMN owner TEXT",
+        "ALTER TABLE receipts ADD COLUMN fencing_token INTEGER NOT NULL DEFAULT 1 "
+        "CHECK (fencing_token >= 1)",
+        "ALTER TABLE receipts ADD COLUMN lease_expires_at TEXT",
+    ),
 }
 
 Synchronous = Literal["FULL", "NORMAL", "EXTRA"]
@@ -105,6 +115,11 @@ def _values_of(receipt: ActionReceipt) -> dict[str, Any]:
 
 def _receipt_of(row: Sequence[Any]) -> ActionReceipt:
     return receipt_of(row, datetime.fromisoformat)
+
+
+def clock_text(moment: datetime) -> str:
+    """A lease time as stored: UTC, always with microseconds, so text sorts like time."""
+    return moment.astimezone(UTC).isoformat(timespec="microseconds")
 
 
 # -- opening and checking files ------------------------------------------------
@@ -199,7 +214,9 @@ class SQLiteLedger:
     ``synchronous`` is ``"FULL"`` (default: commits survive power loss) or
     ``"NORMAL"`` (survives process crashes, may lose the latest commits on
     power loss). ``busy_timeout`` (seconds) bounds waits on writers that do
-    not use Dataoad's writer queue.
+    not use Dataoad's writer queue. ``clock`` (for tests) is the ledger's own
+    clock, which alone judges leases; default: this host's UTC time, read
+    while the write holds the file's writer lock.
     """
 
     def __init__(
@@ -208,6 +225,7 @@ class SQLiteLedger:
         *,
         synchronous: Synchronous = "FULL",
         busy_timeout: float = 5.0,
+        clock: LedgerClock | None = None,
     ) -> None:
         if not isinstance(path, str | os.PathLike):
             raise InvalidArgumentError(f"path must be a str or PathLike, not {type(path).__name__}")
@@ -217,6 +235,7 @@ class SQLiteLedger:
             raise InvalidArgumentError("synchronous must be 'FULL', 'NORMAL' or 'EXTRA'")
         if type(busy_timeout) not in (int, float) or not 0 <= busy_timeout <= 3600:
             raise InvalidArgumentError("busy_timeout must be a number of seconds in [0, 3600]")
+        self._now = check_ledger_clock(clock)
         self.path = Path(path)
         self.synchronous: Synchronous = synchronous
         self.busy_timeout = float(busy_timeout)
@@ -321,25 +340,49 @@ class SQLiteLedger:
         conn = await self._connection()
         return list(await conn.execute_fetchall(sql, tuple(params)))
 
-    async def _write(self, sql: str, params: Iterable[Any]) -> list[Any]:
+    async def _write(self, statement: Statement, values: dict[str, Any]) -> list[Any]:
         conn = await self._connection()
-        return await _on_thread(conn, functools.partial(self._write_now, conn, sql, tuple(params)))
+        return await _on_thread(conn, functools.partial(self._write_now, conn, statement, values))
 
     def _write_now(
-        self, conn: aiosqlite.Connection, sql: str, params: tuple[Any, ...]
+        self, conn: aiosqlite.Connection, statement: Statement, values: dict[str, Any]
     ) -> list[Any]:
         """Lock, run one write statement, unlock: all on the connection's thread."""
         db = conn._conn
         with self._writer.hold(self.busy_timeout):
-            return db.execute(sql, params).fetchall()
+            return db.execute(statement.sql, self._params(statement, values)).fetchall()
+
+    def _params(self, statement: Statement, values: dict[str, Any]) -> tuple[Any, ...]:
+        """The statement's arguments, with the ledger's clock read now.
+
+        Called under the writer lock, so a lease judged or granted here is
+        judged at the moment the write happens, not when it was queued.
+        """
+        if "now" in values:
+            now = self._now()
+            lease = values.get("lease")
+            values = {
+                **values,
+                "now": clock_text(now),
+                "lease_end": None if lease is None else clock_text(now + timedelta(seconds=lease)),
+            }
+        return statement.bind(values)
 
     # -- the Ledger protocol -------------------------------------------------------
 
-    async def claim(self, receipt: ActionReceipt) -> tuple[ActionReceipt, bool]:
+    async def claim(
+        self, receipt: ActionReceipt, *, lease: float | None = None
+    ) -> tuple[ActionReceipt, bool]:
         """Insert the claim unless its action name and key are taken."""
+        values = {**_values_of(receipt), "now": None, "lease": lease}
         while True:
-            if await self._run(_SQL["claim"], _values_of(receipt)):
-                return receipt, True
+            rows = await self._write(_SQL["claim"], values)
+            if rows:
+                expires = rows[0][1]
+                return dataclasses.replace(
+                    receipt,
+                    lease_expires_at=None if expires is None else datetime.fromisoformat(expires),
+                ), True
             existing = await self.find(receipt.action_name, receipt.idempotency_key)
             if existing is not None:
                 return existing, False
@@ -359,7 +402,7 @@ class SQLiteLedger:
         return _receipt_of(rows[0]) if rows else None
 
     async def _run(self, statement: Statement, values: dict[str, Any]) -> bool:
-        return bool(await self._write(statement.sql, statement.bind(values)))
+        return bool(await self._write(statement, values))
 
     async def _transition(
         self, statement: Statement, receipt: ActionReceipt, **condition: Any
@@ -368,14 +411,18 @@ class SQLiteLedger:
         values.update(previous_version=receipt.version - 1, **condition)
         return await self._run(statement, values)
 
-    async def start_attempt(self, receipt: ActionReceipt) -> bool:
-        """Store the next attempt if the stored claim allows exactly that step."""
+    async def start_attempt(self, receipt: ActionReceipt, *, lease: float | None = None) -> bool:
+        """Store the next attempt (restarting the lease) if the stored claim allows that step."""
         if receipt.claim_state is not ClaimState.PENDING or len(receipt.attempt_records) != (
             receipt.attempts
         ):
             return False
         return await self._transition(
-            _SQL["start_attempt"], receipt, previous_attempts=receipt.attempts - 1
+            _SQL["start_attempt"],
+            receipt,
+            previous_attempts=receipt.attempts - 1,
+            now=None,
+            lease=lease,
         )
 
     async def record(self, receipt: ActionReceipt) -> bool:
@@ -383,6 +430,19 @@ class SQLiteLedger:
         if len(receipt.attempt_records) != receipt.attempts:
             return False
         return await self._transition(_SQL["record"], receipt)
+
+    async def take_over(self, receipt: ActionReceipt, *, lease: float) -> bool:
+        """Hand an expired claim to ``receipt.owner`` under the next fencing token."""
+        if receipt.claim_state is not ClaimState.PENDING:
+            return False
+        return await self._transition(_SQL["take_over"], receipt, now=None, lease=lease)
+
+    async def renew(self, action_id: str, fencing_token: int, lease: float) -> bool:
+        """Restart the lease of a PENDING claim still held under ``fencing_token``."""
+        return await self._run(
+            _SQL["renew"],
+            {"action_id": action_id, "fencing_token": fencing_token, "now": None, "lease": lease},
+        )
 
     async def release(self, action_id: str, version: int) -> bool:
         """Delete an unstarted PENDING claim at exactly ``version``."""
@@ -395,6 +455,7 @@ class SQLiteLedger:
         *,
         final_status: ActionStatus | None = None,
         pending: bool | None = None,
+        stale: bool | None = None,
         action_name: str | None = None,
         idempotency_key: str | None = None,
         action_id_prefix: str | None = None,
@@ -405,6 +466,8 @@ class SQLiteLedger:
         listing, values = _SQL.listing(
             final_status=final_status,
             pending=pending,
+            stale=stale,
+            now=clock_text(self._now()),
             action_name=action_name,
             idempotency_key=idempotency_key,
             action_id_prefix=action_id_prefix,

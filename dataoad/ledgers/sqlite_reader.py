@@ -15,21 +15,35 @@ from __future__ import annotations
 import asyncio
 import os
 import sqlite3
-from collections.abc import Sequence
+from collections.abc import Mapping
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Final
 
+from dataoad._clock import utc_now
 from dataoad._errors import InvalidArgumentError
 from dataoad._receipt import ActionReceipt
 from dataoad._status import ActionStatus
 from dataoad.ledgers._codec import receipt_of
-from dataoad.ledgers._statements import SQLITE, Statements
-from dataoad.ledgers.sqlite import APPLICATION_ID, SCHEMA_VERSION, LedgerFileError
+from dataoad.ledgers._statements import SQLITE, Statement, Statements
+from dataoad.ledgers.sqlite import (
+    APPLICATION_ID,
+    SCHEMA_VERSION,
+    LedgerFileError,
+    clock_text,
+)
 
 __all__ = ["SQLiteReader"]
 
 _SQL: Final = Statements("receipts", SQLITE)
+#: A file written before leases (schema 2) is read as if migrated: it never
+#: is, since the reader writes nothing.
+_SQL_BEFORE_LEASES: Final = Statements(
+    "(SELECT *, NULL AS owner, 1 AS fencing_token, NULL AS lease_expires_at FROM receipts)",
+    SQLITE,
+)
+#: The first schema with leases.
+_LEASES: Final = 3
 
 
 def _missing_permission(path: Path) -> str | None:
@@ -49,6 +63,7 @@ class SQLiteReader:
             raise InvalidArgumentError("SQLiteReader needs the path of a ledger file")
         self.path = Path(path)
         self._conn: sqlite3.Connection | None = None
+        self._sql = _SQL
         self._lock = asyncio.Lock()
 
     def __repr__(self) -> str:
@@ -103,18 +118,25 @@ class SQLiteReader:
                 f"{path}: written with ledger schema {user_version}, newer than the "
                 f"{SCHEMA_VERSION} this Dataoad understands; upgrade Dataoad to read it"
             )
+        self._sql = _SQL if user_version >= _LEASES else _SQL_BEFORE_LEASES
 
-    async def _rows(self, sql: str, params: Sequence[Any]) -> list[Any]:
+    async def _statements(self) -> Statements:
         async with self._lock:
             if self._conn is None:
                 self._conn = await asyncio.to_thread(self._open)
+            return self._sql
+
+    async def _rows(self, statement: Statement, values: Mapping[str, Any]) -> list[Any]:
+        async with self._lock:
             conn = self._conn
-            return await asyncio.to_thread(lambda: conn.execute(sql, tuple(params)).fetchall())
+            assert conn is not None
+            params = statement.bind(values)
+            return await asyncio.to_thread(lambda: conn.execute(statement.sql, params).fetchall())
 
     async def get(self, action_id: str) -> ActionReceipt | None:
         """The receipt with this action id, or None."""
-        get = _SQL["get"]
-        rows = await self._rows(get.sql, get.bind({"action_id": action_id}))
+        get = (await self._statements())["get"]
+        rows = await self._rows(get, {"action_id": action_id})
         return receipt_of(rows[0], datetime.fromisoformat) if rows else None
 
     async def receipts(
@@ -122,23 +144,29 @@ class SQLiteReader:
         *,
         final_status: ActionStatus | None = None,
         pending: bool | None = None,
+        stale: bool | None = None,
         action_name: str | None = None,
         idempotency_key: str | None = None,
         action_id_prefix: str | None = None,
         since: datetime | None = None,
         limit: int | None = None,
     ) -> list[ActionReceipt]:
-        """Stored receipts, oldest first, filtered like every ledger's listing."""
-        listing, values = _SQL.listing(
+        """Stored receipts, oldest first, filtered like every ledger's listing.
+
+        ``stale`` is judged by this host's clock, the clock SQLite ledgers keep.
+        """
+        listing, values = (await self._statements()).listing(
             final_status=final_status,
             pending=pending,
+            stale=stale,
+            now=clock_text(utc_now()),
             action_name=action_name,
             idempotency_key=idempotency_key,
             action_id_prefix=action_id_prefix,
             since=None if since is None else since.astimezone(UTC).isoformat(),
             limit=limit,
         )
-        rows = await self._rows(listing.sql, listing.bind(values))
+        rows = await self._rows(listing, values)
         return [receipt_of(row, datetime.fromisoformat) for row in rows]
 
     async def close(self) -> None:

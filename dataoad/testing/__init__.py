@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from dataoad.testing._adapter import ProviderAdapter, ReadFault, SandboxFault
 from dataoad.testing._faulty_ledger import FaultyLedger, LedgerFault, LedgerFaultError
+from dataoad.testing._lease_contract import LeaseContract, ManualClock
 from dataoad.testing._ledger_contract import DurableLedgerContract, LedgerContract, make_receipt
 from dataoad.testing._payment import (
     Charge,
@@ -39,6 +40,8 @@ __all__ = [
     "Charge",
     "DurableLedgerContract",
     "LedgerContract",
+    "LeaseContract",
+    "ManualClock",
     "CheckFn",
     "ChargeFault",
     "FakePaymentProvider",

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import enum
 from collections.abc import Awaitable, Callable
-from typing import TypeVar
+from typing import TypeVar, cast
 
-from dataoad._ledger import Ledger
+from dataoad._ledger import LeasingLedger, Ledger
 from dataoad._receipt import ActionReceipt
 
 __all__ = ["FaultyLedger", "LedgerFault", "LedgerFaultError"]
@@ -27,7 +27,7 @@ class LedgerFaultError(ConnectionError):
     """The error an injected ledger fault raises."""
 
 
-_WRITES = ("claim", "start_attempt", "record", "release")
+_WRITES = ("claim", "start_attempt", "record", "release", "take_over", "renew")
 _READS = ("get", "find")
 
 
@@ -37,6 +37,7 @@ class FaultyLedger:
     ``inject("start_attempt", LedgerFault.LOSE_ACKNOWLEDGEMENT)`` makes the
     next ``start_attempt`` commit and then raise. Reads can be made to fail
     with ``FAIL_BEFORE_WRITE`` as well. ``calls`` logs every call by name.
+    It keeps leases exactly when the wrapped ledger does.
     """
 
     def __init__(self, inner: Ledger) -> None:
@@ -82,9 +83,13 @@ class FaultyLedger:
             raise LedgerFaultError(f"injected: {method} committed, acknowledgement lost")
         return outcome
 
-    async def claim(self, receipt: ActionReceipt) -> tuple[ActionReceipt, bool]:
+    async def claim(
+        self, receipt: ActionReceipt, *, lease: float | None = None
+    ) -> tuple[ActionReceipt, bool]:
         """Delegate, with any injected fault."""
-        return await self._write("claim", lambda: self.inner.claim(receipt))
+        if lease is None:  # the wrapped ledger may predate leases
+            return await self._write("claim", lambda: self.inner.claim(receipt))
+        return await self._write("claim", lambda: self.inner.claim(receipt, lease=lease))
 
     async def get(self, action_id: str) -> ActionReceipt | None:
         """Delegate, with any injected fault."""
@@ -94,9 +99,23 @@ class FaultyLedger:
         """Delegate, with any injected fault."""
         return await self._read("find", lambda: self.inner.find(action_name, idempotency_key))
 
-    async def start_attempt(self, receipt: ActionReceipt) -> bool:
+    async def start_attempt(self, receipt: ActionReceipt, *, lease: float | None = None) -> bool:
         """Delegate, with any injected fault."""
-        return await self._write("start_attempt", lambda: self.inner.start_attempt(receipt))
+        if lease is None:
+            return await self._write("start_attempt", lambda: self.inner.start_attempt(receipt))
+        return await self._write(
+            "start_attempt", lambda: self.inner.start_attempt(receipt, lease=lease)
+        )
+
+    async def take_over(self, receipt: ActionReceipt, *, lease: float) -> bool:
+        """Delegate, with any injected fault."""
+        inner = cast(LeasingLedger, self.inner)
+        return await self._write("take_over", lambda: inner.take_over(receipt, lease=lease))
+
+    async def renew(self, action_id: str, fencing_token: int, lease: float) -> bool:
+        """Delegate, with any injected fault."""
+        inner = cast(LeasingLedger, self.inner)
+        return await self._write("renew", lambda: inner.renew(action_id, fencing_token, lease))
 
     async def record(self, receipt: ActionReceipt) -> bool:
         """Delegate, with any injected fault."""

@@ -1,0 +1,60 @@
+"""``current_attempt()``: what an operation may know about the attempt it runs in.
+
+A provider that supports conditional or fenced requests can pass the
+fencing token along, so a worker that lost its claim (a zombie) has its
+late request refused by the provider itself.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import contextvars
+import dataclasses
+from collections.abc import Iterator
+
+from dataoad._receipt import ActionReceipt
+
+__all__ = ["AttemptContext", "current_attempt", "running_attempt"]
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class AttemptContext:
+    """The claim and attempt an operation is running under."""
+
+    action_id: str
+    action_name: str
+    idempotency_key: str
+    provider_reference: str | None
+    #: The 1-based attempt number.
+    attempt: int
+    #: The claim's fencing token: higher means a later owner.
+    fencing_token: int
+
+
+_current: contextvars.ContextVar[AttemptContext | None] = contextvars.ContextVar(
+    "dataoad_current_attempt", default=None
+)
+
+
+def current_attempt() -> AttemptContext | None:
+    """The attempt the calling operation runs in (sync or async), or None outside one."""
+    return _current.get()
+
+
+@contextlib.contextmanager
+def running_attempt(receipt: ActionReceipt) -> Iterator[None]:
+    """Within this block, ``current_attempt()`` describes ``receipt``'s latest attempt."""
+    token = _current.set(
+        AttemptContext(
+            action_id=receipt.action_id,
+            action_name=receipt.action_name,
+            idempotency_key=receipt.idempotency_key,
+            provider_reference=receipt.provider_reference,
+            attempt=receipt.attempts,
+            fencing_token=receipt.fencing_token,
+        )
+    )
+    try:
+        yield
+    finally:
+        _current.reset(token)

@@ -1,0 +1,320 @@
+"""Leases and fencing, the runner's side: taking over, renewing, and what a zombie keeps.
+
+The ledger judges expiry by its own clock and applies every change of owner
+as one conditional write (``_ledger_rules``). Here the runner decides what a
+new owner may do with a claim it took over:
+
+* no attempt started: nothing can have happened, so it invokes as the new
+  owner, like any first caller;
+* an attempt started: the effect may have happened, so only read-only
+  evidence settles it (the verifier's, bound to the provider reference), and
+  a new attempt follows only when the policy and retry-safe evidence allow
+  it, exactly as after a normal attempt. Without a verifier it is UNKNOWN.
+
+A worker whose claim was taken over (a zombie) can no longer write it; what
+it observed is merged into the receipt as evidence, never over it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import logging
+import os
+import secrets
+import socket
+from collections.abc import AsyncIterator
+from typing import Any, Final
+
+from dataoad._clock import Clock
+from dataoad._errors import DataoadError, InvalidArgumentError
+from dataoad._events import EventKind, EventSink
+from dataoad._evidence import aggregate_attempts, attempt_evidence, settle
+from dataoad._observing import (
+    VerifyFn,
+    caller_metadata,
+    observe,
+    protocol_metadata,
+    with_observation,
+)
+from dataoad._policy import RetryPolicy
+from dataoad._proven import ProvenLedger
+from dataoad._receipt import ActionReceipt, AttemptRecord, bound_text, utc_now
+from dataoad._records import ObservationSource, VerificationObservation
+from dataoad._result import ActionResult
+from dataoad._settling import MAX_MERGE_ROUNDS, merge_observation
+from dataoad._status import ActionStatus, ClaimState
+
+__all__ = [
+    "DEFAULT_LEASE",
+    "RENEWAL_TASK_NAME",
+    "Tenure",
+    "default_owner",
+    "keep_lease",
+    "merge_zombie_evidence",
+    "recover_stale",
+    "settle_started",
+    "take_over",
+]
+
+#: Seconds a claim stays owned without renewal, unless the runner says otherwise.
+DEFAULT_LEASE: Final = 30.0
+#: The name of the task that renews a lease while an attempt runs.
+RENEWAL_TASK_NAME: Final = "dataoad-lease-renewal"
+#: Renewals per lease: a lease survives two lost renewals in a row.
+RENEWALS_PER_LEASE: Final = 3
+
+_TAKE_OVER: Final = "take_over"
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Tenure:
+    """How a runner holds its claims: under which name, for how long, on which clock."""
+
+    owner: str
+    #: Seconds without renewal before a claim may be taken over; None: no lease.
+    lease: float | None
+    clock: Clock
+
+
+def default_owner() -> str:
+    """``host:pid:random``, unique per runner, readable in receipts."""
+    host = socket.gethostname()[:64] or "host"
+    return bound_text(f"{host}:{os.getpid()}:{secrets.token_hex(4)}")
+
+
+@contextlib.asynccontextmanager
+async def keep_lease(
+    store: ProvenLedger, held: ActionReceipt, tenure: Tenure, events: EventSink
+) -> AsyncIterator[None]:
+    """Renew ``held``'s lease in the background while the block runs (the attempt)."""
+    lease = tenure.lease
+    if lease is None:
+        yield
+        return
+    renew = getattr(store.ledger, "renew")  # noqa: B009  (checked when the runner was built)
+
+    async def renewing() -> None:
+        while True:
+            await tenure.clock.sleep(lease / RENEWALS_PER_LEASE)
+            try:
+                kept = await renew(held.action_id, held.fencing_token, lease)
+            except Exception:
+                continue  # one lost renewal is within the lease's margin
+            if not kept:
+                # Taken over or completed: the outcome write will say which.
+                events.emit(EventKind.FENCED, held, level=logging.WARNING)
+                return
+
+    task = asyncio.create_task(renewing(), name=f"{RENEWAL_TASK_NAME}:{held.action_id}")
+    try:
+        yield
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError, Exception):
+            await task
+
+
+async def take_over(
+    store: ProvenLedger, existing: ActionReceipt, tenure: Tenure, events: EventSink
+) -> ActionReceipt | None:
+    """``existing``, now held by this runner under the next fence; None if its lease holds."""
+    if tenure.lease is None or not existing.is_pending or existing.lease_expires_at is None:
+        return None
+    proposed = existing.evolve(
+        owner=tenure.owner,
+        fencing_token=existing.fencing_token + 1,
+        version=existing.version + 1,
+        updated_at=utc_now(),
+    )
+    if not await store.take_over(proposed, tenure.lease):
+        return None
+    events.emit(
+        EventKind.TAKEN_OVER,
+        proposed,
+        level=logging.WARNING,
+        previous_owner=existing.owner,
+        attempts=existing.attempts,
+    )
+    return proposed
+
+
+async def settle_started(
+    store: ProvenLedger,
+    taken: ActionReceipt,
+    verify: VerifyFn | None,
+    policy: RetryPolicy,
+    events: EventSink,
+) -> ActionResult[Any] | ActionReceipt:
+    """Settle a taken-over claim whose attempt started, read-only.
+
+    Returns the completed result, or, when the verifier's bound evidence is
+    retry-safe absence and the policy allows another attempt, the receipt to
+    run that attempt from (its stranded attempt finished as verified absent,
+    not yet written).
+    """
+    source = ObservationSource.RECOVER
+    if verify is None:
+        return await merge_observation(
+            store, taken, None, source, events, replayed=False, method=_TAKE_OVER, taken_over=True
+        )
+    observation = await observe(verify, taken, source, taken.attempts)
+    if observation.status is ActionStatus.FAILED:
+        records = list(taken.attempt_records)
+        stranded = records[-1]
+        records[-1] = dataclasses.replace(
+            stranded,
+            # The execution was never seen; the verifier proved it absent.
+            execution_status=stranded.execution_status or ActionStatus.UNKNOWN,
+            verification_status=ActionStatus.FAILED,
+            retry_decision="retry",
+            finished_at=stranded.finished_at or utc_now(),
+        )
+        status = aggregate_attempts(
+            [attempt_evidence(r.execution_status, r.verification_status) for r in records]
+        )
+        if status is not None and policy.should_retry(status, taken.attempts, True):
+            observations = with_observation(records, taken.observations, observation.record)
+            return taken.evolve(
+                attempt_records=tuple(records),
+                metadata=protocol_metadata(caller_metadata(taken), observations, None),
+            )
+    return await merge_observation(
+        store,
+        taken,
+        observation,
+        source,
+        events,
+        replayed=False,
+        method=_TAKE_OVER,
+        taken_over=True,
+    )
+
+
+def _zombie_merged(
+    current: ActionReceipt,
+    finished: AttemptRecord,
+    observation: VerificationObservation | None,
+) -> ActionReceipt | None:
+    """``current`` with a fenced worker's facts about its attempt merged in; None if nothing new."""
+    if not 1 <= finished.number <= len(current.attempt_records):
+        return None  # attempts are counted before invocation, so this cannot be ours
+    records = list(current.attempt_records)
+    stored = records[finished.number - 1]
+    execution = stored.execution_status
+    seen = finished.execution_status
+    # What the zombie saw directly outranks "never seen" and "ambiguous"; a
+    # success it saw is evidence that the effect happened, whatever else says.
+    if seen is not None and (
+        execution in (None, ActionStatus.UNKNOWN) or seen is ActionStatus.CONFIRMED
+    ):
+        execution = seen
+    records[finished.number - 1] = dataclasses.replace(
+        stored,
+        execution_status=execution,
+        verification_status=stored.verification_status or finished.verification_status,
+        error=stored.error or finished.error,
+        provider_request_id=stored.provider_request_id or finished.provider_request_id,
+        finished_at=stored.finished_at or finished.finished_at,
+    )
+    observations = current.observations
+    if observation is not None and all(
+        dataclasses.replace(o, number=None) != dataclasses.replace(observation, number=None)
+        for o in observations
+    ):
+        observations = with_observation(records, observations, observation)
+    if tuple(records) == current.attempt_records and observations == current.observations:
+        return None
+    changes: dict[str, Any] = {}
+    settlement = None
+    if current.claim_state is ClaimState.COMPLETED:
+        settlement = settle(records, observations)
+        changes = {
+            "execution_status": settlement.execution_status,
+            "verification_status": settlement.verification_status,
+            "final_status": settlement.final_status,
+            "provider_request_id": settlement.provider_request_id,
+        }
+    return current.evolve(
+        attempt_records=tuple(records),
+        metadata=protocol_metadata(
+            caller_metadata(current), observations, settlement, current.recovery
+        ),
+        version=current.version + 1,
+        updated_at=utc_now(),
+        **changes,
+    )
+
+
+async def merge_zombie_evidence(
+    store: ProvenLedger,
+    stored: ActionReceipt,
+    finished: AttemptRecord,
+    observation: VerificationObservation | None,
+    events: EventSink,
+) -> ActionReceipt:
+    """Merge a fenced worker's attempt into the receipt as it is now; returns what is stored.
+
+    Best effort against concurrent writers (re-read and re-merge); a ledger
+    error leaves the evidence in the ClaimFencedError the caller raises.
+    """
+    current = stored
+    for _ in range(MAX_MERGE_ROUNDS):
+        proposed = _zombie_merged(current, finished, observation)
+        if proposed is None:
+            return current
+        try:
+            newer = await store.merge(proposed, current)
+        except Exception:
+            return current
+        if newer is None:
+            events.emit(EventKind.ZOMBIE_EVIDENCE_MERGED, proposed, attempt=finished.number)
+            return proposed
+        current = newer
+    return current
+
+
+async def recover_stale(
+    store: ProvenLedger,
+    verify: VerifyFn | None,
+    tenure: Tenure,
+    events: EventSink,
+    limit: int,
+) -> list[ActionResult[Any]]:
+    """Settle up to ``limit`` claims whose lease ran out, never invoking anything.
+
+    Each is first taken over (so a worker that renewed meanwhile keeps it);
+    one that never started an attempt is then released, one that did is
+    settled read-only like any takeover. Returns the settled results.
+    """
+    listing = getattr(store.ledger, "receipts", None)
+    if not callable(listing):
+        raise InvalidArgumentError(
+            f"ledger {type(store.ledger).__qualname__} cannot list receipts, so it cannot "
+            "be swept for stale claims"
+        )
+    sweeper = dataclasses.replace(tenure, lease=tenure.lease or DEFAULT_LEASE)
+    results: list[ActionResult[Any]] = []
+    for stale in await listing(stale=True, limit=limit):
+        try:
+            taken = await take_over(store, stale, sweeper, events)
+            if taken is None:
+                continue  # renewed, completed or taken over meanwhile
+            if taken.attempts == 0:
+                await store.release(taken, events)
+                continue
+            # The sweep has no operation to run, so its policy never retries.
+            settled = await settle_started(store, taken, verify, RetryPolicy(), events)
+        except DataoadError as exc:
+            events.emit(
+                EventKind.STALE_CLAIM_NOT_SETTLED,
+                stale,
+                level=logging.ERROR,
+                error=exc,
+                reason=bound_text(str(exc)),
+            )
+            continue
+        assert isinstance(settled, ActionResult)
+        results.append(settled)
+    return results

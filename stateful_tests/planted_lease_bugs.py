@@ -1,0 +1,181 @@
+"""Planted bugs in leases, takeover and fencing (appended to ``PLANTED_BUGS``).
+
+Each breaks one rule of ``dataoad._ledger_rules`` or ``dataoad._leases`` the
+way a careless change would, and names the properties of the runner
+machine that must report it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import pytest
+
+import dataoad._attempts as attempts_module
+import dataoad._leases as leases_module
+import dataoad.ledgers.memory as memory_module
+from dataoad import ActionReceipt, ActionStatus, ClaimState
+from dataoad._clock import utc_now
+from dataoad._ledger_rules import check_take_over, lease_expired, same_identity
+from stateful_tests.planted import PlantedBug, names
+
+__all__ = ["LEASE_BUGS"]
+
+
+def _renewal_after_takeover(mp: pytest.MonkeyPatch) -> dict[str, Any]:
+    # Renews any PENDING claim, whoever holds it now.
+    mp.setattr(memory_module, "check_renew", lambda current, token: current.is_pending)
+    return {}
+
+
+def _takeover_without_fencing(mp: pytest.MonkeyPatch) -> dict[str, Any]:
+    real_take_over = leases_module.take_over
+
+    def unfenced(current: ActionReceipt, proposed: ActionReceipt, now: Any) -> bool:
+        # Accepts a new owner under the same fencing token.
+        return (
+            lease_expired(current, now)
+            and proposed.version == current.version + 1
+            and same_identity(current, proposed)
+        )
+
+    async def same_token(store: Any, existing: ActionReceipt, tenure: Any, events: Any) -> Any:
+        lowered = dataclasses.replace(existing, fencing_token=existing.fencing_token - 1)
+        return await real_take_over(store, lowered, tenure, events)
+
+    mp.setattr(memory_module, "check_take_over", unfenced)
+    mp.setattr(attempts_module, "take_over", same_token)
+    return {}
+
+
+def _takeover_reinvokes_started_attempt(mp: pytest.MonkeyPatch) -> dict[str, Any]:
+    async def reinvokes(store: Any, taken: Any, call: Any, events: Any, tenure: Any) -> Any:
+        # Runs the operation again whatever the stranded claim had started.
+        return await attempts_module.run_attempts(
+            store, taken, call.operation, call.verify, call.policy, events, tenure, taken_over=True
+        )
+
+    mp.setattr(attempts_module, "_run_taken_over", reinvokes)
+    return {}
+
+
+def _expiry_judged_by_worker_clock(mp: pytest.MonkeyPatch) -> dict[str, Any]:
+    def worker_clock(current: ActionReceipt, proposed: ActionReceipt, now: Any) -> bool:
+        return check_take_over(current, proposed, utc_now())  # the caller's clock, not the ledger's
+
+    mp.setattr(memory_module, "check_take_over", worker_clock)
+    return {}
+
+
+def _zombie_overwrites_new_owner(mp: pytest.MonkeyPatch) -> dict[str, Any]:
+    def overwrite(current: ActionReceipt, finished: Any, observation: Any) -> Any:
+        if finished.execution_status is None:
+            return None
+        records = list(current.attempt_records)
+        records[finished.number - 1] = finished
+        status = finished.execution_status
+        # Writes what the zombie saw as the claim's outcome, over the new owner's.
+        return current.evolve(
+            claim_state=ClaimState.COMPLETED,
+            attempt_records=tuple(records),
+            execution_status=status,
+            verification_status=None,
+            final_status=status,
+            version=current.version + 1,
+            updated_at=utc_now(),
+        )
+
+    mp.setattr(leases_module, "_zombie_merged", overwrite)
+    return {}
+
+
+def _taker_retries_without_retry_safe_evidence(mp: pytest.MonkeyPatch) -> dict[str, Any]:
+    async def retries(store: Any, taken: Any, verify: Any, policy: Any, events: Any) -> Any:
+        records = list(taken.attempt_records)
+        records[-1] = dataclasses.replace(
+            records[-1],
+            execution_status=records[-1].execution_status or ActionStatus.UNKNOWN,
+            verification_status=ActionStatus.FAILED,  # assumed, never observed
+            retry_decision="retry",
+            finished_at=utc_now(),
+        )
+        if policy.should_retry(ActionStatus.FAILED, taken.attempts, True):
+            return taken.evolve(attempt_records=tuple(records))
+        return await real(store, taken, verify, policy, events)
+
+    real = leases_module.settle_started
+    mp.setattr(attempts_module, "settle_started", retries)
+    return {}
+
+
+def _zombie_evidence_dropped(mp: pytest.MonkeyPatch) -> dict[str, Any]:
+    async def dropped(store: Any, stored: Any, *rest: Any) -> Any:
+        return stored  # the fenced worker's observation is only in its exception
+
+    mp.setattr(attempts_module, "merge_zombie_evidence", dropped)
+    return {}
+
+
+LEASE_BUGS = [
+    PlantedBug(
+        "renewal-after-takeover",
+        "a holder paused past its lease renews after another took its claim over",
+        "runner",
+        names("takeovers-only-after-expiry"),
+        _renewal_after_takeover,
+    ),
+    PlantedBug(
+        "takeover-without-fencing",
+        "a takeover of an expired claim",
+        "runner",
+        names("takeovers-only-after-expiry", "at-most-one-live-owner"),
+        _takeover_without_fencing,
+    ),
+    PlantedBug(
+        "takeover-reinvokes-started-attempt",
+        "a takeover of a claim whose attempt had started",
+        "runner",
+        names(
+            "no-second-mutation-of-a-claim-by-anyone",
+            "no-second-mutation-after-unknown",
+            "invocations-bounded-by-policy",
+        ),
+        _takeover_reinvokes_started_attempt,
+    ),
+    PlantedBug(
+        "expiry-judged-by-worker-clock",
+        "a duplicate meeting a live claim, its own clock past the lease",
+        "runner",
+        names("takeovers-only-after-expiry"),
+        _expiry_judged_by_worker_clock,
+    ),
+    PlantedBug(
+        "zombie-overwrites-new-owner",
+        "a holder paused past its lease finishes after the takeover",
+        "runner",
+        names(
+            "takeovers-only-after-expiry",
+            "status-permitted-by-recorded-evidence",
+            "unknown-evidence-never-erased",
+            "failed-requires-no-effect-now-or-later",
+            "zombie-evidence-never-lost",
+            "receipts-never-lost-and-only-move-forward",
+        ),
+        _zombie_overwrites_new_owner,
+    ),
+    PlantedBug(
+        "taker-retries-without-retry-safe-evidence",
+        "a takeover of a started claim under a policy that retries FAILED",
+        "runner",
+        names("no-second-mutation-of-a-claim-by-anyone", "no-second-mutation-after-unknown"),
+        _taker_retries_without_retry_safe_evidence,
+    ),
+    PlantedBug(
+        "zombie-evidence-dropped",
+        "a holder paused past its lease sees its charge succeed after the takeover",
+        "runner",
+        names("zombie-evidence-never-lost"),
+        _zombie_evidence_dropped,
+    ),
+]

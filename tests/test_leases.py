@@ -1,0 +1,507 @@
+"""Leases, takeover and fencing through the runner: what a caller sees.
+
+The ledger-level rules are in the contract (``dataoad.testing.LeaseContract``);
+the runner machine races them. These are the fixed scenarios, each on the
+in-memory ledger with a clock of its own (the ledger's clock alone judges
+leases), and the clock-skew checks on SQLite and PostgreSQL.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import dataoad._clock as clock_module
+from dataoad import (
+    ActionInProgressError,
+    ActionRunner,
+    ActionStatus,
+    ClaimFencedError,
+    InMemoryLedger,
+    InvalidArgumentError,
+    RetryPolicy,
+    SQLiteLedger,
+    SyncActionRunner,
+    VerificationResult,
+    current_attempt,
+)
+from dataoad.testing import ManualClock
+from stateful_tests.services import postgres_dsn, unique_table
+
+REQUEST = {"amount": 100}
+LEASE = 30.0
+
+
+class Crash(BaseException):
+    """A worker dying mid-call (not an Exception, so the runner records nothing)."""
+
+
+def counting(value: Any = "ok") -> Any:
+    calls: list[int] = []
+
+    async def op() -> Any:
+        calls.append(1)
+        return value
+
+    op.calls = calls  # type: ignore[attr-defined]
+    return op
+
+
+async def crash_after_start(runner: ActionRunner, key: str = "k") -> None:
+    async def dies() -> None:
+        raise Crash
+
+    with pytest.raises(Crash):
+        await runner.execute("charge", dies, request=REQUEST, idempotency_key=key)
+
+
+async def crash_before_start(ledger: InMemoryLedger, runner: ActionRunner) -> str:
+    """A worker that claimed and died before its attempt started."""
+    original = ledger.start_attempt
+
+    async def dies(receipt: Any, **lease: Any) -> bool:
+        raise Crash
+
+    ledger.start_attempt = dies  # type: ignore[method-assign]
+    with pytest.raises(Crash):
+        await runner.execute("charge", counting(), request=REQUEST, idempotency_key="k")
+    ledger.start_attempt = original  # type: ignore[method-assign]
+    stored = await ledger.find("charge", "k")
+    assert stored is not None
+    assert stored.attempts == 0
+    return stored.action_id
+
+
+def confirmed_by(reference: str) -> Any:
+    return lambda receipt: VerificationResult.confirmed(verified_provider_reference=reference)
+
+
+def absent_retry_safe(reference: str) -> Any:
+    return lambda receipt: VerificationResult.absent(
+        verified_provider_reference=reference, retry_safe=True
+    )
+
+
+async def test_a_live_claim_is_in_progress_and_an_expired_unstarted_one_is_run_by_the_taker() -> (
+    None
+):
+    clock = ManualClock()
+    ledger = InMemoryLedger(clock=clock)
+    dead = ActionRunner(ledger, owner="A", lease=LEASE)
+    action_id = await crash_before_start(ledger, dead)
+    taker = ActionRunner(ledger, owner="B", lease=LEASE)
+    op = counting()
+    clock.advance(LEASE - 1)
+    with pytest.raises(ActionInProgressError):
+        await taker.execute("charge", op, request=REQUEST, idempotency_key="k")
+    clock.advance(1)
+    result = await taker.execute("charge", op, request=REQUEST, idempotency_key="k")
+    assert result.taken_over is True
+    assert result.status is ActionStatus.CONFIRMED
+    assert op.calls == [1]
+    assert result.receipt.action_id == action_id
+    assert result.receipt.owner == "B"
+    assert result.receipt.fencing_token == 2
+    assert result.receipt.lease_expires_at is None  # completed
+    replay = await taker.execute("charge", op, request=REQUEST, idempotency_key="k")
+    assert replay.replayed
+    assert replay.taken_over is False
+    assert op.calls == [1]
+
+
+async def test_an_expired_started_claim_without_a_verifier_completes_unknown_uninvoked() -> None:
+    clock = ManualClock()
+    ledger = InMemoryLedger(clock=clock)
+    await crash_after_start(ActionRunner(ledger, owner="A"))
+    clock.advance(LEASE)
+    op = counting()
+    result = await ActionRunner(ledger, owner="B").execute(
+        "charge", op, request=REQUEST, idempotency_key="k", policy=RetryPolicy(max_attempts=3)
+    )
+    assert op.calls == []
+    assert result.taken_over
+    assert result.status is ActionStatus.UNKNOWN
+    assert result.receipt.attempts == 1
+    assert result.receipt.recovery is not None
+    assert result.receipt.recovery.method == "take_over"
+
+
+async def test_an_expired_started_claim_is_settled_by_bound_evidence_only() -> None:
+    clock = ManualClock()
+    ledger = InMemoryLedger(clock=clock)
+
+    async def dies() -> None:
+        raise Crash
+
+    for key in ("bound", "unbound"):
+        with pytest.raises(Crash):
+            await ActionRunner(ledger, owner="A").execute(
+                "charge", dies, request=REQUEST, idempotency_key=key, provider_reference=key
+            )
+    clock.advance(LEASE)
+    op = counting()
+    taker = ActionRunner(ledger, owner="B")
+    confirmed = await taker.execute(
+        "charge",
+        op,
+        request=REQUEST,
+        idempotency_key="bound",
+        provider_reference="bound",
+        verifier=confirmed_by("bound"),
+    )
+    assert confirmed.status is ActionStatus.CONFIRMED
+    assert confirmed.taken_over
+    # A confirmation of some other reference proves nothing about this claim.
+    other = await taker.execute(
+        "charge",
+        op,
+        request=REQUEST,
+        idempotency_key="unbound",
+        provider_reference="unbound",
+        verifier=confirmed_by("elsewhere"),
+    )
+    assert other.status is ActionStatus.UNKNOWN
+    assert op.calls == []
+
+
+async def test_a_taken_over_attempt_is_retried_only_on_retry_safe_absence_and_policy() -> None:
+    clock = ManualClock()
+    ledger = InMemoryLedger(clock=clock)
+
+    async def dies() -> None:
+        raise Crash
+
+    with pytest.raises(Crash):
+        await ActionRunner(ledger, owner="A").execute(
+            "charge", dies, request=REQUEST, idempotency_key="k", provider_reference="ref"
+        )
+    clock.advance(LEASE)
+    op = counting()
+    # Retry-safe absence, but a policy that does not retry: settled FAILED, not invoked.
+    failed = await ActionRunner(ledger, owner="B").execute(
+        "charge",
+        op,
+        request=REQUEST,
+        idempotency_key="k",
+        provider_reference="ref",
+        verifier=absent_retry_safe("ref"),
+    )
+    assert failed.status is ActionStatus.FAILED
+    assert op.calls == []
+    with pytest.raises(Crash):
+        await ActionRunner(ledger, owner="A").execute(
+            "charge", dies, request=REQUEST, idempotency_key="k2", provider_reference="ref2"
+        )
+    clock.advance(LEASE)
+    retried = await ActionRunner(ledger, owner="B").execute(
+        "charge",
+        op,
+        request=REQUEST,
+        idempotency_key="k2",
+        provider_reference="ref2",
+        verifier=absent_retry_safe("ref2"),
+        policy=RetryPolicy(max_attempts=2, retry_on_failed=True),
+    )
+    assert op.calls == [1]
+    assert retried.taken_over
+    assert retried.receipt.attempts == 2
+    assert retried.receipt.attempt_records[0].verification_status is ActionStatus.FAILED
+    assert retried.receipt.attempt_records[0].retry_decision == "retry"
+    # The verifier's read-back after the return decides: still absent, so not CONFIRMED.
+    assert retried.status is ActionStatus.FAILED
+
+
+async def test_a_zombie_is_fenced_and_its_success_is_kept_as_evidence() -> None:
+    clock = ManualClock()
+    ledger = InMemoryLedger(clock=clock)
+    started = asyncio.Event()
+    finish = asyncio.Event()
+
+    async def slow_charge() -> str:
+        started.set()
+        await finish.wait()
+        return "ch_1"
+
+    zombie = asyncio.create_task(
+        ActionRunner(ledger, owner="A").execute(
+            "charge", slow_charge, request=REQUEST, idempotency_key="k"
+        )
+    )
+    await started.wait()
+    clock.advance(LEASE)  # A is paused past its lease (a GC pause, a partition)
+    taker_op = counting()
+    taken = await ActionRunner(ledger, owner="B").execute(
+        "charge", taker_op, request=REQUEST, idempotency_key="k"
+    )
+    assert taken.status is ActionStatus.UNKNOWN
+    assert taker_op.calls == []
+    finish.set()
+    with pytest.raises(ClaimFencedError) as info:
+        await zombie
+    error = info.value
+    assert error.operation_invoked is True
+    assert error.observed_status is ActionStatus.CONFIRMED
+    assert error.receipt is not None
+    stored = await ledger.get(error.receipt.action_id)
+    assert stored is not None
+    assert stored.owner == "B"  # the zombie never overwrote the new owner's record
+    assert stored.attempt_records[0].execution_status is ActionStatus.CONFIRMED
+    assert stored.final_status is ActionStatus.CONFIRMED  # its success is evidence
+
+
+async def test_a_zombie_that_did_not_start_invokes_nothing() -> None:
+    clock = ManualClock()
+    ledger = InMemoryLedger(clock=clock)
+    gate = asyncio.Event()
+    original = ledger.start_attempt
+
+    async def paused_start(receipt: Any, **lease: Any) -> bool:
+        if receipt.owner == "A":
+            await gate.wait()
+        return await original(receipt, **lease)
+
+    ledger.start_attempt = paused_start  # type: ignore[method-assign]
+    op = counting()
+    zombie = asyncio.create_task(
+        ActionRunner(ledger, owner="A").execute("charge", op, request=REQUEST, idempotency_key="k")
+    )
+    await asyncio.sleep(0.01)
+    clock.advance(LEASE)
+    taken = await ActionRunner(ledger, owner="B").execute(
+        "charge", op, request=REQUEST, idempotency_key="k"
+    )
+    assert taken.taken_over
+    assert op.calls == [1]
+    gate.set()
+    with pytest.raises(ClaimFencedError) as info:
+        await zombie
+    assert info.value.operation_invoked is False
+    assert op.calls == [1]
+
+
+async def test_the_runner_renews_its_lease_while_the_attempt_runs() -> None:
+    ledger = InMemoryLedger()
+    release = asyncio.Event()
+
+    async def long_charge() -> str:
+        await release.wait()
+        return "ch"
+
+    holder = asyncio.create_task(
+        ActionRunner(ledger, owner="A", lease=0.3).execute(
+            "charge", long_charge, request=REQUEST, idempotency_key="k"
+        )
+    )
+    await asyncio.sleep(1.0)  # more than three leases: only renewals keep the claim
+    other = counting()
+    with pytest.raises(ActionInProgressError):
+        await ActionRunner(ledger, owner="B", lease=0.3).execute(
+            "charge", other, request=REQUEST, idempotency_key="k"
+        )
+    release.set()
+    result = await holder
+    assert result.status is ActionStatus.CONFIRMED
+    assert other.calls == []
+
+
+def test_current_attempt_tells_sync_and_async_operations_their_fence() -> None:
+    seen: list[Any] = []
+
+    async def async_op() -> str:
+        seen.append(current_attempt())
+        return "ok"
+
+    def sync_op() -> str:
+        seen.append(current_attempt())
+        return "ok"
+
+    async def scenario() -> None:
+        ledger = InMemoryLedger()
+        runner = ActionRunner(ledger, owner="A")
+        await runner.execute(
+            "charge", async_op, request=REQUEST, idempotency_key="a", provider_reference="r"
+        )
+        await runner.execute("charge", sync_op, request=REQUEST, idempotency_key="s")
+
+    assert current_attempt() is None
+    asyncio.run(scenario())
+    with SyncActionRunner(InMemoryLedger()) as sync_runner:
+        sync_runner.execute("charge", sync_op, request=REQUEST, idempotency_key="t")
+    assert [(c.idempotency_key, c.attempt, c.fencing_token) for c in seen] == [
+        ("a", 1, 1),
+        ("s", 1, 1),
+        ("t", 1, 1),
+    ]
+    assert seen[0].provider_reference == "r"
+    assert current_attempt() is None
+
+
+async def test_recover_stale_settles_every_expired_claim_without_invoking() -> None:
+    clock = ManualClock()
+    ledger = InMemoryLedger(clock=clock)
+    dead = ActionRunner(ledger, owner="A")
+    await crash_after_start(dead, key="started")
+    unstarted = await crash_before_start(ledger, dead)
+    live = ActionRunner(ledger, owner="L")
+    await live.execute("charge", counting(), request=REQUEST, idempotency_key="done")
+    sweeper = ActionRunner(ledger, owner="S")
+    assert await sweeper.recover_stale() == []  # nothing has expired yet
+    clock.advance(LEASE)
+    results = await sweeper.recover_stale()
+    assert [r.receipt.idempotency_key for r in results] == ["started"]
+    assert results[0].status is ActionStatus.UNKNOWN
+    assert results[0].taken_over
+    assert await ledger.get(unstarted) is None  # released: nothing ever ran
+    assert await ledger.receipts(pending=True) == []
+
+
+def test_progress_a_stranded_claim_is_settled_within_one_lease_and_one_sweep() -> None:
+    """Progress: after any crash, one lease and one sweep leave no PENDING claim."""
+
+    async def scenario() -> None:
+        clock = ManualClock()
+        ledger = InMemoryLedger(clock=clock)
+        dead = ActionRunner(ledger, owner="A")
+        for key in ("a", "b", "c"):
+            await crash_after_start(dead, key=key)
+        clock.advance(LEASE)
+        await ActionRunner(ledger, owner="S").recover_stale(limit=100)
+        assert await ledger.receipts(pending=True) == []
+
+    asyncio.run(scenario())
+
+
+@pytest.mark.parametrize("lease", [0, -1, math.nan, math.inf, "30", True, 86_401, [1]], ids=repr)
+def test_bad_leases_are_refused_before_anything(lease: Any) -> None:
+    with pytest.raises(InvalidArgumentError, match="lease"):
+        ActionRunner(InMemoryLedger(), lease=lease)
+
+
+@pytest.mark.parametrize("owner", ["", 3, "x" * 201, "a\ud800"], ids=repr)
+def test_bad_owners_are_refused(owner: Any) -> None:
+    with pytest.raises(InvalidArgumentError, match="owner"):
+        ActionRunner(InMemoryLedger(), owner=owner)
+
+
+def test_a_ledger_without_leases_needs_lease_none() -> None:
+    class OldLedger:
+        async def claim(self, receipt: Any) -> Any: ...
+        async def get(self, action_id: str) -> Any: ...
+        async def find(self, name: str, key: str) -> Any: ...
+        async def start_attempt(self, receipt: Any) -> Any: ...
+        async def record(self, receipt: Any) -> Any: ...
+        async def release(self, action_id: str, version: int) -> Any: ...
+        async def close(self) -> None: ...
+
+    with pytest.raises(InvalidArgumentError, match="lease=None"):
+        ActionRunner(OldLedger())  # type: ignore[arg-type]
+    assert ActionRunner(OldLedger(), lease=None).lease is None  # type: ignore[arg-type]
+
+
+async def test_recover_stale_refuses_a_bad_limit_before_the_ledger() -> None:
+    runner = ActionRunner(InMemoryLedger())
+    for bad in (0, -1, 10_001, 1.5, "5"):
+        with pytest.raises(InvalidArgumentError, match="limit"):
+            await runner.recover_stale(limit=bad)  # type: ignore[arg-type]
+
+
+def test_a_worker_clock_far_ahead_never_takes_a_live_sqlite_claim(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Skew: only the ledger's clock decides; a taker whose own clock is an hour ahead waits."""
+    ledger_clock = ManualClock()
+
+    async def scenario() -> None:
+        async with SQLiteLedger(tmp_path / "l.sqlite3", clock=ledger_clock) as ledger:
+            await crash_after_start(ActionRunner(ledger, owner="A"))
+        real = clock_module.utc_now
+        monkeypatch.setattr(clock_module, "utc_now", lambda: real().replace(year=2099))
+        async with SQLiteLedger(tmp_path / "l.sqlite3", clock=ledger_clock) as ledger:
+            with pytest.raises(ActionInProgressError):
+                await ActionRunner(ledger, owner="B").execute(
+                    "charge", counting(), request=REQUEST, idempotency_key="k"
+                )
+            ledger_clock.advance(LEASE)
+            taken = await ActionRunner(ledger, owner="B").execute(
+                "charge", counting(), request=REQUEST, idempotency_key="k"
+            )
+            assert taken.taken_over
+
+    asyncio.run(scenario())
+
+
+def test_postgres_judges_leases_by_the_server_clock(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Skew on PostgreSQL: clients whose clocks are a day ahead or behind change nothing."""
+    from dataoad import PostgresLedger
+
+    dsn, table = postgres_dsn(), unique_table()
+
+    async def scenario() -> None:
+        async with PostgresLedger(dsn, table=table) as ledger:
+            await ledger.migrate()
+            await crash_after_start(ActionRunner(ledger, owner="A", lease=1.0))
+            real = clock_module.utc_now
+            for skew_years in (1, -1):
+                monkeypatch.setattr(
+                    clock_module,
+                    "utc_now",
+                    lambda s=skew_years: real().replace(year=real().year + s),
+                )
+                with pytest.raises(ActionInProgressError):
+                    await ActionRunner(ledger, owner="B", lease=1.0).execute(
+                        "charge", counting(), request=REQUEST, idempotency_key="k"
+                    )
+            await asyncio.sleep(1.2)  # the server's clock passes the lease
+            taken = await ActionRunner(ledger, owner="B", lease=1.0).execute(
+                "charge", counting(), request=REQUEST, idempotency_key="k"
+            )
+            assert taken.taken_over
+            assert taken.status is ActionStatus.UNKNOWN
+
+    asyncio.run(scenario())
+
+
+def test_the_cli_lists_and_sweeps_stale_claims(tmp_path: Path) -> None:
+    """`receipts list --stale` shows expired claims; `recover --stale --yes` settles them."""
+    import subprocess
+    import sys
+    import time
+
+    path = tmp_path / "ledger.sqlite3"
+
+    async def strand() -> None:
+        async with SQLiteLedger(path) as ledger:
+            await crash_after_start(ActionRunner(ledger, owner="A", lease=0.2), key="s")
+            await ActionRunner(ledger).execute(
+                "charge", counting(), request=REQUEST, idempotency_key="done"
+            )
+
+    asyncio.run(strand())
+
+    def cli(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-m", "dataoad", *args, "--ledger", str(path)],
+            capture_output=True,
+            text=True,
+            check=False,
+            stdin=subprocess.DEVNULL,
+        )
+
+    time.sleep(0.3)
+    listed = cli("receipts", "list", "--stale", "--json")
+    assert listed.returncode == 0, listed.stderr
+    assert [r["idempotency_key"] for r in json.loads(listed.stdout)] == ["s"]
+    refused = cli("recover", "--stale")
+    assert refused.returncode == 2  # no terminal to confirm on, and no --yes
+    both = cli("recover", "deadbeef", "--stale", "--yes")
+    assert both.returncode == 2
+    swept = cli("recover", "--stale", "--yes")
+    assert swept.returncode == 3, swept.stderr  # settled, but UNKNOWN without a verifier
+    assert "UNKNOWN" in swept.stdout
+    after = cli("receipts", "list", "--stale", "--json")
+    assert json.loads(after.stdout) == []
