@@ -7,17 +7,32 @@ flight, and a fence a verifier uses before it may call an absence final.
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import enum
 import itertools
+import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from dataoad import ActionRunner, IdempotencyConflictError, Ledger, VerificationResult
+from dataoad import (
+    ActionResult,
+    ActionRunner,
+    ClaimFencedError,
+    DefinitiveFailure,
+    IdempotencyConflictError,
+    Ledger,
+    VerificationResult,
+    current_attempt,
+)
 from dataoad.testing import CheckFn, LedgerFactory, SafetyReport, default_ledgers, run_checks
 
-#: Builds the runner a check uses; tests swap in deliberately broken runners.
-RunnerFactory = Callable[[Ledger], ActionRunner]
+#: Builds the runner a check uses (the ledger, then ActionRunner's options);
+#: tests swap in deliberately broken runners.
+RunnerFactory = Callable[..., ActionRunner]
+
+#: The lease of the zombie checks: short, so a check waits little for it to run out.
+ZOMBIE_LEASE = 0.2
 
 
 class Fault(enum.Enum):
@@ -38,6 +53,20 @@ class ProviderState:
     in_flight: dict[str, list[dict[str, Any]]] = dataclasses.field(default_factory=dict)
     calls: int = 0
     ids: itertools.count[int] = dataclasses.field(default_factory=lambda: itertools.count(1))
+    #: reference -> the highest fencing token seen; requests with older ones are refused.
+    fences: dict[str, int] = dataclasses.field(default_factory=dict)
+    fenced_refusals: int = 0
+
+    def check_fence(self, reference: str, fencing_token: int | None) -> None:
+        """Refuse a request whose fencing token is older than one already seen (a zombie's)."""
+        if fencing_token is None:
+            return
+        if fencing_token < self.fences.get(reference, 0):
+            self.fenced_refusals += 1
+            raise DefinitiveFailure(
+                f"refused: fencing token {fencing_token} is older than {self.fences[reference]}"
+            )
+        self.fences[reference] = fencing_token
 
     def new_id(self, prefix: str) -> str:
         return f"{prefix}_{next(self.ids)}"
@@ -57,8 +86,13 @@ class ProviderState:
             raise ConnectionResetError("connection reset after the provider committed")
         return record
 
-    def fence(self, reference: str) -> int:
-        """Make every pending request for the reference terminal: it can never commit."""
+    def fence(self, reference: str, fencing_token: int | None = None) -> int:
+        """Make every pending request for the reference terminal: it can never commit.
+
+        With ``fencing_token``, also refuse later requests with an older token.
+        """
+        if fencing_token is not None:
+            self.fences[reference] = max(self.fences.get(reference, 0), fencing_token)
         return len(self.in_flight.pop(reference, []))
 
     def pending(self, reference: str) -> bool:
@@ -109,10 +143,11 @@ def read_back(
     *,
     fence: bool,
     request_id: Callable[[dict[str, Any]], str],
+    fencing_token: int | None = None,
 ) -> VerificationResult:
     """The verdict of a careful read: confirmed, or absent (retry-safe only when nothing can land)."""
     if fence:
-        state.fence(reference)
+        state.fence(reference, fencing_token)
     records = state.effects.get(reference, [])
     if records:
         return VerificationResult.confirmed(
@@ -121,6 +156,55 @@ def read_back(
     return VerificationResult.absent(
         verified_provider_reference=reference, retry_safe=not state.pending(reference)
     )
+
+
+class PausedHeartbeat:
+    """The clock of a worker whose process is paused (a GC pause, SIGSTOP): it never renews."""
+
+    def monotonic(self) -> float:
+        return time.monotonic()
+
+    async def sleep(self, seconds: float) -> None:
+        await asyncio.Event().wait()
+
+
+def fencing_token() -> int | None:
+    """The running attempt's fencing token, as an operation passes it to its provider."""
+    attempt = current_attempt()
+    return None if attempt is None else attempt.fencing_token
+
+
+Execute = Callable[[ActionRunner, Callable[[], Awaitable[None]]], Awaitable[ActionResult[Any]]]
+
+
+async def zombie_and_taker(
+    ledger: Ledger, new_runner: RunnerFactory, execute: Execute
+) -> tuple[ActionResult[Any], BaseException | None]:
+    """A worker pauses before sending, past its lease; another takes over; the first resumes.
+
+    ``execute(runner, before_send)`` runs the action, awaiting ``before_send()``
+    just before the provider call. Returns the taker's result and the
+    zombie's error (a ClaimFencedError when the runner fenced it).
+    """
+    paused, resume = asyncio.Event(), asyncio.Event()
+
+    async def before_send() -> None:
+        if fencing_token() == 1:  # only the first owner pauses
+            paused.set()
+            await resume.wait()
+
+    zombie = asyncio.create_task(
+        execute(new_runner(ledger, lease=ZOMBIE_LEASE, clock=PausedHeartbeat()), before_send)
+    )
+    await paused.wait()
+    await asyncio.sleep(ZOMBIE_LEASE * 1.5)  # its lease runs out on the ledger's clock
+    taken = await execute(new_runner(ledger, lease=ZOMBIE_LEASE), before_send)
+    resume.set()
+    try:
+        await zombie
+    except ClaimFencedError as exc:
+        return taken, exc
+    return taken, None
 
 
 def broken_runner_factories() -> dict[str, RunnerFactory]:

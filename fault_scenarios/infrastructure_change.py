@@ -17,7 +17,14 @@ from dataoad.testing import (
     SafetyReport,
     expect,
 )
-from fault_scenarios._kit import Fault, FaultScript, RunnerFactory, run_scenario
+from fault_scenarios._kit import (
+    Fault,
+    FaultScript,
+    RunnerFactory,
+    fencing_token,
+    run_scenario,
+    zombie_and_taker,
+)
 
 ACTION = "scale_service"
 CHANGE = "chg-2024-11-30-a"
@@ -33,9 +40,26 @@ class FakeConfigStore:
         self.replicas = 2
         self.applied: list[str] = []  # change ids, in order
         self.calls = 0
+        #: The highest fencing token seen; writes with an older one are refused.
+        self.fence = 0
+        self.fenced_refusals = 0
 
-    async def apply(self, *, expected_etag: str, replicas: int, change_id: str) -> str:
+    async def apply(
+        self,
+        *,
+        expected_etag: str,
+        replicas: int,
+        change_id: str,
+        fencing_token: int | None = None,
+    ) -> str:
         self.calls += 1
+        if fencing_token is not None:
+            if fencing_token < self.fence:
+                self.fenced_refusals += 1
+                raise DefinitiveFailure(
+                    f"refused: fencing token {fencing_token} is older than {self.fence}"
+                )
+            self.fence = fencing_token
         fault = self.script.next()
         if fault is Fault.REFUSED_BEFORE_SEND:
             raise ConnectionRefusedError("control plane unreachable")
@@ -61,6 +85,8 @@ class ResourceReader:
 
     def verify(self, receipt: Any) -> VerificationResult:
         change = receipt.provider_reference
+        # Fence first: a worker whose claim was taken over cannot apply it late.
+        self.store.fence = max(self.store.fence, receipt.fencing_token)
         if change in self.store.applied:
             return VerificationResult.confirmed(
                 verified_provider_reference=change, provider_request_id=change
@@ -134,12 +160,57 @@ def checks(new_runner: RunnerFactory) -> list[tuple[str, Any]]:
             observed(result, store),
         )
 
+    async def zombie_change_is_refused(ledger: Ledger) -> SafetyCheck:
+        store = FakeConfigStore()
+
+        async def execute(runner: ActionRunner, before_send: Any) -> Any:
+            async def send() -> str:
+                etag = store.etag  # read, then the worker may pause before it writes
+                await before_send()
+                return await store.apply(
+                    expected_etag=etag,
+                    replicas=5,
+                    change_id=CHANGE,
+                    fencing_token=fencing_token(),
+                )
+
+            return await runner.execute(
+                ACTION,
+                send,
+                request={"service": "checkout", "replicas": 5, "expected_etag": "v1"},
+                idempotency_key=CHANGE,
+                provider_reference=CHANGE,
+                risk="infrastructure",
+                verifier=ResourceReader(store),
+                policy=RETRY_FAILED,
+            )
+
+        taken, zombie = await zombie_and_taker(ledger, new_runner, execute)
+        return expect(
+            "A paused worker's late change is refused after a takeover",
+            {
+                "taken_over": True,
+                "zombie": "ClaimFencedError",
+                "fenced_refusals": 1,
+                "status": "CONFIRMED",
+                "changes": 1,
+            },
+            {
+                "taken_over": taken.taken_over,
+                "zombie": type(zombie).__name__,
+                "fenced_refusals": store.fenced_refusals,
+                "status": taken.status.value,
+                "changes": len(store.applied),
+            },
+        )
+
     return [
         ("Normal change", normal_change),
         ("Lost response after commit", lost_response_is_not_retried),
         ("Lost response, read back", lost_response_is_confirmed_by_reading),
         ("Stale etag", stale_etag_is_a_definitive_failure),
         ("Refused before send", refused_before_send_is_retried),
+        ("Zombie change after takeover", zombie_change_is_refused),
     ]
 
 

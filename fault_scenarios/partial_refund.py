@@ -21,8 +21,10 @@ from fault_scenarios._kit import (
     FaultScript,
     ProviderState,
     RunnerFactory,
+    fencing_token,
     read_back,
     run_scenario,
+    zombie_and_taker,
 )
 
 ACTION = "refund_charge"
@@ -41,7 +43,10 @@ class FakeRefundProvider:
     def refunded(self) -> int:
         return sum(r["amount"] for records in self.state.effects.values() for r in records)
 
-    async def refund(self, *, amount: int, refund_ref: str) -> dict[str, Any]:
+    async def refund(
+        self, *, amount: int, refund_ref: str, fencing_token: int | None = None
+    ) -> dict[str, Any]:
+        self.state.check_fence(refund_ref, fencing_token)
         if amount > CHARGED - self.refunded():
             self.state.calls += 1
             raise DefinitiveFailure("refund exceeds the remaining charge")
@@ -70,7 +75,11 @@ class LookOnlyVerifier:
 
 
 class CancellingVerifier(LookOnlyVerifier):
-    """Cancels pending requests for the reference first, so absence becomes final."""
+    """Cancels pending requests for the reference first, so absence becomes final.
+
+    It fences at the receipt's fencing token too: a worker whose claim was
+    taken over can no longer have its late refund accepted.
+    """
 
     def verify(self, receipt: Any) -> VerificationResult:
         return read_back(
@@ -78,6 +87,7 @@ class CancellingVerifier(LookOnlyVerifier):
             receipt.provider_reference,
             fence=True,
             request_id=lambda r: r["id"],
+            fencing_token=receipt.fencing_token,
         )
 
 
@@ -154,6 +164,47 @@ def checks(new_runner: RunnerFactory) -> list[tuple[str, Any]]:
             observed(result, provider),
         )
 
+    async def zombie_refund_is_refused(ledger: Ledger) -> SafetyCheck:
+        provider = FakeRefundProvider()
+
+        async def execute(runner: ActionRunner, before_send: Any) -> Any:
+            async def send() -> dict[str, Any]:
+                await before_send()
+                return await provider.refund(
+                    amount=2_500, refund_ref=REF, fencing_token=fencing_token()
+                )
+
+            return await runner.execute(
+                ACTION,
+                send,
+                request={"charge": "ch_9", "amount_cents": 2_500},
+                idempotency_key=REF,
+                provider_reference=REF,
+                risk="financial",
+                verifier=CancellingVerifier(provider),
+                policy=RETRY_FAILED,
+            )
+
+        taken, zombie = await zombie_and_taker(ledger, new_runner, execute)
+        return expect(
+            "A paused worker's late refund is refused after a takeover",
+            {
+                "taken_over": True,
+                "zombie": "ClaimFencedError",
+                "fenced_refusals": 1,
+                "status": "CONFIRMED",
+                "calls": 1,
+                "refunds": 1,
+                "refunded": 2_500,
+            },
+            {
+                "taken_over": taken.taken_over,
+                "zombie": type(zombie).__name__,
+                "fenced_refusals": provider.state.fenced_refusals,
+                **observed(taken, provider),
+            },
+        )
+
     async def over_refund_is_a_definitive_failure(ledger: Ledger) -> SafetyCheck:
         provider = FakeRefundProvider()
         result = await refund(new_runner(ledger), provider, amount=CHARGED + 1, policy=RETRY_FAILED)
@@ -169,6 +220,7 @@ def checks(new_runner: RunnerFactory) -> list[tuple[str, Any]]:
         ("Fenced absence allows one retry", fenced_absence_allows_one_retry),
         ("Timeout after commit", timeout_after_commit_is_not_refunded_twice),
         ("Over-refund", over_refund_is_a_definitive_failure),
+        ("Zombie refund after takeover", zombie_refund_is_refused),
     ]
 
 

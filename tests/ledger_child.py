@@ -5,8 +5,13 @@ action per key, in a shuffled order, and print a JSON summary. LEDGER is a
 SQLite file path, or ``postgresql://...#TABLE`` for PostgresLedger with its
 own pool on TABLE.
 
-``python -m tests.ledger_child crash DB EFFECTS POINT``: run one SQLite action
-and kill this process with SIGKILL at the named protocol point.
+``python -m tests.ledger_child crash LEDGER EFFECTS POINT [SYNCHRONOUS]``: run one
+action and kill this process with SIGKILL at the named protocol point
+(``during_completion``: SQLite only). The runner's lease is
+``$DATAOAD_CHILD_LEASE`` seconds (default 30).
+
+``python -m tests.ledger_child sweep LEDGER EFFECTS``: settle every stale
+claim with ``recover_stale`` and a verifier reading EFFECTS; print JSON.
 """
 
 from __future__ import annotations
@@ -21,7 +26,13 @@ import time
 from pathlib import Path
 from typing import Any
 
-from dataoad import ActionInProgressError, ActionRunner, PostgresLedger, SQLiteLedger
+from dataoad import (
+    ActionInProgressError,
+    ActionRunner,
+    PostgresLedger,
+    SQLiteLedger,
+    VerificationResult,
+)
 from dataoad.testing import FaultyLedger
 
 CRASH_POINTS = (
@@ -41,6 +52,19 @@ def record_effect(effects: Path, key: str) -> None:
         os.fsync(fd)
     finally:
         os.close(fd)
+
+
+class EffectsVerifier:
+    """Reads the external effects log; a dead worker can no longer commit."""
+
+    def __init__(self, effects: Path) -> None:
+        self.effects = effects
+
+    def verify(self, receipt: object) -> VerificationResult:
+        count = self.effects.read_text().split().count("order-1") if self.effects.exists() else 0
+        if count:
+            return VerificationResult.confirmed(verified_provider_reference="order-1")
+        return VerificationResult.absent(verified_provider_reference="order-1", retry_safe=True)
 
 
 def die() -> None:
@@ -86,8 +110,12 @@ async def contend(spec: str, effects: Path, keys: int, seed: int) -> dict[str, A
     }
 
 
-async def crash(db: Path, effects: Path, point: str, synchronous: str = "FULL") -> None:
-    ledger = SQLiteLedger(db, synchronous=synchronous)  # type: ignore[arg-type]
+async def crash(spec: str, effects: Path, point: str, synchronous: str = "FULL") -> None:
+    ledger = (
+        open_ledger(spec)
+        if spec.startswith("postgresql://")
+        else SQLiteLedger(spec, synchronous=synchronous)  # type: ignore[arg-type]
+    )
     faulty = FaultyLedger(ledger)
     calls: dict[str, int] = {}
 
@@ -131,10 +159,24 @@ async def crash(db: Path, effects: Path, point: str, synchronous: str = "FULL") 
             await arm_completion()
         return "done"
 
-    await ActionRunner(faulty).execute(
+    lease = float(os.environ.get("DATAOAD_CHILD_LEASE", "30"))
+    await ActionRunner(faulty, lease=lease, owner="worker").execute(
         "charge", op, request={"amount": 1}, idempotency_key="order-1", provider_reference="order-1"
     )
     raise SystemExit("the crash point was never reached")
+
+
+async def sweep(spec: str, effects: Path) -> dict[str, Any]:
+    """Another process's sweep: settle every stale claim, invoking nothing."""
+    async with open_ledger(spec) as ledger:
+        results = await ActionRunner(ledger, owner="sweeper").recover_stale(
+            EffectsVerifier(effects)
+        )
+        pending = await ledger.receipts(pending=True)
+    return {
+        "settled": [[r.receipt.idempotency_key, r.status.value] for r in results],
+        "pending": len(pending),
+    }
 
 
 def contend_in_processes(spec: str, effects: Path, keys: int, processes: int) -> list[Any]:
@@ -166,7 +208,9 @@ def main(argv: list[str]) -> None:
     if mode == "contend":
         print(json.dumps(asyncio.run(contend(spec, effects, int(argv[3]), int(argv[4])))))
     elif mode == "crash":
-        asyncio.run(crash(Path(spec), effects, argv[3], *argv[4:5]))
+        asyncio.run(crash(spec, effects, argv[3], *argv[4:5]))
+    elif mode == "sweep":
+        print(json.dumps(asyncio.run(sweep(spec, effects))))
     else:
         raise SystemExit(f"unknown mode {mode!r}")
 

@@ -505,3 +505,52 @@ def test_the_cli_lists_and_sweeps_stale_claims(tmp_path: Path) -> None:
     assert "UNKNOWN" in swept.stdout
     after = cli("receipts", "list", "--stale", "--json")
     assert json.loads(after.stdout) == []
+
+
+@pytest.mark.parametrize("honours_fencing", [True, False])
+async def test_a_provider_that_honours_fencing_refuses_the_zombies_late_request(
+    honours_fencing: bool,
+) -> None:
+    """The zombie's charge, sent after a takeover and a retry, lands only without fencing."""
+    from dataoad.testing import FakePaymentProvider, PaymentVerifier
+
+    clock = ManualClock()
+    ledger = InMemoryLedger(clock=clock)
+    provider = FakePaymentProvider()
+    paused = asyncio.Event()
+    resume = asyncio.Event()
+
+    async def charge() -> Any:
+        attempt = current_attempt()
+        assert attempt is not None
+        token = attempt.fencing_token if honours_fencing else None
+        if attempt.fencing_token == 1:
+            paused.set()
+            await resume.wait()  # a GC pause: the lease runs out meanwhile
+        return await provider.charge(
+            customer_id="c", amount_cents=100, client_reference="order-1", fencing_token=token
+        )
+
+    call = {
+        "request": REQUEST,
+        "idempotency_key": "order-1",
+        "provider_reference": "order-1",
+        "verifier": PaymentVerifier(provider),
+        "policy": RetryPolicy(max_attempts=2, retry_on_failed=True),
+    }
+    zombie = asyncio.create_task(ActionRunner(ledger, owner="A").execute("charge", charge, **call))
+    await paused.wait()
+    clock.advance(LEASE)
+    taken = await ActionRunner(ledger, owner="B").execute("charge", charge, **call)
+    assert taken.taken_over
+    assert taken.status is ActionStatus.CONFIRMED  # verified absent, retried, charged once
+    resume.set()
+    with pytest.raises(ClaimFencedError):
+        await zombie
+    if honours_fencing:
+        assert len(provider.charges) == 1
+        assert provider.fenced_refusals == 1
+    else:
+        # Exactly the limit leases cannot lift: a provider that ignores fencing
+        # accepts the zombie's late request.
+        assert len(provider.charges) == 2

@@ -23,12 +23,11 @@ from dataoad import (
     LedgerFileError,
     RecoveryRefusedError,
     SQLiteLedger,
-    VerificationResult,
 )
 from dataoad.ledgers._codec import row_of
 from dataoad.ledgers.sqlite import APPLICATION_ID, MIGRATIONS, SCHEMA_VERSION
 from dataoad.testing import make_receipt
-from tests.ledger_child import CRASH_POINTS, contend_in_processes
+from tests.ledger_child import CRASH_POINTS, EffectsVerifier, contend_in_processes
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -326,19 +325,6 @@ async def test_processes_contending_for_the_same_keys(tmp_path: Path) -> None:
 
 
 # -- crashes ----------------------------------------------------------------------------
-
-
-class EffectsVerifier:
-    """Reads the external effects log; the dead child can no longer commit."""
-
-    def __init__(self, effects: Path) -> None:
-        self.effects = effects
-
-    def verify(self, receipt: object) -> VerificationResult:
-        count = self.effects.read_text().split().count("order-1") if self.effects.exists() else 0
-        if count:
-            return VerificationResult.confirmed(verified_provider_reference="order-1")
-        return VerificationResult.absent(verified_provider_reference="order-1", retry_safe=True)
 
 
 # NORMAL too: the README promises it survives a process crash (not power loss).

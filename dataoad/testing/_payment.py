@@ -109,6 +109,12 @@ class FakePaymentProvider:
         self.charges: list[Charge] = []
         self.reversed: list[Charge] = []
         self._in_flight: list[Charge] = []
+        #: id(charge) of an in-flight request -> the fencing token it carried.
+        self._in_flight_tokens: dict[int, int] = {}
+        #: client_reference -> the highest fencing token seen: older ones are refused.
+        self._fences: dict[str, int] = {}
+        #: Requests refused because their fencing token was older than one already seen.
+        self.fenced_refusals = 0
         self._ids = itertools.count(1)
 
     def add_charge_fault(self, fault: ChargeFault) -> None:
@@ -126,9 +132,30 @@ class FakePaymentProvider:
     def _next_charge(self, customer_id: str, amount_cents: int, client_reference: str) -> Charge:
         return Charge(f"ch_{next(self._ids)}", customer_id, amount_cents, client_reference)
 
-    async def charge(self, *, customer_id: str, amount_cents: int, client_reference: str) -> Charge:
-        """Charge a customer; faults may hide whether the charge committed."""
+    async def charge(
+        self,
+        *,
+        customer_id: str,
+        amount_cents: int,
+        client_reference: str,
+        fencing_token: int | None = None,
+    ) -> Charge:
+        """Charge a customer; faults may hide whether the charge committed.
+
+        With ``fencing_token`` (pass ``dataoad.current_attempt().fencing_token``)
+        the provider refuses, committing nothing, a request whose token is
+        older than one it has already seen for the reference: a zombie's.
+        """
         self.charge_calls += 1
+        if fencing_token is not None:
+            if fencing_token < self._fences.get(client_reference, 0):
+                self.fenced_refusals += 1
+                raise DefinitiveFailure(
+                    f"refused: fencing token {fencing_token} is older than "
+                    f"{self._fences[client_reference]} for {client_reference}",
+                    retryable=False,
+                )
+            self.fence_below(client_reference, fencing_token)
         fault = self._charge_faults.pop(0) if self._charge_faults else None
         if fault is ChargeFault.TIMEOUT_BEFORE_COMMIT:
             raise TimeoutError("payment provider timed out before committing")
@@ -147,6 +174,8 @@ class FakePaymentProvider:
             return charge
         if fault is ChargeFault.TIMEOUT_IN_FLIGHT:
             self._in_flight.append(charge)
+            if fencing_token is not None:
+                self._in_flight_tokens[id(charge)] = fencing_token
             raise TimeoutError("payment provider timed out; the request is still in flight")
         self.charges.append(charge)
         if fault is ChargeFault.TIMEOUT_AFTER_COMMIT:
@@ -157,6 +186,25 @@ class FakePaymentProvider:
             raise ValueError("malformed provider response: expected JSON object")
         return charge
 
+    def fence_below(self, client_reference: str, fencing_token: int) -> int:
+        """Refuse, from now on, requests for the reference with an older fencing token.
+
+        In-flight requests that carried an older token are dropped (they can
+        no longer commit); returns how many.
+        """
+        self._fences[client_reference] = max(self._fences.get(client_reference, 0), fencing_token)
+        floor = self._fences[client_reference]
+        dropped = [
+            c
+            for c in self._in_flight
+            if c.client_reference == client_reference
+            and self._in_flight_tokens.get(id(c), floor) < floor
+        ]
+        for c in dropped:
+            self._in_flight.remove(c)
+            self._in_flight_tokens.pop(id(c), None)
+        return len(dropped)
+
     def in_flight(self, client_reference: str) -> bool:
         """Whether a request for this reference could still commit (the fence check)."""
         return any(c.client_reference == client_reference for c in self._in_flight)
@@ -166,12 +214,18 @@ class FakePaymentProvider:
         committed = len(self._in_flight)
         self.charges.extend(self._in_flight)
         self._in_flight.clear()
+        self._in_flight_tokens.clear()
         return committed
 
     def fence(self, client_reference: str) -> int:
         """Make in-flight requests for this reference terminal: they never commit."""
         before = len(self._in_flight)
         self._in_flight = [c for c in self._in_flight if c.client_reference != client_reference]
+        self._in_flight_tokens = {
+            key: token
+            for key, token in self._in_flight_tokens.items()
+            if any(id(c) == key for c in self._in_flight)
+        }
         return before - len(self._in_flight)
 
     def charges_for(self, client_reference: str) -> list[Charge]:
@@ -197,7 +251,9 @@ class PaymentVerifier:
 
     It echoes the reference the provider actually answered for, reports a
     stale read as DEGRADED, and claims ``retry_safe=True`` only after the
-    in-flight fence shows no request for the reference can still commit.
+    in-flight fence shows no request for the reference can still commit. It
+    first fences the reference at the receipt's fencing token, so the
+    requests of a worker whose claim was taken over are refused.
     """
 
     def __init__(self, provider: FakePaymentProvider) -> None:
@@ -208,6 +264,9 @@ class PaymentVerifier:
         reference = receipt.provider_reference
         if reference is None:
             return VerificationResult.unknown(reason="the receipt has no provider_reference")
+        # Raise the provider's fence to this claim's token first: a taken-over
+        # worker's late request can then no longer commit, so absence can be final.
+        self.provider.fence_below(reference, receipt.fencing_token)
         try:
             lookup = await self.provider.lookup(reference)
         except Exception as exc:
