@@ -4,7 +4,8 @@ Every scenario of the bound (``models.bounds``) is explored completely on
 the abstract protocol (``models.abstract``, the design itself): every
 interleaving of its contenders, every placement of up to ``fault budget``
 faults (each provider fault, ledger fault and verifier answer, at every
-gate), and up to one crash at every point. Exit 0 when nothing is
+gate), up to one crash at every point, and (in the lease scenarios) a
+lease running out at every point. Exit 0 when nothing is
 violated, 1 with the trace otherwise. The same scenarios on the real
 ActionRunner: ``python -m stateful_tests.exhaustive``.
 
@@ -18,7 +19,7 @@ import argparse
 import time
 from collections.abc import Sequence
 
-from models.bounds import BOUNDS
+from models.bounds import BOUNDS, LEASE_BOUNDS
 from models.explore import ExplorationResult, explore, report, report_total
 
 
@@ -31,6 +32,18 @@ def run_abstract(bound: str, depth: int = 40) -> list[ExplorationResult]:
         result = explore(
             f"abstract protocol: {name}, {faults} fault(s), {crashes} crash(es)",
             lambda plans=plans, faults=faults, crashes=crashes: AbstractRun(plans, faults, crashes),
+            depth=depth,
+        )
+        results.append(result)
+        if result.violation is not None:
+            return results
+    for name, plans, faults, crashes, expiries in LEASE_BOUNDS[bound]:
+        result = explore(
+            f"abstract protocol: {name}, {faults} fault(s), {crashes} crash(es), "
+            f"{expiries} lease expiry(ies)",
+            lambda plans=plans, faults=faults, crashes=crashes, expiries=expiries: AbstractRun(
+                plans, faults, crashes, expiries
+            ),
             depth=depth,
         )
         results.append(result)

@@ -59,6 +59,10 @@ POLICIES = {  # name -> (max attempts, retry FAILED, retry UNKNOWN)
 
 Program = Generator[tuple[str, ...], str, str]
 
+#: Every claim's lease, on the abstract ledger's clock; "lease runs out" moves
+#: the clock by one lease, so every claim not renewed since has expired.
+LEASE = 1.0
+
 
 @dataclasses.dataclass
 class State:
@@ -103,8 +107,8 @@ def _settle(state: State, receipt: ModelReceipt, ref: str, plan: ContenderPlan) 
     return f"{seen} (reconciled)"
 
 
-def execute(state: State, plan: ContenderPlan) -> Program:
-    """The runner's execute, as the seed describes it."""
+def execute(state: State, plan: ContenderPlan, me: str = "?") -> Program:
+    """The runner's execute, as the seed describes it, with leases."""
     ref = f"ref-{plan.key}"
     if plan.policy == "retry-unknown (escape hatch)":
         state.escape_hatch.add(ref)
@@ -112,13 +116,15 @@ def execute(state: State, plan: ContenderPlan) -> Program:
         return "persistence error, nothing invoked"
     existing = state.ledger.find(ACTION, plan.key)
     if existing is None:
-        proposed = ModelReceipt(f"a{next(state.ids)}", ACTION, plan.key, "h", True, 0, 1)
+        proposed = ModelReceipt(f"a{next(state.ids)}", ACTION, plan.key, "h", True, 0, 1, owner=me)
         decision = yield ("ledger.claim",)
         if decision == "write fails":
             return "persistence error, nothing invoked"
-        existing, created = state.ledger.claim(proposed)  # stored, answered or not
+        existing, created = state.ledger.claim(proposed, LEASE)  # stored, answered or not
         if created:
             return (yield from _attempts(state, plan, existing, ref))
+    if existing.pending and state.ledger.expired(existing):
+        return (yield from _take_over(state, plan, existing, ref, me))
     if existing.pending:
         return "in progress"
     if existing.final == UNKNOWN and plan.with_verifier:
@@ -126,16 +132,56 @@ def execute(state: State, plan: ContenderPlan) -> Program:
     return f"{existing.final} (replayed)"
 
 
-def _attempts(state: State, plan: ContenderPlan, receipt: ModelReceipt, ref: str) -> Program:
+def _take_over(
+    state: State, plan: ContenderPlan, existing: ModelReceipt, ref: str, me: str
+) -> Program:
+    """An expired claim: taken over under the next token, then invoked only if never started."""
+    proposed = dataclasses.replace(
+        existing, owner=me, token=existing.token + 1, version=existing.version + 1
+    )
+    decision = yield ("ledger.take_over",)
+    if decision == "write fails":
+        return "persistence error, nothing invoked"
+    if not state.ledger.take_over(proposed, LEASE):
+        return "in progress"  # renewed, settled or taken by another meanwhile
+    if decision == "acknowledgement lost":
+        return "persistence error, nothing invoked"
+    taken = state.ledger.by_id[existing.action_id]
+    if taken.attempts == 0:
+        return (yield from _attempts(state, plan, taken, ref))
+    max_attempts, retry_failed, _ = POLICIES[plan.policy]
+    seen = UNKNOWN
+    if plan.with_verifier:
+        answer = yield ("verifier", ref)
+        seen = classify_verification(_evidence(answer, state.world, ref, taken.attempts))
+    if seen == FAILED and retry_failed and taken.attempts < max_attempts:
+        # Retry-safe absence of the stranded attempt: a licence, as after any attempt.
+        state.retry_licences[ref] = state.retry_licences.get(ref, 0) + 1
+        return (yield from _attempts(state, plan, taken, ref, earlier=[FAILED]))
+    if (yield ("ledger.record",)) == "write fails":
+        return "persistence error, nothing invoked"
+    done = dataclasses.replace(taken, pending=False, final=seen, version=taken.version + 1)
+    if not state.ledger.record(done):
+        return "fenced, nothing invoked"
+    return f"{seen} (taken over)"
+
+
+def _attempts(
+    state: State,
+    plan: ContenderPlan,
+    receipt: ModelReceipt,
+    ref: str,
+    earlier: Sequence[str] = (),
+) -> Program:
     max_attempts, retry_failed, retry_unknown = POLICIES[plan.policy]
-    outcomes: list[Any] = []
+    outcomes: list[Any] = list(earlier)
     while True:
         started = dataclasses.replace(
             receipt, attempts=receipt.attempts + 1, version=receipt.version + 1
         )
         if (yield ("ledger.start_attempt",)) == "write fails":
             return "persistence error, not invoked"
-        if not state.ledger.start_attempt(started):
+        if not state.ledger.start_attempt(started, LEASE):
             return "persistence error, not invoked"
         receipt = started
         state.ever_started[ref] = max(state.ever_started.get(ref, 0), receipt.attempts)
@@ -175,7 +221,8 @@ def _attempts(state: State, plan: ContenderPlan, receipt: ModelReceipt, ref: str
         done = dataclasses.replace(
             receipt, pending=False, final=overall, version=receipt.version + 1
         )
-        state.ledger.record(done)
+        if not state.ledger.record(done):
+            return "fenced, invoked"  # a zombie: its claim was taken over
         return str(overall)
 
 
@@ -219,8 +266,17 @@ def _choices(gate: str) -> tuple[str, ...]:
 class AbstractRun:
     """One run of the abstract protocol, for ``models.explore``."""
 
-    def __init__(self, plans: Sequence[ContenderPlan], fault_budget: int, crashes: int) -> None:
+    def __init__(
+        self,
+        plans: Sequence[ContenderPlan],
+        fault_budget: int,
+        crashes: int,
+        expiries: int = 0,
+    ) -> None:
         self.plans = list(plans)
+        #: How often the ledger's clock may pass one lease in a run (at any point).
+        self.expiry_budget = expiries
+        self.expiries = 0
         self.state = State()
         self.programs: dict[str, Program] = {}
         self.parked: dict[str, tuple[str, ...]] = {}
@@ -258,6 +314,8 @@ class AbstractRun:
         started = len(self.programs)
         if started < len(self.plans):
             found.append(("start", started))
+        if self.expiries < self.expiry_budget:
+            found.append(("lease runs out",))
         for key in sorted({p.key for p in self.plans}):
             if self.state.world.may_appear_later(f"ref-{key}"):
                 found.extend([("late commit", key), ("give up", key)])
@@ -271,7 +329,7 @@ class AbstractRun:
             self.histories[name] = []
             self.log.append(f"contender {name}: {plan}")
             if plan.kind == "execute":
-                self.programs[name] = execute(self.state, plan)
+                self.programs[name] = execute(self.state, plan, name)
             else:
                 live = any(
                     p.kind == "execute" and p.key == plan.key and self._name(i) in self.parked
@@ -287,6 +345,10 @@ class AbstractRun:
             self.histories[name].append(f"{gate}:{decision}")
             self.log.append(f"contender {name}: {gate}: {decision}")
             self._advance(name, decision)
+        elif kind == "lease runs out":
+            self.expiries += 1
+            self.state.ledger.now += LEASE
+            self.log.append("ledger clock: one lease passes; every lease held until now ran out")
         elif kind == "crash":
             name = action[1]  # type: ignore[index]
             self.crashes += 1
@@ -346,7 +408,16 @@ class AbstractRun:
         )
         ledger = tuple(
             sorted(
-                (r.key, r.pending, r.attempts, r.version, str(r.final))
+                (
+                    r.key,
+                    r.pending,
+                    r.attempts,
+                    r.version,
+                    str(r.final),
+                    r.owner or "",
+                    r.token,
+                    -1.0 if r.lease_until is None else r.lease_until - s.ledger.now,
+                )
                 for r in s.ledger.by_id.values()
             )
         )
@@ -362,6 +433,7 @@ class AbstractRun:
             tuple(sorted(s.retry_licences.items())),
             self.faults_used,
             self.crashes,
+            self.expiries,
         )
 
     def trace(self) -> str:

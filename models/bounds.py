@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from models.explore import ContenderPlan
 
-__all__ = ["BOUNDS", "ESCAPE", "RETRYING"]
+__all__ = ["BOUNDS", "ESCAPE", "LEASE_BOUNDS", "RETRYING"]
 
 P = ContenderPlan
 RETRYING, ESCAPE = "retry-failed", "retry-unknown (escape hatch)"
@@ -73,4 +73,35 @@ BOUNDS["large"] = [
         1,
         1,
     ),
+]
+
+#: Lease scenarios, explored on the abstract protocol only (the real runner's
+#: leases are raced by the runner machine): name -> [(scenario, contenders,
+#: fault budget, crashes, lease expiries)]. An expiry may happen at every
+#: point of every interleaving: before a claim, while a holder is parked at
+#: the provider (it becomes a zombie), between a takeover and its settlement.
+LEASE_BOUNDS: dict[str, list[tuple[str, list[ContenderPlan], int, int, int]]] = {
+    "default": [
+        ("a holder and a taker, 1 key", [P("order-1"), P("order-1")], 0, 1, 1),
+        (
+            "a holder and a retrying taker with a verifier",
+            [P("order-1"), P("order-1", policy=RETRYING)],
+            1,
+            0,
+            1,
+        ),
+        (
+            "a holder, a taker without a verifier, and a later duplicate",
+            [P("order-1"), P("order-1", with_verifier=False), P("order-1")],
+            0,
+            0,
+            2,
+        ),
+    ],
+}
+LEASE_BOUNDS["large"] = [
+    *[
+        (n, plans, faults + 1, 1, expiries)
+        for n, plans, faults, _, expiries in LEASE_BOUNDS["default"]
+    ]
 ]

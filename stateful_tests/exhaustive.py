@@ -279,6 +279,8 @@ OUT_OF_REACH = {
     "zombie-overwrites-new-owner": _NO_LEASE_CLOCK,
     "taker-retries-without-retry-safe-evidence": _NO_LEASE_CLOCK,
     "zombie-evidence-dropped": _NO_LEASE_CLOCK,
+    "memory-renews-for-any-token": _NO_LEASE_CLOCK,
+    "sqlite-takes-over-live-claims": _NO_LEASE_CLOCK,
 }
 
 

@@ -21,16 +21,22 @@ from hypothesis import strategies as st
 from hypothesis.stateful import Bundle, RuleBasedStateMachine, initialize, invariant, rule
 
 from dataoad import ActionReceipt, ActionStatus, ClaimState, InMemoryLedger, Ledger, SQLiteLedger
-from dataoad.testing import make_receipt
+from dataoad.testing import ManualClock, make_receipt
 from dataoad.testing._ledger_contract import completed, started
 from models.ledger import AbstractLedger, ModelReceipt
 from stateful_tests.harness import History, MachineLoop, violation
 from stateful_tests.services import PostgresTestTable
 from stateful_tests.swarm import swarm_over
 
+#: Every claim's lease in the machine, in seconds of the ledger's clock.
+LEASE = 30.0
+#: Where every run's ledger clock starts (the model counts seconds from here).
+START = ManualClock().now
+
 
 def project(receipt: ActionReceipt) -> ModelReceipt:
     """The contract-relevant fields of a receipt, as the model keeps them."""
+    expires = receipt.lease_expires_at
     return ModelReceipt(
         action_id=receipt.action_id,
         action_name=receipt.action_name,
@@ -40,6 +46,9 @@ def project(receipt: ActionReceipt) -> ModelReceipt:
         attempts=receipt.attempts,
         version=receipt.version,
         final=None if receipt.final_status is None else receipt.final_status.value,
+        owner=receipt.owner,
+        token=receipt.fencing_token,
+        lease_until=None if expires is None else (expires - START).total_seconds(),
     )
 
 
@@ -57,6 +66,8 @@ class LedgerMachineBase(RuleBasedStateMachine):
         "concurrent_claims",
         "record",
         "start_and_complete_an_attempt",
+        "renew",
+        "take_over",
     )
 
     claims = Bundle("claims")
@@ -69,6 +80,7 @@ class LedgerMachineBase(RuleBasedStateMachine):
         self.ledgers: dict[str, Ledger] = {}
         self.peers: dict[str, list[Ledger]] = {}
         self.model = AbstractLedger()
+        self.clock = ManualClock(START)
         self.known: set[str] = set()
         self.touched: set[str] = set()  # action ids written or released since the last check
         self.history = History(type(self).__name__)
@@ -80,15 +92,15 @@ class LedgerMachineBase(RuleBasedStateMachine):
     def client(self, backend: str) -> Ledger:
         """A new client (connection) of one durable backend's storage."""
         if backend == "sqlite":
-            ledger: Ledger = self.sqlite_class(self.folder / "l.sqlite3")
+            ledger: Ledger = self.sqlite_class(self.folder / "l.sqlite3", clock=self.clock)
             return ledger
         if backend != "postgres" or self.postgres is None:
             raise ValueError(f"no such backend: {backend}")
-        return cast(Ledger, self.postgres.client())
+        return cast(Ledger, self.postgres.client(clock=self.clock))
 
     @initialize()
     def open_backends(self) -> None:
-        memory = self.memory_class()
+        memory = self.memory_class(clock=self.clock)
         self.ledgers = {"memory": memory}
         for backend in self.durable_backends:
             self.ledgers[backend] = self.client(backend)
@@ -119,7 +131,7 @@ class LedgerMachineBase(RuleBasedStateMachine):
             self.loop.close()
             shutil.rmtree(self.folder, ignore_errors=True)
 
-    def _all(self, method: str, *args: Any) -> dict[str, Any]:
+    def _all(self, method: str, *args: Any, **kwargs: Any) -> dict[str, Any]:
         touched = args[0] if args else None
         if isinstance(touched, ActionReceipt):
             touched = touched.action_id
@@ -128,7 +140,8 @@ class LedgerMachineBase(RuleBasedStateMachine):
 
         async def run_all() -> dict[str, Any]:
             return {
-                name: await getattr(ledger, method)(*args) for name, ledger in self.ledgers.items()
+                name: await getattr(ledger, method)(*args, **kwargs)
+                for name, ledger in self.ledgers.items()
             }
 
         return self.loop.run(run_all())
@@ -150,9 +163,11 @@ class LedgerMachineBase(RuleBasedStateMachine):
 
     @rule(target=claims, key=st.sampled_from(["k1", "k2", "k3"]), name=st.sampled_from(["a", "b"]))
     def claim(self, key: str, name: str) -> str:
-        receipt = make_receipt(action_id=uuid.uuid4().hex, action_name=name, idempotency_key=key)
-        stored, created = self.model.claim(project(receipt))
-        results = self._all("claim", receipt)
+        receipt = make_receipt(
+            action_id=uuid.uuid4().hex, action_name=name, idempotency_key=key, owner="first"
+        )
+        stored, created = self.model.claim(project(receipt), LEASE)
+        results = self._all("claim", receipt, lease=LEASE)
         self._agree(f"claim {name}/{key}", {n: r[1] for n, r in results.items()}, created)
         for n, (got, _) in results.items():
             if project(got) != stored:
@@ -202,21 +217,28 @@ class LedgerMachineBase(RuleBasedStateMachine):
             # These writes bypass _all: name the winner for the get read-back.
             self.touched.add(memory_winner.action_id)
 
-    @rule(claim=claims, variant=st.sampled_from(["exact", "stale", "skip", "other-hash"]))
+    @rule(
+        claim=claims,
+        variant=st.sampled_from(["exact", "stale", "skip", "other-hash", "old-holder"]),
+    )
     def start_attempt(self, claim: str, variant: str) -> None:
         current = self._current(claim)
         if current is None:
             return
         proposed = started(current)
-        if variant == "stale":
+        if variant == "old-holder":  # a worker whose claim was taken over, at the right version
+            proposed = proposed.evolve(owner="zombie", fencing_token=current.fencing_token - 1)
+        elif variant == "stale":
             proposed = proposed.evolve(version=current.version)
         elif variant == "skip":
             proposed = started(proposed).evolve(version=current.version + 1)
         elif variant == "other-hash":
             proposed = proposed.evolve(request_hash="f" * 64)
-        expected = self.model.start_attempt(project(proposed))
+        expected = self.model.start_attempt(project(proposed), LEASE)
         self._agree(
-            f"start_attempt({variant}) {claim[:8]}", self._all("start_attempt", proposed), expected
+            f"start_attempt({variant}) {claim[:8]}",
+            self._all("start_attempt", proposed, lease=LEASE),
+            expected,
         )
 
     @rule(
@@ -252,12 +274,55 @@ class LedgerMachineBase(RuleBasedStateMachine):
         if current is None or not current.is_pending:
             return
         proposed = started(current)
-        expected = self.model.start_attempt(project(proposed))
-        self._agree(f"start_attempt {claim[:8]}", self._all("start_attempt", proposed), expected)
+        expected = self.model.start_attempt(project(proposed), LEASE)
+        self._agree(
+            f"start_attempt {claim[:8]}",
+            self._all("start_attempt", proposed, lease=LEASE),
+            expected,
+        )
         if expected:
             done = completed(proposed, status)
             expected = self.model.record(project(done))
             self._agree(f"record(complete) {claim[:8]}", self._all("record", done), expected)
+
+    @rule(seconds=st.sampled_from([1.0, LEASE - 1, LEASE, LEASE + 1]))
+    def clock_passes(self, seconds: float) -> None:
+        """The ledger's clock moves on (the only way leases run out)."""
+        self.clock.advance(seconds)
+        self.model.now += seconds
+        self.history.add("ledger clock", f"{seconds:g} s pass (now +{self.model.now:g} s)")
+
+    @rule(claim=claims, variant=st.sampled_from(["exact", "same-token", "skip-token", "stale"]))
+    def take_over(self, claim: str, variant: str) -> None:
+        current = self._current(claim)
+        if current is None:
+            return
+        token = current.fencing_token + {"same-token": 0, "skip-token": 2}.get(variant, 1)
+        proposed = current.evolve(
+            owner=f"taker-{token}",
+            fencing_token=token,
+            version=current.version + (0 if variant == "stale" else 1),
+            updated_at=current.updated_at,
+        )
+        expected = self.model.take_over(project(proposed), LEASE)
+        self._agree(
+            f"take_over({variant}) {claim[:8]}",
+            self._all("take_over", proposed, lease=LEASE),
+            expected,
+        )
+
+    @rule(claim=claims, variant=st.sampled_from(["holder", "holder", "older-token"]))
+    def renew(self, claim: str, variant: str) -> None:
+        current = self._current(claim)
+        if current is None:
+            return
+        token = current.fencing_token - (1 if variant == "older-token" else 0)
+        expected = self.model.renew(claim, token, LEASE)
+        self._agree(
+            f"renew({variant}) {claim[:8]} token {token}",
+            self._all("renew", claim, token, LEASE),
+            expected,
+        )
 
     @rule(claim=claims, off_by=st.sampled_from([0, 0, 1, -1]))
     def release(self, claim: str, off_by: int) -> None:
@@ -281,8 +346,10 @@ class LedgerMachineBase(RuleBasedStateMachine):
         it named, is caught); the receipts this step wrote are also read back
         one by one with ``get``.
         """
+        # Equality ignores the lease (a renewal moves it without a version):
+        # compare it explicitly, as the ledger's clock stamped it.
         listings = {
-            name: {r.action_id: r for r in receipts}
+            name: {r.action_id: (r, r.lease_expires_at) for r in receipts}
             for name, receipts in self.loop.run(self._listings()).items()
         }
         memory = listings["memory"]
@@ -300,7 +367,8 @@ class LedgerMachineBase(RuleBasedStateMachine):
         for action_id in sorted(self.touched):
             results = self._all("get", action_id)
             for name, receipt in results.items():
-                if receipt != memory.get(action_id):
+                got = None if receipt is None else (receipt, receipt.lease_expires_at)
+                if got != memory.get(action_id):
                     raise violation(
                         self.history,
                         "backends-hold-identical-receipts",
@@ -310,7 +378,8 @@ class LedgerMachineBase(RuleBasedStateMachine):
         self.touched.clear()
         for action_id in sorted(self.known | set(memory)):
             model = self.model.by_id.get(action_id)
-            stored = memory.get(action_id)
+            held = memory.get(action_id)
+            stored = None if held is None else held[0]
             if (None if stored is None else project(stored)) != model:
                 raise violation(
                     self.history,

@@ -15,9 +15,11 @@ import pytest
 import dataoad._attempts as attempts_module
 import dataoad._leases as leases_module
 import dataoad.ledgers.memory as memory_module
-from dataoad import ActionReceipt, ActionStatus, ClaimState
+import dataoad.ledgers.sqlite as sqlite_module
+from dataoad import ActionReceipt, ActionStatus, ClaimState, InMemoryLedger, SQLiteLedger
 from dataoad._clock import utc_now
 from dataoad._ledger_rules import check_take_over, lease_expired, same_identity
+from dataoad.ledgers._statements import compile_sql
 from stateful_tests.planted import PlantedBug, names
 
 __all__ = ["LEASE_BUGS"]
@@ -117,6 +119,27 @@ def _zombie_evidence_dropped(mp: pytest.MonkeyPatch) -> dict[str, Any]:
     return {}
 
 
+class RenewsAnyTokenLedger(InMemoryLedger):
+    """Renews a PENDING claim's lease whatever fencing token the caller holds."""
+
+    async def renew(self, action_id: str, fencing_token: int, lease: float) -> bool:
+        current = self._by_id.get(action_id)
+        return current is not None and await super().renew(action_id, current.fencing_token, lease)
+
+
+class TakesOverLiveClaimsSQLiteLedger(SQLiteLedger):
+    """Its takeover statement lost the expiry condition: any PENDING claim can be taken."""
+
+    async def take_over(self, receipt: ActionReceipt, *, lease: float) -> bool:
+        statements = sqlite_module._SQL
+        expiry = " AND lease_expires_at <= :now"
+        assert expiry in statements.templates["take_over"]
+        weakened = compile_sql(
+            statements.templates["take_over"].replace(expiry, ""), statements.dialect
+        )
+        return await self._transition(weakened, receipt, now=None, lease=lease)
+
+
 LEASE_BUGS = [
     PlantedBug(
         "renewal-after-takeover",
@@ -177,5 +200,19 @@ LEASE_BUGS = [
         "runner",
         names("zombie-evidence-never-lost"),
         _zombie_evidence_dropped,
+    ),
+    PlantedBug(
+        "memory-renews-for-any-token",
+        "a renewal under an older fencing token",
+        "ledger",
+        names("backends-agree-with-the-model", "backends-hold-identical-receipts"),
+        lambda mp: {"memory_class": RenewsAnyTokenLedger},
+    ),
+    PlantedBug(
+        "sqlite-takes-over-live-claims",
+        "a takeover before the lease ran out",
+        "ledger",
+        names("backends-agree-with-the-model", "backends-hold-identical-receipts"),
+        lambda mp: {"sqlite_class": TakesOverLiveClaimsSQLiteLedger},
     ),
 ]

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from models import AbstractLedger, Evidence, ModelReceipt, World
@@ -131,3 +133,39 @@ def test_evidence_permits_decisive_statuses_only_with_their_evidence() -> None:
     # Anything confirming rules FAILED out; nothing recorded permits only UNKNOWN.
     assert evidence_permits(["FAILED"], [(1, confirmed)]) == {"CONFIRMED", "UNKNOWN"}
     assert evidence_permits([], []) == {"UNKNOWN"}
+
+
+def test_the_lease_scenarios_are_clean_and_expire_leases_everywhere() -> None:
+    """``python -m models`` lets a lease run out at every point of the lease scenarios."""
+    from models.__main__ import run_abstract
+
+    results = run_abstract("default")
+    assert all(r.violation is None for r in results)
+    lease = [r for r in results if "lease expiry" in r.label]
+    assert len(lease) == 3
+    assert all(r.states > 100 for r in lease)
+
+
+def test_the_model_catches_a_takeover_that_reinvokes_a_started_attempt(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Broken on purpose: a taker that runs the operation again is a second mutation."""
+    import dataclasses
+
+    import models.abstract as abstract
+    from models.__main__ import run_abstract
+
+    def reinvokes(state: Any, plan: Any, existing: Any, ref: str, me: str) -> Any:
+        proposed = dataclasses.replace(
+            existing, owner=me, token=existing.token + 1, version=existing.version + 1
+        )
+        yield ("ledger.take_over",)
+        if not state.ledger.take_over(proposed, abstract.LEASE):
+            return "in progress"
+        taken = state.ledger.by_id[existing.action_id]
+        return (yield from abstract._attempts(state, plan, taken, ref))
+
+    monkeypatch.setattr(abstract, "_take_over", reinvokes)
+    results = run_abstract("default")
+    found = [r.violation for r in results if r.violation is not None]
+    assert [v.name for v in found] == ["no-second-mutation-after-unknown"]
