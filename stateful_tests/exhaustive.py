@@ -58,6 +58,11 @@ def _choices(gate: str, faults: str) -> list[Any]:
         options = list(VerifierAnswer)
     elif gate in ("ledger.get", "ledger.find"):
         options = [LedgerFault.NONE, LedgerFault.FAIL_BEFORE_WRITE]
+    elif gate == "ledger.take_over":
+        # This explorer never moves the ledger's clock, so every takeover is
+        # refused: faults there only multiply schedules (they doubled its
+        # time). The runner machine faults takeovers of expired claims.
+        options = [LedgerFault.NONE]
     else:
         options = list(WRITE_FAULTS)  # in memory: no writer lock to be stuck on
     if faults == "none":

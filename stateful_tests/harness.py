@@ -417,15 +417,21 @@ class GatedLedger(FaultyLedger):
         return await self._write("claim", claim_and_note)
 
     async def _noting_pending_write(
-        self, method: str, action_id: str, call: Callable[[], Awaitable[bool]]
+        self,
+        method: str,
+        action_id: str,
+        call: Callable[[], Awaitable[bool]],
+        written: ActionReceipt | None = None,
     ) -> bool:
         # Whose claim a write changes is read before it, ungated: only a
         # write that lands on a PENDING claim moves a claim away from its holder.
+        # What a committed write stored is the receipt it proposed (``written``):
+        # no second read, which once doubled the exhaustive explorer's time.
         before = await self.inner.get(action_id)
         done = await call()
         contender = _current.get(None)
         if done and contender is not None and before is not None:
-            self._note_lease_rules(contender, method, before, await self.inner.get(action_id))
+            self._note_lease_rules(contender, method, before, written)
         if done and contender is not None and before is not None and before.is_pending:
             contender.pending_writes.append((method, action_id))
             if (
@@ -504,17 +510,36 @@ class GatedLedger(FaultyLedger):
                 "start_attempt",
                 receipt.action_id,
                 lambda: self.inner.start_attempt(receipt, lease=lease),
+                receipt,
             ),
         )
 
     async def take_over(self, receipt: ActionReceipt, *, lease: float) -> bool:
         inner = cast(LeasingLedger, self.inner)
-        return await self._write(
-            "take_over",
-            lambda: self._noting_pending_write(
-                "take_over", receipt.action_id, lambda: inner.take_over(receipt, lease=lease)
-            ),
+
+        def write() -> Awaitable[bool]:
+            return self._noting_pending_write(
+                "take_over",
+                receipt.action_id,
+                lambda: inner.take_over(receipt, lease=lease),
+                receipt,
+            )
+
+        # A takeover of a claim whose lease holds (by the machine's clock) is
+        # refused by a correct ledger: it runs ungated, so it adds no schedule
+        # point (one per duplicate doubled the exhaustive explorer's time);
+        # a broken ledger that accepts it is still caught by the note above.
+        current = await inner.get(receipt.action_id)
+        now = None if self.clock is None else self.clock()
+        expired = (
+            current is not None
+            and current.lease_expires_at is not None
+            and now is not None
+            and current.lease_expires_at <= now
         )
+        if not expired:
+            return await write()
+        return await self._write("take_over", write)
 
     async def renew(self, action_id: str, fencing_token: int, lease: float) -> bool:
         # Ungated: a renewal is the heartbeat rule's single step (see VirtualClock).
@@ -538,7 +563,7 @@ class GatedLedger(FaultyLedger):
         return await self._write(
             "record",
             lambda: self._noting_pending_write(
-                "record", receipt.action_id, lambda: self.inner.record(receipt)
+                "record", receipt.action_id, lambda: self.inner.record(receipt), receipt
             ),
         )
 
@@ -586,18 +611,23 @@ class WorldProvider:
         contender.durable_attempts_at_call.append(
             (0, None) if stored is None else (stored.attempts, stored.claim_state.value)
         )
-        contender.call_allowed.append(
-            not contender.provider_calls or contender.cleared_since_last_call
-        )
-        # One claim per reference (a released claim never invoked anything), so
-        # the reference names the claim across contenders.
-        self.calls_by_claim.append((reference, contender, self.cleared.get(reference, True)))
-        contender.provider_calls.append(fault)
         # The claim's attempt number, as the runner tells the operation: a
         # taker's first call is its claim's second attempt, not its own first.
         context = current_attempt()
-        attempt = len(contender.provider_calls) if context is None else context.attempt
-        if self.world.is_fenced(reference, attempt):
+        attempt = len(contender.provider_calls) + 1 if context is None else context.attempt
+        # A request the provider refuses as fenced cannot mutate anything: it
+        # needs no licence (a zombie's late request is exactly that).
+        fenced = self.world.is_fenced(reference, attempt)
+        contender.call_allowed.append(
+            fenced or not contender.provider_calls or contender.cleared_since_last_call
+        )
+        # One claim per reference (a released claim never invoked anything), so
+        # the reference names the claim across contenders.
+        self.calls_by_claim.append(
+            (reference, contender, fenced or self.cleared.get(reference, True))
+        )
+        contender.provider_calls.append(fault)
+        if fenced:
             # Refused outright, so nothing happened: what cleared the claim for
             # another call still holds, and this call clears its caller too.
             contender.cleared_since_last_call = True

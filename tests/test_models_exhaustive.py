@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from models.bounds import BOUNDS
+from models.bounds import BOUNDS, LEASE_BOUNDS
 from models.explore import explore
 from stateful_tests.exhaustive import OUT_OF_REACH, RealRunnerRun, main, quiet_hypothesis
 from stateful_tests.planted_bugs import PLANTED_BUGS, planted
@@ -65,7 +65,8 @@ def test_the_abstract_model_is_clean_on_the_default_bound() -> None:
     done = _module("models")
     assert done.returncode == 0, done.stdout + done.stderr
     lines = [line for line in done.stdout.splitlines() if line.startswith("abstract protocol:")]
-    assert len(lines) == len(BOUNDS["default"])
+    assert len(lines) == len(BOUNDS["default"]) + len(LEASE_BOUNDS["default"])
+    assert sum("lease expiry" in line for line in lines) == len(LEASE_BOUNDS["default"])
 
 
 @pytest.mark.timeout(900)  # every schedule of the default bound: about 100 s on two cores
