@@ -9,7 +9,6 @@ sees it.
 from __future__ import annotations
 
 from dataoad import ActionStatus, ClaimFencedError
-from stateful_tests.harness import ProviderFault
 from stateful_tests.invariants import RunnerMachineBase, _clean_ledger, fail, safety
 
 __all__: list[str] = []
@@ -56,8 +55,9 @@ def zombie_evidence_never_lost(m: RunnerMachineBase) -> None:
             c.finished
             and isinstance(error, ClaimFencedError)
             and error.operation_invoked
-            and c.provider_calls
-            and c.provider_calls[-1] is ProviderFault.NONE
+            # What it saw, not what was drawn: a request the provider refused
+            # as fenced was drawn as a success but never seen as one.
+            and error.observed_status is ActionStatus.CONFIRMED
             and not c.with_verifier
             and _clean_ledger(c)
             and c.action_id is not None

@@ -628,7 +628,8 @@ PLANTED_BUGS = [
         "release-started-claim",
         "a release read at zero attempts, executed after the attempt started",
         "runner",
-        names("claims-never-stolen"),
+        # The key is then claimed and invoked again: a second mutation too.
+        names("claims-never-stolen", "no-second-mutation-of-a-claim-by-anyone"),
         _release_started_claim,
     ),
     PlantedBug(
