@@ -16,8 +16,6 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Protocol, TypeAlias, runtime_checkable
 
-from dataoad._errors import InvalidArgumentError
-
 __all__ = ["Clock", "LedgerClock", "SystemClock", "check_ledger_clock", "utc_now"]
 
 #: A ledger's wall clock: returns the current time as an aware datetime.
@@ -33,6 +31,9 @@ def check_ledger_clock(clock: object) -> LedgerClock:
     """A ledger's clock: None gives UTC now; anything else must be callable."""
     if clock is None:
         return utc_now
+    # Imported here: _errors names receipts, whose module reads this one's utc_now.
+    from dataoad._errors import InvalidArgumentError
+
     if not callable(clock):
         raise InvalidArgumentError(
             f"clock must be a callable returning an aware datetime, not {type(clock).__name__}"
