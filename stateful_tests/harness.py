@@ -161,6 +161,8 @@ class Contender:
     escape_hatch: bool = False  # policy retries UNKNOWN on purpose
     call_allowed: list[bool] = dataclasses.field(default_factory=list)
     durable_attempts_at_call: list[tuple[int, str | None]] = dataclasses.field(default_factory=list)
+    #: How many ledger calls it had made at each provider call.
+    ledger_calls_at_call: list[int] = dataclasses.field(default_factory=list)
     action_id: str | None = None
     waited: bool = False  # saw the claim held by another caller and waited
     #: Claims whose creation by this contender committed (acknowledged or not).
@@ -174,10 +176,23 @@ class Contender:
     took_over: set[str] = dataclasses.field(default_factory=set)
     #: Lease rules a committed write broke, as seen by the machine (one line each).
     lease_breaches: list[str] = dataclasses.field(default_factory=list)
+    #: (action_id, attempts before): every release of a PENDING claim that committed.
+    releases: list[tuple[str, int]] = dataclasses.field(default_factory=list)
+    #: A sweep's: action_id -> (fencing token, lease end) of each claim stale when it began.
+    stale_at_start: dict[str, tuple[int, Any]] = dataclasses.field(default_factory=dict)
 
     def __repr__(self) -> str:
         where = "finished" if self.finished else f"parked at {self.parked_at}"
         return f"<contender {self.name}: {self.kind} {self.key}, {where}>"
+
+
+NAMES = "ABCDEFGHIJKLMNOPQRSTUVWXYZ"
+
+
+def contender_name(index: int) -> str:
+    """A, B, ... Z, then A1, B1, ...: a run never runs out of names."""
+    letter, lap = NAMES[index % len(NAMES)], index // len(NAMES)
+    return f"{letter}{lap}" if lap else letter
 
 
 class History:
@@ -434,6 +449,8 @@ class GatedLedger(FaultyLedger):
             self._note_lease_rules(contender, method, before, written)
         if done and contender is not None and before is not None and before.is_pending:
             contender.pending_writes.append((method, action_id))
+            if method == "release":
+                contender.releases.append((action_id, before.attempts))
             if (
                 self.history is not None
                 and contender.kind == "execute"
@@ -611,6 +628,7 @@ class WorldProvider:
         contender.durable_attempts_at_call.append(
             (0, None) if stored is None else (stored.attempts, stored.claim_state.value)
         )
+        contender.ledger_calls_at_call.append(len(contender.ledger_faults))
         # The claim's attempt number, as the runner tells the operation: a
         # taker's first call is its claim's second attempt, not its own first.
         context = current_attempt()

@@ -242,6 +242,13 @@ def claims_never_stolen(m: RunnerMachineBase) -> None:
                     f"contender {c.name} released claim {c.action_id[:8]} which had "
                     f"{c.released_attempts} attempts",
                 )
+        for action_id, attempts in c.releases:
+            if attempts:
+                raise fail(
+                    claims_never_stolen,
+                    f"contender {c.name} ({c.kind}) released claim {action_id[:8]} which had "
+                    f"{attempts} attempts",
+                )
 
 
 @safety

@@ -8,10 +8,18 @@ sees it.
 
 from __future__ import annotations
 
+from typing import Any
+
 from dataoad import ActionStatus, ClaimFencedError
-from stateful_tests.invariants import RunnerMachineBase, _clean_ledger, fail, safety
+from stateful_tests.harness import LedgerFault
+from stateful_tests.invariants import RunnerMachineBase, _clean_ledger, fail, progress, safety
 
 __all__: list[str] = []
+
+
+def _clean_since_last_call(c: Any) -> bool:
+    since = c.ledger_calls_at_call[-1] if c.ledger_calls_at_call else 0
+    return all(fault is LedgerFault.NONE for _, fault in c.ledger_faults[since:])
 
 
 @safety
@@ -59,7 +67,9 @@ def zombie_evidence_never_lost(m: RunnerMachineBase) -> None:
             # as fenced was drawn as a success but never seen as one.
             and error.observed_status is ActionStatus.CONFIRMED
             and not c.with_verifier
-            and _clean_ledger(c)
+            # A fault after its last call may keep its evidence out of the
+            # ledger (it is then only in the error); one before cannot.
+            and _clean_since_last_call(c)
             and c.action_id is not None
         ):
             continue
@@ -75,3 +85,29 @@ def zombie_evidence_never_lost(m: RunnerMachineBase) -> None:
                 f"{stored.claim_state.value}/{stored.final_status} with attempt executions "
                 f"{[None if s is None else s.value for s in seen]}",
             )
+
+
+@progress
+def stranded_claims_settled_by_a_sweep(m: RunnerMachineBase) -> None:
+    """A sweep that meets no ledger fault completes or releases every claim whose lease had run out when it began, unless its holder renewed it or another took it over meanwhile."""
+    for c in m.contenders_list:
+        if not (
+            c.kind == "sweep"
+            and c.finished
+            and not c.crashed
+            and isinstance(c.outcome, list)
+            and _clean_ledger(c)
+        ):
+            continue
+        for action_id, (token, until) in c.stale_at_start.items():
+            stored = m.observed.get(action_id)
+            if stored is None or not stored.is_pending:
+                continue
+            untouched = (stored.fencing_token, stored.lease_expires_at) == (token, until)
+            if untouched or stored.owner == c.name:
+                raise fail(
+                    stranded_claims_settled_by_a_sweep,
+                    f"contender {c.name}'s sweep left claim {action_id[:8]} of "
+                    f"{stored.idempotency_key} PENDING (owner {stored.owner}, token "
+                    f"{stored.fencing_token}), stale when the sweep began",
+                )

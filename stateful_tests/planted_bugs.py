@@ -636,14 +636,17 @@ PLANTED_BUGS = [
         "invoke-after-unproven-attempt-start",
         "an attempt-start write that fails before storage",
         "runner",
-        names("invocation-counted-before-call"),
+        # Or what the uncounted invocation leads to: a taker of the expired
+        # claim sees no attempt started and invokes again.
+        names("invocation-counted-before-call", "no-second-mutation-of-a-claim-by-anyone"),
         _invoke_after_unproven_attempt_start,
     ),
     PlantedBug(
         "answers-unknown-to-everything",
         "any clean success",
         "runner",
-        names("clean-success-is-confirmed"),
+        # Or a verifier's bound confirmation left UNKNOWN (a takeover's, often).
+        names("clean-success-is-confirmed", "bound-confirmation-settles-unknown"),
         _answers_unknown_to_everything,
     ),
     PlantedBug(
@@ -666,6 +669,8 @@ PLANTED_BUGS = [
             # retryable failure is not retried: seen when the holder crashed
             # before it learnt its claim's id (only-the-claimer-invokes needs it).
             "retryable-failure-is-retried",
+            # The holder's next write is refused: it fails for no fault of its own.
+            "holders-fail-only-by-own-faults-or-operators",
         ),
         _take_over_after_waiting,
     ),
@@ -760,7 +765,9 @@ PLANTED_BUGS = [
         "start-read-back-accepts-any-receipt",
         "an attempt-start write that fails before storage",
         "runner",
-        names("invocation-counted-before-call"),
+        # Or what the uncounted invocation leads to: a taker of the expired
+        # claim sees no attempt started and invokes again.
+        names("invocation-counted-before-call", "no-second-mutation-of-a-claim-by-anyone"),
         _start_read_back_accepts_any_receipt,
     ),
     PlantedBug(

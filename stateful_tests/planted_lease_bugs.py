@@ -16,7 +16,15 @@ import dataoad._attempts as attempts_module
 import dataoad._leases as leases_module
 import dataoad.ledgers.memory as memory_module
 import dataoad.ledgers.sqlite as sqlite_module
-from dataoad import ActionReceipt, ActionStatus, ClaimState, InMemoryLedger, SQLiteLedger
+from dataoad import (
+    ActionReceipt,
+    ActionResult,
+    ActionStatus,
+    ClaimState,
+    InMemoryLedger,
+    RecoveryRefusedError,
+    SQLiteLedger,
+)
 from dataoad._clock import utc_now
 from dataoad._ledger_rules import check_take_over, lease_expired, same_identity
 from dataoad.ledgers._statements import compile_sql
@@ -119,6 +127,29 @@ def _zombie_evidence_dropped(mp: pytest.MonkeyPatch) -> dict[str, Any]:
     return {}
 
 
+def _sweep_releases_started_claims(mp: pytest.MonkeyPatch) -> dict[str, Any]:
+    async def releases(store: Any, taken: Any, verify: Any, policy: Any, events: Any) -> Any:
+        # Frees the key of every stale claim, started or not (and the
+        # ledger below no longer refuses it).
+        await store.ledger.release(taken.action_id, taken.version)
+        return ActionResult(taken)
+
+    # planted_bugs imports this module: its ledger is looked up when planted.
+    from stateful_tests.planted_bugs import ReleasesStartedClaimsLedger
+
+    mp.setattr(leases_module, "settle_started", releases)
+    return {"ledger_class": ReleasesStartedClaimsLedger}
+
+
+def _sweep_leaves_started_claims(mp: pytest.MonkeyPatch) -> dict[str, Any]:
+    async def leaves(store: Any, taken: Any, verify: Any, policy: Any, events: Any) -> Any:
+        # Taken over, then given up on: the sweep logs it and moves on.
+        raise RecoveryRefusedError(f"{taken.action_id} had started; left for an operator")
+
+    mp.setattr(leases_module, "settle_started", leaves)
+    return {}
+
+
 class RenewsAnyTokenLedger(InMemoryLedger):
     """Renews a PENDING claim's lease whatever fencing token the caller holds."""
 
@@ -191,7 +222,12 @@ LEASE_BUGS = [
         "taker-retries-without-retry-safe-evidence",
         "a takeover of a started claim under a policy that retries FAILED",
         "runner",
-        names("no-second-mutation-of-a-claim-by-anyone", "no-second-mutation-after-unknown"),
+        names(
+            "no-second-mutation-of-a-claim-by-anyone",
+            "no-second-mutation-after-unknown",
+            # When the retry is declined: FAILED over the zombie's ambiguous attempt.
+            "unknown-evidence-never-erased",
+        ),
         _taker_retries_without_retry_safe_evidence,
     ),
     PlantedBug(
@@ -200,6 +236,21 @@ LEASE_BUGS = [
         "runner",
         names("zombie-evidence-never-lost"),
         _zombie_evidence_dropped,
+    ),
+    PlantedBug(
+        "sweep-releases-started-claims",
+        "a sweep meeting a stale claim whose attempt had started",
+        "runner",
+        # The key is then claimed and invoked again: a second mutation too.
+        names("claims-never-stolen", "no-second-mutation-of-a-claim-by-anyone"),
+        _sweep_releases_started_claims,
+    ),
+    PlantedBug(
+        "sweep-leaves-started-claims",
+        "a sweep meeting a stale claim whose attempt had started",
+        "runner",
+        names("stranded-claims-settled-by-a-sweep"),
+        _sweep_leaves_started_claims,
     ),
     PlantedBug(
         "memory-renews-for-any-token",

@@ -30,7 +30,7 @@ from dataoad import (
     VerificationResult,
     current_attempt,
 )
-from dataoad.testing import ManualClock
+from dataoad.testing import FaultyLedger, LedgerFault, LedgerFaultError, ManualClock
 from stateful_tests.services import postgres_dsn, unique_table
 
 REQUEST = {"amount": 100}
@@ -358,6 +358,22 @@ async def test_recover_stale_settles_every_expired_claim_without_invoking() -> N
     assert results[0].taken_over
     assert await ledger.get(unstarted) is None  # released: nothing ever ran
     assert await ledger.receipts(pending=True) == []
+
+
+async def test_a_faulted_ledger_can_be_swept_and_its_listing_faulted() -> None:
+    clock = ManualClock()
+    inner = InMemoryLedger(clock=clock)
+    await crash_after_start(ActionRunner(inner, owner="A"), key="started")
+    clock.advance(LEASE)
+    faulty = FaultyLedger(inner)
+    faulty.inject("receipts", LedgerFault.FAIL_BEFORE_WRITE)
+    sweeper = ActionRunner(faulty, owner="S")
+    with pytest.raises(LedgerFaultError):
+        await sweeper.recover_stale()
+    assert len(await inner.receipts(pending=True)) == 1  # the failed listing changed nothing
+    results = await sweeper.recover_stale()
+    assert [r.receipt.idempotency_key for r in results] == ["started"]
+    assert "receipts" in faulty.calls
 
 
 def test_progress_a_stranded_claim_is_settled_within_one_lease_and_one_sweep() -> None:

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import enum
 from collections.abc import Awaitable, Callable
-from typing import TypeVar, cast
+from typing import Any, TypeVar, cast
 
+from dataoad._errors import InvalidArgumentError
 from dataoad._ledger import LeasingLedger, Ledger
 from dataoad._receipt import ActionReceipt
 
@@ -28,7 +29,7 @@ class LedgerFaultError(ConnectionError):
 
 
 _WRITES = ("claim", "start_attempt", "record", "release", "take_over", "renew")
-_READS = ("get", "find")
+_READS = ("get", "find", "receipts")
 
 
 class FaultyLedger:
@@ -98,6 +99,15 @@ class FaultyLedger:
     async def find(self, action_name: str, idempotency_key: str) -> ActionReceipt | None:
         """Delegate, with any injected fault."""
         return await self._read("find", lambda: self.inner.find(action_name, idempotency_key))
+
+    async def receipts(self, **filters: Any) -> list[ActionReceipt]:
+        """Delegate the listing (the Inspection protocol), with any injected fault."""
+        listing = getattr(self.inner, "receipts", None)
+        if listing is None:
+            raise InvalidArgumentError(
+                f"ledger {type(self.inner).__qualname__} cannot list receipts"
+            )
+        return cast("list[ActionReceipt]", await self._read("receipts", lambda: listing(**filters)))
 
     async def start_attempt(self, receipt: ActionReceipt, *, lease: float | None = None) -> bool:
         """Delegate, with any injected fault."""
