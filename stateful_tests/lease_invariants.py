@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from dataoad import ActionStatus, ClaimFencedError
-from stateful_tests.harness import LedgerFault
+from stateful_tests.harness import LedgerFault, ProviderFault
 from stateful_tests.invariants import RunnerMachineBase, _clean_ledger, fail, progress, safety
 
 __all__: list[str] = []
@@ -66,7 +66,8 @@ def zombie_evidence_never_lost(m: RunnerMachineBase) -> None:
             # What it saw, not what was drawn: a request the provider refused
             # as fenced was drawn as a success but never seen as one.
             and error.observed_status is ActionStatus.CONFIRMED
-            and not c.with_verifier
+            # Its own call returned (with a verifier, which then agreed).
+            and c.provider_calls[-1:] == [ProviderFault.NONE]
             # A fault after its last call may keep its evidence out of the
             # ledger (it is then only in the error); one before cannot.
             and _clean_since_last_call(c)
@@ -76,14 +77,20 @@ def zombie_evidence_never_lost(m: RunnerMachineBase) -> None:
         stored = m.observed.get(c.action_id)
         if stored is None:
             continue
-        seen = [r.execution_status for r in stored.attempt_records]
-        if ActionStatus.CONFIRMED not in seen or stored.final_status is ActionStatus.FAILED:
+        # With a verifier a normal return is execution UNKNOWN and the
+        # verifier's CONFIRMED is the success: either kind of record keeps it.
+        seen = [(r.execution_status, r.verification_status) for r in stored.attempt_records]
+        kept = any(ActionStatus.CONFIRMED in pair for pair in seen)
+        if stored.final_status is ActionStatus.FAILED or not (
+            kept or stored.final_status is ActionStatus.CONFIRMED
+        ):
             raise fail(
                 zombie_evidence_never_lost,
                 f"contender {c.name} saw its charge for {c.key} succeed after its claim "
                 f"{c.action_id[:8]} was taken over, but the receipt says "
-                f"{stored.claim_state.value}/{stored.final_status} with attempt executions "
-                f"{[None if s is None else s.value for s in seen]}",
+                f"{stored.claim_state.value}/{stored.final_status} with attempts "
+                f"(execution, verification) "
+                f"{[tuple(None if s is None else s.value for s in pair) for pair in seen]}",
             )
 
 
