@@ -21,6 +21,9 @@ class World:
     effects: dict[str, list[str]] = dataclasses.field(default_factory=dict)
     in_flight: dict[str, list[tuple[str, int]]] = dataclasses.field(default_factory=dict)
     fenced_upto: dict[str, int] = dataclasses.field(default_factory=dict)
+    #: A provider that ignores fencing tokens: ``fence`` changes nothing, so
+    #: no request is ever refused and no truthful absence is retry-safe.
+    honours_fencing: bool = True
     _ids: itertools.count[int] = dataclasses.field(default_factory=lambda: itertools.count(1))
 
     def is_fenced(self, reference: str, attempt: int) -> bool:
@@ -55,6 +58,8 @@ class World:
 
     def fence(self, reference: str, upto_attempt: int) -> int:
         """Refuse, now and forever, every request of attempts up to ``upto_attempt``."""
+        if not self.honours_fencing:
+            return 0
         self.fenced_upto[reference] = max(self.fenced_upto.get(reference, 0), upto_attempt)
         before = self.in_flight.get(reference, [])
         kept = [(r, a) for r, a in before if a > upto_attempt]

@@ -245,6 +245,8 @@ def main() -> int:
             capture_output=True,
             text=True,
         )
+        # The whole output, for a failed run's first error (kept with --keep).
+        (copy / "mutmut-run.log").write_text(run.stdout + run.stderr)
         if run.returncode != 0:
             print(f"mutmut run failed:\n{run.stdout[-2000:]}{run.stderr[-2000:]}", file=sys.stderr)
             return 2

@@ -346,9 +346,18 @@ class RunnerMachineBase(LeaseRules, RuleBasedStateMachine):
 
     # -- rules ---------------------------------------------------------------------
 
-    @initialize(target=keys)
-    def the_keys(self) -> Any:
+    # One run in four the provider ignores fencing tokens: a zombie's late
+    # request may then land whatever the verifier saw, so no truthful absence
+    # of a started attempt is retry-safe, and the runner must stay safe
+    # without ever relying on a fence (README: what leases cannot promise).
+    # (Drawn here: as a second initialize rule it left the swarm's flags
+    # undrawn in a quarter of runs, see test_swarm.py.)
+    @initialize(target=keys, honours_fencing=st.sampled_from([True, True, True, False]))
+    def the_keys(self, honours_fencing: bool = True) -> Any:
         self.order_keys = list(KEYS)
+        self.world.honours_fencing = honours_fencing
+        if not honours_fencing:
+            self.history.add("provider", "ignores fencing tokens: no request is ever refused")
         return multiple(*KEYS)
 
     def _unclaimed_keys(self) -> list[str]:
