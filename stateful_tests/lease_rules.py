@@ -5,6 +5,8 @@ holder's lease is renewed only by the ``heartbeat`` rule, so a shrunk trace
 says exactly when a contender became a zombie: it was parked (at the
 provider, say) while its lease ran out, another contender took its claim
 over, and then it was released to finish what it had started.
+``holder_outlives_its_lease`` arranges that sequence in one step, and
+``sweep`` runs ``recover_stale`` beside live contenders.
 """
 
 from __future__ import annotations
@@ -156,9 +158,9 @@ class LeaseRules:
 
     # A zombie needs four things in order: a holder parked mid-protocol, its
     # lease running out, a duplicate taking the claim over and settling it,
-    # and the holder coming back. Drawn one rule at a time they met in about
-    # one run in twenty (a bug that only a zombie's late write shows took
-    # 87 s to find); this rule arranges them, drawing every fault on the way.
+    # and the holder coming back. Drawn one rule at a time they rarely met (a
+    # bug that only a zombie's late success shows took 87 s to find); this
+    # rule arranges them, drawing every fault on the way.
     @precondition(lambda self: bool(self._holders()) and self._active() < self.max_active)
     @rule(data=st.data())
     def holder_outlives_its_lease(self, data: st.DataObject) -> None:
