@@ -122,6 +122,7 @@ TESTS = [
     "tests/test_runner_seams.py",
     "tests/test_inspection.py",
     "tests/test_leases.py",
+    "tests/test_lease_edges.py",
     "stateful_tests/test_runner_machine.py::TestRunnerMachineMemory",
     "stateful_tests/test_merge_machine.py::TestMergeMachineMemory",
     "stateful_tests/test_ledger_machine.py",
