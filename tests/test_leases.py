@@ -398,7 +398,12 @@ def test_bad_leases_are_refused_before_anything(lease: Any) -> None:
         ActionRunner(InMemoryLedger(), lease=lease)
 
 
-@pytest.mark.parametrize("owner", ["", 3, "x" * 201, "a\ud800"], ids=repr)
+# Plain ids: mutmut cannot select a test whose id holds a lone surrogate.
+@pytest.mark.parametrize(
+    "owner",
+    ["", 3, "x" * 201, "a\ud800"],
+    ids=["empty", "not a str", "too long", "lone surrogate"],
+)
 def test_bad_owners_are_refused(owner: Any) -> None:
     with pytest.raises(InvalidArgumentError, match="owner"):
         ActionRunner(InMemoryLedger(), owner=owner)
