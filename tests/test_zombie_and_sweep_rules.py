@@ -183,7 +183,7 @@ async def test_nothing_new_merges_nothing_and_a_merge_is_a_new_version() -> None
     assert merged is not None
     assert merged.version == claim.version + 1
     assert merged.updated_at is not None
-    assert merged.updated_at >= claim.updated_at
+    assert merged.updated_at > claim.updated_at
     assert merged.owner == claim.owner
     assert merged.fencing_token == claim.fencing_token
     assert merged.is_pending
@@ -377,7 +377,7 @@ async def test_a_takeover_settlement_is_no_replay_and_records_a_recovery_read() 
         "charge", counting(), request=REQUEST, idempotency_key="a", provider_reference="ref-a"
     )
     assert plain.taken_over
-    assert not plain.replayed
+    assert plain.replayed is False
     _, ledger = await stranded(("a",))
     verified = await ActionRunner(ledger, owner="B").execute(
         "charge",
@@ -388,7 +388,7 @@ async def test_a_takeover_settlement_is_no_replay_and_records_a_recovery_read() 
         verifier=lambda r: VerificationResult.absent(verified_provider_reference="ref-a"),
     )
     assert verified.taken_over
-    assert not verified.replayed
+    assert verified.replayed is False
     assert [o.source for o in verified.receipt.observations] == [ObservationSource.RECOVER]
 
 
