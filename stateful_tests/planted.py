@@ -8,7 +8,9 @@ from typing import Any
 
 import pytest
 
-__all__ = ["PlantedBug", "names"]
+from dataoad import InMemoryLedger
+
+__all__ = ["PlantedBug", "ReleasesStartedClaimsLedger", "names"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -27,3 +29,16 @@ class PlantedBug:
 def names(*invariants: str) -> frozenset[str]:
     """The properties of which one must report a bug."""
     return frozenset(invariants)
+
+
+class ReleasesStartedClaimsLedger(InMemoryLedger):
+    """Releases any PENDING claim, whatever its attempts or version (shared by two bugs)."""
+
+    async def release(self, action_id: str, version: int) -> bool:
+        with self._lock:
+            current = self._by_id.get(action_id)
+            if current is None or not current.is_pending:
+                return False
+            del self._by_id[action_id]
+            del self._by_key[(current.action_name, current.idempotency_key)]
+            return True

@@ -43,7 +43,7 @@ from dataoad._events import EventSink
 from dataoad._proven import ProvenLedger
 from dataoad._verification import VerificationResult
 from dataoad.ledgers._statements import SQLITE, compile_sql
-from stateful_tests.planted import PlantedBug, names
+from stateful_tests.planted import PlantedBug, ReleasesStartedClaimsLedger, names
 from stateful_tests.planted_lease_bugs import LEASE_BUGS
 
 # -- runner and evidence bugs -------------------------------------------------------
@@ -286,19 +286,6 @@ class NonAtomicClaimLedger(InMemoryLedger):
 
 def _non_atomic_claim(mp: pytest.MonkeyPatch) -> dict[str, Any]:
     return {"memory_class": NonAtomicClaimLedger}
-
-
-class ReleasesStartedClaimsLedger(InMemoryLedger):
-    """Releases any PENDING claim, whatever its attempts or version."""
-
-    async def release(self, action_id: str, version: int) -> bool:
-        with self._lock:
-            current = self._by_id.get(action_id)
-            if current is None or not current.is_pending:
-                return False
-            del self._by_id[action_id]
-            del self._by_key[(current.action_name, current.idempotency_key)]
-            return True
 
 
 class ReleaseCheckSkippingRunner(ActionRunner):

@@ -28,7 +28,7 @@ from dataoad import (
 from dataoad._clock import utc_now
 from dataoad._ledger_rules import check_take_over, lease_expired, same_identity
 from dataoad.ledgers._statements import compile_sql
-from stateful_tests.planted import PlantedBug, names
+from stateful_tests.planted import PlantedBug, ReleasesStartedClaimsLedger, names
 
 __all__ = ["LEASE_BUGS"]
 
@@ -133,9 +133,6 @@ def _sweep_releases_started_claims(mp: pytest.MonkeyPatch) -> dict[str, Any]:
         # ledger below no longer refuses it).
         await store.ledger.release(taken.action_id, taken.version)
         return ActionResult(taken)
-
-    # planted_bugs imports this module: its ledger is looked up when planted.
-    from stateful_tests.planted_bugs import ReleasesStartedClaimsLedger
 
     mp.setattr(leases_module, "settle_started", releases)
     return {"ledger_class": ReleasesStartedClaimsLedger}
