@@ -16,7 +16,7 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Protocol, TypeAlias, runtime_checkable
 
-__all__ = ["Clock", "LedgerClock", "SystemClock", "check_ledger_clock", "utc_now"]
+__all__ = ["Clock", "LedgerClock", "SystemClock", "utc_now"]
 
 #: A ledger's wall clock: returns the current time as an aware datetime.
 LedgerClock: TypeAlias = Callable[[], datetime]
@@ -25,20 +25,6 @@ LedgerClock: TypeAlias = Callable[[], datetime]
 def utc_now() -> datetime:
     """The current time as an aware UTC datetime."""
     return datetime.now(UTC)
-
-
-def check_ledger_clock(clock: object) -> LedgerClock:
-    """A ledger's clock: None gives UTC now; anything else must be callable."""
-    if clock is None:
-        return utc_now
-    # Imported here: _errors names receipts, whose module reads this one's utc_now.
-    from dataoad._errors import InvalidArgumentError
-
-    if not callable(clock):
-        raise InvalidArgumentError(
-            f"clock must be a callable returning an aware datetime, not {type(clock).__name__}"
-        )
-    return clock
 
 
 @runtime_checkable

@@ -9,10 +9,13 @@ from __future__ import annotations
 import dataclasses
 from datetime import datetime, timedelta
 
+from dataoad._clock import LedgerClock, utc_now
+from dataoad._errors import InvalidArgumentError
 from dataoad._receipt import ActionReceipt
 from dataoad._status import ClaimState
 
 __all__ = [
+    "check_ledger_clock",
     "check_record",
     "check_renew",
     "check_start_attempt",
@@ -113,3 +116,14 @@ def check_record(current: ActionReceipt, proposed: ActionReceipt) -> bool:
         and same_holder(current, proposed)
         and same_identity(current, proposed)
     )
+
+
+def check_ledger_clock(clock: object) -> LedgerClock:
+    """A ledger's clock: None gives UTC now; anything else must be callable."""
+    if clock is None:
+        return utc_now
+    if not callable(clock):
+        raise InvalidArgumentError(
+            f"clock must be a callable returning an aware datetime, not {type(clock).__name__}"
+        )
+    return clock

@@ -13,7 +13,9 @@ from dataoad import (
     ActionReceipt,
     ActionRunner,
     DefinitiveFailure,
+    EventKind,
     InMemoryLedger,
+    RunnerEvent,
     VerificationHealth,
     VerificationResult,
 )
@@ -264,3 +266,17 @@ async def reached(event: asyncio.Event, task: asyncio.Future[Any], within: float
     waiter.cancel()
     if not event.is_set():
         raise AssertionError(f"the call ended (or {within} s passed) before getting there: {task}")
+
+
+class Recorder:
+    """An observer that keeps every event."""
+
+    def __init__(self) -> None:
+        self.events: list[RunnerEvent] = []
+
+    def on_event(self, event: RunnerEvent) -> None:
+        self.events.append(event)
+
+    def of(self, kind: EventKind) -> list[RunnerEvent]:
+        """The events of one kind, in order."""
+        return [e for e in self.events if e.kind is kind]

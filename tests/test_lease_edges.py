@@ -22,23 +22,10 @@ from dataoad import (
     EventKind,
     InMemoryLedger,
     InvalidArgumentError,
-    RunnerEvent,
 )
 from dataoad.testing import FaultyLedger, LedgerFault, ManualClock
+from tests.support import Recorder
 from tests.test_leases import LEASE, REQUEST, counting, crash_after_start
-
-
-class Recorder:
-    """An observer that keeps every event."""
-
-    def __init__(self) -> None:
-        self.events: list[RunnerEvent] = []
-
-    def on_event(self, event: RunnerEvent) -> None:
-        self.events.append(event)
-
-    def of(self, kind: EventKind) -> list[RunnerEvent]:
-        return [e for e in self.events if e.kind is kind]
 
 
 async def test_a_lost_renewal_is_retried_and_the_claim_kept() -> None:

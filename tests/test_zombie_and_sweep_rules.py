@@ -25,29 +25,16 @@ from dataoad import (
     InvalidArgumentError,
     ObservationSource,
     RetryPolicy,
-    RunnerEvent,
     VerificationResult,
 )
 from dataoad._leases import _zombie_merged
 from dataoad._receipt import AttemptRecord
 from dataoad._records import VerificationObservation
 from dataoad.testing import FaultyLedger, LedgerFault, ManualClock
+from tests.support import Recorder
 from tests.test_leases import LEASE, REQUEST, counting, crash_after_start
 
 CONFIRMED, FAILED, UNKNOWN = ActionStatus.CONFIRMED, ActionStatus.FAILED, ActionStatus.UNKNOWN
-
-
-class Recorder:
-    """An observer that keeps every event."""
-
-    def __init__(self) -> None:
-        self.events: list[RunnerEvent] = []
-
-    def on_event(self, event: RunnerEvent) -> None:
-        self.events.append(event)
-
-    def of(self, kind: EventKind) -> list[RunnerEvent]:
-        return [e for e in self.events if e.kind is kind]
 
 
 async def two_attempt_claim() -> ActionReceipt:

@@ -8,8 +8,8 @@ from collections.abc import Callable
 from datetime import datetime
 from types import TracebackType
 
-from dataoad._clock import check_ledger_clock
 from dataoad._ledger_rules import (
+    check_ledger_clock,
     check_record,
     check_renew,
     check_start_attempt,

@@ -41,8 +41,9 @@ from typing import Any, Final, Literal, TypeVar, cast
 
 import aiosqlite
 
-from dataoad._clock import LedgerClock, check_ledger_clock
+from dataoad._clock import LedgerClock
 from dataoad._errors import DataoadError, InvalidArgumentError
+from dataoad._ledger_rules import check_ledger_clock
 from dataoad._receipt import ActionReceipt
 from dataoad._status import ActionStatus, ClaimState
 from dataoad.ledgers._codec import receipt_of, values_of
