@@ -124,6 +124,7 @@ TESTS = [
     "tests/test_leases.py",
     "tests/test_lease_edges.py",
     "tests/test_zombie_and_sweep_rules.py",
+    "tests/test_fenced_errors.py",
     "stateful_tests/test_runner_machine.py::TestRunnerMachineMemory",
     "stateful_tests/test_merge_machine.py::TestMergeMachineMemory",
     "stateful_tests/test_ledger_machine.py",

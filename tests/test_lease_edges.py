@@ -22,6 +22,7 @@ from dataoad import (
     EventKind,
     InMemoryLedger,
     InvalidArgumentError,
+    VerificationResult,
 )
 from dataoad.testing import FaultyLedger, LedgerFault, ManualClock
 from tests.support import Recorder
@@ -237,3 +238,62 @@ async def test_a_zombie_whose_merge_fails_keeps_its_evidence_in_the_error() -> N
     stored = await inner.get(taken.receipt.action_id)
     assert stored is not None
     assert stored == taken.receipt  # nothing written; the evidence is in the error
+
+
+async def test_a_sweep_reports_itself_as_the_recover_stale_verb() -> None:
+    clock = ManualClock()
+    ledger = InMemoryLedger(clock=clock)
+    await crash_after_start(ActionRunner(ledger, owner="A"))
+    clock.advance(LEASE)
+    seen = Recorder()
+    await ActionRunner(ledger, owner="S", observers=[seen]).recover_stale()
+    assert seen.events
+    assert {e.verb for e in seen.events} == {"recover_stale"}
+    (finished,) = seen.of(EventKind.CALL_FINISHED)
+    assert isinstance(finished.result, list)
+    assert finished.result[0].status is ActionStatus.UNKNOWN
+
+
+async def test_a_sweep_looks_at_100_claims_unless_told_and_accepts_1_to_10000() -> None:
+    clock = ManualClock()
+    ledger = InMemoryLedger(clock=clock)
+    dead = ActionRunner(ledger, owner="A")
+    for n in range(102):
+        await crash_after_start(dead, key=f"k{n}")
+    clock.advance(LEASE)
+    sweeper = ActionRunner(ledger, owner="S")
+    assert len(await sweeper.recover_stale()) == 100
+    assert len(await sweeper.recover_stale(limit=1)) == 1
+    assert len(await sweeper.recover_stale(limit=10_000)) == 1
+    assert await ledger.receipts(pending=True) == []
+
+
+async def test_a_taker_of_an_unstarted_claim_verifies_its_own_attempt() -> None:
+    clock = ManualClock()
+    ledger = InMemoryLedger(clock=clock)
+    faulty = FaultyLedger(ledger)
+    faulty.inject("start_attempt", LedgerFault.FAIL_BEFORE_WRITE, times=5)
+    with pytest.raises(Exception, match="not invoked"):
+        await ActionRunner(faulty, owner="A").execute(
+            "charge", counting(), request=REQUEST, idempotency_key="k", provider_reference="ref-k"
+        )
+    stranded = await ledger.find("charge", "k")
+    assert stranded is not None
+    assert stranded.attempts == 0
+    clock.advance(LEASE)
+
+    async def times_out() -> str:
+        raise TimeoutError("no answer")
+
+    taken = await ActionRunner(ledger, owner="B").execute(
+        "charge",
+        times_out,
+        request=REQUEST,
+        idempotency_key="k",
+        provider_reference="ref-k",
+        verifier=lambda r: VerificationResult.confirmed(verified_provider_reference="ref-k"),
+    )
+    assert taken.taken_over
+    assert taken.receipt.action_id == stranded.action_id
+    assert taken.receipt.attempt_records[0].execution_status is ActionStatus.UNKNOWN
+    assert taken.status is ActionStatus.CONFIRMED  # its verifier's bound evidence

@@ -96,9 +96,11 @@ class InMemoryLedger:
             current = self._by_id.get(receipt.action_id)
             if current is None or not check_record(current, receipt):
                 return False
-            # The lease is the ledger's: kept while PENDING, gone once COMPLETED.
-            expires = current.lease_expires_at if receipt.is_pending else None
-            self._by_id[receipt.action_id] = dataclasses.replace(receipt, lease_expires_at=expires)
+            # The lease is the ledger's, never the writer's: kept while PENDING
+            # (a COMPLETED receipt drops it itself: nobody holds it).
+            self._by_id[receipt.action_id] = dataclasses.replace(
+                receipt, lease_expires_at=current.lease_expires_at
+            )
             return True
 
     async def take_over(self, receipt: ActionReceipt, *, lease: float) -> bool:

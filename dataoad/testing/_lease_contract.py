@@ -185,20 +185,26 @@ class LeaseContract:
 
         self._lease_run(check)
 
+    async def _started_then_taken(
+        self, ledger: LeasingLedger, clock: ManualClock
+    ) -> tuple[ActionReceipt, ActionReceipt]:
+        """A's claim with attempt 1 started, then taken over by B: (A's last write, stored)."""
+        one = started(await self._claimed(ledger))
+        assert await ledger.start_attempt(one, lease=LEASE)
+        clock.advance(LEASE + 1)
+        assert await ledger.take_over(_taken(one), lease=LEASE)
+        after = await ledger.get(one.action_id)
+        assert after is not None
+        return one, after
+
     def test_a_fenced_owner_can_no_longer_write_or_renew(self) -> None:
         """After a takeover, the old owner's attempt start, record and renewal are refused."""
 
         async def check(ledger: LeasingLedger, clock: ManualClock, extra: list[Any]) -> None:
-            stored = await self._claimed(ledger)
-            one = started(stored)
-            assert await ledger.start_attempt(one, lease=LEASE)
-            clock.advance(LEASE + 1)
-            assert await ledger.take_over(_taken(one), lease=LEASE)
-            after = await ledger.get(one.action_id)
+            one, after = await self._started_then_taken(ledger, clock)
             assert not await ledger.renew(one.action_id, 1, LEASE)
             assert not await ledger.record(completed(one))
             # Even written at the current version, the old fence is refused.
-            assert after is not None
             stale = completed(after).evolve(owner="A", fencing_token=1)
             assert not await ledger.record(stale)
             assert not await ledger.start_attempt(started(after).evolve(owner="A", fencing_token=1))
@@ -234,7 +240,10 @@ class LeaseContract:
             stored = await self._claimed(ledger)
             expires = stored.lease_expires_at
             clock.advance(5)
-            noted = stored.evolve(metadata={"note": 1}, version=2)
+            # The writer's idea of the lease is ignored: the ledger keeps its own.
+            noted = stored.evolve(metadata={"note": 1}, version=2).evolve(
+                lease_expires_at=clock.now + timedelta(days=1)
+            )
             assert await ledger.record(noted)
             kept = await ledger.get(stored.action_id)
             assert kept is not None
@@ -244,6 +253,25 @@ class LeaseContract:
             moved = await ledger.get(one.action_id)
             assert moved is not None
             assert moved.lease_expires_at == clock.now + timedelta(seconds=LEASE)
+            assert await ledger.record(completed(moved))
+            done = await ledger.get(one.action_id)
+            assert done is not None
+            assert done.lease_expires_at is None
+
+        self._lease_run(check)
+
+    def test_a_write_needs_both_the_owner_and_the_fence_that_hold_the_claim(self) -> None:
+        """Holding the token without the name, or the name without the token, is not holding it."""
+
+        async def check(ledger: LeasingLedger, clock: ManualClock, extra: list[Any]) -> None:
+            _, after = await self._started_then_taken(ledger, clock)
+            assert (after.owner, after.fencing_token) == ("B", 2)
+            for owner, token in (("A", 2), ("B", 1), ("C", 2)):
+                impostor = after.evolve(owner=owner, fencing_token=token)
+                assert not await ledger.start_attempt(started(impostor), lease=LEASE)
+                assert not await ledger.record(completed(impostor))
+            assert await ledger.get(after.action_id) == after
+            assert await ledger.record(completed(after))
 
         self._lease_run(check)
 
