@@ -27,6 +27,7 @@ from dataoad import (
     RetryPolicy,
     VerificationResult,
 )
+from dataoad import _evidence as evidence_module
 from dataoad._leases import _zombie_merged
 from dataoad._receipt import AttemptRecord
 from dataoad._records import VerificationObservation
@@ -365,8 +366,11 @@ async def test_a_takeover_settlement_is_no_replay_and_records_a_recovery_read() 
     )
     assert plain.taken_over
     assert plain.replayed is False
+    assert plain.receipt.recovery is not None
+    assert plain.receipt.recovery.method == "take_over"
     _, ledger = await stranded(("a",))
-    verified = await ActionRunner(ledger, owner="B").execute(
+    events = Recorder()
+    verified = await ActionRunner(ledger, owner="B", observers=[events]).execute(
         "charge",
         counting(),
         request=REQUEST,
@@ -377,9 +381,21 @@ async def test_a_takeover_settlement_is_no_replay_and_records_a_recovery_read() 
     assert verified.taken_over
     assert verified.replayed is False
     assert [o.source for o in verified.receipt.observations] == [ObservationSource.RECOVER]
+    assert verified.receipt.recovery is not None
+    assert verified.receipt.recovery.method == "take_over"
+    assert verified.receipt.recovery.attempts == 1
+    assert len(events.of(EventKind.RECOVERED)) == 1
+    assert events.of(EventKind.RECONCILED) == []
 
 
-async def test_a_retry_after_a_takeover_keeps_the_stranded_attempts_proof_of_absence() -> None:
+# 0: every observation that proves nothing new is dropped (as the machines
+# lower it), which the retry must judge against the claim's own attempts.
+@pytest.mark.parametrize("kept", [None, 0], ids=["default bound", "tightest bound"])
+async def test_a_retry_after_a_takeover_keeps_the_stranded_attempts_proof_of_absence(
+    kept: int | None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    if kept is not None:
+        monkeypatch.setattr(evidence_module, "MAX_KEPT_OBSERVATIONS", kept)
     clock = ManualClock()
     ledger = InMemoryLedger(clock=clock)
     dead = ActionRunner(ledger, owner="A")
@@ -418,8 +434,12 @@ async def test_a_retry_after_a_takeover_keeps_the_stranded_attempts_proof_of_abs
     assert first.finished_at is not None
     assert second.execution_status is not None
     sources = [(o.source, o.attempt, o.status) for o in result.receipt.observations]
-    assert (ObservationSource.RECOVER, 1, FAILED) in sources
-    assert result.receipt.metadata["verification_observation_count"] == len(sources)
+    assert sources[-1] == (ObservationSource.EXECUTE, 2, CONFIRMED)
+    # Under the tightest bound the absence is dropped: attempt 1's own record
+    # (verified FAILED, above) proves the same.
+    assert ((ObservationSource.RECOVER, 1, FAILED) in sources) is (kept is None)
+    # Counted as made, kept or not: the takeover's and attempt 2's.
+    assert result.receipt.metadata["verification_observation_count"] == 2
 
 
 async def test_a_merged_zombie_is_announced_with_its_attempt_and_its_verifiers_word() -> None:
