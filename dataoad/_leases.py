@@ -238,9 +238,8 @@ def _zombie_merged(
         }
     return current.evolve(
         attempt_records=tuple(records),
-        metadata=protocol_metadata(
-            caller_metadata(current), observations, settlement, current.recovery
-        ),
+        # caller_metadata keeps the recovery record: only observation keys are rederived.
+        metadata=protocol_metadata(caller_metadata(current), observations, settlement),
         version=current.version + 1,
         updated_at=utc_now(),
         **changes,

@@ -24,6 +24,7 @@ from dataoad import (
     RetryPolicy,
     VerificationResult,
 )
+from dataoad import _evidence as evidence_module
 from dataoad.testing import ManualClock
 from tests.test_leases import LEASE, REQUEST, counting
 
@@ -99,9 +100,19 @@ async def test_a_zombie_fenced_at_its_outcome_is_told_so_with_what_it_saw() -> N
     assert stored.owner == "B"
     assert stored.final_status is ActionStatus.CONFIRMED
     assert stored.observations == ()  # A had no verifier: no observation to merge
+    # B's takeover is still on record: the merge rebuilt the metadata with it.
+    assert stored.recovery is not None
+    assert stored.recovery.method == "take_over"
 
 
-async def test_a_zombie_with_a_verifier_leaves_its_bound_confirmation() -> None:
+# 0: the receipt keeps only observations that prove something new, judged
+# against the claim's attempts (the state machines lower the bound too).
+@pytest.mark.parametrize("kept", [None, 0], ids=["default bound", "tightest bound"])
+async def test_a_zombie_with_a_verifier_leaves_its_bound_confirmation(
+    kept: int | None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    if kept is not None:
+        monkeypatch.setattr(evidence_module, "MAX_KEPT_OBSERVATIONS", kept)
     ledger, zombie, taken, finish = await zombie_and_taker(charge, verifier=confirms)
     finish.set()
     with pytest.raises(ClaimFencedError):
@@ -111,6 +122,11 @@ async def test_a_zombie_with_a_verifier_leaves_its_bound_confirmation() -> None:
     assert stored.owner == "B"
     assert [o.verified_provider_reference for o in stored.observations] == [REF]
     assert stored.final_status is ActionStatus.CONFIRMED
+    # The settlement's own facts are derived again from the merged evidence.
+    assert stored.metadata["verification_conflict"] is False
+    assert stored.metadata["provider_request_id_conflict"] is False
+    assert "provider_request_ids" in stored.metadata
+    assert stored.recovery is not None
 
 
 async def declined() -> str:
