@@ -125,6 +125,7 @@ TESTS = [
     "tests/test_lease_edges.py",
     "tests/test_zombie_and_sweep_rules.py",
     "tests/test_fenced_errors.py",
+    "tests/test_takeover_writes.py",
     "stateful_tests/test_runner_machine.py::TestRunnerMachineMemory",
     "stateful_tests/test_merge_machine.py::TestMergeMachineMemory",
     "stateful_tests/test_ledger_machine.py",
