@@ -10,6 +10,7 @@ saw lands in the new owner's receipt, never over it.
 from __future__ import annotations
 
 import asyncio
+import logging
 from typing import Any
 
 import pytest
@@ -20,12 +21,14 @@ from dataoad import (
     ActionStatus,
     ClaimFencedError,
     DefinitiveFailure,
+    EventKind,
     InMemoryLedger,
     RetryPolicy,
     VerificationResult,
 )
 from dataoad import _evidence as evidence_module
 from dataoad.testing import ManualClock
+from tests.support import Recorder
 from tests.test_leases import LEASE, REQUEST, counting
 
 REF = "ref-k"
@@ -36,7 +39,10 @@ def confirms(receipt: ActionReceipt) -> VerificationResult:
 
 
 async def zombie_and_taker(
-    operation: Any, verifier: Any = None, policy: RetryPolicy | None = None
+    operation: Any,
+    verifier: Any = None,
+    policy: RetryPolicy | None = None,
+    observers: tuple[Any, ...] = (),
 ) -> tuple[InMemoryLedger, asyncio.Task[Any], ActionReceipt, asyncio.Event]:
     """A holds the claim mid-call past its lease; B takes it over and settles it UNKNOWN.
 
@@ -53,7 +59,7 @@ async def zombie_and_taker(
         return await operation()
 
     zombie = asyncio.create_task(
-        ActionRunner(ledger, owner="A", policy=policy).execute(
+        ActionRunner(ledger, owner="A", policy=policy, observers=list(observers)).execute(
             "charge",
             paused,
             request=REQUEST,
@@ -78,7 +84,8 @@ async def charge() -> str:
 
 
 async def test_a_zombie_fenced_at_its_outcome_is_told_so_with_what_it_saw() -> None:
-    ledger, zombie, taken, finish = await zombie_and_taker(charge)
+    seen = Recorder()
+    ledger, zombie, taken, finish = await zombie_and_taker(charge, observers=(seen,))
     finish.set()
     with pytest.raises(ClaimFencedError) as info:
         await zombie
@@ -103,6 +110,10 @@ async def test_a_zombie_fenced_at_its_outcome_is_told_so_with_what_it_saw() -> N
     # B's takeover is still on record: the merge rebuilt the metadata with it.
     assert stored.recovery is not None
     assert stored.recovery.method == "take_over"
+    (event,) = seen.of(EventKind.FENCED)
+    assert event.level == logging.WARNING
+    assert event.receipt is not None
+    assert event.receipt.owner == "B"  # the receipt that shows who holds it now
 
 
 # 0: the receipt keeps only observations that prove something new, judged
@@ -141,7 +152,10 @@ RETRY_FAILED = RetryPolicy(max_attempts=2, retry_on_failed=True)
 
 
 async def test_a_zombie_fenced_before_its_retry_is_told_its_earlier_attempt_ran() -> None:
-    ledger, zombie, taken, finish = await zombie_and_taker(declined, policy=RETRY_FAILED)
+    seen = Recorder()
+    ledger, zombie, taken, finish = await zombie_and_taker(
+        declined, policy=RETRY_FAILED, observers=(seen,)
+    )
     finish.set()
     with pytest.raises(ClaimFencedError) as info:
         await zombie
@@ -162,6 +176,10 @@ async def test_a_zombie_fenced_before_its_retry_is_told_its_earlier_attempt_ran(
     assert stored is not None
     assert stored.owner == "B"
     assert stored.attempts == 1  # the retry never started
+    (event,) = seen.of(EventKind.FENCED)
+    assert event.level == logging.WARNING
+    assert event.receipt is not None
+    assert event.receipt.owner == "B"
     assert stored.attempt_records[0].execution_status is ActionStatus.FAILED
 
 
@@ -173,12 +191,18 @@ async def test_a_zombie_fenced_before_its_retry_leaves_its_verifiers_answer() ->
     # Attempt 1's answer was lost; A's verifier found it absent (retry-safe),
     # so A would retry, but B took the claim over meanwhile.
     ledger, zombie, taken, finish = await zombie_and_taker(
-        times_out, verifier=absent, policy=RetryPolicy(max_attempts=2)
+        times_out, verifier=absent, policy=RETRY_FAILED
     )
     finish.set()
     with pytest.raises(ClaimFencedError) as info:
         await zombie
     assert info.value.observed_status is ActionStatus.FAILED
+    assert "after attempt 1 of this call WAS invoked" in str(info.value)  # at the retry's start
+    # What A saw, with its verifier's word and the settlement it supports.
+    seen_metadata = info.value.observed_metadata
+    assert seen_metadata is not None
+    assert seen_metadata["verification"]["verified_provider_reference"] == REF
+    assert seen_metadata["verification_conflict"] is False
     stored = await ledger.get(taken.action_id)
     assert stored is not None
     assert stored.owner == "B"
@@ -262,3 +286,77 @@ async def test_an_operator_recovery_merges_into_a_claim_taken_over_meanwhile() -
     assert stored is not None
     assert stored.owner == "C"
     assert stored.fencing_token == 2
+
+
+async def test_a_zombie_fenced_before_its_third_attempt_reports_all_it_ran() -> None:
+    # Attempt 1 failed (retryable), attempt 2's answer was lost: UNKNOWN over
+    # both, whatever attempt 1 alone said.
+    clock = ManualClock()
+    ledger = InMemoryLedger(clock=clock)
+    second_started = asyncio.Event()
+    finish = asyncio.Event()
+    calls = 0
+
+    async def op() -> str:
+        nonlocal calls
+        calls += 1
+        if calls == 1:
+            raise DefinitiveFailure("try again", retryable=True)
+        second_started.set()
+        await finish.wait()
+        raise TimeoutError("no answer")
+
+    with pytest.warns(RuntimeWarning):  # the escape hatch says what it risks
+        policy = RetryPolicy(max_attempts=3, retry_on_failed=True, retry_on_unknown=True)
+    zombie = asyncio.create_task(
+        ActionRunner(ledger, owner="A", policy=policy).execute(
+            "charge", op, request=REQUEST, idempotency_key="k"
+        )
+    )
+    await second_started.wait()
+    clock.advance(LEASE)
+    taken = await ActionRunner(ledger, owner="B").execute(
+        "charge", counting(), request=REQUEST, idempotency_key="k"
+    )
+    assert taken.taken_over
+    finish.set()
+    with pytest.raises(ClaimFencedError) as info, pytest.warns(RuntimeWarning):
+        await zombie
+    assert info.value.observed_status is ActionStatus.UNKNOWN
+    assert "after attempt 2 of this call WAS invoked" in str(info.value)
+    assert calls == 2
+
+
+async def test_a_holder_fenced_before_its_first_attempt_is_told_nothing_ran() -> None:
+    clock = ManualClock()
+    ledger = InMemoryLedger(clock=clock)
+    seen = Recorder()
+    original = ledger.start_attempt
+
+    async def late_start(receipt: ActionReceipt, **lease: Any) -> bool:
+        if receipt.owner == "A":
+            clock.advance(LEASE)  # A stalls before its write lands; B takes over
+            await ActionRunner(ledger, owner="B").execute(
+                "charge", counting(), request=REQUEST, idempotency_key="k"
+            )
+        return await original(receipt, **lease)
+
+    ledger.start_attempt = late_start  # type: ignore[method-assign]
+    op = counting()
+    with pytest.raises(ClaimFencedError) as info:
+        await ActionRunner(ledger, owner="A", observers=[seen]).execute(
+            "charge", op, request=REQUEST, idempotency_key="k"
+        )
+    error = info.value
+    stored = await ledger.find("charge", "k")
+    assert stored is not None
+    assert str(error) == (
+        f"action {stored.action_id} was taken over by 'B' before attempt 1 could start; "
+        "the operation was not invoked"
+    )
+    assert error.operation_invoked is False
+    assert op.calls == []
+    (event,) = seen.of(EventKind.FENCED)
+    assert event.level == logging.WARNING
+    assert event.receipt is not None
+    assert event.receipt.owner == "B"

@@ -12,6 +12,9 @@ import logging
 import os
 import re
 import socket
+import time
+from datetime import UTC, datetime, timedelta, timezone
+from typing import Any
 
 import pytest
 
@@ -131,3 +134,54 @@ def test_the_default_owner_is_host_pid_and_a_random_suffix(
     assert len(owners) == 3  # every runner its own
     for owner in owners:
         assert re.fullmatch(rf"{re.escape(host)}:{os.getpid()}:[0-9a-f]{{8}}", owner), owner
+
+
+class LedgerBeforeLeases:
+    """A v0.1 ledger: its claim and start_attempt take no lease argument at all."""
+
+    def __init__(self) -> None:
+        self.inner = InMemoryLedger()
+
+    async def claim(self, receipt: Any) -> Any:
+        return await self.inner.claim(receipt)
+
+    async def start_attempt(self, receipt: Any) -> bool:
+        return await self.inner.start_attempt(receipt)
+
+    def __getattr__(self, name: str) -> Any:
+        if name in ("take_over", "renew"):
+            raise AttributeError(name)
+        return getattr(self.inner, name)
+
+
+async def test_a_runner_without_leases_runs_on_a_ledger_from_before_leases() -> None:
+    ledger = LedgerBeforeLeases()
+    op = counting("ch_1")
+    result = await ActionRunner(ledger, lease=None).execute(  # type: ignore[arg-type]
+        "charge", op, request=REQUEST, idempotency_key="k"
+    )
+    assert result.status is ActionStatus.CONFIRMED
+    assert result.taken_over is False  # a plain first call took nothing over
+    assert op.calls == [1]
+    stored = await ledger.inner.find("charge", "k")
+    assert stored is not None
+    assert stored.lease_expires_at is None
+
+
+@pytest.mark.skipif(not hasattr(time, "tzset"), reason="time.tzset is POSIX-only")
+def test_sqlite_lease_times_are_stored_in_utc_whatever_the_hosts_zone(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Stored lease times compare as text, so every host must write them in one zone."""
+    from dataoad.ledgers.sqlite import clock_text
+
+    moment = datetime(2026, 6, 1, 12, 0, tzinfo=UTC)
+    monkeypatch.setenv("TZ", "Asia/Kolkata")
+    time.tzset()
+    try:
+        assert clock_text(moment) == "2026-06-01T12:00:00.000000+00:00"
+        shifted = moment.astimezone(timezone(timedelta(hours=-7)))
+        assert clock_text(shifted) == "2026-06-01T12:00:00.000000+00:00"
+    finally:
+        monkeypatch.undo()
+        time.tzset()
