@@ -24,6 +24,7 @@ from dataoad import (
     ActionStatus,
     EventKind,
     InMemoryLedger,
+    InvalidArgumentError,
     NothingInvokedError,
 )
 from dataoad.testing import FaultyLedger, LedgerFault, ManualClock
@@ -185,3 +186,17 @@ def test_sqlite_lease_times_are_stored_in_utc_whatever_the_hosts_zone(
     finally:
         monkeypatch.undo()
         time.tzset()
+
+
+def test_the_longest_lease_is_a_day_and_the_refusals_say_what_to_do() -> None:
+    assert ActionRunner(InMemoryLedger(), lease=86_400).lease == 86_400.0
+    assert ActionRunner(InMemoryLedger(), lease=0.001).lease == 0.001
+    with pytest.raises(InvalidArgumentError) as info:
+        ActionRunner(LedgerBeforeLeases())  # type: ignore[arg-type]
+    assert str(info.value) == (
+        "ledger LedgerBeforeLeases keeps no leases (no take_over and renew); "
+        "pass lease=None to run without them"
+    )
+    with pytest.raises(InvalidArgumentError) as info:
+        ActionRunner(InMemoryLedger(), owner="")
+    assert str(info.value) == "owner must not be empty"
