@@ -200,3 +200,9 @@ def test_the_longest_lease_is_a_day_and_the_refusals_say_what_to_do() -> None:
     with pytest.raises(InvalidArgumentError) as info:
         ActionRunner(InMemoryLedger(), owner="")
     assert str(info.value) == "owner must not be empty"
+
+
+def test_a_ledger_clock_that_cannot_be_called_is_refused_by_name() -> None:
+    with pytest.raises(InvalidArgumentError) as info:
+        InMemoryLedger(clock=5)  # type: ignore[arg-type]
+    assert str(info.value) == "clock must be a callable returning an aware datetime, not int"
