@@ -93,7 +93,9 @@ async def test_a_takeover_read_back_showing_a_later_fence_is_raised_not_guessed(
 
 
 async def test_a_takeover_is_announced_with_the_new_holder_and_the_old() -> None:
-    _, ledger, action_id = await expired_claim()
+    inner, ledger, action_id = await expired_claim()
+    before = await inner.get(action_id)
+    assert before is not None
     seen = Recorder()
     await take(ledger, observers=[seen])
     (event,) = seen.of(EventKind.TAKEN_OVER)
@@ -103,6 +105,7 @@ async def test_a_takeover_is_announced_with_the_new_holder_and_the_old() -> None
     assert event.receipt.fencing_token == 2
     assert event.fields["previous_owner"] == "A"
     assert event.fields["attempts"] == 1
+    assert event.receipt.updated_at > before.updated_at  # a takeover is a new version, stamped
 
 
 async def test_an_unleased_claim_is_never_offered_to_the_ledger_for_takeover() -> None:
