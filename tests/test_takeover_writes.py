@@ -89,7 +89,10 @@ async def test_a_takeover_read_back_showing_a_later_fence_is_raised_not_guessed(
     assert error.operation_invoked is False
     assert error.receipt is not None
     assert (error.receipt.owner, error.receipt.fencing_token) == ("C", 3)
-    assert str(error).startswith(f"taking over action {action_id} could not be proven (")
+    assert str(error) == (
+        f"taking over action {action_id} could not be proven (LedgerFaultError: injected: "
+        "take_over failed before write); nothing was invoked"
+    )
 
 
 async def test_a_takeover_is_announced_with_the_new_holder_and_the_old() -> None:
