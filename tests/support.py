@@ -280,3 +280,15 @@ class Recorder:
     def of(self, kind: EventKind) -> list[RunnerEvent]:
         """The events of one kind, in order."""
         return [e for e in self.events if e.kind is kind]
+
+
+class Unlisted:
+    """A leasing ledger without the Inspection listing."""
+
+    def __init__(self) -> None:
+        self.inner = InMemoryLedger()
+
+    def __getattr__(self, name: str) -> Any:
+        if name == "receipts":
+            raise AttributeError(name)
+        return getattr(self.inner, name)

@@ -10,7 +10,6 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 from datetime import timedelta
-from typing import Any
 
 import pytest
 
@@ -25,7 +24,7 @@ from dataoad import (
     VerificationResult,
 )
 from dataoad.testing import FaultyLedger, LedgerFault, ManualClock
-from tests.support import Recorder
+from tests.support import Recorder, Unlisted
 from tests.test_leases import LEASE, REQUEST, counting, crash_after_start
 
 
@@ -136,17 +135,6 @@ async def test_a_sweep_that_cannot_settle_one_claim_goes_on_to_the_next() -> Non
 
 
 async def test_a_sweep_needs_a_ledger_that_lists_receipts() -> None:
-    class Unlisted:
-        """A leasing ledger without the Inspection listing."""
-
-        def __init__(self) -> None:
-            self.inner = InMemoryLedger()
-
-        def __getattr__(self, name: str) -> Any:
-            if name == "receipts":
-                raise AttributeError(name)
-            return getattr(self.inner, name)
-
     with pytest.raises(InvalidArgumentError, match="cannot list receipts"):
         await ActionRunner(Unlisted(), owner="S").recover_stale()  # type: ignore[arg-type]
 

@@ -32,7 +32,7 @@ from dataoad._leases import _zombie_merged
 from dataoad._receipt import AttemptRecord
 from dataoad._records import VerificationObservation
 from dataoad.testing import FaultyLedger, LedgerFault, ManualClock
-from tests.support import Recorder
+from tests.support import Recorder, Unlisted
 from tests.test_leases import LEASE, REQUEST, counting, crash_after_start
 
 CONFIRMED, FAILED, UNKNOWN = ActionStatus.CONFIRMED, ActionStatus.FAILED, ActionStatus.UNKNOWN
@@ -334,18 +334,6 @@ async def test_a_sweep_error_event_carries_the_error_at_error_level() -> None:
     assert event.level == logging.ERROR
     assert event.error is not None
     assert "injected" in str(event.error)
-
-
-class Unlisted:
-    """A leasing ledger without the Inspection listing."""
-
-    def __init__(self) -> None:
-        self.inner = InMemoryLedger()
-
-    def __getattr__(self, name: str) -> Any:
-        if name == "receipts":
-            raise AttributeError(name)
-        return getattr(self.inner, name)
 
 
 async def test_a_ledger_that_cannot_list_is_named_in_the_refusal() -> None:
