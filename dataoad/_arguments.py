@@ -16,8 +16,10 @@ from dataoad._clock import Clock, SystemClock
 from dataoad._errors import InvalidArgumentError
 from dataoad._events import RunnerObserver, check_observers
 from dataoad._frozen import FrozenDict, freeze
+from dataoad._identity import check_key_size
 from dataoad._leases import default_owner
 from dataoad._ledger import Ledger
+from dataoad._lifecycle import check_expires_after
 from dataoad._observing import resolve_verifier
 from dataoad._policy import RetryPolicy
 from dataoad._proven import keeps_leases
@@ -42,8 +44,8 @@ __all__ = [
 MAX_WAIT_IN_PROGRESS: Final = 3600.0
 
 #: Longest accepted identity strings, in characters. Every backend must be able
-#: to index ``(action_name, idempotency_key)`` in one unique key: PostgreSQL's
-#: B-tree entries stop at about 2,700 bytes, and 4 * (128 + 512) stays under it.
+#: to index the key ``(namespace, action_name, idempotency_key)`` in one unique
+#: index; ``_identity`` bounds the three together in bytes.
 MAX_TEXT_ARG_LENGTH: Final[dict[str, int]] = {
     "action_name": 128,
     "idempotency_key": 512,
@@ -173,6 +175,8 @@ def prepare_call(
     metadata: dict[str, Any] | None,
     policy: object,
     default_policy: RetryPolicy,
+    namespace: str = "",
+    expires_after: object = None,
 ) -> Call:
     """Every ``execute`` argument checked, in the order documented, and the request hashed."""
     check_text_arg("action_name", action_name)
@@ -182,6 +186,7 @@ def prepare_call(
         )
     digest = checked_request_hash(request)
     check_text_arg("idempotency_key", idempotency_key)
+    check_key_size(namespace, action_name, idempotency_key)  # type: ignore[arg-type]
     check_text_arg("provider_reference", provider_reference, optional=True)
     verify = None if verifier is None else resolve_verifier(verifier)
     if verify is not None and provider_reference is None:
@@ -192,6 +197,7 @@ def prepare_call(
     check_text_arg("risk", risk, optional=True)
     caller_metadata = check_metadata(metadata)
     checked_policy = check_policy(policy, default_policy)
+    expiry = check_expires_after(expires_after)
     return Call(
         action_name=action_name,  # type: ignore[arg-type]
         operation=operation,
@@ -202,4 +208,5 @@ def prepare_call(
         risk=risk,  # type: ignore[arg-type]
         metadata=caller_metadata,
         policy=checked_policy,
+        expires_after=expiry,
     )

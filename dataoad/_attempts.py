@@ -23,6 +23,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from dataoad._blocking import call_maybe_async
+from dataoad._clock import wall_time
 from dataoad._current import running_attempt
 from dataoad._errors import (
     ActionInProgressError,
@@ -59,6 +60,7 @@ from dataoad._proven import ProvenLedger
 from dataoad._receipt import ActionReceipt, AttemptRecord, bounded_error, utc_now
 from dataoad._records import ObservationSource, VerificationObservation
 from dataoad._result import ActionResult
+from dataoad._retiring import expire_if_due
 from dataoad._settling import observe_and_merge
 from dataoad._status import ActionStatus, ClaimState
 from dataoad._verification import MISSING
@@ -79,6 +81,8 @@ class Call:
     risk: str | None
     metadata: Mapping[str, Any]
     policy: RetryPolicy
+    #: Seconds after which a definitive receipt of the key no longer replays.
+    expires_after: float | None = None
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -96,6 +100,10 @@ async def execute_once(
 ) -> ActionResult[Any]:
     """One pass of ``execute``: replay, refuse, take over, or claim and run."""
     existing = await store.read_claim(call.action_name, call.idempotency_key)
+    if existing is not None and call.expires_after is not None:
+        existing = await expire_if_due(
+            store, existing, call.expires_after, lambda: wall_time(tenure.clock), events
+        )
     if existing is not None:
         return await _answer_existing(store, existing, call, events, tenure)
     now = utc_now()
@@ -119,6 +127,7 @@ async def execute_once(
         created_at=now,
         updated_at=now,
         owner=tenure.owner,
+        namespace=store.namespace,
     )
     claimed, created = await store.claim(proposed, tenure.lease)
     if not created:

@@ -17,6 +17,17 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from dataoad._cli_common import (
+    EXIT_ERROR,
+    EXIT_OK,
+    EXIT_PIPE_CLOSED,
+    EXIT_STILL_UNKNOWN,
+    EXIT_USAGE,
+    CommandError,
+    UsageError,
+)
+from dataoad._cli_common import confirm as _confirm
+from dataoad._cli_lifecycle import add_lifecycle_commands, check_cli_namespace, prune, reopen
 from dataoad._cli_loading import import_attribute
 from dataoad._cli_render import receipt_dict, render_receipt, render_table, status_text
 from dataoad._errors import ActionNotFoundError, DataoadError
@@ -27,22 +38,9 @@ from dataoad.ledgers.postgres import PostgresLedger
 
 __all__ = ["add_commands", "run_ledger_command"]
 
-EXIT_OK, EXIT_ERROR, EXIT_USAGE = 0, 1, 2
-#: ``recover`` ran, but the receipt is still UNKNOWN: read-back proved nothing.
-EXIT_STILL_UNKNOWN = 3
-#: The reader closed our output (``| head``): stop quietly, as on SIGPIPE.
-EXIT_PIPE_CLOSED = 141
 DEFAULT_TABLE = "public.dataoad_receipts"
 _URL_SCHEME = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*)://")
 _ID_PREFIX = re.compile(r"^[0-9a-f]{1,32}$")
-
-
-class CommandError(Exception):
-    """A one-line reason the command failed (exit status 1)."""
-
-
-class UsageError(Exception):
-    """A one-line reason the command was used wrongly (exit status 2)."""
 
 
 def add_commands(commands: Any, parser_class: type[argparse.ArgumentParser]) -> None:
@@ -66,6 +64,13 @@ def add_commands(commands: Any, parser_class: type[argparse.ArgumentParser]) -> 
             "default: $DATAOAD_LEDGER",
         )
         table_option(p)
+        p.add_argument(
+            "--namespace",
+            metavar="NS",
+            default=None,
+            help='only receipts of this namespace ("" is the default one); default: every '
+            "namespace (a command on one receipt then acts in that receipt's own)",
+        )
 
     ledger = commands.add_parser("ledger", help="create or upgrade a ledger's schema")
     ledger_sub = ledger.add_subparsers(
@@ -137,6 +142,7 @@ def add_commands(commands: Any, parser_class: type[argparse.ArgumentParser]) -> 
     ledger_option(release)
     release.add_argument("action_id", metavar="ACTION_ID")
     release.add_argument("--yes", action="store_true", help="do not ask for confirmation")
+    add_lifecycle_commands(commands, sub, ledger_option)
 
 
 def _status_arg(text: str) -> ActionStatus:
@@ -215,28 +221,45 @@ def _open_ledger(url: str | None, table: str | None, *, read_only: bool) -> Insp
 
 async def _find_one(ledger: InspectableLedger, args: argparse.Namespace) -> ActionReceipt:
     """The receipt named by an id, a unique id prefix, or --key (and --action)."""
+    namespace = check_cli_namespace(args.namespace)
     key = getattr(args, "key", None)
     if key is not None:
         if args.action_id is not None:
             raise UsageError("give an action id or --key, not both")
-        found = await ledger.receipts(idempotency_key=key, action_name=args.action, limit=20)
+        found = await ledger.receipts(
+            idempotency_key=key, action_name=args.action, namespace=namespace, limit=50
+        )
+        # A key's receipts that gave it up (expired, reopened) are only history.
+        holding = [r for r in found if r.holds_key] or found
         if not found:
             where = f" of action {args.action!r}" if args.action else ""
             raise CommandError(f"no receipt with key {key!r}{where}")
-        if len(found) > 1:
-            names = ", ".join(sorted({r.action_name for r in found}))
-            raise CommandError(f"key {key!r} is used by several actions ({names}); add --action")
-        return found[0]
+        if len({(r.namespace, r.action_name) for r in holding}) > 1:
+            names = ", ".join(
+                sorted(
+                    {
+                        f"{r.namespace}/{r.action_name}" if r.namespace else r.action_name
+                        for r in holding
+                    }
+                )
+            )
+            hint = (
+                "add --action or --namespace"
+                if any(r.namespace for r in holding)
+                else ("add --action")
+            )
+            raise CommandError(f"key {key!r} is used by several actions ({names}); {hint}")
+        return holding[-1]
     if args.action_id is None:
         raise UsageError("name the receipt: ACTION_ID (or a unique prefix), or --key KEY")
     wanted = args.action_id.lower()
     if not _ID_PREFIX.match(wanted):
         # Not a runner's id or a prefix of one: only an exact id can match.
         exact = await ledger.get(args.action_id)
-        if exact is None:
+        if exact is None or (namespace is not None and exact.namespace != namespace):
             raise ActionNotFoundError(f"no action with id {args.action_id!r}")
         return exact
-    found = await ledger.receipts(action_id_prefix=wanted, limit=2)
+    found = await ledger.receipts(action_id_prefix=wanted, namespace=namespace, limit=2)
     if not found:
         raise CommandError(
             f"no action with id {args.action_id!r}"
@@ -289,16 +312,6 @@ def _load_verifier(spec: str) -> Any:
     return verifier
 
 
-def _confirm(question: str, assume_yes: bool) -> None:
-    if assume_yes:
-        return
-    if not sys.stdin or not sys.stdin.isatty():
-        raise UsageError(f"{question} Refusing without --yes (no terminal to ask on)")
-    answer = input(f"{question} [y/N] ").strip().lower()
-    if answer not in ("y", "yes"):
-        raise CommandError("cancelled; nothing was changed")
-
-
 async def _run(args: argparse.Namespace) -> int:
     from dataoad._runner import ActionRunner
 
@@ -307,7 +320,8 @@ async def _run(args: argparse.Namespace) -> int:
             raise UsageError("name a subcommand: ledger migrate URL")
         return await _migrate(args)
     inspecting = args.command == "receipts"
-    ledger = _open_ledger(args.ledger, args.table, read_only=inspecting)
+    read_only = inspecting and args.receipts_command in ("list", "show")
+    ledger = _open_ledger(args.ledger, args.table, read_only=read_only)
     try:
         if args.command == "receipts" and args.receipts_command == "list":
             receipts = await ledger.receipts(
@@ -315,6 +329,7 @@ async def _run(args: argparse.Namespace) -> int:
                 pending=True if args.pending else None,
                 stale=True if args.stale else None,
                 action_name=args.action,
+                namespace=check_cli_namespace(args.namespace),
                 since=_since(args.since),
                 limit=args.limit,
             )
@@ -331,9 +346,12 @@ async def _run(args: argparse.Namespace) -> int:
                 else render_receipt(receipt)
             )
             return EXIT_OK
+        if args.command == "receipts" and args.receipts_command == "prune":
+            return await prune(ledger, args, _confirm)
         if inspecting:
-            raise UsageError("name a subcommand: receipts list | receipts show ACTION_ID")
-        runner = ActionRunner(ledger)
+            raise UsageError(
+                "name a subcommand: receipts list | receipts show ACTION_ID | receipts prune"
+            )
         if args.command == "recover":
             if args.stale == (args.action_id is not None):
                 raise UsageError("name one ACTION_ID, or --stale for every expired claim")
@@ -345,8 +363,12 @@ async def _run(args: argparse.Namespace) -> int:
             else None
         )
         if args.command == "recover" and args.stale:
-            return await _recover_stale(ledger, runner, verifier, args)
+            return await _recover_stale(ledger, verifier, args)
         receipt = await _find_one(ledger, args)
+        # Verbs act in the receipt's own namespace (a runner sees only its own).
+        runner = ActionRunner(ledger, namespace=receipt.namespace)
+        if args.command == "reopen":
+            return await reopen(runner, receipt, args, _confirm)
         if args.command == "recover":
             return await _recover(runner, receipt, verifier, args)
         if args.command == "release-unstarted":
@@ -409,8 +431,10 @@ async def _recover(
     return EXIT_OK
 
 
-async def _recover_stale(ledger: Any, runner: Any, verifier: Any, args: argparse.Namespace) -> int:
-    stale = await ledger.receipts(stale=True)
+async def _recover_stale(ledger: Any, verifier: Any, args: argparse.Namespace) -> int:
+    from dataoad._runner import ActionRunner
+
+    stale = await ledger.receipts(stale=True, namespace=check_cli_namespace(args.namespace))
     if not stale:
         print("no stale claims: every PENDING claim's lease still holds")
         return EXIT_OK
@@ -421,7 +445,11 @@ async def _recover_stale(ledger: Any, runner: Any, verifier: Any, args: argparse
         f"settle the others read-only {how}?",
         args.yes,
     )
-    results = await runner.recover_stale(verifier, limit=max(len(stale), 1))
+    results = []
+    # A runner sweeps its own namespace only: one per namespace found.
+    for namespace in sorted({r.namespace for r in stale}):
+        runner = ActionRunner(ledger, namespace=namespace)
+        results += await runner.recover_stale(verifier, limit=max(len(stale), 1))
     settled = {r.receipt.action_id for r in results}
     for result in results:
         print(f"{result.receipt.action_id}: {result.status.value}")

@@ -67,13 +67,29 @@ def receipt_dict(receipt: ActionReceipt) -> dict[str, Any]:
         "version": receipt.version,
         "created_at": receipt.created_at.isoformat(),
         "updated_at": receipt.updated_at.isoformat(),
+        "owner": receipt.owner,
+        "fencing_token": receipt.fencing_token,
+        "lease_expires_at": None
+        if receipt.lease_expires_at is None
+        else receipt.lease_expires_at.isoformat(),
+        "namespace": receipt.namespace,
+        "retired_at": None if receipt.retired_at is None else receipt.retired_at.isoformat(),
     }
 
 
 def render_table(receipts: Sequence[ActionReceipt]) -> str:
     """One aligned line per receipt."""
-    header = ("ACTION ID", "ACTION", "KEY", "CLAIM", "FINAL", "ATTEMPTS", "CREATED", "UPDATED")
-    rows = [
+    header: tuple[str, ...] = (
+        "ACTION ID",
+        "ACTION",
+        "KEY",
+        "CLAIM",
+        "FINAL",
+        "ATTEMPTS",
+        "CREATED",
+        "UPDATED",
+    )
+    rows: list[tuple[str, ...]] = [
         (
             r.action_id,
             r.action_name,
@@ -86,6 +102,9 @@ def render_table(receipts: Sequence[ActionReceipt]) -> str:
         )
         for r in receipts
     ]
+    if any(r.namespace for r in receipts):  # the column only where namespaces are used
+        header = ("NAMESPACE", *header)
+        rows = [(r.namespace or '""', *row) for r, row in zip(receipts, rows, strict=True)]
     widths = [max(len(row[i]) for row in [header, *rows]) for i in range(len(header))]
     lines = [
         "  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip()
@@ -99,6 +118,8 @@ def render_receipt(receipt: ActionReceipt) -> str:
     """Every field, the attempt history and the verification observations."""
     data = receipt_dict(receipt)
     lines = [f"Receipt {receipt.action_id}"]
+    if receipt.namespace:
+        lines.append(f"  {'namespace':<20} {receipt.namespace}")
     for key in (
         "action_name",
         "idempotency_key",
@@ -117,6 +138,10 @@ def render_receipt(receipt: ActionReceipt) -> str:
         "updated_at",
     ):
         lines.append(f"  {key:<20} {data[key] if data[key] is not None else '-'}")
+    if receipt.retired_at is not None:
+        lines.append(
+            f"  {'retired_at':<20} {data['retired_at']} (gave up its key: expired or reopened)"
+        )
     lines.append("Attempts:")
     for attempt in data["attempt_records"] or []:
         lines.append(

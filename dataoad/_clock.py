@@ -16,7 +16,7 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Protocol, TypeAlias, runtime_checkable
 
-__all__ = ["Clock", "LedgerClock", "SystemClock", "utc_now"]
+__all__ = ["Clock", "LedgerClock", "SystemClock", "utc_now", "wall_time"]
 
 #: A ledger's wall clock: returns the current time as an aware datetime.
 LedgerClock: TypeAlias = Callable[[], datetime]
@@ -40,8 +40,22 @@ class Clock(Protocol):
         ...
 
 
+def wall_time(clock: object) -> datetime:
+    """The runner's wall time: ``clock.wall_time()`` when the clock has one, else UTC now.
+
+    ``execute(expires_after=...)`` judges a receipt's age by it; tests and
+    the state machines pass a clock whose wall time they move.
+    """
+    read = getattr(clock, "wall_time", None)
+    return read() if callable(read) else utc_now()
+
+
 class SystemClock:
-    """The default: ``time.monotonic`` and ``asyncio.sleep``."""
+    """The default: ``time.monotonic``, ``asyncio.sleep`` and UTC now."""
+
+    def wall_time(self) -> datetime:
+        """``datetime.now(UTC)``."""
+        return utc_now()
 
     def monotonic(self) -> float:
         """``time.monotonic()``."""

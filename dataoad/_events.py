@@ -50,6 +50,8 @@ class EventKind(enum.Enum):
     STALE_CLAIM_NOT_SETTLED = "stale_claim_not_settled"
     #: A fenced worker's evidence was merged into the new owner's receipt.
     ZOMBIE_EVIDENCE_MERGED = "zombie_evidence_merged"
+    #: A definitive receipt gave up its key (expired or reopened); it stays readable.
+    RETIRED = "retired"
 
 
 #: Events only observers see: the log has one record per transition, not per call.

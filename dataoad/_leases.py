@@ -295,7 +295,8 @@ async def recover_stale(
         )
     sweeper = dataclasses.replace(tenure, lease=tenure.lease or DEFAULT_LEASE)
     results: list[ActionResult[Any]] = []
-    for stale in await listing(stale=True, limit=limit):
+    # Only this runner's namespace: a sweep never touches another tenant's claims.
+    for stale in await listing(stale=True, limit=limit, namespace=store.namespace):
         try:
             taken = await take_over(store, stale, sweeper, events)
             if taken is None:

@@ -17,13 +17,15 @@ write it any more.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from datetime import datetime
 from typing import Protocol
 
 from dataoad._receipt import ActionReceipt
 from dataoad._status import ActionStatus
+from dataoad.ledgers._pruning import BeforeDelete
 
-__all__ = ["Inspection", "InspectableLedger", "LeasingLedger", "Ledger"]
+__all__ = ["Inspection", "InspectableLedger", "LeasingLedger", "Ledger", "LifecycleLedger"]
 
 
 class Ledger(Protocol):
@@ -32,7 +34,7 @@ class Ledger(Protocol):
     async def claim(
         self, receipt: ActionReceipt, *, lease: float | None = None
     ) -> tuple[ActionReceipt, bool]:
-        """Insert ``receipt`` unless ``(action_name, idempotency_key)`` is claimed.
+        """Insert ``receipt`` unless its key ``(namespace, action_name, idempotency_key)`` is held.
 
         Returns ``(stored, True)`` when this call created the claim, or
         ``(existing, False)`` with the stored claim otherwise. Exactly one of
@@ -45,8 +47,14 @@ class Ledger(Protocol):
         """The stored receipt with this action id, or None."""
         ...
 
-    async def find(self, action_name: str, idempotency_key: str) -> ActionReceipt | None:
-        """The stored claim for this action name and key, or None."""
+    async def find(
+        self, action_name: str, idempotency_key: str, namespace: str = ""
+    ) -> ActionReceipt | None:
+        """The stored receipt holding this key in ``namespace`` (never a retired one), or None.
+
+        A ledger written before namespaces may omit ``namespace``; the runner
+        passes it only when it is not the default ``""``.
+        """
         ...
 
     async def start_attempt(self, receipt: ActionReceipt, *, lease: float | None = None) -> bool:
@@ -105,6 +113,40 @@ class LeasingLedger(Ledger, Protocol):
         ...
 
 
+class LifecycleLedger(Ledger, Protocol):
+    """A ledger that can free keys and delete old receipts (see ``_lifecycle``)."""
+
+    async def retire(self, receipt: ActionReceipt) -> bool:
+        """Free the key of a definitive receipt: store ``receipt`` with ``retired_at`` set.
+
+        Succeeds (True) only if the stored receipt is COMPLETED, CONFIRMED or
+        FAILED, still holds its key, and ``receipt`` is it at the next version
+        with only ``retired_at`` and the update time changed. The receipt
+        stays readable by its id; the key can then be claimed afresh.
+        """
+        ...
+
+    async def prune(
+        self,
+        *,
+        completed_before: datetime,
+        statuses: Sequence[ActionStatus] = ...,
+        namespace: str | None = None,
+        batch_size: int = ...,
+        dry_run: bool = False,
+        before_delete: BeforeDelete | None = None,
+    ) -> int:
+        """Delete completed receipts in ``statuses`` (default CONFIRMED and FAILED).
+
+        Only receipts last changed before ``completed_before``, in
+        ``namespace`` when given; UNKNOWN only when named, PENDING never. In
+        small batches, each receipt only at the version it was read at;
+        ``before_delete`` sees every batch first. Returns how many were
+        deleted (with ``dry_run``, how many would be, deleting nothing).
+        """
+        ...
+
+
 class Inspection(Protocol):
     """Read-only listing, the same on every backend; the operator commands use only this."""
 
@@ -119,6 +161,7 @@ class Inspection(Protocol):
         action_id_prefix: str | None = None,
         since: datetime | None = None,
         limit: int | None = None,
+        namespace: str | None = None,
     ) -> list[ActionReceipt]:
         """Stored receipts, oldest first (by creation time, then action id), filtered.
 
@@ -127,7 +170,8 @@ class Inspection(Protocol):
         lease ran out by the ledger's clock (True) or only the others
         (False); ``action_name``: only that action;
         ``idempotency_key``: only that key; ``action_id_prefix``: only ids
-        starting so; ``since``: created at or after; ``limit``: at most that many.
+        starting so; ``since``: created at or after; ``limit``: at most that
+        many; ``namespace``: only that namespace. Retired receipts are listed too.
         """
         ...
 
@@ -136,5 +180,5 @@ class Inspection(Protocol):
         ...
 
 
-class InspectableLedger(LeasingLedger, Inspection, Protocol):
+class InspectableLedger(LeasingLedger, LifecycleLedger, Inspection, Protocol):
     """A ledger with the read-only listing: what the operator commands open."""

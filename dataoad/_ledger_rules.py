@@ -31,12 +31,15 @@ def same_identity(current: ActionReceipt, proposed: ActionReceipt) -> bool:
     """Whether ``proposed`` describes the same claim as ``current``."""
     return (
         current.action_id == proposed.action_id
+        and current.namespace == proposed.namespace
         and current.action_name == proposed.action_name
         and current.idempotency_key == proposed.idempotency_key
         and current.request_hash == proposed.request_hash
         and current.provider_reference == proposed.provider_reference
         and current.risk == proposed.risk
         and current.created_at == proposed.created_at
+        # Only ``check_retire`` (``_lifecycle``) frees a key; nothing restores one.
+        and current.retired_at == proposed.retired_at
     )
 
 

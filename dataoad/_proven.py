@@ -26,7 +26,7 @@ from dataoad._errors import (
     RecoveryRefusedError,
 )
 from dataoad._events import EventKind, EventSink
-from dataoad._ledger import LeasingLedger, Ledger
+from dataoad._ledger import LeasingLedger, Ledger, LifecycleLedger
 from dataoad._receipt import ActionReceipt, bounded_error
 from dataoad._status import ActionStatus
 
@@ -72,19 +72,30 @@ def fenced(stored: ActionReceipt | None, mine: ActionReceipt) -> bool:
 
 
 class ProvenLedger:
-    """A ledger seen through the proven-write rule."""
+    """A ledger seen through the proven-write rule, within one namespace.
 
-    __slots__ = ("ledger",)
+    The namespace is the runner's: keys are looked up in it, and a receipt
+    of another namespace is not found by id either, so one tenant's runner
+    can neither replay nor settle nor reopen another's actions.
+    """
 
-    def __init__(self, ledger: Ledger) -> None:
+    __slots__ = ("ledger", "namespace")
+
+    def __init__(self, ledger: Ledger, namespace: str = "") -> None:
         self.ledger = ledger
+        self.namespace = namespace
 
     # -- reads -------------------------------------------------------------------
 
-    async def read_claim(self, action_name: str, idempotency_key: str) -> ActionReceipt | None:
-        """The stored claim for the key, or None; NothingInvokedError if unreadable."""
-        try:
+    async def _find(self, action_name: str, idempotency_key: str) -> ActionReceipt | None:
+        if not self.namespace:  # a ledger written before namespaces takes none
             return await self.ledger.find(action_name, idempotency_key)
+        return await self.ledger.find(action_name, idempotency_key, self.namespace)
+
+    async def read_claim(self, action_name: str, idempotency_key: str) -> ActionReceipt | None:
+        """The receipt holding the key, or None; NothingInvokedError if unreadable."""
+        try:
+            return await self._find(action_name, idempotency_key)
         except Exception as exc:
             raise NothingInvokedError(
                 f"could not read the ledger for {action_name!r}: {bounded_error(exc)}; "
@@ -103,8 +114,11 @@ class ProvenLedger:
                 receipt=None,
                 operation_invoked=False,
             ) from exc
-        if stored is None:
-            raise ActionNotFoundError(f"no action with id {action_id!r}", action_id=action_id)
+        if stored is None or stored.namespace != self.namespace:
+            where = f" in namespace {self.namespace!r}" if self.namespace else ""
+            raise ActionNotFoundError(
+                f"no action with id {action_id!r}{where}", action_id=action_id
+            )
         return stored
 
     async def _read_back(self, read: Callable[[], Awaitable[ActionReceipt | None]]) -> _Write:
@@ -153,7 +167,7 @@ class ProvenLedger:
         except Exception as exc:
             # Our action id is fresh, so finding it stored proves the claim is ours.
             back = await self._read_back(
-                lambda: self.ledger.find(proposed.action_name, proposed.idempotency_key)
+                lambda: self._find(proposed.action_name, proposed.idempotency_key)
             )
             if not back.read_failed and proves(back.stored, proposed):
                 return proposed, True
@@ -373,3 +387,24 @@ class ProvenLedger:
             "have started); nothing was released",
             receipt=write.stored,
         )
+
+    async def retire(self, proposed: ActionReceipt, current: ActionReceipt) -> bool:
+        """Free a key: True when proven, False when the receipt changed first.
+
+        NothingInvokedError when the write raised and could not be proven
+        either way (the key may or may not be free; nothing was invoked).
+        """
+        ledger = cast(LifecycleLedger, self.ledger)
+        write = await self._prove_unread(
+            lambda: ledger.retire(proposed), proposed, proposed.action_id
+        )
+        if write.proven:
+            return True
+        if write.error is None or (not write.read_failed and write.stored != current):
+            return False  # refused, or the read-back shows another writer's change
+        raise NothingInvokedError(
+            f"freeing the key of action {proposed.action_id} could not be proven "
+            f"({bounded_error(write.error)}); nothing was invoked",
+            receipt=write.stored or current,
+            operation_invoked=False,
+        ) from write.error

@@ -87,6 +87,8 @@ class ActionReceipt:
     kept: only ``request_hash``, identifiers, bounded errors and JSON metadata.
     ``owner``, ``lease_expires_at`` and ``fencing_token`` say who may write a
     PENDING claim, until when, and under which fence (see ``_leases``).
+    ``namespace`` scopes the key; ``retired_at`` is set once the key was
+    freed from this receipt, which then stays readable by its id.
     """
 
     action_id: str
@@ -115,6 +117,12 @@ class ActionReceipt:
     lease_expires_at: datetime | None = dataclasses.field(default=None, compare=False)
     #: 1 when claimed, one more on every change of owner.
     fencing_token: int = 1
+    #: The tenant or scope the key belongs to; keys of different namespaces
+    #: never meet. ``""`` is the default namespace.
+    namespace: str = ""
+    #: When the key was freed from this receipt (expired or reopened, see
+    #: ``_lifecycle``); None while the receipt holds its key.
+    retired_at: datetime | None = None
 
     def __post_init__(self) -> None:
         # Deep-freeze so no holder of a snapshot can change what others see.
@@ -127,6 +135,11 @@ class ActionReceipt:
     def is_pending(self) -> bool:
         """Whether the claim is still PENDING (its outcome not yet recorded)."""
         return self.claim_state is ClaimState.PENDING
+
+    @property
+    def holds_key(self) -> bool:
+        """Whether this receipt still answers for its key (it was never retired)."""
+        return self.retired_at is None
 
     @property
     def observations(self) -> tuple[VerificationObservation, ...]:

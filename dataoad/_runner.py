@@ -29,6 +29,7 @@ from dataoad._attempts import execute_once
 from dataoad._clock import Clock
 from dataoad._errors import ActionInProgressError, InvalidArgumentError
 from dataoad._events import EventKind, EventSink, RunnerObserver
+from dataoad._identity import check_namespace
 from dataoad._leases import DEFAULT_LEASE, Tenure, recover_stale
 from dataoad._ledger import Ledger
 from dataoad._observing import resolve_verifier
@@ -36,6 +37,7 @@ from dataoad._policy import RetryPolicy
 from dataoad._proven import ProvenLedger
 from dataoad._receipt import ActionReceipt
 from dataoad._result import ActionResult
+from dataoad._retiring import check_lifecycle, reopen
 from dataoad._settling import reconcile, recover_pending, release
 from dataoad._verification import AnyVerifier
 
@@ -89,6 +91,11 @@ class ActionRunner:
     caller or by ``recover_stale``, never blindly re-invoked. ``lease=None``
     turns leases off (v0.1: a stranded claim waits for an operator).
     ``owner`` names this worker in receipts (default ``host:pid:random``).
+
+    ``namespace`` (default ``""``) scopes every key and every action id this
+    runner touches: a key in one namespace never replays, conflicts with or
+    blocks a key in another, and a verb by action id finds only receipts of
+    this namespace.
     """
 
     def __init__(
@@ -98,10 +105,13 @@ class ActionRunner:
         policy: RetryPolicy | None = None,
         lease: float | None = DEFAULT_LEASE,
         owner: str | None = None,
+        namespace: str = "",
         clock: Clock | None = None,
         observers: Sequence[RunnerObserver] = (),
     ) -> None:
-        self._store = ProvenLedger(check_ledger(ledger))
+        scope = check_namespace(namespace)
+        assert scope is not None
+        self._store = ProvenLedger(check_ledger(ledger), scope)
         self._policy = check_policy(policy)
         self._clock = check_clock(clock)
         self._observers = check_observer_list(observers)
@@ -121,6 +131,11 @@ class ActionRunner:
     def owner(self) -> str:
         """This worker's name in the receipts it claims."""
         return self._tenure.owner
+
+    @property
+    def namespace(self) -> str:
+        """The namespace this runner's keys and receipts belong to."""
+        return self._store.namespace
 
     @property
     def lease(self) -> float | None:
@@ -147,6 +162,7 @@ class ActionRunner:
         metadata: dict[str, Any] | None = ...,
         policy: RetryPolicy | None = ...,
         wait_in_progress: float | None = ...,
+        expires_after: float | None = ...,
     ) -> ActionResult[T]: ...
 
     @overload
@@ -163,6 +179,7 @@ class ActionRunner:
         metadata: dict[str, Any] | None = ...,
         policy: RetryPolicy | None = ...,
         wait_in_progress: float | None = ...,
+        expires_after: float | None = ...,
     ) -> ActionResult[T]: ...
 
     async def execute(
@@ -178,6 +195,7 @@ class ActionRunner:
         metadata: dict[str, Any] | None = None,
         policy: RetryPolicy | None = None,
         wait_in_progress: float | None = None,
+        expires_after: float | None = None,
     ) -> ActionResult[Any]:
         """Run ``operation`` at most as often as the policy and evidence allow.
 
@@ -191,6 +209,12 @@ class ActionRunner:
         replay, instead of raising ActionInProgressError at once. Waiting never
         invokes the operation for the other caller's claim; if that claim is
         released unstarted, this call claims the key like any new caller.
+
+        ``expires_after`` (seconds): a CONFIRMED or FAILED receipt of the key
+        whose last change is at least that old no longer replays; this call
+        frees the key (the old receipt stays readable by its id) and claims
+        it afresh, and of several callers doing so exactly one claim wins.
+        UNKNOWN and PENDING receipts never expire.
         """
         with self._verb("execute", action_name=action_name) as verb:
             call = prepare_call(
@@ -204,7 +228,11 @@ class ActionRunner:
                 metadata=metadata,
                 policy=policy,
                 default_policy=self._policy,
+                namespace=self._store.namespace,
+                expires_after=expires_after,
             )
+            if call.expires_after is not None:
+                check_lifecycle(self._store.ledger, "expire receipts")
             wait = check_wait(wait_in_progress)
             deadline = None if wait is None else self._clock.monotonic() + wait
             delay = WAIT_FIRST_DELAY
@@ -274,6 +302,19 @@ class ActionRunner:
                 raise InvalidArgumentError(f"limit must be an int in [1, 10000], not {limit!r}")
             verb.result = await recover_stale(self._store, verify, self._tenure, verb.events, limit)
             return verb.result  # type: ignore[no-any-return]
+
+    async def reopen(self, action_id: str) -> None:
+        """Free the key of a definitive FAILED receipt, so it can be claimed afresh.
+
+        The receipt stays readable by its id. RecoveryRefusedError, changing
+        nothing, for a CONFIRMED, UNKNOWN or PENDING receipt; atomic against a
+        concurrent replay, merge or reconcile (it re-decides on what is
+        stored). Reopening a receipt whose key is already free does nothing.
+        """
+        with self._verb("reopen", action_id=action_id) as verb:
+            check_text_arg("action_id", action_id)
+            check_lifecycle(self._store.ledger, "reopen receipts")
+            await reopen(self._store, action_id, verb.events)
 
     async def release_unstarted(self, action_id: str) -> None:
         """Remove a PENDING claim that never started an attempt, so its key can be reused.

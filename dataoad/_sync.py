@@ -40,7 +40,7 @@ _Inbox = queue.SimpleQueue[Callable[[], None] | None]
 class SyncActionRunner:
     """A blocking facade over ActionRunner for code that is not async.
 
-    ``SyncActionRunner(ledger, policy=..., lease=..., owner=..., clock=...)`` takes
+    ``SyncActionRunner(ledger, policy=..., lease=..., owner=..., namespace=...)`` takes
     ActionRunner's options.
     Every method blocks until the call is done; any number of threads may
     call at once, and their operations run concurrently, each on its caller's
@@ -56,11 +56,18 @@ class SyncActionRunner:
         policy: RetryPolicy | None = None,
         lease: float | None = DEFAULT_LEASE,
         owner: str | None = None,
+        namespace: str = "",
         clock: Clock | None = None,
         observers: Sequence[RunnerObserver] = (),
     ) -> None:
         self._runner = ActionRunner(
-            ledger, policy=policy, lease=lease, owner=owner, clock=clock, observers=observers
+            ledger,
+            policy=policy,
+            lease=lease,
+            owner=owner,
+            namespace=namespace,
+            clock=clock,
+            observers=observers,
         )
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(
@@ -83,6 +90,11 @@ class SyncActionRunner:
     def policy(self) -> RetryPolicy:
         """The default retry policy for ``execute``."""
         return self._runner.policy
+
+    @property
+    def namespace(self) -> str:
+        """The namespace this runner's keys and receipts belong to."""
+        return self._runner.namespace
 
     def _run(self, coro: Coroutine[Any, Any, T]) -> T:
         if self._closed:
@@ -129,6 +141,7 @@ class SyncActionRunner:
         metadata: dict[str, Any] | None = ...,
         policy: RetryPolicy | None = ...,
         wait_in_progress: float | None = ...,
+        expires_after: float | None = ...,
     ) -> ActionResult[T]: ...
 
     @overload
@@ -145,6 +158,7 @@ class SyncActionRunner:
         metadata: dict[str, Any] | None = ...,
         policy: RetryPolicy | None = ...,
         wait_in_progress: float | None = ...,
+        expires_after: float | None = ...,
     ) -> ActionResult[T]: ...
 
     def execute(
@@ -160,6 +174,7 @@ class SyncActionRunner:
         metadata: dict[str, Any] | None = None,
         policy: RetryPolicy | None = None,
         wait_in_progress: float | None = None,
+        expires_after: float | None = None,
     ) -> ActionResult[Any]:
         """Blocking ``ActionRunner.execute``: same arguments, same rules, same errors."""
         return self._run(
@@ -174,6 +189,7 @@ class SyncActionRunner:
                 metadata=metadata,
                 policy=policy,
                 wait_in_progress=wait_in_progress,
+                expires_after=expires_after,
             )
         )
 
@@ -190,6 +206,10 @@ class SyncActionRunner:
     ) -> list[ActionResult[Any]]:
         """Blocking ``ActionRunner.recover_stale``."""
         return self._run(self._runner.recover_stale(verifier, limit=limit))
+
+    def reopen(self, action_id: str) -> None:
+        """Blocking ``ActionRunner.reopen``."""
+        self._run(self._runner.reopen(action_id))
 
     def release_unstarted(self, action_id: str) -> None:
         """Blocking ``ActionRunner.release_unstarted``."""

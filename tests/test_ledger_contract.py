@@ -15,10 +15,16 @@ from dataoad import (
     Ledger,
     SQLiteLedger,
 )
-from dataoad.testing import DurableLedgerContract, LeaseContract, LedgerContract, ManualClock
+from dataoad.testing import (
+    DurableLedgerContract,
+    LeaseContract,
+    LedgerContract,
+    LifecycleContract,
+    ManualClock,
+)
 
 
-class TestInMemoryLedger(LedgerContract, LeaseContract):
+class TestInMemoryLedger(LedgerContract, LeaseContract, LifecycleContract):
     """InMemoryLedger: one shared instance is the only kind of peer."""
 
     def make_ledger(self) -> Ledger:
@@ -28,7 +34,7 @@ class TestInMemoryLedger(LedgerContract, LeaseContract):
         return InMemoryLedger(clock=clock)
 
 
-class TestSQLiteLedger(DurableLedgerContract, LeaseContract):
+class TestSQLiteLedger(DurableLedgerContract, LeaseContract, LifecycleContract):
     """SQLiteLedger: peers are separate connections to the same file."""
 
     @pytest.fixture(autouse=True)

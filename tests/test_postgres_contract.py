@@ -11,11 +11,11 @@ import asyncio
 import pytest
 
 from dataoad import Ledger, PostgresLedger
-from dataoad.testing import DurableLedgerContract, LeaseContract, ManualClock
+from dataoad.testing import DurableLedgerContract, LeaseContract, LifecycleContract, ManualClock
 from stateful_tests.services import postgres_dsn, unique_table
 
 
-class TestPostgresLedger(DurableLedgerContract, LeaseContract):
+class TestPostgresLedger(DurableLedgerContract, LeaseContract, LifecycleContract):
     """PostgresLedger at the server's default isolation, READ COMMITTED."""
 
     isolation = "read committed"

@@ -17,6 +17,8 @@ from dataoad._status import ActionStatus, ClaimState
 
 __all__ = [
     "COLUMNS",
+    "IDENTITY",
+    "MUTABLE",
     "WRITTEN",
     "attempts_from",
     "attempts_json",
@@ -29,7 +31,6 @@ __all__ = [
 ]
 
 #: The receipts table's columns, in the order of ``row_of`` and ``receipt_of``.
-#: The first six are the claim's identity, which no transition changes.
 COLUMNS: Final = (
     "action_id",
     "action_name",
@@ -51,12 +52,29 @@ COLUMNS: Final = (
     "updated_at",
     "owner",
     "fencing_token",
+    "namespace",
+    "retired_at",
     "lease_expires_at",
 )
 
 #: The columns a write takes from the receipt: all but the lease, which the
 #: ledger stamps from its own clock.
 WRITTEN: Final = COLUMNS[:-1]
+
+#: The claim's identity, which no transition changes.
+IDENTITY: Final = (
+    "action_id",
+    "namespace",
+    "action_name",
+    "idempotency_key",
+    "request_hash",
+    "provider_reference",
+    "risk",
+)
+
+#: Columns a transition copies from the receipt. Not the identity, and not
+#: ``retired_at``, which only retiring sets (``_lifecycle``).
+MUTABLE: Final = tuple(c for c in WRITTEN if c not in IDENTITY and c != "retired_at")
 
 
 def status(value: str | None) -> ActionStatus | None:
@@ -143,6 +161,8 @@ def values_of(receipt: ActionReceipt, time: Callable[[datetime], Any] = _same) -
         "updated_at": time(receipt.updated_at),
         "owner": receipt.owner,
         "fencing_token": receipt.fencing_token,
+        "namespace": receipt.namespace,
+        "retired_at": None if receipt.retired_at is None else time(receipt.retired_at),
     }
 
 
@@ -176,6 +196,8 @@ def receipt_of(row: Sequence[Any], time: Callable[[Any], datetime] = _same) -> A
         updated_at=time(value["updated_at"]),
         owner=value["owner"],
         fencing_token=value["fencing_token"],
+        namespace=value["namespace"],
+        retired_at=None if value["retired_at"] is None else time(value["retired_at"]),
         lease_expires_at=None
         if value["lease_expires_at"] is None
         else time(value["lease_expires_at"]),

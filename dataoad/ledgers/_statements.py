@@ -16,15 +16,11 @@ from collections.abc import Mapping, Sequence
 from typing import Any, Final
 
 from dataoad._status import ActionStatus
-from dataoad.ledgers._codec import COLUMNS, WRITTEN
+from dataoad.ledgers._codec import COLUMNS, MUTABLE, WRITTEN
 
 __all__ = ["Dialect", "POSTGRES", "SQLITE", "Statement", "Statements"]
 
-#: Columns a transition copies from the receipt; the first six (the claim's
-#: identity) never change, and the lease is stamped by the ledger.
-MUTABLE: Final = WRITTEN[6:]
-
-_PARAMETER = re.compile(r":([a-z_]+)\b")
+_PARAMETER = re.compile(r":([a-z_][a-z0-9_]*)\b")
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -89,6 +85,7 @@ class Statements:
 
     def __init__(self, table: str, dialect: Dialect) -> None:
         self.dialect = dialect
+        self._table = table
         self.select = f"SELECT {', '.join(COLUMNS)} FROM {table}"
         eq = dialect.null_safe_equal
         now, lease_end = dialect.now, dialect.lease_end
@@ -98,13 +95,15 @@ class Statements:
             "claim": (
                 f"INSERT INTO {table} ({', '.join(COLUMNS)}) "
                 f"VALUES ({', '.join(f':{c}' for c in WRITTEN)}, {lease_end}) "
-                "ON CONFLICT (action_name, idempotency_key) DO NOTHING "
+                # Only a receipt that holds its key conflicts (see _lifecycle).
+                "ON CONFLICT (namespace, action_name, idempotency_key) "
+                "WHERE retired_at IS NULL DO NOTHING "
                 "RETURNING action_id, lease_expires_at"
             ),
             "get": f"{self.select} WHERE action_id = :action_id",
             "find": (
-                f"{self.select} WHERE action_name = :action_name "
-                "AND idempotency_key = :idempotency_key"
+                f"{self.select} WHERE namespace = :namespace AND action_name = :action_name "
+                "AND idempotency_key = :idempotency_key AND retired_at IS NULL"
             ),
             "release": (
                 f"DELETE FROM {table} WHERE action_id = :action_id AND version = :version "
@@ -119,12 +118,15 @@ class Statements:
         # A transition writes the next version over exactly the previous one,
         # of exactly this claim (identity unchanged), under its own condition.
         columns = ", ".join(f"{c} = :{c}" for c in MUTABLE)
-        where = (
+        identity = (
             "WHERE action_id = :action_id AND version = :previous_version "
+            "AND namespace = :namespace "
             "AND action_name = :action_name AND idempotency_key = :idempotency_key "
             f"AND request_hash = :request_hash AND provider_reference {eq} :provider_reference "
             f"AND risk {eq} :risk AND created_at = :created_at"
         )
+        # Only retiring sets retired_at; every other write keeps it as it was.
+        where = f"{identity} AND retired_at {eq} :retired_at"
         # Only a takeover changes the holder; every other write keeps it.
         holder = f"AND owner {eq} :owner AND fencing_token = :fencing_token"
         sql["start_attempt"] = (
@@ -145,6 +147,15 @@ class Statements:
             f"{where} AND fencing_token + 1 = :fencing_token AND attempts = :attempts "
             f"AND {stale} RETURNING action_id"
         )
+        # Retiring frees the key of a definitive outcome and changes nothing
+        # else: every other column must already hold what the receipt says.
+        same = " AND ".join(f"{c} {eq} :{c}" for c in MUTABLE if c not in ("version", "updated_at"))
+        sql["retire"] = (
+            f"UPDATE {table} SET retired_at = :retired_at, version = :version, "
+            f"updated_at = :updated_at {identity} AND {same} "
+            "AND claim_state = 'COMPLETED' AND final_status IN ('CONFIRMED', 'FAILED') "
+            "AND retired_at IS NULL RETURNING action_id"
+        )
         #: The templates, before compiling (for tests that weaken one on purpose).
         self.templates: dict[str, str] = sql
         self._compiled = {name: compile_sql(text, dialect) for name, text in sql.items()}
@@ -164,6 +175,7 @@ class Statements:
         action_id_prefix: str | None = None,
         stale: bool | None = None,
         now: Any = None,
+        namespace: str | None = None,
     ) -> tuple[Statement, dict[str, Any]]:
         """A filtered receipts listing, oldest first, and its parameter values.
 
@@ -176,6 +188,7 @@ class Statements:
             "final_status": None if final_status is None else final_status.value,
             "claim_state": None if pending is None else ("PENDING" if pending else "COMPLETED"),
             "action_name": action_name,
+            "namespace": namespace,
             "idempotency_key": idempotency_key,
             "action_id_prefix": action_id_prefix,
             "prefix_length": None if action_id_prefix is None else len(action_id_prefix),
@@ -185,6 +198,7 @@ class Statements:
             ("final_status", "final_status = :final_status"),
             ("claim_state", "claim_state = :claim_state"),
             ("action_name", "action_name = :action_name"),
+            ("namespace", "namespace = :namespace"),
             ("idempotency_key", "idempotency_key = :idempotency_key"),
             # substr, not LIKE: no wildcard in the prefix can widen the match.
             ("action_id_prefix", "substr(action_id, 1, :prefix_length) = :action_id_prefix"),
@@ -202,4 +216,59 @@ class Statements:
         if limit is not None:
             values["limit"] = int(limit)
             text += " LIMIT :limit"
+        return compile_sql(text, self.dialect), values
+
+    def prune_batch(
+        self,
+        *,
+        statuses: Sequence[ActionStatus],
+        namespace: str | None,
+        completed_before: Any,
+        after: tuple[Any, str] | None,
+        limit: int,
+    ) -> tuple[Statement, dict[str, Any]]:
+        """The next ``limit`` prunable receipts after ``after`` (keyset order), and values.
+
+        The same rule as ``_lifecycle.prunable``: completed, in ``statuses``,
+        last changed before ``completed_before``; PENDING never.
+        """
+        values: dict[str, Any] = {
+            "completed_before": completed_before,
+            "namespace": namespace,
+            "limit": int(limit),
+        }
+        names = []
+        for index, status in enumerate(statuses):
+            values[f"status_{index}"] = status.value
+            names.append(f":status_{index}")
+        clauses = [
+            "claim_state = 'COMPLETED'",
+            f"final_status IN ({', '.join(names)})",
+            "updated_at < :completed_before",
+        ]
+        if namespace is not None:
+            clauses.append("namespace = :namespace")
+        if after is not None:
+            values["after_time"], values["after_id"] = after
+            clauses.append(
+                "(updated_at > :after_time OR (updated_at = :after_time AND action_id > :after_id))"
+            )
+        text = (
+            f"{self.select} WHERE {' AND '.join(clauses)} "
+            "ORDER BY updated_at, action_id LIMIT :limit"
+        )
+        return compile_sql(text, self.dialect), values
+
+    def delete_exact(self, versions: Sequence[tuple[str, int]]) -> tuple[Statement, dict[str, Any]]:
+        """Delete each completed receipt only if it is still at the version pruning read."""
+        values: dict[str, Any] = {}
+        rows = []
+        for index, (action_id, version) in enumerate(versions):
+            values[f"id_{index}"] = action_id
+            values[f"version_{index}"] = version
+            rows.append(f"(CAST(:id_{index} AS text), CAST(:version_{index} AS integer))")
+        text = (
+            f"DELETE FROM {self._table} WHERE claim_state = 'COMPLETED' "
+            f"AND (action_id, version) IN (VALUES {', '.join(rows)}) RETURNING action_id"
+        )
         return compile_sql(text, self.dialect), values

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from datetime import datetime
 from types import TracebackType
 
@@ -17,8 +17,20 @@ from dataoad._ledger_rules import (
     lease_expired,
     lease_until,
 )
+from dataoad._lifecycle import (
+    DEFAULT_PRUNE_STATUSES,
+    check_retire,
+    prunable,
+)
 from dataoad._receipt import ActionReceipt
 from dataoad._status import ActionStatus, ClaimState
+from dataoad.ledgers._pruning import (
+    DEFAULT_BATCH_SIZE,
+    BeforeDelete,
+    DeleteExact,
+    NextBatch,
+    prune,
+)
 
 __all__ = ["InMemoryLedger"]
 
@@ -38,7 +50,8 @@ class InMemoryLedger:
         self._now = check_ledger_clock(clock)
         self._lock = threading.Lock()
         self._by_id: dict[str, ActionReceipt] = {}
-        self._by_key: dict[tuple[str, str], str] = {}
+        # Only receipts that hold their key (never retired) are here.
+        self._by_key: dict[tuple[str, str, str], str] = {}
 
     async def __aenter__(self) -> InMemoryLedger:
         return self
@@ -58,13 +71,15 @@ class InMemoryLedger:
         self, receipt: ActionReceipt, *, lease: float | None = None
     ) -> tuple[ActionReceipt, bool]:
         """Insert the claim unless its action name and key are taken."""
-        key = (receipt.action_name, receipt.idempotency_key)
+        key = (receipt.namespace, receipt.action_name, receipt.idempotency_key)
         with self._lock:
             existing_id = self._by_key.get(key)
             if existing_id is not None:
                 return self._by_id[existing_id], False
             if receipt.action_id in self._by_id:
                 raise ValueError(f"action id {receipt.action_id!r} already exists")
+            if receipt.retired_at is not None:
+                raise ValueError("a new claim must hold its key (retired_at is None)")
             receipt = self._leased(receipt, lease)
             self._by_id[receipt.action_id] = receipt
             self._by_key[key] = receipt.action_id
@@ -75,10 +90,12 @@ class InMemoryLedger:
         with self._lock:
             return self._by_id.get(action_id)
 
-    async def find(self, action_name: str, idempotency_key: str) -> ActionReceipt | None:
-        """The claim for this action name and key, or None."""
+    async def find(
+        self, action_name: str, idempotency_key: str, namespace: str = ""
+    ) -> ActionReceipt | None:
+        """The receipt holding this key in ``namespace``, or None."""
         with self._lock:
-            action_id = self._by_key.get((action_name, idempotency_key))
+            action_id = self._by_key.get((namespace, action_name, idempotency_key))
             return None if action_id is None else self._by_id[action_id]
 
     async def start_attempt(self, receipt: ActionReceipt, *, lease: float | None = None) -> bool:
@@ -133,8 +150,82 @@ class InMemoryLedger:
             ):
                 return False
             del self._by_id[action_id]
-            del self._by_key[(current.action_name, current.idempotency_key)]
+            del self._by_key[(current.namespace, current.action_name, current.idempotency_key)]
             return True
+
+    async def retire(self, receipt: ActionReceipt) -> bool:
+        """Free the key of a definitive receipt at exactly the previous version."""
+        with self._lock:
+            current = self._by_id.get(receipt.action_id)
+            if current is None or not check_retire(current, receipt):
+                return False
+            self._by_id[receipt.action_id] = receipt
+            del self._by_key[(current.namespace, current.action_name, current.idempotency_key)]
+            return True
+
+    async def prune(
+        self,
+        *,
+        completed_before: datetime,
+        statuses: Sequence[ActionStatus] = DEFAULT_PRUNE_STATUSES,
+        namespace: str | None = None,
+        batch_size: int = DEFAULT_BATCH_SIZE,
+        dry_run: bool = False,
+        before_delete: BeforeDelete | None = None,
+    ) -> int:
+        """Delete completed receipts in ``statuses`` last changed before ``completed_before``.
+
+        In batches, each receipt only at the version it was read at; returns
+        how many were deleted (with ``dry_run``, how many would be).
+        """
+        return await prune(
+            self._prune_steps,
+            completed_before=completed_before,
+            statuses=statuses,
+            namespace=namespace,
+            batch_size=batch_size,
+            dry_run=dry_run,
+            before_delete=before_delete,
+        )
+
+    def _prune_steps(
+        self, before: datetime, chosen: tuple[ActionStatus, ...], scope: str | None
+    ) -> tuple[NextBatch, DeleteExact]:
+
+        # One sorted pass, then slices: a receipt that changes later is caught
+        # by the version check when its batch is deleted.
+        with self._lock:
+            ordered = sorted(
+                (
+                    r
+                    for r in self._by_id.values()
+                    if prunable(r, completed_before=before, statuses=chosen, namespace=scope)
+                ),
+                key=lambda r: (r.updated_at, r.action_id),
+            )
+        position = 0
+
+        async def next_batch(after: tuple[datetime, str] | None, limit: int) -> list[ActionReceipt]:
+            nonlocal position
+            batch = ordered[position : position + limit]
+            position += len(batch)
+            return batch
+
+        async def delete_exact(batch: Sequence[ActionReceipt]) -> int:
+            deleted = 0
+            with self._lock:
+                for read in batch:
+                    current = self._by_id.get(read.action_id)
+                    if current is None or current.version != read.version:
+                        continue  # changed while pruning: kept
+                    del self._by_id[read.action_id]
+                    key = (current.namespace, current.action_name, current.idempotency_key)
+                    if self._by_key.get(key) == read.action_id:
+                        del self._by_key[key]
+                    deleted += 1
+            return deleted
+
+        return next_batch, delete_exact
 
     def snapshot(self) -> list[ActionReceipt]:
         """Every stored receipt, oldest first, without awaiting (for tests and REPLs)."""
@@ -152,6 +243,7 @@ class InMemoryLedger:
         action_id_prefix: str | None = None,
         since: datetime | None = None,
         limit: int | None = None,
+        namespace: str | None = None,
     ) -> list[ActionReceipt]:
         """Stored receipts, oldest first, filtered like every ledger's listing.
 
@@ -166,6 +258,7 @@ class InMemoryLedger:
             and (pending is None or (r.claim_state is ClaimState.PENDING) is pending)
             and (stale is None or lease_expired(r, now) is stale)
             and (action_name is None or r.action_name == action_name)
+            and (namespace is None or r.namespace == namespace)
             and (idempotency_key is None or r.idempotency_key == idempotency_key)
             and (action_id_prefix is None or r.action_id.startswith(action_id_prefix))
             and (since is None or r.created_at >= since)

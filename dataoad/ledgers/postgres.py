@@ -32,6 +32,7 @@ import asyncio
 import dataclasses
 import random
 import re
+from collections.abc import Sequence
 from datetime import datetime
 from types import TracebackType
 from typing import Any, Final
@@ -39,19 +40,28 @@ from typing import Any, Final
 from dataoad._clock import LedgerClock
 from dataoad._errors import DataoadError, InvalidArgumentError, MissingExtraError
 from dataoad._ledger_rules import check_ledger_clock
+from dataoad._lifecycle import DEFAULT_PRUNE_STATUSES
 from dataoad._receipt import ActionReceipt
 from dataoad._status import ActionStatus, ClaimState
 from dataoad.ledgers._codec import receipt_of, values_of
+from dataoad.ledgers._pruning import (
+    DEFAULT_BATCH_SIZE,
+    BeforeDelete,
+    DeleteExact,
+    NextBatch,
+    prune,
+)
 from dataoad.ledgers._statements import POSTGRES, Statement, Statements
 
 __all__ = ["SCHEMA_VERSION", "LedgerSchemaError", "MissingExtraError", "PostgresLedger"]
 
 #: The schema version this code writes and understands.
-SCHEMA_VERSION: Final = 2
+SCHEMA_VERSION: Final = 3
 
 
 #: Schema steps: MIGRATIONS[v] takes a version v-1 database to version v.
-#: ``{table}`` is filled in with the quoted, validated name.
+#: ``{table}`` is filled in with the quoted, validated name, ``{key_index}``
+#: with the name of the key's index.
 #:
 #: No index beyond the two keys: every transition then changes only
 #: unindexed columns, so PostgreSQL can update the row in place (a HOT
@@ -91,6 +101,30 @@ MIGRATIONS: Final[dict[int, tuple[str, ...]]] = {
         "ALTER TABLE {table} ADD COLUMN fencing_token integer NOT NULL DEFAULT 1 "
         "CHECK (fencing_token >= 1)",
         "ALTER TABLE {table} ADD COLUMN lease_expires_at timestamptz",
+    ),
+    # Namespaces and lifecycle (v0.2). The key gains the namespace and is
+    # unique only among receipts that hold it (never retired): a partial
+    # unique index replaces the table constraint, whatever PostgreSQL named it.
+    # The index is built inside the migration's transaction, so writers wait
+    # for it once (CONCURRENTLY cannot run in a transaction).
+    3: (
+        "ALTER TABLE {table} ADD COLUMN namespace text NOT NULL DEFAULT ''",
+        "ALTER TABLE {table} ADD COLUMN retired_at timestamptz",
+        "CREATE UNIQUE INDEX {key_index} ON {table} (namespace, action_name, idempotency_key) "
+        "WHERE retired_at IS NULL",
+        """
+        DO $$
+        DECLARE constraint_name text;
+        BEGIN
+            FOR constraint_name IN
+                SELECT conname FROM pg_constraint
+                WHERE conrelid = '{table}'::regclass AND contype = 'u'
+            LOOP
+                EXECUTE format('ALTER TABLE {table} DROP CONSTRAINT %I', constraint_name);
+            END LOOP;
+        END
+        $$
+        """,
     ),
 }
 
@@ -311,7 +345,11 @@ class PostgresLedger:
                 )
             for step in range(found + 1, SCHEMA_VERSION + 1):
                 for statement in MIGRATIONS[step]:
-                    await conn.execute(statement.format(table=self._qualified))
+                    await conn.execute(
+                        statement.format(
+                            table=self._qualified, key_index=f'"{self.table}_live_key"'
+                        )
+                    )
                 await conn.execute(
                     f"INSERT INTO {self._version_table()} (version) VALUES ($1)", step
                 )
@@ -366,7 +404,9 @@ class PostgresLedger:
             rows = await self._write_rows(claim.sql, *claim.bind(values))
             if rows:
                 return dataclasses.replace(receipt, lease_expires_at=rows[0][1]), True
-            existing = await self.find(receipt.action_name, receipt.idempotency_key)
+            existing = await self.find(
+                receipt.action_name, receipt.idempotency_key, receipt.namespace
+            )
             if existing is not None:
                 return existing, False
             # The conflicting claim was released in between; try again.
@@ -377,11 +417,20 @@ class PostgresLedger:
         rows = await self._read(get.sql, *get.bind({"action_id": action_id}))
         return receipt_of(rows[0]) if rows else None
 
-    async def find(self, action_name: str, idempotency_key: str) -> ActionReceipt | None:
-        """The claim for this action name and key, or None."""
+    async def find(
+        self, action_name: str, idempotency_key: str, namespace: str = ""
+    ) -> ActionReceipt | None:
+        """The receipt holding this key in ``namespace``, or None."""
         find = self._sql["find"]
         rows = await self._read(
-            find.sql, *find.bind({"action_name": action_name, "idempotency_key": idempotency_key})
+            find.sql,
+            *find.bind(
+                {
+                    "namespace": namespace,
+                    "action_name": action_name,
+                    "idempotency_key": idempotency_key,
+                }
+            ),
         )
         return receipt_of(rows[0]) if rows else None
 
@@ -437,6 +486,60 @@ class PostgresLedger:
         """Delete an unstarted PENDING claim at exactly ``version``."""
         return await self._run(self._sql["release"], {"action_id": action_id, "version": version})
 
+    async def retire(self, receipt: ActionReceipt) -> bool:
+        """Free the key of a definitive receipt at exactly the previous version."""
+        if receipt.retired_at is None:
+            return False
+        return await self._transition(self._sql["retire"], receipt)
+
+    async def prune(
+        self,
+        *,
+        completed_before: datetime,
+        statuses: Sequence[ActionStatus] = DEFAULT_PRUNE_STATUSES,
+        namespace: str | None = None,
+        batch_size: int = DEFAULT_BATCH_SIZE,
+        dry_run: bool = False,
+        before_delete: BeforeDelete | None = None,
+    ) -> int:
+        """Delete completed receipts in ``statuses`` last changed before ``completed_before``.
+
+        In batches of ``batch_size``, each one short statement, and each
+        receipt only at the version it was read at; returns how many were
+        deleted (with ``dry_run``, how many would be).
+        """
+        return await prune(
+            self._prune_steps,
+            completed_before=completed_before,
+            statuses=statuses,
+            namespace=namespace,
+            batch_size=batch_size,
+            dry_run=dry_run,
+            before_delete=before_delete,
+        )
+
+    def _prune_steps(
+        self, before: datetime, chosen: tuple[ActionStatus, ...], scope: str | None
+    ) -> tuple[NextBatch, DeleteExact]:
+
+        async def next_batch(after: tuple[datetime, str] | None, limit: int) -> list[ActionReceipt]:
+            statement, values = self._sql.prune_batch(
+                statuses=chosen,
+                namespace=scope,
+                completed_before=before,
+                after=after,
+                limit=limit,
+            )
+            return [
+                receipt_of(row) for row in await self._read(statement.sql, *statement.bind(values))
+            ]
+
+        async def delete_exact(batch: Sequence[ActionReceipt]) -> int:
+            statement, values = self._sql.delete_exact([(r.action_id, r.version) for r in batch])
+            return len(await self._write_rows(statement.sql, *statement.bind(values)))
+
+        return next_batch, delete_exact
+
     # -- inspection ------------------------------------------------------------
 
     async def receipts(
@@ -450,9 +553,11 @@ class PostgresLedger:
         action_id_prefix: str | None = None,
         since: datetime | None = None,
         limit: int | None = None,
+        namespace: str | None = None,
     ) -> list[ActionReceipt]:
         """Stored receipts, oldest first, optionally filtered (``since``: created at or after)."""
         listing, values = self._sql.listing(
+            namespace=namespace,
             final_status=final_status,
             pending=pending,
             stale=stale,

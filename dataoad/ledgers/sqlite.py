@@ -44,9 +44,17 @@ import aiosqlite
 from dataoad._clock import LedgerClock
 from dataoad._errors import DataoadError, InvalidArgumentError
 from dataoad._ledger_rules import check_ledger_clock
+from dataoad._lifecycle import DEFAULT_PRUNE_STATUSES
 from dataoad._receipt import ActionReceipt
 from dataoad._status import ActionStatus, ClaimState
-from dataoad.ledgers._codec import receipt_of, values_of
+from dataoad.ledgers._codec import COLUMNS, receipt_of, values_of
+from dataoad.ledgers._pruning import (
+    DEFAULT_BATCH_SIZE,
+    BeforeDelete,
+    DeleteExact,
+    NextBatch,
+    prune,
+)
 from dataoad.ledgers._statements import SQLITE, Statement, Statements
 from dataoad.ledgers._writer_lock import LedgerBusyError, WriterLock
 
@@ -55,11 +63,14 @@ __all__ = ["SCHEMA_VERSION", "LedgerBusyError", "LedgerFileError", "SQLiteLedger
 #: ``PRAGMA application_id`` of a Dataoad ledger file ("DAOD").
 APPLICATION_ID: Final = 0x44414F44
 #: The schema version this code writes; older files are migrated on open.
-SCHEMA_VERSION: Final = 3
+SCHEMA_VERSION: Final = 4
 
 T = TypeVar("T")
 
 _SQL: Final = Statements("receipts", SQLITE)
+
+#: The columns of a schema 3 file, all kept by the step to schema 4.
+_V3_COLUMNS: Final = ", ".join(c for c in COLUMNS if c not in ("namespace", "retired_at"))
 
 #: Schema steps: applying MIGRATIONS[v] to a version v-1 file gives version v.
 MIGRATIONS: Final[dict[int, tuple[str, ...]]] = {
@@ -97,6 +108,44 @@ MIGRATIONS: Final[dict[int, tuple[str, ...]]] = {
         "ALTER TABLE receipts ADD COLUMN fencing_token INTEGER NOT NULL DEFAULT 1 "
         "CHECK (fencing_token >= 1)",
         "ALTER TABLE receipts ADD COLUMN lease_expires_at TEXT",
+    ),
+    # Namespaces and lifecycle (v0.2). The key gains the namespace and is
+    # unique only among receipts that hold it (never retired), so SQLite's
+    # table constraint is replaced: that means rebuilding the table.
+    4: (
+        """
+        CREATE TABLE receipts_v4 (
+            action_id TEXT PRIMARY KEY,
+            namespace TEXT NOT NULL DEFAULT '',
+            action_name TEXT NOT NULL,
+            idempotency_key TEXT NOT NULL,
+            request_hash TEXT NOT NULL,
+            provider_reference TEXT,
+            risk TEXT,
+            claim_state TEXT NOT NULL CHECK (claim_state IN ('PENDING', 'COMPLETED')),
+            attempts INTEGER NOT NULL CHECK (attempts >= 0),
+            execution_status TEXT,
+            verification_status TEXT,
+            final_status TEXT,
+            provider_request_id TEXT,
+            error TEXT,
+            metadata TEXT NOT NULL,
+            attempt_records TEXT NOT NULL,
+            version INTEGER NOT NULL CHECK (version >= 1),
+            created_at TEXT NOT NULL,
+            updated_at TEXT NOT NULL,
+            owner TEXT,
+            fencing_token INTEGER NOT NULL DEFAULT 1 CHECK (fencing_token >= 1),
+            lease_expires_at TEXT,
+            retired_at TEXT
+        )
+        """,
+        f"INSERT INTO receipts_v4 ({_V3_COLUMNS}) SELECT {_V3_COLUMNS} FROM receipts",
+        "DROP TABLE receipts",
+        "ALTER TABLE receipts_v4 RENAME TO receipts",
+        "CREATE UNIQUE INDEX receipts_by_key ON receipts (namespace, action_name, "
+        "idempotency_key) WHERE retired_at IS NULL",
+        "CREATE INDEX receipts_by_state ON receipts (claim_state, final_status, updated_at)",
     ),
 }
 
@@ -384,7 +433,9 @@ class SQLiteLedger:
                     receipt,
                     lease_expires_at=None if expires is None else datetime.fromisoformat(expires),
                 ), True
-            existing = await self.find(receipt.action_name, receipt.idempotency_key)
+            existing = await self.find(
+                receipt.action_name, receipt.idempotency_key, receipt.namespace
+            )
             if existing is not None:
                 return existing, False
             # The conflicting claim was released in between; try again.
@@ -394,11 +445,20 @@ class SQLiteLedger:
         rows = await self._read(_SQL["get"].sql, _SQL["get"].bind({"action_id": action_id}))
         return _receipt_of(rows[0]) if rows else None
 
-    async def find(self, action_name: str, idempotency_key: str) -> ActionReceipt | None:
-        """The claim for this action name and key, or None."""
+    async def find(
+        self, action_name: str, idempotency_key: str, namespace: str = ""
+    ) -> ActionReceipt | None:
+        """The receipt holding this key in ``namespace``, or None."""
         find = _SQL["find"]
         rows = await self._read(
-            find.sql, find.bind({"action_name": action_name, "idempotency_key": idempotency_key})
+            find.sql,
+            find.bind(
+                {
+                    "namespace": namespace,
+                    "action_name": action_name,
+                    "idempotency_key": idempotency_key,
+                }
+            ),
         )
         return _receipt_of(rows[0]) if rows else None
 
@@ -449,6 +509,60 @@ class SQLiteLedger:
         """Delete an unstarted PENDING claim at exactly ``version``."""
         return await self._run(_SQL["release"], {"action_id": action_id, "version": version})
 
+    async def retire(self, receipt: ActionReceipt) -> bool:
+        """Free the key of a definitive receipt at exactly the previous version."""
+        if receipt.retired_at is None:
+            return False
+        return await self._transition(_SQL["retire"], receipt)
+
+    async def prune(
+        self,
+        *,
+        completed_before: datetime,
+        statuses: Sequence[ActionStatus] = DEFAULT_PRUNE_STATUSES,
+        namespace: str | None = None,
+        batch_size: int = DEFAULT_BATCH_SIZE,
+        dry_run: bool = False,
+        before_delete: BeforeDelete | None = None,
+    ) -> int:
+        """Delete completed receipts in ``statuses`` last changed before ``completed_before``.
+
+        In batches of ``batch_size``, each one write statement under the
+        writer lock, and each receipt only at the version it was read at;
+        returns how many were deleted (with ``dry_run``, how many would be).
+        """
+        return await prune(
+            self._prune_steps,
+            completed_before=completed_before,
+            statuses=statuses,
+            namespace=namespace,
+            batch_size=batch_size,
+            dry_run=dry_run,
+            before_delete=before_delete,
+        )
+
+    def _prune_steps(
+        self, before: datetime, chosen: tuple[ActionStatus, ...], scope: str | None
+    ) -> tuple[NextBatch, DeleteExact]:
+
+        async def next_batch(after: tuple[datetime, str] | None, limit: int) -> list[ActionReceipt]:
+            statement, values = _SQL.prune_batch(
+                statuses=chosen,
+                namespace=scope,
+                completed_before=before.astimezone(UTC).isoformat(),
+                after=None if after is None else (after[0].isoformat(), after[1]),
+                limit=limit,
+            )
+            return [
+                _receipt_of(row) for row in await self._read(statement.sql, statement.bind(values))
+            ]
+
+        async def delete_exact(batch: Sequence[ActionReceipt]) -> int:
+            statement, values = _SQL.delete_exact([(r.action_id, r.version) for r in batch])
+            return len(await self._write(statement, values))
+
+        return next_batch, delete_exact
+
     # -- inspection ------------------------------------------------------------
 
     async def receipts(
@@ -462,9 +576,11 @@ class SQLiteLedger:
         action_id_prefix: str | None = None,
         since: datetime | None = None,
         limit: int | None = None,
+        namespace: str | None = None,
     ) -> list[ActionReceipt]:
         """Stored receipts, oldest first, optionally filtered (``since``: created at or after)."""
         listing, values = _SQL.listing(
+            namespace=namespace,
             final_status=final_status,
             pending=pending,
             stale=stale,

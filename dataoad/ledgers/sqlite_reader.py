@@ -36,14 +36,19 @@ from dataoad.ledgers.sqlite import (
 __all__ = ["SQLiteReader"]
 
 _SQL: Final = Statements("receipts", SQLITE)
-#: A file written before leases (schema 2) is read as if migrated: it never
-#: is, since the reader writes nothing.
+#: A file written before namespaces (schema 3) or before leases too (schema
+#: 2) is read as if migrated: it never is, since the reader writes nothing.
+_SQL_BEFORE_NAMESPACES: Final = Statements(
+    "(SELECT *, '' AS namespace, NULL AS retired_at FROM receipts)", SQLITE
+)
 _SQL_BEFORE_LEASES: Final = Statements(
-    "(SELECT *, NULL AS owner, 1 AS fencing_token, NULL AS lease_expires_at FROM receipts)",
+    "(SELECT *, NULL AS owner, 1 AS fencing_token, NULL AS lease_expires_at, "
+    "'' AS namespace, NULL AS retired_at FROM receipts)",
     SQLITE,
 )
-#: The first schema with leases.
+#: The first schemas with leases, and with namespaces.
 _LEASES: Final = 3
+_NAMESPACES: Final = 4
 
 
 def _missing_permission(path: Path) -> str | None:
@@ -118,7 +123,12 @@ class SQLiteReader:
                 f"{path}: written with ledger schema {user_version}, newer than the "
                 f"{SCHEMA_VERSION} this Dataoad understands; upgrade Dataoad to read it"
             )
-        self._sql = _SQL if user_version >= _LEASES else _SQL_BEFORE_LEASES
+        if user_version >= _NAMESPACES:
+            self._sql = _SQL
+        elif user_version >= _LEASES:
+            self._sql = _SQL_BEFORE_NAMESPACES
+        else:
+            self._sql = _SQL_BEFORE_LEASES
 
     async def _statements(self) -> Statements:
         async with self._lock:
@@ -150,6 +160,7 @@ class SQLiteReader:
         action_id_prefix: str | None = None,
         since: datetime | None = None,
         limit: int | None = None,
+        namespace: str | None = None,
     ) -> list[ActionReceipt]:
         """Stored receipts, oldest first, filtered like every ledger's listing.
 
@@ -160,6 +171,7 @@ class SQLiteReader:
             pending=pending,
             stale=stale,
             now=clock_text(utc_now()),
+            namespace=namespace,
             action_name=action_name,
             idempotency_key=idempotency_key,
             action_id_prefix=action_id_prefix,

@@ -10,6 +10,7 @@ from dataoad.testing._adapter import ProviderAdapter, ReadFault, SandboxFault
 from dataoad.testing._faulty_ledger import FaultyLedger, LedgerFault, LedgerFaultError
 from dataoad.testing._lease_contract import LeaseContract, ManualClock
 from dataoad.testing._ledger_contract import DurableLedgerContract, LedgerContract, make_receipt
+from dataoad.testing._lifecycle_contract import LifecycleContract
 from dataoad.testing._payment import (
     Charge,
     ChargeFault,
@@ -41,6 +42,7 @@ __all__ = [
     "DurableLedgerContract",
     "LedgerContract",
     "LeaseContract",
+    "LifecycleContract",
     "ManualClock",
     "CheckFn",
     "ChargeFault",

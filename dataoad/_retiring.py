@@ -1,0 +1,92 @@
+"""Freeing a key, as the runner does it: expiry inside ``execute``, and ``reopen``.
+
+What may be freed is ``_lifecycle``'s rule; this module only asks, through
+the proven-write rule, and re-decides on what is stored whenever the
+receipt changed first (a zombie's evidence merged into a FAILED receipt can
+make it UNKNOWN, which must then never be freed).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from datetime import datetime
+from typing import Final
+
+from dataoad._errors import InvalidArgumentError, NothingInvokedError, RecoveryRefusedError
+from dataoad._events import EventKind, EventSink
+from dataoad._lifecycle import expired, reopenable
+from dataoad._proven import ProvenLedger
+from dataoad._receipt import ActionReceipt, utc_now
+
+__all__ = ["MAX_RETIRE_ROUNDS", "check_lifecycle", "expire_if_due", "reopen"]
+
+#: How often freeing a key re-reads after the receipt changed first.
+MAX_RETIRE_ROUNDS: Final = 16
+
+
+def check_lifecycle(ledger: object, what: str) -> None:
+    """Refuse ``what`` on a ledger without ``retire`` (one written before v0.2's lifecycle)."""
+    if not callable(getattr(ledger, "retire", None)):
+        raise InvalidArgumentError(
+            f"ledger {type(ledger).__qualname__} cannot free keys (no retire), so it cannot {what}"
+        )
+
+
+async def _retire(
+    store: ProvenLedger, current: ActionReceipt, events: EventSink, reason: str
+) -> bool:
+    now = utc_now()
+    proposed = current.evolve(retired_at=now, version=current.version + 1, updated_at=now)
+    if not await store.retire(proposed, current):
+        return False
+    events.emit(EventKind.RETIRED, proposed, reason=reason)
+    return True
+
+
+async def expire_if_due(
+    store: ProvenLedger,
+    existing: ActionReceipt,
+    expires_after: float | None,
+    now_of: Callable[[], datetime],
+    events: EventSink,
+) -> ActionReceipt | None:
+    """The receipt the call must answer to: ``existing``, or None once its key is free.
+
+    ``now_of`` is a zero-argument callable giving the runner's wall time.
+    """
+    current: ActionReceipt | None = existing
+    for _ in range(MAX_RETIRE_ROUNDS):
+        if current is None or not expired(current, expires_after, now_of()):
+            return current
+        if await _retire(store, current, events, "expired"):
+            return None
+        # Changed first: retired by another caller, merged into, pruned...
+        current = await store.read_claim(current.action_name, current.idempotency_key)
+    raise NothingInvokedError(
+        f"the expired receipt of {existing.action_name!r} key {existing.idempotency_key!r} "
+        f"kept changing while this call tried to free its key; nothing was invoked",
+        receipt=current,
+        operation_invoked=False,
+    )
+
+
+async def reopen(store: ProvenLedger, action_id: str, events: EventSink) -> None:
+    """Free the key of a definitive FAILED receipt; refuse anything else."""
+    for _ in range(MAX_RETIRE_ROUNDS):
+        current = await store.read(action_id)
+        if current.retired_at is not None:
+            return  # already free: reopening twice changes nothing
+        if not reopenable(current):
+            state = "PENDING" if current.final_status is None else current.final_status.value
+            raise RecoveryRefusedError(
+                f"action {action_id} is {state}: only a definitive FAILED receipt can be "
+                "reopened (a CONFIRMED one happened, an UNKNOWN or PENDING one may have)",
+                receipt=current,
+            )
+        if await _retire(store, current, events, "reopened"):
+            return
+    raise NothingInvokedError(
+        f"action {action_id} kept changing while it was being reopened; nothing was changed",
+        receipt=None,
+        operation_invoked=False,
+    )
