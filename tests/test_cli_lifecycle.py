@@ -1,0 +1,171 @@
+"""``dataoad reopen``, ``dataoad receipts prune`` and ``--namespace``, run as an operator runs them."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import stat
+from collections.abc import Iterator
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from dataoad import ActionStatus, SQLiteLedger
+from dataoad._receipt import utc_now
+from dataoad.testing import make_receipt
+from dataoad.testing._ledger_contract import completed, started
+from stateful_tests.services import PostgresTestTable
+from tests.test_cli_ledger import Store, dataoad
+
+DAY = timedelta(days=1)
+
+
+async def _put(
+    ledger: Any, key: str, status: ActionStatus | None, age: timedelta, ns: str = ""
+) -> None:
+    at = utc_now() - age
+    claim, created = await ledger.claim(
+        make_receipt(idempotency_key=key, namespace=ns, created_at=at, updated_at=at)
+    )
+    assert created
+    if status is not None:
+        one = started(claim)
+        assert await ledger.start_attempt(one)
+        assert await ledger.record(completed(one, status))
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def aged(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Store]:
+    """Receipts 40 days old in every state, one day-old CONFIRMED, and a tenant's."""
+    table: PostgresTestTable | None = None
+    if request.param == "postgres":
+        table = PostgresTestTable()
+        asyncio.run(table.create())
+        env = {"DATAOAD_LEDGER": table.dsn, "DATAOAD_LEDGER_TABLE": table.table}
+    else:
+        env = {"DATAOAD_LEDGER": f"sqlite:///{tmp_path / 'ledger.sqlite3'}"}
+
+    async def build() -> None:
+        ledger = table.client() if table is not None else SQLiteLedger(tmp_path / "ledger.sqlite3")
+        async with ledger:
+            await _put(ledger, "old-ok", ActionStatus.CONFIRMED, 40 * DAY)
+            await _put(ledger, "old-failed", ActionStatus.FAILED, 40 * DAY)
+            await _put(ledger, "old-unknown", ActionStatus.UNKNOWN, 40 * DAY)
+            await _put(ledger, "old-pending", None, 40 * DAY)
+            await _put(ledger, "young", ActionStatus.CONFIRMED, DAY)
+            await _put(ledger, "tenant-ok", ActionStatus.CONFIRMED, 40 * DAY, ns="tenant")
+
+    asyncio.run(build())
+    yield Store(env["DATAOAD_LEDGER"], env, tmp_path)
+    if table is not None:
+        asyncio.run(table.drop())
+
+
+def keys(store: Store, *args: str) -> set[str]:
+    done = dataoad("receipts", "list", "--json", *args, cwd=store.cwd, env=store.env)
+    assert done.returncode == 0, done.stderr
+    return {r["idempotency_key"] for r in json.loads(done.stdout)}
+
+
+ALL = {"old-ok", "old-failed", "old-unknown", "old-pending", "young", "tenant-ok"}
+
+
+def test_prune_dry_run_then_for_real_with_an_export(aged: Store) -> None:
+    env, cwd = aged.env, aged.cwd
+    dry = dataoad("receipts", "prune", "--older-than", "30d", "--dry-run", cwd=cwd, env=env)
+    assert dry.returncode == 0, dry.stderr
+    assert "would delete 3 confirmed,failed receipt(s)" in dry.stdout
+    assert keys(aged) == ALL
+    refused = dataoad("receipts", "prune", "--older-than", "30d", cwd=cwd, env=env)
+    assert refused.returncode == 2
+    assert "without --yes" in refused.stderr
+    assert keys(aged) == ALL
+    export = cwd / "pruned.jsonl"
+    done = dataoad(
+        "receipts", "prune", "--older-than", "30d", "--yes", "--export", str(export),
+        "--batch-size", "2", cwd=cwd, env=env,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert "deleted 3 receipt(s)" in done.stdout
+    assert keys(aged) == {"old-unknown", "old-pending", "young"}
+    lines = [json.loads(line) for line in export.read_text().splitlines()]
+    assert {r["idempotency_key"] for r in lines} == {"old-ok", "old-failed", "tenant-ok"}
+    assert {r["namespace"] for r in lines} == {"", "tenant"}
+    assert all(r["claim_state"] == "COMPLETED" for r in lines)
+    assert stat.S_IMODE(export.stat().st_mode) == 0o600
+    # UNKNOWN only when named; PENDING never, whatever is named.
+    unknown = dataoad(
+        "receipts", "prune", "--older-than", "30d", "--status", "unknown", "--yes",
+        cwd=cwd, env=env,
+    )  # fmt: skip
+    assert unknown.returncode == 0, unknown.stderr
+    assert keys(aged) == {"old-pending", "young"}
+    pending = dataoad(
+        "receipts", "prune", "--older-than", "1s", "--status", "pending", "--yes",
+        cwd=cwd, env=env,
+    )  # fmt: skip
+    assert pending.returncode == 2
+    assert "never pruned" in pending.stderr
+    assert keys(aged) == {"old-pending", "young"}
+
+
+def test_prune_in_one_namespace_and_bad_ages(aged: Store) -> None:
+    env, cwd = aged.env, aged.cwd
+    done = dataoad(
+        "receipts", "prune", "--older-than", "4w", "--namespace", "tenant", "--yes",
+        cwd=cwd, env=env,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert "deleted 1 receipt(s) in namespace 'tenant'" in done.stdout
+    assert keys(aged) == ALL - {"tenant-ok"}
+    for age in ("30", "thirty days", "-3d", "0d", "1y"):
+        bad = dataoad("receipts", "prune", "--older-than", age, "--yes", cwd=cwd, env=env)
+        assert bad.returncode == 2, age
+        assert "age" in bad.stderr or "more than 0" in bad.stderr
+    assert keys(aged) == ALL - {"tenant-ok"}
+
+
+def test_list_and_show_by_namespace(aged: Store) -> None:
+    env, cwd = aged.env, aged.cwd
+    assert keys(aged, "--namespace", "tenant") == {"tenant-ok"}
+    assert keys(aged, "--namespace", "") == ALL - {"tenant-ok"}
+    table = dataoad("receipts", "list", cwd=cwd, env=env)
+    assert "NAMESPACE" in table.stdout
+    shown = dataoad("receipts", "show", "--key", "tenant-ok", cwd=cwd, env=env)
+    assert shown.returncode == 0, shown.stderr
+    assert "namespace            tenant" in shown.stdout
+    missing = dataoad(
+        "receipts", "show", "--key", "tenant-ok", "--namespace", "other", cwd=cwd, env=env
+    )
+    assert missing.returncode == 1
+    bad = dataoad("receipts", "list", "--namespace", "a\udcff", cwd=cwd, env=env)
+    assert bad.returncode == 2
+
+
+def test_reopen_a_definitive_failure_only(aged: Store) -> None:
+    env, cwd = aged.env, aged.cwd
+
+    def action_id(key: str) -> str:
+        done = dataoad("receipts", "list", "--json", cwd=cwd, env=env)
+        return next(r["action_id"] for r in json.loads(done.stdout) if r["idempotency_key"] == key)
+
+    failed = action_id("old-failed")
+    asked = dataoad("reopen", failed, cwd=cwd, env=env)
+    assert asked.returncode == 2
+    done = dataoad("reopen", failed, "--yes", cwd=cwd, env=env)
+    assert done.returncode == 0, done.stderr
+    assert "is free again" in done.stdout
+    assert "retired_at" in done.stdout
+    shown = dataoad("receipts", "show", failed, "--json", cwd=cwd, env=env)
+    assert json.loads(shown.stdout)["retired_at"] is not None
+    for key in ("old-ok", "old-unknown", "old-pending"):
+        refused = dataoad("reopen", action_id(key), "--yes", cwd=cwd, env=env)
+        assert refused.returncode == 1, key
+        assert "only a definitive FAILED receipt can be reopened" in refused.stderr
+        assert len(refused.stderr.strip().splitlines()) == 1
+    tenant = action_id("tenant-ok")
+    elsewhere = dataoad("reopen", tenant, "--namespace", "", "--yes", cwd=cwd, env=env)
+    assert elsewhere.returncode == 1
+    assert "no action" in elsewhere.stderr

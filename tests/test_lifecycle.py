@@ -1,0 +1,389 @@
+"""The runner's lifecycle verbs: namespaces, ``expires_after`` and ``reopen``, on every ledger.
+
+The ledger-level rules are in the contract (``dataoad.testing.LifecycleContract``);
+here the runner is driven end to end, counting provider calls.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Callable
+from datetime import datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from dataoad import (
+    ActionInProgressError,
+    ActionNotFoundError,
+    ActionRunner,
+    ActionStatus,
+    DefinitiveFailure,
+    IdempotencyConflictError,
+    InMemoryLedger,
+    InvalidArgumentError,
+    RecoveryRefusedError,
+    SQLiteLedger,
+    SyncActionRunner,
+)
+from dataoad._receipt import utc_now
+from dataoad.testing import PaymentVerifier
+from stateful_tests.services import PostgresTestTable
+
+
+class WallClock:
+    """The runner's clock with a wall time the test moves (monotonic time never passes)."""
+
+    def __init__(self) -> None:
+        self.offset = timedelta()
+
+    def monotonic(self) -> float:
+        return 0.0
+
+    async def sleep(self, seconds: float) -> None:
+        await asyncio.sleep(0)
+
+    def wall_time(self) -> datetime:
+        return utc_now() + self.offset
+
+    def advance(self, seconds: float) -> None:
+        self.offset += timedelta(seconds=seconds)
+
+
+class Calls:
+    """An operation that counts its invocations and answers as told."""
+
+    def __init__(self, answer: Callable[[int], Any] = lambda n: f"ch_{n}") -> None:
+        self.count = 0
+        self.answer = answer
+
+    async def __call__(self) -> Any:
+        self.count += 1
+        return self.answer(self.count)
+
+
+@pytest.fixture(params=["memory", "sqlite", "postgres"])
+async def ledger(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[Any]:
+    if request.param == "memory":
+        yield InMemoryLedger()
+    elif request.param == "sqlite":
+        async with SQLiteLedger(tmp_path / "ledger.sqlite3") as lite:
+            yield lite
+    else:
+        table = PostgresTestTable()
+        await table.create()
+        pg = table.client(max_size=12)
+        try:
+            yield pg
+        finally:
+            await pg.close()
+            await table.drop()
+
+
+def declined(n: int) -> Any:
+    raise DefinitiveFailure("card declined")
+
+
+async def test_namespaces_never_replay_conflict_or_block_each_other(ledger: Any) -> None:
+    a = ActionRunner(ledger, namespace="tenant-a")
+    b = ActionRunner(ledger, namespace="tenant-b")
+    calls = Calls()
+    first = await a.execute("charge", calls, request={"n": 1}, idempotency_key="order-1")
+    # The same key with another request in another namespace is not a conflict.
+    other = await b.execute("charge", calls, request={"n": 2}, idempotency_key="order-1")
+    assert calls.count == 2
+    assert (first.receipt.namespace, other.receipt.namespace) == ("tenant-a", "tenant-b")
+    assert first.receipt.action_id != other.receipt.action_id
+    replay = await a.execute("charge", calls, request={"n": 1}, idempotency_key="order-1")
+    assert replay.replayed
+    assert replay.receipt.action_id == first.receipt.action_id
+    with pytest.raises(IdempotencyConflictError):
+        await a.execute("charge", calls, request={"n": 2}, idempotency_key="order-1")
+    assert calls.count == 2
+    # An action id of one namespace is not found from another.
+    for verb in (b.receipt, b.reopen, b.release_unstarted):
+        with pytest.raises(ActionNotFoundError):
+            await verb(first.receipt.action_id)
+    with pytest.raises(ActionNotFoundError):
+        await b.reconcile(first.receipt.action_id, lambda r: None)
+    default = ActionRunner(ledger)
+    assert default.namespace == ""
+    third = await default.execute("charge", calls, request={"n": 3}, idempotency_key="order-1")
+    assert calls.count == 3
+    assert third.receipt.namespace == ""
+    listed = await ledger.receipts(namespace="tenant-a")
+    assert [r.action_id for r in listed] == [first.receipt.action_id]
+
+
+async def test_a_claim_in_progress_in_one_namespace_does_not_block_another(ledger: Any) -> None:
+    started, release = asyncio.Event(), asyncio.Event()
+
+    async def slow() -> str:
+        started.set()
+        await release.wait()
+        return "ok"
+
+    a = ActionRunner(ledger, namespace="a")
+    b = ActionRunner(ledger, namespace="b")
+    running = asyncio.create_task(a.execute("charge", slow, request={}, idempotency_key="k"))
+    await started.wait()
+    with pytest.raises(ActionInProgressError):
+        await a.execute("charge", slow, request={}, idempotency_key="k")
+    done = await b.execute("charge", lambda: "b", request={}, idempotency_key="k")
+    assert done.status is ActionStatus.CONFIRMED
+    release.set()
+    assert (await running).status is ActionStatus.CONFIRMED
+
+
+@pytest.mark.parametrize("answer", [lambda n: f"ch_{n}", declined], ids=["confirmed", "failed"])
+async def test_an_expired_definitive_receipt_is_claimed_afresh(
+    ledger: Any, answer: Callable[[int], Any]
+) -> None:
+    clock = WallClock()
+    runner = ActionRunner(ledger, clock=clock)
+    calls = Calls(answer)
+    first = await runner.execute(
+        "charge", calls, request={"n": 1}, idempotency_key="k", expires_after=3600
+    )
+    clock.advance(3599)
+    replay = await runner.execute(
+        "charge", calls, request={"n": 1}, idempotency_key="k", expires_after=3600
+    )
+    assert replay.replayed
+    assert calls.count == 1
+    clock.advance(2)
+    # Without expires_after the old receipt still replays: expiry is per call.
+    assert (await runner.execute("charge", calls, request={"n": 1}, idempotency_key="k")).replayed
+    fresh = await runner.execute(
+        "charge", calls, request={"n": 2}, idempotency_key="k", expires_after=3600
+    )
+    assert calls.count == 2
+    assert not fresh.replayed
+    assert fresh.receipt.action_id != first.receipt.action_id
+    old = await runner.receipt(first.receipt.action_id)
+    assert old.retired_at is not None
+    assert old.final_status is first.status
+    assert old.attempt_records == first.receipt.attempt_records
+    assert old.version == first.receipt.version + 1
+
+
+async def test_unknown_and_pending_never_expire(ledger: Any) -> None:
+    clock = WallClock()
+    runner = ActionRunner(ledger, clock=clock)
+
+    async def lost() -> None:
+        raise TimeoutError("no answer")
+
+    calls = Calls()
+    unknown = await runner.execute("charge", lost, request={}, idempotency_key="u")
+    assert unknown.status is ActionStatus.UNKNOWN
+    clock.advance(10**6)
+    again = await runner.execute("charge", calls, request={}, idempotency_key="u", expires_after=0)
+    assert again.replayed
+    assert again.status is ActionStatus.UNKNOWN
+    assert calls.count == 0
+    started, release = asyncio.Event(), asyncio.Event()
+
+    async def slow() -> str:
+        started.set()
+        await release.wait()
+        return "ok"
+
+    running = asyncio.create_task(runner.execute("charge", slow, request={}, idempotency_key="p"))
+    await started.wait()
+    with pytest.raises(ActionInProgressError):
+        await runner.execute("charge", calls, request={}, idempotency_key="p", expires_after=0)
+    release.set()
+    await running
+    assert calls.count == 0
+    assert (await runner.receipt(unknown.receipt.action_id)).retired_at is None
+
+
+async def test_an_expired_key_may_be_claimed_with_another_request(ledger: Any) -> None:
+    runner = ActionRunner(ledger)
+    await runner.execute("charge", lambda: 1, request={"n": 1}, idempotency_key="k")
+    with pytest.raises(IdempotencyConflictError):
+        await runner.execute("charge", lambda: 2, request={"n": 2}, idempotency_key="k")
+    fresh = await runner.execute(
+        "charge", lambda: 2, request={"n": 2}, idempotency_key="k", expires_after=0
+    )
+    assert fresh.value == 2
+
+
+async def test_of_many_callers_of_an_expired_key_exactly_one_invokes(ledger: Any) -> None:
+    runner = ActionRunner(ledger)
+    calls = Calls()
+    first = await runner.execute("charge", calls, request={}, idempotency_key="k")
+    peers = [ActionRunner(ledger) for _ in range(8)]
+    outcomes = await asyncio.gather(
+        *(
+            p.execute(
+                "charge",
+                calls,
+                request={},
+                idempotency_key="k",
+                expires_after=0,
+                wait_in_progress=5,
+            )
+            for p in peers
+        ),
+        return_exceptions=True,
+    )
+    # Each caller either claimed afresh (after it expired the last one) or replayed
+    # a claim another caller made; with expires_after=0 a caller may also expire
+    # the claim another caller just completed, so count what the ledger holds.
+    assert all(not isinstance(o, BaseException) for o in outcomes), outcomes
+    receipts = await ledger.receipts(action_name="charge")
+    assert calls.count == len(receipts)
+    assert sum(r.holds_key for r in receipts) == 1
+    assert all(r.retired_at is not None for r in receipts if r.action_id == first.receipt.action_id)
+    fresh_claims = {o.receipt.action_id for o in outcomes if not o.replayed}  # type: ignore[union-attr]
+    assert len(fresh_claims) == calls.count - 1
+
+
+async def test_reopen_frees_a_definitive_failure_only(ledger: Any) -> None:
+    runner = ActionRunner(ledger)
+    calls = Calls()
+    failed = await runner.execute("charge", Calls(declined), request={}, idempotency_key="f")
+    assert failed.status is ActionStatus.FAILED
+    # Without reopen the key replays FAILED, even with retry_on_failed.
+    assert (await runner.execute("charge", calls, request={}, idempotency_key="f")).replayed
+    await runner.reopen(failed.receipt.action_id)
+    await runner.reopen(failed.receipt.action_id)  # twice: nothing more happens
+    fresh = await runner.execute("charge", calls, request={}, idempotency_key="f")
+    assert fresh.status is ActionStatus.CONFIRMED
+    assert calls.count == 1
+    old = await runner.receipt(failed.receipt.action_id)
+    assert old.final_status is ActionStatus.FAILED
+    assert old.retired_at is not None
+
+    async def lost() -> None:
+        raise TimeoutError
+
+    confirmed = await runner.execute("charge", calls, request={}, idempotency_key="c")
+    unknown = await runner.execute("charge", lost, request={}, idempotency_key="u")
+    started, release = asyncio.Event(), asyncio.Event()
+
+    async def slow() -> None:
+        started.set()
+        await release.wait()
+
+    running = asyncio.create_task(runner.execute("charge", slow, request={}, idempotency_key="p"))
+    await started.wait()
+    pending = (await ledger.receipts(pending=True))[0]
+    for receipt in (confirmed.receipt, unknown.receipt, pending):
+        before = await runner.receipt(receipt.action_id)
+        with pytest.raises(RecoveryRefusedError):
+            await runner.reopen(receipt.action_id)
+        assert await runner.receipt(receipt.action_id) == before
+    release.set()
+    await running
+
+
+async def test_reopen_decides_again_when_the_receipt_changes_under_it() -> None:
+    class MergesFirst(InMemoryLedger):
+        """A ledger where a zombie's UNKNOWN evidence lands just before the reopen."""
+
+        async def retire(self, receipt: Any) -> bool:
+            stored = await self.get(receipt.action_id)
+            assert stored is not None
+            await self.record(
+                stored.evolve(
+                    final_status=ActionStatus.UNKNOWN,
+                    version=stored.version + 1,
+                    updated_at=utc_now(),
+                )
+            )
+            return await super().retire(receipt)
+
+    ledger = MergesFirst()
+    runner = ActionRunner(ledger)
+    failed = await runner.execute("charge", Calls(declined), request={}, idempotency_key="f")
+    with pytest.raises(RecoveryRefusedError, match="UNKNOWN"):
+        await runner.reopen(failed.receipt.action_id)
+    stored = await ledger.get(failed.receipt.action_id)
+    assert stored is not None
+    assert stored.retired_at is None
+    assert (await ledger.find("charge", "f")) == stored
+
+
+async def test_bad_lifecycle_arguments_are_refused_before_the_ledger_is_touched() -> None:
+    class Untouchable(InMemoryLedger):
+        async def find(self, *args: Any, **kwargs: Any) -> Any:
+            raise AssertionError("the ledger was read")
+
+        async def claim(self, *args: Any, **kwargs: Any) -> Any:
+            raise AssertionError("the ledger was written")
+
+    ledger = Untouchable()
+    for namespace in (None, 3, "x" * 129, "a\x00b", "\ud800"):
+        with pytest.raises(InvalidArgumentError, match="namespace"):
+            ActionRunner(ledger, namespace=namespace)  # type: ignore[arg-type]
+    runner = ActionRunner(ledger, namespace="n")
+    for expires_after in (-1, float("nan"), float("inf"), "60", True, 10**12):
+        with pytest.raises(InvalidArgumentError, match="expires_after"):
+            await runner.execute(
+                "charge", lambda: 1, request={}, idempotency_key="k", expires_after=expires_after
+            )
+    # Each part within its own limit, but together too big for every backend's index.
+    with pytest.raises(InvalidArgumentError, match="bytes"):
+        await ActionRunner(ledger, namespace="\U0001f600" * 128).execute(
+            "\U0001f600" * 128, lambda: 1, request={}, idempotency_key="\U0001f600" * 512
+        )
+
+    class NoLifecycle:
+        def __init__(self) -> None:
+            self.inner = InMemoryLedger()
+
+        def __getattr__(self, name: str) -> Any:
+            if name in ("retire", "prune"):
+                raise AttributeError(name)
+            return getattr(self.inner, name)
+
+    old = ActionRunner(NoLifecycle(), lease=None)  # type: ignore[arg-type]
+    with pytest.raises(InvalidArgumentError, match="retire"):
+        await old.execute("charge", lambda: 1, request={}, idempotency_key="k", expires_after=1)
+    with pytest.raises(InvalidArgumentError, match="retire"):
+        await old.reopen("a" * 32)
+
+
+def test_the_sync_runner_takes_namespace_expiry_and_reopen() -> None:
+    with SyncActionRunner(InMemoryLedger(), namespace="t") as runner:
+        assert runner.namespace == "t"
+        failed = runner.execute("charge", lambda: declined(1), request={}, idempotency_key="k")
+        assert failed.receipt.namespace == "t"
+        runner.reopen(failed.receipt.action_id)
+        again = runner.execute("charge", lambda: "ok", request={}, idempotency_key="k")
+        assert again.status is ActionStatus.CONFIRMED
+        fresh = runner.execute(
+            "charge", lambda: "new", request={}, idempotency_key="k", expires_after=0
+        )
+        assert fresh.value == "new"
+
+
+async def test_a_verifier_replay_of_unknown_still_settles_without_expiring() -> None:
+    from dataoad.testing import ChargeFault, FakePaymentProvider
+
+    provider = FakePaymentProvider(charge_faults=[ChargeFault.TIMEOUT_AFTER_COMMIT])
+    runner = ActionRunner(InMemoryLedger())
+
+    async def charge() -> Any:
+        return await provider.charge(customer_id="c", amount_cents=5, client_reference="r")
+
+    first = await runner.execute(
+        "charge", charge, request={}, idempotency_key="k", provider_reference="r"
+    )
+    assert first.status is ActionStatus.UNKNOWN
+    settled = await runner.execute(
+        "charge",
+        charge,
+        request={},
+        idempotency_key="k",
+        provider_reference="r",
+        verifier=PaymentVerifier(provider),
+        expires_after=0,
+    )
+    assert settled.replayed
+    assert settled.status is ActionStatus.CONFIRMED
+    assert provider.charge_calls == 1
