@@ -68,7 +68,9 @@ async def _check_migrated(ledger: Any, before: dict[str, Any]) -> None:
     # A definitive receipt written before namespaces can be reopened, and stays readable.
     runner = ActionRunner(ledger, lease=None)
     await runner.reopen(after["declined"].action_id)
-    again = await runner.execute("charge", lambda: "ok", request={"n": 2}, idempotency_key="declined")
+    again = await runner.execute(
+        "charge", lambda: "ok", request={"n": 2}, idempotency_key="declined"
+    )
     assert again.status is ActionStatus.CONFIRMED
     assert not again.replayed
     old = await ledger.get(after["declined"].action_id)

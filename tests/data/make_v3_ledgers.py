@@ -53,9 +53,7 @@ async def main(folder: Path) -> None:
         clock.advance(60)
         other = ActionRunner(ledger, owner="worker-b", lease=30.0)
         stale = [r for r in await ledger.receipts(stale=True) if r.idempotency_key == "taken"]
-        taken = stale[0].evolve(
-            owner="worker-b", fencing_token=2, version=stale[0].version + 1
-        )
+        taken = stale[0].evolve(owner="worker-b", fencing_token=2, version=stale[0].version + 1)
         assert await ledger.take_over(taken, lease=30.0)
         assert other.owner == "worker-b"
         # A claim whose worker died before starting its attempt.
