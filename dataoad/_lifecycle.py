@@ -95,8 +95,14 @@ def expired(current: ActionReceipt, expires_after: float | None, now: datetime) 
 
 
 def reopenable(current: ActionReceipt) -> bool:
-    """Whether an operator may free the key of ``current``: a definitive FAILED only."""
-    return may_retire(current) and current.final_status is ActionStatus.FAILED
+    """Whether an operator may reopen ``current``: a completed, definitive FAILED only.
+
+    One whose key is already free (reopened or expired before) is reopened
+    by doing nothing; retiring it again is refused by ``check_retire``.
+    """
+    return (
+        current.claim_state is ClaimState.COMPLETED and current.final_status is ActionStatus.FAILED
+    )
 
 
 def prunable(

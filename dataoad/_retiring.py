@@ -74,8 +74,6 @@ async def reopen(store: ProvenLedger, action_id: str, events: EventSink) -> None
     """Free the key of a definitive FAILED receipt; refuse anything else."""
     for _ in range(MAX_RETIRE_ROUNDS):
         current = await store.read(action_id)
-        if current.retired_at is not None:
-            return  # already free: reopening twice changes nothing
         if not reopenable(current):
             state = "PENDING" if current.final_status is None else current.final_status.value
             raise RecoveryRefusedError(
@@ -83,6 +81,8 @@ async def reopen(store: ProvenLedger, action_id: str, events: EventSink) -> None
                 "reopened (a CONFIRMED one happened, an UNKNOWN or PENDING one may have)",
                 receipt=current,
             )
+        if current.retired_at is not None:
+            return  # already free: reopening twice changes nothing
         if await _retire(store, current, events, "reopened"):
             return
     raise NothingInvokedError(

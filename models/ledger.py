@@ -2,6 +2,9 @@
 
 Receipts are reduced to the fields the transitions are conditional on. Time
 is the ledger's own clock, in seconds (``now``): it alone judges leases.
+A key is ``(namespace, action name, key)`` and is held by the one receipt
+of it that was never retired; retiring (expiry, reopen) and pruning follow
+``dataoad._lifecycle``, restated here independently.
 """
 
 from __future__ import annotations
@@ -25,6 +28,11 @@ class ModelReceipt:
     token: int = 1
     #: When the lease runs out on the ledger's clock; None: no lease (or completed).
     lease_until: float | None = None
+    namespace: str = ""
+    #: Whether the key was freed from this receipt (it stays readable).
+    retired: bool = False
+    #: Seconds of the receipt's last change, on the writers' clock (retention's age).
+    updated: float = 0.0
 
 
 class AbstractLedger:
@@ -41,16 +49,20 @@ class AbstractLedger:
     def _leased(self, receipt: ModelReceipt, lease: float | None) -> ModelReceipt:
         return dataclasses.replace(receipt, lease_until=None if lease is None else self.now + lease)
 
-    def find(self, action_name: str, key: str) -> ModelReceipt | None:
-        """The claim for (action name, key), if any."""
+    def find(self, action_name: str, key: str, namespace: str = "") -> ModelReceipt | None:
+        """The receipt holding (namespace, action name, key), if any."""
         for receipt in self.by_id.values():
-            if (receipt.action_name, receipt.key) == (action_name, key):
+            if (receipt.namespace, receipt.action_name, receipt.key) == (
+                namespace,
+                action_name,
+                key,
+            ) and not receipt.retired:
                 return receipt
         return None
 
     def claim(self, receipt: ModelReceipt, lease: float | None = None) -> tuple[ModelReceipt, bool]:
-        """Create the claim unless the name and key are taken."""
-        existing = self.find(receipt.action_name, receipt.key)
+        """Create the claim unless the key is held."""
+        existing = self.find(receipt.action_name, receipt.key, receipt.namespace)
         if existing is not None:
             return existing, False
         receipt = self._leased(receipt, lease)
@@ -72,7 +84,11 @@ class AbstractLedger:
             and proposed.token == current.token + 1
             and proposed.version == current.version + 1
             and dataclasses.replace(
-                current, owner=proposed.owner, token=proposed.token, version=proposed.version
+                current,
+                owner=proposed.owner,
+                token=proposed.token,
+                version=proposed.version,
+                updated=proposed.updated,
             )
             == dataclasses.replace(proposed, lease_until=current.lease_until)
         )
@@ -99,8 +115,7 @@ class AbstractLedger:
             and proposed.version == current.version + 1
             and proposed.attempts == current.attempts + 1
             and self._holder(current, proposed)
-            and (proposed.action_name, proposed.key, proposed.request_hash)
-            == (current.action_name, current.key, current.request_hash)
+            and _identity(proposed) == _identity(current)
         )
         if ok:
             self.by_id[proposed.action_id] = self._leased(proposed, lease)
@@ -115,8 +130,7 @@ class AbstractLedger:
             and proposed.attempts == current.attempts
             and not (not current.pending and proposed.pending)
             and self._holder(current, proposed)
-            and (proposed.action_name, proposed.key, proposed.request_hash)
-            == (current.action_name, current.key, current.request_hash)
+            and _identity(proposed) == _identity(current)
         )
         if ok:
             assert current is not None
@@ -137,3 +151,57 @@ class AbstractLedger:
         if ok:
             del self.by_id[action_id]
         return ok
+
+    def retire(self, proposed: ModelReceipt) -> bool:
+        """Free the key of a completed CONFIRMED or FAILED receipt; nothing else changes."""
+        current = self.by_id.get(proposed.action_id)
+        ok = (
+            current is not None
+            and not current.pending
+            and current.final in ("CONFIRMED", "FAILED")
+            and not current.retired
+            and proposed.retired
+            and proposed.version == current.version + 1
+            and dataclasses.replace(
+                current, retired=True, version=proposed.version, updated=proposed.updated
+            )
+            == proposed
+        )
+        if ok:
+            self.by_id[proposed.action_id] = proposed
+        return ok
+
+    def prune(
+        self,
+        before: float,
+        statuses: frozenset[str],
+        namespace: str | None,
+        changed: frozenset[str] = frozenset(),
+    ) -> int:
+        """Delete completed receipts in ``statuses`` last changed before ``before``.
+
+        ``changed``: receipts that moved while the prune read them; kept.
+        """
+        doomed = [
+            r.action_id
+            for r in self.by_id.values()
+            if not r.pending
+            and r.final in statuses
+            and r.updated < before
+            and (namespace is None or r.namespace == namespace)
+            and r.action_id not in changed
+        ]
+        for action_id in doomed:
+            del self.by_id[action_id]
+        return len(doomed)
+
+
+def _identity(receipt: ModelReceipt) -> tuple[object, ...]:
+    """What no transition but retiring may change."""
+    return (
+        receipt.namespace,
+        receipt.action_name,
+        receipt.key,
+        receipt.request_hash,
+        receipt.retired,
+    )

@@ -180,6 +180,12 @@ class Contender:
     releases: list[tuple[str, int]] = dataclasses.field(default_factory=list)
     #: A sweep's: action_id -> (fencing token, lease end) of each claim stale when it began.
     stale_at_start: dict[str, tuple[int, Any]] = dataclasses.field(default_factory=dict)
+    #: The runner's namespace (a machine key ``"t/order-1"`` is in namespace ``t``).
+    namespace: str = ""
+    #: ``execute(expires_after=...)``: the contender frees an expired key first.
+    expires_after: float | None = None
+    #: A reopen's: whether the receipt it named had given up its key when it began.
+    retired_before: bool = False
 
     def __repr__(self) -> str:
         where = "finished" if self.finished else f"parked at {self.parked_at}"
@@ -348,6 +354,12 @@ class Scheduler:
             else:
                 exc = contender.task.exception()
                 contender.outcome = exc if exc is not None else contender.task.result()
+
+
+def split_key(key: str) -> tuple[str, str]:
+    """A machine key as (namespace, idempotency key): ``"t/order-1"`` is key order-1 of ``t``."""
+    namespace, _, idempotency_key = key.rpartition("/")
+    return namespace, idempotency_key
 
 
 class GatedLedger(FaultyLedger):
@@ -624,7 +636,7 @@ class WorldProvider:
         REACHED[("provider", fault.name)] += 1
         if contender.in_thread:
             REACHED[("provider from a worker thread", fault.name)] += 1
-        stored = await self.observer.find(action_name, key)
+        stored = await self.observer.find(action_name, *reversed(split_key(key)))
         contender.durable_attempts_at_call.append(
             (0, None) if stored is None else (stored.attempts, stored.claim_state.value)
         )

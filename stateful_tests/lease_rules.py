@@ -216,10 +216,19 @@ class LeaseRules:
     @precondition(lambda self: bool(self._stale_claims()) and self._active() < self.max_active)
     @rule(with_verifier=st.booleans())
     def sweep(self, with_verifier: bool) -> None:
-        """A sweeper (cron, or any worker) settles every claim whose lease ran out, invoking nothing."""
+        """A sweeper (cron, or any worker) settles every claim whose lease ran out, invoking nothing.
+
+        It runs in the first namespace (by name) with a stale claim, and sweeps
+        only that namespace: a runner never touches another tenant's claims.
+        """
         name = contender_name(len(self.contenders_list))
-        c = Contender(name, "sweep", "*", "", with_verifier=with_verifier)
-        c.stale_at_start = self._stale_claims()
+        stale = self._stale_claims()
+        # Chosen by name, never by action id: ids are random, runs must repeat.
+        namespace = min(self.observed[a].namespace for a in stale)
+        c = Contender(name, "sweep", "*", "", with_verifier=with_verifier, namespace=namespace)
+        c.stale_at_start = {
+            a: held for a, held in stale.items() if self.observed[a].namespace == namespace
+        }
         keys = sorted({self.observed[a].idempotency_key for a in c.stale_at_start})
         self.history.add(
             f"contender {name}",
@@ -227,7 +236,11 @@ class LeaseRules:
             + ", ".join(keys),
         )
         runner = self.runner_class(
-            self.gated(self.new_client()), clock=self.virtual_time, lease=LEASE, owner=name
+            self.gated(self.new_client()),
+            clock=self.virtual_time,
+            lease=LEASE,
+            owner=name,
+            namespace=namespace,
         )
 
         async def body() -> Any:

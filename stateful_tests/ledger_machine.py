@@ -1,18 +1,23 @@
 """The ledger machine: differential testing of every backend against the model.
 
-The same random sequence of conditional transitions (claims, attempt starts,
-completions, settlements, releases, stale and malformed writes, and races
-of concurrent claims) is applied to every ledger and to the abstract
-ledger of ``models``. After every step all backends must hold identical
-receipts, and agree with the model on every accepted or refused transition.
+The same random sequence of conditional transitions (claims in two
+namespaces, attempt starts, completions, settlements, releases, stale and
+malformed writes, races of concurrent claims, retiring keys and pruning
+while a writer changes a receipt) is applied to every ledger and to the
+abstract ledger of ``models``. After every step all backends must hold
+identical receipts, and agree with the model on every accepted or refused
+transition; at most one receipt holds each key.
 """
 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import shutil
 import tempfile
 import uuid
+from collections.abc import Sequence
+from datetime import timedelta
 from pathlib import Path
 from typing import Any, ClassVar, cast
 
@@ -22,7 +27,7 @@ from hypothesis.stateful import Bundle, RuleBasedStateMachine, initialize, invar
 
 from dataoad import ActionReceipt, ActionStatus, ClaimState, InMemoryLedger, Ledger, SQLiteLedger
 from dataoad.testing import ManualClock, make_receipt
-from dataoad.testing._ledger_contract import completed, started
+from dataoad.testing._ledger_contract import _T0, completed, started
 from models.ledger import AbstractLedger, ModelReceipt
 from stateful_tests.harness import History, MachineLoop, violation
 from stateful_tests.services import PostgresTestTable
@@ -49,6 +54,9 @@ def project(receipt: ActionReceipt) -> ModelReceipt:
         owner=receipt.owner,
         token=receipt.fencing_token,
         lease_until=None if expires is None else (expires - START).total_seconds(),
+        namespace=receipt.namespace,
+        retired=receipt.retired_at is not None,
+        updated=(receipt.updated_at - _T0).total_seconds(),
     )
 
 
@@ -68,6 +76,8 @@ class LedgerMachineBase(RuleBasedStateMachine):
         "start_and_complete_an_attempt",
         "renew",
         "take_over",
+        "retire",
+        "prune",
     )
 
     claims = Bundle("claims")
@@ -161,10 +171,19 @@ class LedgerMachineBase(RuleBasedStateMachine):
 
     # -- rules ---------------------------------------------------------------------
 
-    @rule(target=claims, key=st.sampled_from(["k1", "k2", "k3"]), name=st.sampled_from(["a", "b"]))
-    def claim(self, key: str, name: str) -> str:
+    @rule(
+        target=claims,
+        key=st.sampled_from(["k1", "k2", "k3"]),
+        name=st.sampled_from(["a", "b"]),
+        namespace=st.sampled_from(["", "", "t"]),
+    )
+    def claim(self, key: str, name: str, namespace: str) -> str:
         receipt = make_receipt(
-            action_id=uuid.uuid4().hex, action_name=name, idempotency_key=key, owner="first"
+            action_id=uuid.uuid4().hex,
+            action_name=name,
+            idempotency_key=key,
+            owner="first",
+            namespace=namespace,
         )
         stored, created = self.model.claim(project(receipt), LEASE)
         results = self._all("claim", receipt, lease=LEASE)
@@ -176,7 +195,10 @@ class LedgerMachineBase(RuleBasedStateMachine):
                     "backends-agree-with-the-model",
                     f"claim {name}/{key}: {n} returned {got}",
                 )
-        note(f"claim {name}/{key} -> {'created' if created else 'existing'} {stored.action_id[:8]}")
+        note(
+            f"claim {namespace}/{name}/{key} -> {'created' if created else 'existing'} "
+            f"{stored.action_id[:8]}"
+        )
         self.known.add(stored.action_id)
         return stored.action_id
 
@@ -335,7 +357,109 @@ class LedgerMachineBase(RuleBasedStateMachine):
             f"release {claim[:8]} at v{version}", self._all("release", claim, version), expected
         )
 
+    @rule(
+        claim=claims,
+        variant=st.sampled_from(["exact", "exact", "stale", "changed", "unset"]),
+    )
+    def retire(self, claim: str, variant: str) -> None:
+        """Free a key (expiry, reopen): only a definitive receipt, at its exact version."""
+        current = self._current(claim)
+        if current is None:
+            return
+        at = current.updated_at + timedelta(seconds=1)
+        proposed = current.evolve(retired_at=at, version=current.version + 1, updated_at=at)
+        if variant == "stale":
+            proposed = proposed.evolve(version=current.version)
+        elif variant == "changed":
+            proposed = proposed.evolve(final_status=ActionStatus.CONFIRMED, attempts=0)
+        elif variant == "unset":
+            proposed = proposed.evolve(retired_at=None)
+        expected = self.model.retire(project(proposed))
+        self._agree(f"retire({variant}) {claim[:8]}", self._all("retire", proposed), expected)
+
+    @rule(
+        cut=st.sampled_from([1.5, 2.5, 4.5, 86_400.0]),
+        statuses=st.sets(st.sampled_from(list(ActionStatus)), min_size=1),
+        namespace=st.sampled_from([None, "", "t"]),
+        batch_size=st.sampled_from([1, 2, 500]),
+        change_first=st.booleans(),
+    )
+    def prune(
+        self,
+        cut: float,
+        statuses: set[ActionStatus],
+        namespace: str | None,
+        batch_size: int,
+        change_first: bool,
+    ) -> None:
+        """Retention, with a writer changing the first receipt of the first batch meanwhile."""
+        chosen = sorted(statuses, key=lambda s: s.value)
+        changed: list[str] = []
+        counts = {}
+        for name, ledger in self.ledgers.items():
+            merged: dict[str, ActionReceipt] = {}
+
+            async def meanwhile(
+                batch: Sequence[ActionReceipt], ledger: Any = ledger, merged: Any = merged
+            ) -> None:
+                if change_first and not merged:
+                    first = batch[0]
+                    late = first.evolve(metadata={"late": "evidence"}, version=first.version + 1)
+                    assert await ledger.record(late)
+                    merged[first.action_id] = late
+
+            counts[name] = self.loop.run(
+                ledger.prune(
+                    completed_before=_T0 + timedelta(seconds=cut),
+                    statuses=chosen,
+                    namespace=namespace,
+                    batch_size=batch_size,
+                    before_delete=meanwhile,
+                )
+            )
+            changed.append(",".join(merged))
+            for late in merged.values():
+                self.touched.add(late.action_id)
+        if len(set(changed)) != 1:
+            raise violation(
+                self.history,
+                "backends-agree-with-the-model",
+                f"prune read its batches in different orders: {changed}",
+            )
+        late_ids = frozenset(i for i in changed[0].split(",") if i)
+        for action_id in late_ids:
+            current = self.model.by_id[action_id]
+            self.model.by_id[action_id] = dataclasses.replace(current, version=current.version + 1)
+        before = set(self.model.by_id)
+        expected = self.model.prune(
+            cut, frozenset(s.value for s in chosen), namespace, changed=late_ids
+        )
+        self.touched |= before - set(self.model.by_id)
+        self._agree(
+            f"prune(before +{cut:g} s, {[s.value for s in chosen]}, namespace {namespace!r}, "
+            f"batches of {batch_size}, {'a receipt changed meanwhile' if late_ids else 'no change'})",
+            counts,
+            expected,
+        )
+
     # -- invariants --------------------------------------------------------------
+
+    @invariant()
+    def one_receipt_holds_each_key(self) -> None:
+        """At most one receipt per (namespace, action, key) was never retired, everywhere."""
+        for name, receipts in self.loop.run(self._listings()).items():
+            holders: dict[tuple[str, str, str], str] = {}
+            for r in receipts:
+                if r.retired_at is not None:
+                    continue
+                key = (r.namespace, r.action_name, r.idempotency_key)
+                if key in holders:
+                    raise violation(
+                        self.history,
+                        "one-winner-per-key",
+                        f"{name}: {holders[key][:8]} and {r.action_id[:8]} both hold {key}",
+                    )
+                holders[key] = r.action_id
 
     @invariant()
     def every_backend_holds_identical_receipts(self) -> None:

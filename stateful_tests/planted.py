@@ -40,5 +40,5 @@ class ReleasesStartedClaimsLedger(InMemoryLedger):
             if current is None or not current.is_pending:
                 return False
             del self._by_id[action_id]
-            del self._by_key[(current.action_name, current.idempotency_key)]
+            del self._by_key[(current.namespace, current.action_name, current.idempotency_key)]
             return True

@@ -45,6 +45,7 @@ from dataoad._verification import VerificationResult
 from dataoad.ledgers._statements import SQLITE, compile_sql
 from stateful_tests.planted import PlantedBug, ReleasesStartedClaimsLedger, names
 from stateful_tests.planted_lease_bugs import LEASE_BUGS
+from stateful_tests.planted_lifecycle_bugs import LIFECYCLE_BUGS
 
 # -- runner and evidence bugs -------------------------------------------------------
 
@@ -274,13 +275,14 @@ class NonAtomicClaimLedger(InMemoryLedger):
     """Checks for an existing claim, yields, then inserts: a read-then-write race."""
 
     async def claim(self, receipt: ActionReceipt) -> tuple[ActionReceipt, bool]:
-        existing = await self.find(receipt.action_name, receipt.idempotency_key)
+        key = (receipt.namespace, receipt.action_name, receipt.idempotency_key)
+        existing = await self.find(receipt.action_name, receipt.idempotency_key, receipt.namespace)
         if existing is not None:
             return existing, False
         await asyncio.sleep(0)
         with self._lock:
             self._by_id[receipt.action_id] = receipt
-            self._by_key[(receipt.action_name, receipt.idempotency_key)] = receipt.action_id
+            self._by_key[key] = receipt.action_id
         return receipt, True
 
 
@@ -841,5 +843,6 @@ def planted(bug: PlantedBug) -> Iterator[dict[str, Any]]:
         mp.undo()
 
 
-# Leases, takeover and fencing live in their own module.
+# Leases, takeover and fencing, and the receipt lifecycle, live in their own modules.
 PLANTED_BUGS += LEASE_BUGS
+PLANTED_BUGS += LIFECYCLE_BUGS

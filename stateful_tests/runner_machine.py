@@ -44,7 +44,10 @@ from dataoad import (
 )
 from models.world import World
 from stateful_tests import invariants as inv
-from stateful_tests import lease_invariants  # noqa: F401  (registers the lease properties)
+from stateful_tests import (
+    lease_invariants,  # noqa: F401  (registers the lease properties)
+    lifecycle_invariants,  # noqa: F401  (registers the lifecycle properties)
+)
 from stateful_tests.harness import (
     REACHED,
     WRITE_FAULTS,
@@ -60,8 +63,10 @@ from stateful_tests.harness import (
     WorldVerifier,
     contender_name,
     current_contender,
+    split_key,
 )
 from stateful_tests.lease_rules import LEASE, Heartbeats, LeaseRules, LedgerClock
+from stateful_tests.lifecycle_rules import EXPIRES_AFTER, LifecycleRules
 from stateful_tests.services import PostgresTestTable
 from stateful_tests.swarm import swarm_over
 
@@ -109,6 +114,7 @@ INTERFERENCE_RULES = (
     "heartbeat",
     "holder_outlives_its_lease",
     "sweep",
+    "free_a_settled_key",
 )
 
 
@@ -240,7 +246,7 @@ EXECUTE_ARGUMENTS: dict[str, st.SearchStrategy[Any]] = {
 }
 
 
-class RunnerMachineBase(LeaseRules, RuleBasedStateMachine):
+class RunnerMachineBase(LifecycleRules, LeaseRules, RuleBasedStateMachine):
     """Backend-independent rules; subclasses choose the ledger and the runner."""
 
     backend: ClassVar[str] = "memory"
@@ -269,6 +275,8 @@ class RunnerMachineBase(LeaseRules, RuleBasedStateMachine):
         self.released_ids: set[str] = set()
         self.crashes = 0
         self.order_keys: list[str] = []
+        #: Every provider reference a key's calls used (one per generation of the key).
+        self.references: dict[str, set[str]] = {}
         self.heartbeats = Heartbeats()
         self.virtual_time = VirtualClock(self.heartbeats)
         self.ledger_clock = LedgerClock()
@@ -382,7 +390,10 @@ class RunnerMachineBase(LeaseRules, RuleBasedStateMachine):
         if unclaimed:
             self.start_execute(unclaimed[0], **arguments)
             return multiple()
-        key = f"order-{len(self.order_keys) + 1}"
+        number = len(self.order_keys) + 1
+        # Every third new order is another tenant's, with the same idempotency
+        # key as an order of the default namespace: the two must never meet.
+        key = f"t/order-{number - 2}" if number % 3 == 0 else f"order-{number}"
         self.order_keys.append(key)
         self.start_execute(key, **arguments)
         return key
@@ -408,9 +419,23 @@ class RunnerMachineBase(LeaseRules, RuleBasedStateMachine):
         wait: str,
         form: str = "as built",
         runs_in: str = "the event loop",
+        expires: bool = False,
     ) -> None:
+        if not expires and key in self.keys_being_freed():
+            # Its caller would still use the reference of the key's last claim.
+            self.history.add("machine", f"no plain execute of {key} while its key is freed")
+            return
         name = contender_name(len(self.contenders_list))
-        reference = f"ref-{key}" + ("-alt" if alternate_reference else "")
+        namespace, idempotency_key = split_key(key)
+        # A key freed (expired, reopened) is claimed afresh for a new mutation,
+        # with the provider reference of that new mutation.
+        generation = self.generation(key) + (1 if expires else 0)
+        reference = (
+            f"{namespace + '/' if namespace else ''}ref-{idempotency_key}"
+            + (f"~{generation}" if generation else "")
+            + ("-alt" if alternate_reference else "")
+        )
+        self.references.setdefault(key, set()).add(reference)
         c = Contender(
             name,
             "execute",
@@ -420,12 +445,20 @@ class RunnerMachineBase(LeaseRules, RuleBasedStateMachine):
             with_verifier=with_verifier,
             escape_hatch=POLICIES[policy].retry_on_unknown,
             amount=amount,
+            namespace=namespace,
+            expires_after=EXPIRES_AFTER if expires else None,
         )
         self.history.add(
             f"contender {name}",
             f"execute {key} (amount {amount}, reference {reference}, policy {policy}, "
             f"{'with' if with_verifier else 'no'} verifier, {wait} for a claim holder, "
-            f"request {form}, operation runs on {runs_in})",
+            f"request {form}, operation runs on {runs_in}"
+            + (
+                f", expires_after={EXPIRES_AFTER:g} s, which the key's receipt has reached"
+                if expires
+                else ""
+            )
+            + ")",
         )
         # The same request written differently must hash the same (RFC 8785).
         request: dict[str, Any] = {"key": key, "amount": amount}
@@ -437,9 +470,10 @@ class RunnerMachineBase(LeaseRules, RuleBasedStateMachine):
         runner = self.runner_class(
             self.gated(client),
             policy=POLICIES[policy],
-            clock=self.virtual_time,
+            clock=self.expiry_clock(key) if expires else self.virtual_time,
             lease=LEASE,
             owner=name,
+            namespace=namespace,
         )
 
         c.in_thread = runs_in == "a worker thread"
@@ -466,10 +500,11 @@ class RunnerMachineBase(LeaseRules, RuleBasedStateMachine):
                 ACTION,
                 operation,
                 request=request,
-                idempotency_key=key,
+                idempotency_key=idempotency_key,
                 provider_reference=reference,
                 verifier=self.verifier if with_verifier else None,
                 wait_in_progress=WAITS[wait],
+                expires_after=c.expires_after,
             )
 
         self._start(c, body)
@@ -513,7 +548,7 @@ class RunnerMachineBase(LeaseRules, RuleBasedStateMachine):
     # for; a settled claim's key is still drawn, a quarter as often as an
     # unsettled one's, to check that they leave it alone.
     @precondition(lambda self: bool(self._unsettled_keys()) and self._active() < MAX_ACTIVE)
-    @rule(data=st.data(), how=st.sampled_from(["reconcile", "recover", "release"]))
+    @rule(data=st.data(), how=st.sampled_from(["reconcile", "recover", "release", "reopen"]))
     def start_operator(self, data: st.DataObject, how: str) -> None:
         """An operator (or a new process) acts on whatever claim a key has now."""
         keys = self._unsettled_keys() * 3 + self._claimed_keys()
@@ -523,8 +558,15 @@ class RunnerMachineBase(LeaseRules, RuleBasedStateMachine):
     def operate(self, key: str, how: str) -> None:
         """An operator's ``how`` on whatever claim ``key`` has now (none: nothing to do)."""
         name = contender_name(len(self.contenders_list))
-        stored = self.loop.run(self.observer.find(ACTION, key))
-        c = Contender(name, how, key, stored.provider_reference or "" if stored else "")
+        namespace, idempotency_key = split_key(key)
+        stored = self.loop.run(self.observer.find(ACTION, idempotency_key, namespace))
+        c = Contender(
+            name,
+            how,
+            key,
+            stored.provider_reference or "" if stored else "",
+            namespace=namespace,
+        )
         self.history.add(f"contender {name}", f"{how} the claim of {key}")
         live_worker = any(
             o.kind == "execute" and o.key == key and not o.finished for o in self.contenders_list
@@ -536,8 +578,13 @@ class RunnerMachineBase(LeaseRules, RuleBasedStateMachine):
             self.contenders_list.append(c)
             return
         c.action_id = stored.action_id
+        c.retired_before = stored.retired_at is not None
         runner = self.runner_class(
-            self.gated(self.new_client()), clock=self.virtual_time, lease=LEASE, owner=name
+            self.gated(self.new_client()),
+            clock=self.virtual_time,
+            lease=LEASE,
+            owner=name,
+            namespace=namespace,
         )
 
         async def body() -> Any:
@@ -545,6 +592,8 @@ class RunnerMachineBase(LeaseRules, RuleBasedStateMachine):
                 return await runner.reconcile(stored.action_id, self.verifier)
             if how == "recover":
                 return await runner.recover_pending(stored.action_id, self.verifier)
+            if how == "reopen":
+                return await runner.reopen(stored.action_id)
             return await runner.release_unstarted(stored.action_id)
 
         self._start(c, body)
@@ -640,7 +689,7 @@ class RunnerMachineBase(LeaseRules, RuleBasedStateMachine):
         return [
             key
             for key in self.order_keys
-            if any(self.world.may_appear_later(ref) for ref in (f"ref-{key}", f"ref-{key}-alt"))
+            if any(self.world.may_appear_later(ref) for ref in self.references.get(key, ()))
         ]
 
     # Only while a request is in flight: otherwise the rule does nothing, and
@@ -654,7 +703,7 @@ class RunnerMachineBase(LeaseRules, RuleBasedStateMachine):
 
     def provider_acts(self, key: str, what: str) -> None:
         """In-flight requests of ``key`` commit late, or are given up."""
-        for ref in (f"ref-{key}", f"ref-{key}-alt"):
+        for ref in sorted(self.references.get(key, ())):
             if not self.world.may_appear_later(ref):
                 continue
             if what == "late commit":
@@ -681,6 +730,8 @@ class RunnerMachineBase(LeaseRules, RuleBasedStateMachine):
                     f"verification={_v(outcome.receipt.verification_status)}, "
                     f"attempts={outcome.receipt.attempts}"
                 )
+            elif outcome is None and c.kind == "reopen":
+                text = "reopened: the key is free"
             elif outcome is None and c.kind == "release":
                 text = "released"
                 assert c.action_id is not None
@@ -691,6 +742,7 @@ class RunnerMachineBase(LeaseRules, RuleBasedStateMachine):
                 receipt = getattr(outcome, "receipt", None)
                 if c.kind == "execute" and isinstance(receipt, ActionReceipt):
                     c.action_id = receipt.action_id
+            _note_lifecycle(c)
             if c.waited:
                 text += " after waiting for the claim holder"
                 REACHED[("wait", _wait_outcome(outcome))] += 1
@@ -702,7 +754,8 @@ class RunnerMachineBase(LeaseRules, RuleBasedStateMachine):
         async def read() -> dict[str, ActionReceipt | None]:
             seen: dict[str, ActionReceipt | None] = {}
             for key in self.order_keys:
-                stored = await self.observer.find(ACTION, key)
+                namespace, idempotency_key = split_key(key)
+                stored = await self.observer.find(ACTION, idempotency_key, namespace)
                 if stored is not None:
                     seen[stored.action_id] = stored
             for action_id in self.observed:
@@ -747,6 +800,20 @@ class RunnerMachineBase(LeaseRules, RuleBasedStateMachine):
                 assert c.outcome.receipt.action_id in self.observed or (
                     c.outcome.receipt.action_id in self.released_ids
                 ), f"contender {c.name}'s receipt is missing from the ledger"
+
+
+def _note_lifecycle(c: Contender) -> None:
+    """Which lifecycle outcome a finished contender reached (see test_reachability)."""
+    outcome = c.outcome
+    if c.kind == "reopen":
+        REACHED[("lifecycle", "reopened" if outcome is None else type(outcome).__name__)] += 1
+    elif c.expires_after is not None and isinstance(outcome, ActionResult):
+        if outcome.replayed:
+            REACHED[("lifecycle", f"expiry asked, {outcome.status.value} replayed")] += 1
+        else:
+            REACHED[("lifecycle", "a freed key claimed afresh")] += 1
+    if c.namespace and c.kind == "execute" and isinstance(outcome, ActionResult):
+        REACHED[("namespace", "another tenant's call of a shared key finished")] += 1
 
 
 def _wait_outcome(outcome: Any) -> str:

@@ -42,6 +42,16 @@ def required() -> set[tuple[str, str]]:
     pairs |= {("verifier", label) for label in VERIFIER_ANSWERS}
     # A duplicate that waited for the claim holder ended each possible way.
     pairs |= {("wait", "replayed"), ("wait", "ActionInProgressError")}
+    # Keys freed by expiry and reopen, refused where the outcome is not
+    # definitive, and a second tenant sharing an idempotency key.
+    pairs |= {("ledger.retire", f.name) for f in WRITE_FAULTS}
+    pairs |= {
+        ("lifecycle", "reopened"),
+        ("lifecycle", "RecoveryRefusedError"),
+        ("lifecycle", "a freed key claimed afresh"),
+        ("lifecycle", "expiry asked, UNKNOWN replayed"),
+        ("namespace", "another tenant's call of a shared key finished"),
+    }
     return pairs
 
 

@@ -96,9 +96,15 @@ class FaultyLedger:
         """Delegate, with any injected fault."""
         return await self._read("get", lambda: self.inner.get(action_id))
 
-    async def find(self, action_name: str, idempotency_key: str) -> ActionReceipt | None:
+    async def find(
+        self, action_name: str, idempotency_key: str, namespace: str = ""
+    ) -> ActionReceipt | None:
         """Delegate, with any injected fault."""
-        return await self._read("find", lambda: self.inner.find(action_name, idempotency_key))
+        if not namespace:  # the wrapped ledger may predate namespaces
+            return await self._read("find", lambda: self.inner.find(action_name, idempotency_key))
+        return await self._read(
+            "find", lambda: self.inner.find(action_name, idempotency_key, namespace)
+        )
 
     async def receipts(self, **filters: Any) -> list[ActionReceipt]:
         """Delegate the listing (the Inspection protocol), with any injected fault."""
@@ -134,6 +140,24 @@ class FaultyLedger:
     async def release(self, action_id: str, version: int) -> bool:
         """Delegate, with any injected fault."""
         return await self._write("release", lambda: self.inner.release(action_id, version))
+
+    def _lifecycle(self, method: str) -> Any:
+        found = getattr(self.inner, method, None)
+        if found is None:
+            raise InvalidArgumentError(
+                f"ledger {type(self.inner).__qualname__} has no {method} (written before v0.2)"
+            )
+        return found
+
+    async def retire(self, receipt: ActionReceipt) -> bool:
+        """Delegate, with any injected fault."""
+        retire = self._lifecycle("retire")
+        return cast(bool, await self._write("retire", lambda: retire(receipt)))
+
+    async def prune(self, **arguments: Any) -> int:
+        """Delegate, with any injected fault (before the first batch, or after the last)."""
+        prune = self._lifecycle("prune")
+        return cast(int, await self._write("prune", lambda: prune(**arguments)))
 
     async def close(self) -> None:
         """Close the wrapped ledger."""

@@ -1,0 +1,118 @@
+"""The lifecycle properties of the runner machine, registered with the others in ``invariants``.
+
+Judged from the record of the run (who asked to free which key, how each
+call ended) and the ledger as an observer sees it, never from the runner's
+own account. The world-truth properties (no second mutation of a claim, no
+effect behind a FAILED receipt...) keep judging every invocation: a freed
+key's new claim is a new mutation with its own provider reference.
+"""
+
+from __future__ import annotations
+
+from dataoad import ActionResult, ActionStatus
+from stateful_tests.harness import split_key
+from stateful_tests.invariants import RunnerMachineBase, fail, safety
+
+__all__: list[str] = []
+
+_DEFINITIVE = (ActionStatus.CONFIRMED, ActionStatus.FAILED)
+
+
+@safety
+def keys_freed_only_from_definitive_outcomes(m: RunnerMachineBase) -> None:
+    """A receipt gives up its key only when completed CONFIRMED or FAILED (UNKNOWN and PENDING never expire or reopen), and only when a caller asked: by expires_after or by reopen."""
+    for action_id, (before, after) in m.transitions.items():
+        if after is None or after.retired_at is None or before.retired_at is not None:
+            continue
+        retired_from = before if after.version == before.version + 1 else None
+        if retired_from is not None and (
+            retired_from.is_pending or retired_from.final_status not in _DEFINITIVE
+        ):
+            raise fail(
+                keys_freed_only_from_definitive_outcomes,
+                f"receipt {action_id[:8]} of {after.idempotency_key} gave up its key while "
+                f"{'PENDING' if retired_from.is_pending else retired_from.final_status}",
+            )
+        key = (after.namespace, after.idempotency_key)
+        asked = [
+            c
+            for c in m.contenders_list
+            if split_key(c.key) == key and (c.kind == "reopen" or c.expires_after is not None)
+        ]
+        if not asked:
+            raise fail(
+                keys_freed_only_from_definitive_outcomes,
+                f"receipt {action_id[:8]} of {after.idempotency_key} gave up its key though no "
+                "caller asked for expiry or a reopen",
+            )
+    for receipt in m.observed.values():
+        # A retired receipt unchanged since (updated when retired) shows what was retired.
+        retired_as_is = receipt.retired_at is not None and receipt.updated_at == receipt.retired_at
+        if retired_as_is and (receipt.is_pending or receipt.final_status not in _DEFINITIVE):
+            raise fail(
+                keys_freed_only_from_definitive_outcomes,
+                f"receipt {receipt.action_id[:8]} of {receipt.idempotency_key} gave up its "
+                f"key while {'PENDING' if receipt.is_pending else receipt.final_status}",
+            )
+
+
+@safety
+def reopen_frees_only_definitive_failures(m: RunnerMachineBase) -> None:
+    """A reopen that returns has freed the key of a definitive FAILED receipt; any other receipt it refuses, unchanged."""
+    for c in m.contenders_list:
+        if c.kind != "reopen" or not c.finished or c.action_id is None or c.retired_before:
+            continue
+        receipt = m.observed.get(c.action_id)
+        if receipt is None:
+            continue  # pruned or released since: nothing left to judge
+        if c.outcome is None:
+            if receipt.retired_at is None:
+                raise fail(
+                    reopen_frees_only_definitive_failures,
+                    f"contender {c.name}'s reopen of {receipt.action_id[:8]} returned, but the "
+                    "receipt still holds its key",
+                )
+            if receipt.updated_at == receipt.retired_at and (
+                receipt.final_status is not ActionStatus.FAILED
+            ):
+                raise fail(
+                    reopen_frees_only_definitive_failures,
+                    f"contender {c.name} reopened {receipt.action_id[:8]} of {c.key}, which was "
+                    f"{receipt.final_status}, not a definitive FAILED",
+                )
+
+
+@safety
+def namespaces_never_interact(m: RunnerMachineBase) -> None:
+    """A caller in one namespace never replays, conflicts with, waits on or settles a receipt of another."""
+    for c in m.contenders_list:
+        if not c.finished or c.kind == "sweep":
+            continue
+        outcome = c.outcome
+        receipt = (
+            outcome.receipt
+            if isinstance(outcome, ActionResult)
+            else getattr(outcome, "receipt", None)
+        )
+        if receipt is not None and getattr(receipt, "namespace", c.namespace) != c.namespace:
+            raise fail(
+                namespaces_never_interact,
+                f"contender {c.name} in namespace {c.namespace!r} ended with receipt "
+                f"{receipt.action_id[:8]} of namespace {receipt.namespace!r}",
+            )
+
+
+@safety
+def one_receipt_holds_each_key(m: RunnerMachineBase) -> None:
+    """At most one receipt holds each (namespace, action, key): of callers freeing a key at once, exactly one new claim wins."""
+    holders: dict[tuple[str, str, str], str] = {}
+    for receipt in m.observed.values():
+        if receipt.retired_at is not None:
+            continue
+        key = (receipt.namespace, receipt.action_name, receipt.idempotency_key)
+        if key in holders:
+            raise fail(
+                one_receipt_holds_each_key,
+                f"receipts {holders[key][:8]} and {receipt.action_id[:8]} both hold {key}",
+            )
+        holders[key] = receipt.action_id

@@ -1,0 +1,169 @@
+"""Planted bugs in namespaces, expiry, reopen and retention (appended to ``PLANTED_BUGS``).
+
+Each breaks one rule of ``dataoad._lifecycle`` (or a ledger's statement of
+it) the way a careless change would, and names the properties that must
+report it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+from datetime import datetime
+from typing import Any
+
+import pytest
+
+import dataoad._attempts as attempts_module
+import dataoad._lifecycle as lifecycle_module
+import dataoad._retiring as retiring_module
+import dataoad._runner as runner_module
+from dataoad import ActionReceipt, ActionStatus, ClaimState, InMemoryLedger, SQLiteLedger
+from dataoad.ledgers._pruning import DeleteExact, NextBatch
+from dataoad.ledgers.sqlite import _SQL
+from stateful_tests.planted import PlantedBug, names
+
+__all__ = ["LIFECYCLE_BUGS"]
+
+
+class NamespaceBlindLedger(InMemoryLedger):
+    """Checks a claim's key without its namespace: one tenant's key blocks another's."""
+
+    async def claim(
+        self, receipt: ActionReceipt, *, lease: float | None = None
+    ) -> tuple[ActionReceipt, bool]:
+        with self._lock:
+            for held in self._by_id.values():
+                if (
+                    held.retired_at is None
+                    and held.action_name == receipt.action_name
+                    and held.idempotency_key == receipt.idempotency_key
+                ):
+                    return held, False
+        return await super().claim(receipt, lease=lease)
+
+
+def _unknown_expires(mp: pytest.MonkeyPatch) -> dict[str, Any]:
+    def any_completed(current: ActionReceipt) -> bool:
+        # Forgets that only a definitive outcome may give up its key.
+        return current.claim_state is ClaimState.COMPLETED and current.retired_at is None
+
+    mp.setattr(lifecycle_module, "may_retire", any_completed)
+    return {}
+
+
+def _reopens_confirmed(mp: pytest.MonkeyPatch) -> dict[str, Any]:
+    def definitive(current: ActionReceipt) -> bool:
+        # Reopens any definitive receipt, CONFIRMED too.
+        return current.claim_state is ClaimState.COMPLETED and current.final_status in (
+            ActionStatus.CONFIRMED,
+            ActionStatus.FAILED,
+        )
+
+    mp.setattr(retiring_module, "reopenable", definitive)
+    return {}
+
+
+def _expires_unasked(mp: pytest.MonkeyPatch) -> dict[str, Any]:
+    real = attempts_module.execute_once
+
+    async def execute_once(store: Any, call: Any, events: Any, tenure: Any) -> Any:
+        # Treats "no expiry asked" as "expired at once".
+        if call.expires_after is None:
+            call = dataclasses.replace(call, expires_after=0.0)
+        return await real(store, call, events, tenure)
+
+    mp.setattr(runner_module, "execute_once", execute_once)
+    return {}
+
+
+class VersionBlindPruneLedger(SQLiteLedger):
+    """Deletes what its batch read, whether or not it changed meanwhile."""
+
+    def _prune_steps(
+        self, before: datetime, chosen: tuple[ActionStatus, ...], scope: str | None
+    ) -> tuple[NextBatch, DeleteExact]:
+        next_batch, _ = super()._prune_steps(before, chosen, scope)
+
+        async def delete_by_id(batch: Sequence[ActionReceipt]) -> int:
+            deleted = 0
+            for receipt in batch:
+                current = await self.get(receipt.action_id)
+                if current is not None:
+                    # The version it was read at, not the stored one: no check.
+                    exact = [(current.action_id, current.version)]
+                    statement, values = _SQL.delete_exact(exact)
+                    deleted += len(await self._write(statement, values))
+            return deleted
+
+        return next_batch, delete_by_id
+
+
+class VersionBlindRetireLedger(InMemoryLedger):
+    """Retires a definitive receipt from whatever version the writer read."""
+
+    async def retire(self, receipt: ActionReceipt) -> bool:
+        with self._lock:
+            current = self._by_id.get(receipt.action_id)
+            if current is None or not lifecycle_module.may_retire(current):
+                return False
+            stored = current.evolve(
+                retired_at=receipt.retired_at,
+                version=current.version + 1,
+                updated_at=receipt.updated_at,
+            )
+            if receipt.retired_at is None:
+                return False
+            self._by_id[receipt.action_id] = stored
+            del self._by_key[(current.namespace, current.action_name, current.idempotency_key)]
+            return True
+
+
+LIFECYCLE_BUGS = [
+    PlantedBug(
+        "namespace-left-out-of-the-key",
+        "the same action and key claimed in two namespaces",
+        "ledger",
+        names("backends-agree-with-the-model"),
+        lambda mp: {"memory_class": NamespaceBlindLedger},
+    ),
+    PlantedBug(
+        "unknown-receipt-expires",
+        "a caller asking for expiry meets an UNKNOWN receipt",
+        "runner",
+        names("keys-freed-only-from-definitive-outcomes"),
+        _unknown_expires,
+    ),
+    PlantedBug(
+        "reopens-confirmed",
+        "an operator reopens a CONFIRMED receipt",
+        "runner",
+        names("reopen-frees-only-definitive-failures"),
+        _reopens_confirmed,
+    ),
+    PlantedBug(
+        "expires-without-being-asked",
+        "a plain duplicate meets a definitive receipt",
+        "runner",
+        # Its new claim reuses the old mutation's reference: a second effect.
+        names(
+            "keys-freed-only-from-definitive-outcomes",
+            "no-second-mutation-of-a-claim-by-anyone",
+        ),
+        _expires_unasked,
+    ),
+    PlantedBug(
+        "prune-without-version-check",
+        "a receipt merged into while a prune reads its batch",
+        "ledger",
+        names("backends-agree-with-the-model", "backends-hold-identical-receipts"),
+        lambda mp: {"sqlite_class": VersionBlindPruneLedger},
+    ),
+    PlantedBug(
+        "retire-without-version-check",
+        "a key freed by a writer that read an older version",
+        "ledger",
+        names("backends-agree-with-the-model", "backends-hold-identical-receipts"),
+        lambda mp: {"memory_class": VersionBlindRetireLedger},
+    ),
+]
