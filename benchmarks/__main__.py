@@ -35,7 +35,8 @@ import rfc8785
 from benchmarks import _contention as contention
 from benchmarks import _growth as growth
 from benchmarks import _postgres as pg
-from dataoad import ActionRunner, InMemoryLedger, SQLiteLedger
+from benchmarks import _retention as retention
+from dataoad import ActionRunner, InMemoryLedger, PostgresLedger, SQLiteLedger
 from dataoad._canonical import checked_request_hash
 
 REQUEST = {"customer_id": "customer_123", "amount_cents": 2_500, "currency": "EUR"}
@@ -270,7 +271,11 @@ async def run_contention(
 
 
 async def run_growth(
-    quick: bool, count: int, results: dict[str, Any], ratios: dict[str, Any]
+    quick: bool,
+    count: int,
+    results: dict[str, Any],
+    ratios: dict[str, Any],
+    no_postgres: bool = True,
 ) -> None:
     """Ledger size from 1e3 upwards, and attempt records per action."""
     sizes = [1_000, 100_000] if quick else [1_000, 10_000, 100_000, 1_000_000]
@@ -288,6 +293,69 @@ async def run_growth(
         per_attempt[str(attempts)] = median / attempts * 1e6
     results["InMemoryLedger us per attempt, by attempts per action"] = per_attempt
     ratios["us per attempt at 16 attempts / at 1 attempt"] = per_attempt["16"] / per_attempt["1"]
+    if not no_postgres:
+        await _postgres_growth(sizes[0], sizes[-1], min(count, 300), results, ratios)
+
+
+async def _postgres_growth(
+    small: int, large: int, count: int, results: dict[str, Any], ratios: dict[str, Any]
+) -> None:
+    """PostgresLedger execute on a table already holding ``small`` and ``large`` receipts."""
+    async with pg.server() as (dsn, _, why):
+        if dsn is None:
+            results["PostgreSQL growth"] = why
+            return
+        figures: dict[str, float] = {}
+        for size in (small, large):
+            ledger = await pg.ledger(dsn, min_size=1, max_size=1)
+            try:
+                await pg.fill(ledger, size, growth.filler_receipt)
+                pool = await ledger._ready_pool()
+                await pool.execute(f'ANALYZE "{ledger.schema}"."{ledger.table}"')
+                step = growth.fresh_step(ActionRunner(ledger))
+                figures[f"{size:.0e}"] = await growth.timed(step, count) * 1e6
+            finally:
+                await pg.drop(ledger)
+    results["PostgreSQL execute median us by ledger size"] = figures
+    ratios[f"PostgreSQL execute at {large:.0e} / at {small:.0e} receipts (goal <= 1.2)"] = (
+        figures[f"{large:.0e}"] / figures[f"{small:.0e}"]
+    )
+
+
+async def run_retention(
+    quick: bool, no_postgres: bool, results: dict[str, Any], ratios: dict[str, Any]
+) -> None:
+    """Prune old receipts in batches while another client keeps writing."""
+    rows = 10_000 if quick else 100_000
+    with tempfile.TemporaryDirectory() as folder:
+        path = Path(folder) / "retention.sqlite3"
+        await (await growth.sqlite_with(path, rows)).close()
+        async with SQLiteLedger(path) as ledger, SQLiteLedger(path) as writer:
+            figures = await retention.prune_under_load(ledger, writer, rows)
+    results[f"SQLite prune of {rows:.0e} receipts, a writer running"] = figures
+    ratios["SQLite writer's longest wait during prune, ms (goal <= 250)"] = figures[
+        "writer_max_wait_ms"
+    ]
+    if no_postgres:
+        return
+    async with pg.server() as (dsn, _, why):
+        if dsn is None:
+            results["PostgreSQL prune"] = why
+            return
+        ledger = await pg.ledger(dsn, min_size=1, max_size=2)
+        try:
+            await pg.fill(ledger, rows, growth.filler_receipt)
+            writer = PostgresLedger(dsn, table=ledger.table, min_size=1, max_size=2)
+            try:
+                figures = await retention.prune_under_load(ledger, writer, rows)
+            finally:
+                await writer.close()
+        finally:
+            await pg.drop(ledger)
+    results[f"PostgreSQL prune of {rows:.0e} receipts, a writer running"] = figures
+    ratios["PostgreSQL writer's longest wait during prune, ms (goal <= 250)"] = figures[
+        "writer_max_wait_ms"
+    ]
 
 
 def run_suite_speed(quick: bool, results: dict[str, Any]) -> None:
@@ -308,7 +376,7 @@ def run_suite_speed(quick: bool, results: dict[str, Any]) -> None:
 
 
 #: The measurements, in order; ``--sections`` picks some.
-SECTIONS = ("floors", "postgres", "contention", "growth", "suite")
+SECTIONS = ("floors", "postgres", "contention", "growth", "retention", "suite")
 
 GOAL = re.compile(r"\(goal (<=|>=) ([0-9.]+)\)")
 
@@ -335,7 +403,9 @@ async def _section(name: str, args: argparse.Namespace, report: dict[str, Any]) 
         if args.no_postgres or "postgres" not in args.sections or "PostgreSQL" in results:
             await run_contention(count, None, results, ratios)
     elif name == "growth":
-        await run_growth(args.quick, count, results, ratios)
+        await run_growth(args.quick, count, results, ratios, args.no_postgres)
+    elif name == "retention":
+        await run_retention(args.quick, args.no_postgres, results, ratios)
 
 
 async def run(args: argparse.Namespace, report: dict[str, Any]) -> None:

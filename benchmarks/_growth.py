@@ -14,13 +14,18 @@ from typing import Any
 from dataoad import ActionRunner, DefinitiveFailure, RetryPolicy, SQLiteLedger
 from dataoad._receipt import ActionReceipt
 from dataoad._status import ActionStatus, ClaimState
-from dataoad.ledgers._codec import COLUMNS, row_of
+from dataoad.ledgers._codec import WRITTEN, row_of
 
 
 def filler(n: int) -> tuple[Any, ...]:
     """A completed receipt row, as the SQLite ledger stores it."""
+    return row_of(filler_receipt(n), datetime.isoformat)
+
+
+def filler_receipt(n: int) -> ActionReceipt:
+    """A completed CONFIRMED receipt last changed on 2026-01-01."""
     at = datetime(2026, 1, 1, tzinfo=UTC)
-    receipt = ActionReceipt(
+    return ActionReceipt(
         action_id=uuid.uuid4().hex,
         action_name="charge",
         idempotency_key=f"old-{n}",
@@ -40,7 +45,6 @@ def filler(n: int) -> tuple[Any, ...]:
         created_at=at,
         updated_at=at,
     )
-    return row_of(receipt, datetime.isoformat)
 
 
 async def sqlite_with(path: Path, rows: int) -> SQLiteLedger:
@@ -48,10 +52,10 @@ async def sqlite_with(path: Path, rows: int) -> SQLiteLedger:
     async with SQLiteLedger(path):
         pass  # creates the schema
     conn = sqlite3.connect(path)
-    placeholders = ", ".join("?" for _ in COLUMNS)
+    placeholders = ", ".join("?" for _ in WRITTEN)
     with conn:
         conn.executemany(
-            f"INSERT INTO receipts ({', '.join(COLUMNS)}) VALUES ({placeholders})",
+            f"INSERT INTO receipts ({', '.join(WRITTEN)}) VALUES ({placeholders})",
             (filler(n) for n in range(rows)),
         )
     conn.close()

@@ -146,3 +146,25 @@ def runner_step(runner: ActionRunner, prefix: str) -> Callable[[int], Awaitable[
         )
 
     return step
+
+
+async def fill(ledger: PostgresLedger, rows: int, receipt: Callable[[int], Any]) -> None:
+    """Insert ``rows`` receipts in bulk (COPY), as if they had accumulated."""
+    from dataoad.ledgers._codec import WRITTEN, row_of
+
+    pool = await ledger._ready_pool()
+    async with pool.acquire() as conn:
+        await conn.copy_records_to_table(
+            ledger.table,
+            schema_name=ledger.schema,
+            columns=list(WRITTEN),
+            records=[row_of(receipt(n)) for n in range(rows)],
+        )
+
+
+async def drop(ledger: PostgresLedger) -> None:
+    """Drop a benchmark's table and close its ledger."""
+    pool = await ledger._ready_pool()
+    await pool.execute(f'DROP TABLE IF EXISTS "{ledger.schema}"."{ledger.table}"')
+    await pool.execute(f'DROP TABLE IF EXISTS "{ledger.schema}"."{ledger.table}_schema"')
+    await ledger.close()

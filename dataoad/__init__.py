@@ -29,7 +29,7 @@ from dataoad._errors import (
 from dataoad._events import EventKind, RunnerEvent, RunnerObserver
 from dataoad._failure import DefinitiveFailure
 from dataoad._guard import guarded
-from dataoad._ledger import LeasingLedger, Ledger
+from dataoad._ledger import LeasingLedger, Ledger, LifecycleLedger
 from dataoad._policy import RetryPolicy
 from dataoad._receipt import ActionReceipt, AttemptRecord
 from dataoad._records import ObservationSource, RecoveryRecord, VerificationObservation
@@ -79,6 +79,7 @@ __all__ = [
     # ledgers
     "Ledger",
     "LeasingLedger",
+    "LifecycleLedger",
     "InMemoryLedger",
     "SQLiteLedger",
     "PostgresLedger",

@@ -405,6 +405,7 @@ class ProvenLedger:
         raise NothingInvokedError(
             f"freeing the key of action {proposed.action_id} could not be proven "
             f"({bounded_error(write.error)}); nothing was invoked",
-            receipt=write.stored or current,
+            # Not this call's claim: it made none (the receipt is named in the message).
+            receipt=None,
             operation_invoked=False,
         ) from write.error

@@ -65,7 +65,7 @@ async def expire_if_due(
     raise NothingInvokedError(
         f"the expired receipt of {existing.action_name!r} key {existing.idempotency_key!r} "
         f"kept changing while this call tried to free its key; nothing was invoked",
-        receipt=current,
+        receipt=None,
         operation_invoked=False,
     )
 

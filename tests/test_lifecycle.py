@@ -387,3 +387,33 @@ async def test_a_verifier_replay_of_unknown_still_settles_without_expiring() -> 
     assert settled.replayed
     assert settled.status is ActionStatus.CONFIRMED
     assert provider.charge_calls == 1
+
+
+@pytest.mark.parametrize("fault", ["FAIL_BEFORE_WRITE", "LOSE_ACKNOWLEDGEMENT"])
+async def test_a_faulted_retire_never_invokes_unproven(fault: str) -> None:
+    from dataoad import NothingInvokedError
+    from dataoad.testing import FaultyLedger, LedgerFault
+
+    inner = InMemoryLedger()
+    ledger = FaultyLedger(inner)
+    runner = ActionRunner(ledger)
+    calls = Calls()
+    first = await runner.execute("charge", calls, request={}, idempotency_key="k")
+    ledger.inject("retire", LedgerFault[fault])
+    if fault == "FAIL_BEFORE_WRITE":
+        with pytest.raises(NothingInvokedError) as info:
+            await runner.execute("charge", calls, request={}, idempotency_key="k", expires_after=0)
+        assert info.value.operation_invoked is False
+        assert info.value.receipt is None
+        assert calls.count == 1
+        assert (await inner.get(first.receipt.action_id)) == first.receipt  # unchanged
+    else:
+        # The retire committed and its acknowledgement was lost: the read-back proves it.
+        fresh = await runner.execute(
+            "charge", calls, request={}, idempotency_key="k", expires_after=0
+        )
+        assert not fresh.replayed
+        assert calls.count == 2
+        old = await inner.get(first.receipt.action_id)
+        assert old is not None
+        assert old.retired_at is not None

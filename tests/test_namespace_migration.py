@@ -97,7 +97,7 @@ def test_a_schema_3_sqlite_file_is_read_unchanged_then_migrated(tmp_path: Path) 
         with contextlib.closing(sqlite3.connect(path)) as c:
             assert c.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION
             indexes = {row[1] for row in c.execute("PRAGMA index_list(receipts)")}
-        assert {"receipts_by_key", "receipts_by_state"} <= indexes
+        assert {"receipts_by_key", "receipts_by_age"} <= indexes
 
     asyncio.run(scenario())
 

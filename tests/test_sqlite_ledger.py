@@ -157,7 +157,7 @@ async def test_an_older_schema_is_migrated_keeping_every_receipt(tmp_path: Path)
     with contextlib.closing(sqlite3.connect(path)) as conn, conn:
         assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION
         indexes = {row[1] for row in conn.execute("PRAGMA index_list(receipts)")}
-        assert "receipts_by_state" in indexes
+        assert "receipts_by_age" in indexes
 
 
 def test_invalid_constructor_arguments_are_refused(tmp_path: Path) -> None:

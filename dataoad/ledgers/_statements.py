@@ -250,9 +250,9 @@ class Statements:
             clauses.append("namespace = :namespace")
         if after is not None:
             values["after_time"], values["after_id"] = after
-            clauses.append(
-                "(updated_at > :after_time OR (updated_at = :after_time AND action_id > :after_id))"
-            )
+            # A row value: SQLite walks its (claim_state, updated_at, action_id)
+            # index from here, so each batch costs its own size, not the table's.
+            clauses.append("(updated_at, action_id) > (:after_time, :after_id)")
         text = (
             f"{self.select} WHERE {' AND '.join(clauses)} "
             "ORDER BY updated_at, action_id LIMIT :limit"
@@ -260,15 +260,21 @@ class Statements:
         return compile_sql(text, self.dialect), values
 
     def delete_exact(self, versions: Sequence[tuple[str, int]]) -> tuple[Statement, dict[str, Any]]:
-        """Delete each completed receipt only if it is still at the version pruning read."""
+        """Delete each completed receipt only if it is still at the version pruning read.
+
+        The ids are an ``IN`` list, so both databases find the rows by primary
+        key; each row's own version is then picked out by a ``CASE``.
+        """
         values: dict[str, Any] = {}
-        rows = []
+        ids, cases = [], []
         for index, (action_id, version) in enumerate(versions):
             values[f"id_{index}"] = action_id
             values[f"version_{index}"] = version
-            rows.append(f"(CAST(:id_{index} AS text), CAST(:version_{index} AS integer))")
+            ids.append(f":id_{index}")
+            cases.append(f"WHEN :id_{index} THEN CAST(:version_{index} AS integer)")
         text = (
-            f"DELETE FROM {self._table} WHERE claim_state = 'COMPLETED' "
-            f"AND (action_id, version) IN (VALUES {', '.join(rows)}) RETURNING action_id"
+            f"DELETE FROM {self._table} WHERE action_id IN ({', '.join(ids)}) "
+            f"AND claim_state = 'COMPLETED' AND version = CASE action_id {' '.join(cases)} END "
+            "RETURNING action_id"
         )
         return compile_sql(text, self.dialect), values

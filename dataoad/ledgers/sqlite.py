@@ -145,7 +145,9 @@ MIGRATIONS: Final[dict[int, tuple[str, ...]]] = {
         "ALTER TABLE receipts_v4 RENAME TO receipts",
         "CREATE UNIQUE INDEX receipts_by_key ON receipts (namespace, action_name, "
         "idempotency_key) WHERE retired_at IS NULL",
-        "CREATE INDEX receipts_by_state ON receipts (claim_state, final_status, updated_at)",
+        # Listings by state, and retention's batches in the order they are
+        # read, walk this index (it replaces schema 2's receipts_by_state).
+        "CREATE INDEX receipts_by_age ON receipts (claim_state, updated_at, action_id)",
     ),
 }
 

@@ -28,7 +28,7 @@ class LedgerFaultError(ConnectionError):
     """The error an injected ledger fault raises."""
 
 
-_WRITES = ("claim", "start_attempt", "record", "release", "take_over", "renew")
+_WRITES = ("claim", "start_attempt", "record", "release", "take_over", "renew", "retire", "prune")
 _READS = ("get", "find", "receipts")
 
 
