@@ -273,6 +273,9 @@ def run_real(
 #: Planted bugs of the ledger and merge machines that the runner explorer
 #: cannot reach, and why; their own machines find them.
 _NO_LEASE_CLOCK = "leases need the ledger clock, which only the runner machine moves so far"
+_NO_LIFECYCLE = (
+    "namespaces, expiry, reopen and prune are driven by the runner and ledger machines only so far"
+)
 OUT_OF_REACH = {
     "non-atomic-claim": "the race is inside one ledger call; the scheduler gates between calls",
     "first-writer-wins-merge": "losing an observation is judged by the merge machine's model",
@@ -299,6 +302,12 @@ OUT_OF_REACH = {
     "sqlite-takes-over-live-claims": _NO_LEASE_CLOCK,
     "sweep-releases-started-claims": _NO_LEASE_CLOCK,
     "sweep-leaves-started-claims": _NO_LEASE_CLOCK,
+    "namespace-left-out-of-the-key": _NO_LIFECYCLE,
+    "unknown-receipt-expires": _NO_LIFECYCLE,
+    "reopens-confirmed": _NO_LIFECYCLE,
+    "expires-without-being-asked": _NO_LIFECYCLE,
+    "prune-without-version-check": _NO_LIFECYCLE,
+    "retire-without-version-check": _NO_LIFECYCLE,
 }
 
 

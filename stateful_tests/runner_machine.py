@@ -571,9 +571,11 @@ class RunnerMachineBase(LifecycleRules, LeaseRules, RuleBasedStateMachine):
         live_worker = any(
             o.kind == "execute" and o.key == key and not o.finished for o in self.contenders_list
         )
-        if stored is None or (how == "recover" and live_worker):
+        if stored is None or (how in ("recover", "reopen") and live_worker):
             # recover_pending's contract: first make sure the original worker
-            # can no longer mutate. An operator who cannot, waits.
+            # can no longer mutate. An operator who cannot, waits. A reopen
+            # waits too: a caller still running would claim the freed key with
+            # the old mutation's reference (see lifecycle_rules).
             c.outcome, c.finished = "no claim" if stored is None else "worker still alive", True
             self.contenders_list.append(c)
             return
