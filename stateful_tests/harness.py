@@ -186,6 +186,12 @@ class Contender:
     expires_after: float | None = None
     #: A reopen's: whether the receipt it named had given up its key when it began.
     retired_before: bool = False
+    #: A prune's: the statuses it was asked for, and every receipt it deleted
+    #: (as its batch read it, just before the delete).
+    prune_statuses: tuple[Any, ...] = ()
+    #: Receipts whose key this contender's committed writes freed.
+    retired: list[str] = dataclasses.field(default_factory=list)
+    pruned: list[ActionReceipt] = dataclasses.field(default_factory=list)
 
     def __repr__(self) -> str:
         where = "finished" if self.finished else f"parked at {self.parked_at}"
@@ -606,6 +612,39 @@ class GatedLedger(FaultyLedger):
             return done
 
         return await self._write("release", release_and_note)
+
+    async def retire(self, receipt: ActionReceipt) -> bool:
+        """Gated like any write; who freed which key is noted (acknowledged or not)."""
+
+        async def retire_and_note() -> bool:
+            done = bool(await cast(Any, self.inner).retire(receipt))
+            contender = _current.get(None)
+            if done and contender is not None:
+                contender.retired.append(receipt.action_id)
+            return done
+
+        return await self._write("retire", retire_and_note)
+
+    async def prune(self, **arguments: Any) -> int:
+        """Gated like any write; every receipt it deleted is noted as legitimately gone."""
+
+        async def prune_and_note() -> int:
+            seen: dict[str, ActionReceipt] = {}
+
+            def note(batch: Any) -> None:
+                seen.update((r.action_id, r) for r in batch)
+
+            inner = cast(Any, self.inner)
+            deleted = int(await inner.prune(**arguments, before_delete=note))
+            contender = _current.get(None)
+            for action_id, receipt in seen.items():
+                if await self.inner.get(action_id) is None:
+                    self.released.add(action_id)
+                    if contender is not None:
+                        contender.pruned.append(receipt)
+            return deleted
+
+        return await self._write("prune", prune_and_note)
 
 
 class WorldProvider:

@@ -404,6 +404,8 @@ def returned_receipts_are_durable(m: RunnerMachineBase) -> None:
             continue
         returned = result.receipt
         stored = m.observed.get(returned.action_id)
+        if stored is None and returned.action_id in m.released_ids:
+            continue  # pruned by retention since (released ids: legitimately gone)
         if stored is None or stored.version < returned.version:
             raise fail(
                 returned_receipts_are_durable,

@@ -10,7 +10,6 @@ key's new claim is a new mutation with its own provider reference.
 from __future__ import annotations
 
 from dataoad import ActionResult, ActionStatus
-from stateful_tests.harness import split_key
 from stateful_tests.invariants import RunnerMachineBase, fail, safety
 
 __all__: list[str] = []
@@ -33,17 +32,19 @@ def keys_freed_only_from_definitive_outcomes(m: RunnerMachineBase) -> None:
                 f"receipt {action_id[:8]} of {after.idempotency_key} gave up its key while "
                 f"{'PENDING' if retired_from.is_pending else retired_from.final_status}",
             )
-        key = (after.namespace, after.idempotency_key)
-        asked = [
-            c
-            for c in m.contenders_list
-            if split_key(c.key) == key and (c.kind == "reopen" or c.expires_after is not None)
-        ]
-        if not asked:
+        freed_by = [c for c in m.contenders_list if action_id in c.retired]
+        if not freed_by:
             raise fail(
                 keys_freed_only_from_definitive_outcomes,
-                f"receipt {action_id[:8]} of {after.idempotency_key} gave up its key though no "
-                "caller asked for expiry or a reopen",
+                f"receipt {action_id[:8]} of {after.idempotency_key} gave up its key, and no "
+                "caller's write did it",
+            )
+    for c in m.contenders_list:
+        if c.retired and c.kind != "reopen" and c.expires_after is None:
+            raise fail(
+                keys_freed_only_from_definitive_outcomes,
+                f"contender {c.name} ({c.kind} {c.key}) freed the key of receipt "
+                f"{c.retired[0][:8]} though it asked for neither expiry nor a reopen",
             )
     for receipt in m.observed.values():
         # A retired receipt unchanged since (updated when retired) shows what was retired.
@@ -116,3 +117,22 @@ def one_receipt_holds_each_key(m: RunnerMachineBase) -> None:
                 f"receipts {holders[key][:8]} and {receipt.action_id[:8]} both hold {key}",
             )
         holders[key] = receipt.action_id
+
+
+@safety
+def prune_removes_only_completed_receipts_it_was_asked_for(m: RunnerMachineBase) -> None:
+    """Retention deletes only completed receipts of its namespace in the statuses it was given (UNKNOWN only when named, PENDING never), and nothing else disappears."""
+    for c in m.contenders_list:
+        for receipt in c.pruned:
+            if (
+                receipt.is_pending
+                or receipt.final_status not in c.prune_statuses
+                or receipt.namespace != c.namespace
+            ):
+                raise fail(
+                    prune_removes_only_completed_receipts_it_was_asked_for,
+                    f"contender {c.name}'s prune of namespace {c.namespace!r} "
+                    f"({', '.join(s.value for s in c.prune_statuses)}) deleted receipt "
+                    f"{receipt.action_id[:8]} of {receipt.idempotency_key}, "
+                    f"{'PENDING' if receipt.is_pending else receipt.final_status}",
+                )

@@ -22,8 +22,8 @@ from typing import Any, Final
 from hypothesis import strategies as st
 from hypothesis.stateful import precondition, rule
 
-from dataoad import ActionReceipt
-from stateful_tests.harness import Contender, split_key
+from dataoad import ActionReceipt, ActionStatus
+from stateful_tests.harness import Contender, contender_name, split_key
 
 __all__ = ["EXPIRES_AFTER", "ExpiryClock", "LifecycleRules"]
 
@@ -59,18 +59,30 @@ class LifecycleRules:
     """Rules and bookkeeping for freeing keys; mixed into the runner machine."""
 
     contenders_list: list[Contender]
+    history: Any
     observed: dict[str, ActionReceipt]
     order_keys: list[str]
     max_active: int
 
     def generation(self, key: str) -> int:
-        """How often the key was freed, as observed: its next claim's reference suffix."""
+        """How often the key was freed (retired, or pruned): its next claim's reference suffix.
+
+        A pruned receipt leaves ``observed``, so it is counted from the prunes.
+        """
         wanted = split_key(key)
-        return sum(
+        retired = sum(
             1
             for r in self.observed.values()
             if r.retired_at is not None and (r.namespace, r.idempotency_key) == wanted
         )
+        pruned = sum(
+            1
+            for c in self.contenders_list
+            for r in c.pruned
+            # Retired before or freed by the prune: either way one mutation ago.
+            if (r.namespace, r.idempotency_key) == wanted
+        )
+        return retired + pruned
 
     def expiry_clock(self, key: str) -> ExpiryClock:
         """The clock of a caller freeing ``key`` by expiry (see ExpiryClock)."""
@@ -87,6 +99,10 @@ class LifecycleRules:
             for c in self.contenders_list
             if not c.finished and (c.kind == "reopen" or c.expires_after is not None)
         }
+
+    def namespaces_being_pruned(self) -> set[str]:
+        """Namespaces a running prune is deleting from."""
+        return {c.namespace for c in self.contenders_list if not c.finished and c.kind == "prune"}
 
     def holder(self, key: str) -> ActionReceipt | None:
         """The observed receipt holding ``key``, if any."""
@@ -132,6 +148,50 @@ class LifecycleRules:
                 expires=True,
             )
 
+    def _quiet_namespaces(self) -> list[str]:
+        """Namespaces with a completed receipt and no caller of ``execute`` still running."""
+        busy = {
+            c.namespace
+            for c in self.contenders_list
+            if not c.finished and (c.kind == "execute" or c.kind == "reopen")
+        }
+        return sorted({r.namespace for r in self.observed.values() if not r.is_pending} - busy)
+
+    # Retention beside live callers of another namespace, and beside operators
+    # (a reconcile merging into a receipt being pruned) of its own. Not beside
+    # callers of its own namespace: a caller still running would claim a pruned
+    # key again with the old mutation's reference (see the module docstring).
+    @precondition(lambda self: bool(self._quiet_namespaces()) and self._active() < self.max_active)
+    @rule(
+        data=st.data(),
+        statuses=st.sampled_from(
+            [
+                (ActionStatus.CONFIRMED, ActionStatus.FAILED),
+                (ActionStatus.CONFIRMED, ActionStatus.FAILED),
+                (ActionStatus.UNKNOWN,),
+                (ActionStatus.FAILED, ActionStatus.UNKNOWN),
+            ]
+        ),
+    )
+    def retention_runs(self, data: st.DataObject, statuses: tuple[ActionStatus, ...]) -> None:
+        """``prune`` of one namespace's completed receipts in the named statuses, in batches of 1."""
+        namespace = data.draw(st.sampled_from(self._quiet_namespaces()), label="namespace")
+        name = contender_name(len(self.contenders_list))
+        c = Contender(name, "prune", "*", "", namespace=namespace, prune_statuses=statuses)
+        named = ",".join(s.value for s in statuses)
+        self.history.add(f"contender {name}", f"prune namespace {namespace!r}: every {named}")
+        ledger = self.gated(self.new_client())
+
+        async def body() -> Any:
+            return await ledger.prune(
+                completed_before=datetime.now(UTC) + timedelta(days=1),
+                statuses=statuses,
+                namespace=namespace,
+                batch_size=1,
+            )
+
+        self._start(c, body)
+
     # Provided by the runner machine.
     def _active(self) -> int:
         raise NotImplementedError
@@ -140,4 +200,13 @@ class LifecycleRules:
         raise NotImplementedError
 
     def start_execute(self, key: str, **arguments: Any) -> None:
+        raise NotImplementedError
+
+    def gated(self, client: Any) -> Any:
+        raise NotImplementedError
+
+    def new_client(self) -> Any:
+        raise NotImplementedError
+
+    def _start(self, contender: Any, body: Any) -> None:
         raise NotImplementedError

@@ -115,6 +115,7 @@ INTERFERENCE_RULES = (
     "holder_outlives_its_lease",
     "sweep",
     "free_a_settled_key",
+    "retention_runs",
 )
 
 
@@ -421,7 +422,9 @@ class RunnerMachineBase(LifecycleRules, LeaseRules, RuleBasedStateMachine):
         runs_in: str = "the event loop",
         expires: bool = False,
     ) -> None:
-        if not expires and key in self.keys_being_freed():
+        if split_key(key)[0] in self.namespaces_being_pruned() or (
+            not expires and key in self.keys_being_freed()
+        ):
             # Its caller would still use the reference of the key's last claim.
             self.history.add("machine", f"no plain execute of {key} while its key is freed")
             return
@@ -732,6 +735,8 @@ class RunnerMachineBase(LifecycleRules, LeaseRules, RuleBasedStateMachine):
                     f"verification={_v(outcome.receipt.verification_status)}, "
                     f"attempts={outcome.receipt.attempts}"
                 )
+            elif c.kind == "prune" and isinstance(outcome, int):
+                text = f"deleted {outcome} receipt(s)"
             elif outcome is None and c.kind == "reopen":
                 text = "reopened: the key is free"
             elif outcome is None and c.kind == "release":
@@ -809,11 +814,15 @@ def _note_lifecycle(c: Contender) -> None:
     outcome = c.outcome
     if c.kind == "reopen":
         REACHED[("lifecycle", "reopened" if outcome is None else type(outcome).__name__)] += 1
-    elif c.expires_after is not None and isinstance(outcome, ActionResult):
-        if outcome.replayed:
-            REACHED[("lifecycle", f"expiry asked, {outcome.status.value} replayed")] += 1
-        else:
+    elif c.kind == "prune" and c.pruned:
+        REACHED[("lifecycle", "pruned")] += 1
+    elif c.expires_after is not None:
+        receipt = getattr(outcome, "receipt", None)
+        if isinstance(outcome, ActionResult) and not outcome.replayed:
             REACHED[("lifecycle", "a freed key claimed afresh")] += 1
+        elif isinstance(receipt, ActionReceipt) and receipt.final_status is ActionStatus.UNKNOWN:
+            # Replayed, or refused as a conflict (the caller's new reference): never freed.
+            REACHED[("lifecycle", "expiry asked, UNKNOWN kept its key")] += 1
     if c.namespace and c.kind == "execute" and isinstance(outcome, ActionResult):
         REACHED[("namespace", "another tenant's call of a shared key finished")] += 1
 

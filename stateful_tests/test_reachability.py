@@ -49,7 +49,8 @@ def required() -> set[tuple[str, str]]:
         ("lifecycle", "reopened"),
         ("lifecycle", "RecoveryRefusedError"),
         ("lifecycle", "a freed key claimed afresh"),
-        ("lifecycle", "expiry asked, UNKNOWN replayed"),
+        ("lifecycle", "expiry asked, UNKNOWN kept its key"),
+        ("lifecycle", "pruned"),
         ("namespace", "another tenant's call of a shared key finished"),
     }
     return pairs
