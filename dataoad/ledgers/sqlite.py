@@ -47,7 +47,7 @@ from dataoad._ledger_rules import check_ledger_clock
 from dataoad._lifecycle import DEFAULT_PRUNE_STATUSES
 from dataoad._receipt import ActionReceipt
 from dataoad._status import ActionStatus, ClaimState
-from dataoad.ledgers._codec import COLUMNS, receipt_of, values_of
+from dataoad.ledgers._codec import receipt_of, values_of
 from dataoad.ledgers._pruning import (
     DEFAULT_BATCH_SIZE,
     BeforeDelete,
@@ -55,6 +55,7 @@ from dataoad.ledgers._pruning import (
     NextBatch,
     prune,
 )
+from dataoad.ledgers._sqlite_schema import MIGRATIONS
 from dataoad.ledgers._statements import SQLITE, Statement, Statements
 from dataoad.ledgers._writer_lock import LedgerBusyError, WriterLock
 
@@ -69,87 +70,6 @@ T = TypeVar("T")
 
 _SQL: Final = Statements("receipts", SQLITE)
 
-#: The columns of a schema 3 file, all kept by the step to schema 4.
-_V3_COLUMNS: Final = ", ".join(c for c in COLUMNS if c not in ("namespace", "retired_at"))
-
-#: Schema steps: applying MIGRATIONS[v] to a version v-1 file gives version v.
-MIGRATIONS: Final[dict[int, tuple[str, ...]]] = {
-    1: (
-        """
-        CREATE TABLE receipts (
-            action_id TEXT PRIMARY KEY,
-            action_name TEXT NOT NULL,
-            idempotency_key TEXT NOT NULL,
-            request_hash TEXT NOT NULL,
-            provider_reference TEXT,
-            risk TEXT,
-            claim_state TEXT NOT NULL CHECK (claim_state IN ('PENDING', 'COMPLETED')),
-            attempts INTEGER NOT NULL CHECK (attempts >= 0),
-            execution_status TEXT,
-            verification_status TEXT,
-            final_status TEXT,
-            provider_request_id TEXT,
-            error TEXT,
-            metadata TEXT NOT NULL,
-            attempt_records TEXT NOT NULL,
-            version INTEGER NOT NULL CHECK (version >= 1),
-            created_at TEXT NOT NULL,
-            updated_at TEXT NOT NULL,
-            UNIQUE (action_name, idempotency_key)
-        )
-        """,
-    ),
-    # Operators list stranded and unsettled receipts; keep that an index scan.
-    2: ("CREATE INDEX receipts_by_state ON receipts (claim_state, final_status, updated_at)",),
-    # Leases (v0.2): claims written before them have no owner and no lease,
-    # and hold fencing token 1 (no change of owner yet).
-    3: (
-        "ALTER TABLE receipts ADD COLUMN owner TEXT",
-        "ALTER TABLE receipts ADD COLUMN fencing_token INTEGER NOT NULL DEFAULT 1 "
-        "CHECK (fencing_token >= 1)",
-        "ALTER TABLE receipts ADD COLUMN lease_expires_at TEXT",
-    ),
-    # Namespaces and lifecycle (v0.2). The key gains the namespace and is
-    # unique only among receipts that hold it (never retired), so SQLite's
-    # table constraint is replaced: that means rebuilding the table.
-    4: (
-        """
-        CREATE TABLE receipts_v4 (
-            action_id TEXT PRIMARY KEY,
-            namespace TEXT NOT NULL DEFAULT '',
-            action_name TEXT NOT NULL,
-            idempotency_key TEXT NOT NULL,
-            request_hash TEXT NOT NULL,
-            provider_reference TEXT,
-            risk TEXT,
-            claim_state TEXT NOT NULL CHECK (claim_state IN ('PENDING', 'COMPLETED')),
-            attempts INTEGER NOT NULL CHECK (attempts >= 0),
-            execution_status TEXT,
-            verification_status TEXT,
-            final_status TEXT,
-            provider_request_id TEXT,
-            error TEXT,
-            metadata TEXT NOT NULL,
-            attempt_records TEXT NOT NULL,
-            version INTEGER NOT NULL CHECK (version >= 1),
-            created_at TEXT NOT NULL,
-            updated_at TEXT NOT NULL,
-            owner TEXT,
-            fencing_token INTEGER NOT NULL DEFAULT 1 CHECK (fencing_token >= 1),
-            lease_expires_at TEXT,
-            retired_at TEXT
-        )
-        """,
-        f"INSERT INTO receipts_v4 ({_V3_COLUMNS}) SELECT {_V3_COLUMNS} FROM receipts",
-        "DROP TABLE receipts",
-        "ALTER TABLE receipts_v4 RENAME TO receipts",
-        "CREATE UNIQUE INDEX receipts_by_key ON receipts (namespace, action_name, "
-        "idempotency_key) WHERE retired_at IS NULL",
-        # Listings by state, and retention's batches in the order they are
-        # read, walk this index (it replaces schema 2's receipts_by_state).
-        "CREATE INDEX receipts_by_age ON receipts (claim_state, updated_at, action_id)",
-    ),
-}
 
 Synchronous = Literal["FULL", "NORMAL", "EXTRA"]
 
