@@ -1,9 +1,13 @@
 """Claiming a key and running its attempts: steps 2 to 7 of the protocol.
 
-1. One read: a completed claim replays, a pending one is in progress, a
+1. Claim the key with one atomic conditional insert that already counts
+   attempt 1 (the fused claim): the attempt is durable *before* the
+   operation is invoked, in the same commit as the claim. The ledger looks
+   the key up first and writes nothing when it is held, so a replay is one
+   read: a completed claim replays, a pending one is in progress, a
    different request or provider reference is a conflict.
-2. Claim the key with one atomic conditional insert.
-3. Durably count the attempt *before* invoking the operation (proven write).
+2. (Merged into 1.)
+3. A retry durably counts its attempt before invoking (proven write).
 4. Invoke once. Classify by evidence: DefinitiveFailure is FAILED, any other
    exception is UNKNOWN, a plain return is CONFIRMED without a verifier and
    UNKNOWN pending read-back with one.
@@ -99,15 +103,30 @@ async def execute_once(
     store: ProvenLedger, call: Call, events: EventSink, tenure: Tenure
 ) -> ActionResult[Any]:
     """One pass of ``execute``: replay, refuse, take over, or claim and run."""
-    existing = await store.read_claim(call.action_name, call.idempotency_key)
-    if existing is not None and call.expires_after is not None:
-        existing = await expire_if_due(
-            store, existing, call.expires_after, lambda: wall_time(tenure.clock), events
+    claimed, created = await store.claim(_fused_claim(store, call, tenure), tenure.lease)
+    if not created and call.expires_after is not None:
+        current = await expire_if_due(
+            store, claimed, call.expires_after, lambda: wall_time(tenure.clock), events
         )
-    if existing is not None:
-        return await _answer_existing(store, existing, call, events, tenure)
+        if current is None:
+            # The key is free now. A receipt made meanwhile by another caller
+            # is newer than this call, so it is answered, never expired again.
+            claimed, created = await store.claim(_fused_claim(store, call, tenure), tenure.lease)
+        else:
+            claimed = current
+    if not created:
+        return await _answer_existing(store, claimed, call, events, tenure)
+    events.emit(EventKind.CLAIMED, claimed)
+    events.emit(EventKind.ATTEMPT_STARTED, claimed)
+    return await run_attempts(
+        store, claimed, call.operation, call.verify, call.policy, events, tenure, started=True
+    )
+
+
+def _fused_claim(store: ProvenLedger, call: Call, tenure: Tenure) -> ActionReceipt:
+    """A new claim with attempt 1 already counted: claim and attempt start in one write."""
     now = utc_now()
-    proposed = ActionReceipt(
+    return ActionReceipt(
         action_id=uuid.uuid4().hex,
         action_name=call.action_name,
         idempotency_key=call.idempotency_key,
@@ -115,26 +134,19 @@ async def execute_once(
         provider_reference=call.provider_reference,
         risk=call.risk,
         claim_state=ClaimState.PENDING,
-        attempts=0,
+        attempts=1,
         execution_status=None,
         verification_status=None,
         final_status=None,
         provider_request_id=None,
         error=None,
         metadata=call.metadata,
-        attempt_records=(),
+        attempt_records=(AttemptRecord(number=1, started_at=now),),
         version=1,
         created_at=now,
         updated_at=now,
         owner=tenure.owner,
         namespace=store.namespace,
-    )
-    claimed, created = await store.claim(proposed, tenure.lease)
-    if not created:
-        return await _answer_existing(store, claimed, call, events, tenure)
-    events.emit(EventKind.CLAIMED, claimed)
-    return await run_attempts(
-        store, claimed, call.operation, call.verify, call.policy, events, tenure
     )
 
 
@@ -225,50 +237,41 @@ async def run_attempts(
     tenure: Tenure,
     *,
     taken_over: bool = False,
+    started: bool = False,
 ) -> ActionResult[Any]:
-    """Run attempts of a claim this caller holds until the policy stops, then record."""
+    """Run attempts of a claim this caller holds until the policy stops, then record.
+
+    ``started``: the claim's last attempt was counted by this call's own
+    write (the fused claim) and has not run yet, so it runs without another
+    start.
+    """
     durable = claimed
     records = list(claimed.attempt_records)
     observations = claimed.observations
     base_metadata = claimed.metadata
     # The verifier's record of the last attempt that ran, for a fenced retry.
     last_observation: VerificationObservation | None = None
+    # This call's first attempt: a failure to start it means nothing of this call ran.
+    first_number = claimed.attempts if started else claimed.attempts + 1
     while True:
-        number = durable.attempts + 1
-        now = utc_now()
-        records.append(AttemptRecord(number=number, started_at=now))
-        try:
-            durable = await store.start_attempt(
-                durable.evolve(
-                    attempts=number,
-                    attempt_records=tuple(records),
-                    metadata=protocol_metadata(base_metadata, observations, None),
-                    version=durable.version + 1,
-                    updated_at=now,
-                ),
+        if started:
+            started = False  # attempt 1 was counted with the claim (the fused claim)
+            number = durable.attempts
+        else:
+            number = durable.attempts + 1
+            records.append(AttemptRecord(number=number, started_at=utc_now()))
+            durable = await _start(
+                store,
                 durable,
+                records,
+                observations,
+                base_metadata,
                 events,
-                tenure.lease,
+                tenure,
+                first=number == first_number,
+                last_observation=last_observation,
             )
-        except ActionPersistenceError as exc:
-            if number == claimed.attempts + 1:
-                raise  # nothing of this call ran
-            if isinstance(exc, ClaimFencedError) and exc.receipt is not None:
-                ran = settle(records[:-1], observations)
-                raise await _fenced_after_running(
-                    store,
-                    exc,
-                    exc.receipt,
-                    records[-2],
-                    last_observation,
-                    events,
-                    observed_status=ran.final_status,
-                    observed_metadata=protocol_metadata(base_metadata, observations, ran),
-                ) from exc
-            raise earlier_attempts_ran(
-                exc, claimed.action_id, records[:-1], observations, base_metadata
-            ) from (exc.__cause__ or exc)
-        events.emit(EventKind.ATTEMPT_STARTED, durable)
+            events.emit(EventKind.ATTEMPT_STARTED, durable)
 
         try:
             async with keep_lease(store, durable, tenure, events):
@@ -337,6 +340,55 @@ async def run_attempts(
             events,
             taken_over=taken_over,
         )
+
+
+async def _start(
+    store: ProvenLedger,
+    durable: ActionReceipt,
+    records: list[AttemptRecord],
+    observations: Sequence[VerificationObservation],
+    base_metadata: Mapping[str, Any],
+    events: EventSink,
+    tenure: Tenure,
+    *,
+    first: bool,
+    last_observation: VerificationObservation | None,
+) -> ActionReceipt:
+    """Count the attempt ``records[-1]`` durably, or raise saying what of this call ran.
+
+    ``first``: no attempt of this call ran before it.
+    """
+    try:
+        return await store.start_attempt(
+            durable.evolve(
+                attempts=records[-1].number,
+                attempt_records=tuple(records),
+                metadata=protocol_metadata(base_metadata, observations, None),
+                version=durable.version + 1,
+                updated_at=records[-1].started_at,
+            ),
+            durable,
+            events,
+            tenure.lease,
+        )
+    except ActionPersistenceError as exc:
+        if first:
+            raise  # nothing of this call ran
+        if isinstance(exc, ClaimFencedError) and exc.receipt is not None:
+            ran = settle(records[:-1], observations)
+            raise await _fenced_after_running(
+                store,
+                exc,
+                exc.receipt,
+                records[-2],
+                last_observation,
+                events,
+                observed_status=ran.final_status,
+                observed_metadata=protocol_metadata(base_metadata, observations, ran),
+            ) from exc
+        raise earlier_attempts_ran(
+            exc, durable.action_id, records[:-1], observations, base_metadata
+        ) from (exc.__cause__ or exc)
 
 
 async def _invoke(operation: Callable[[], Any], *, verifying: bool) -> _Execution:

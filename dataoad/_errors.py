@@ -170,8 +170,10 @@ class NothingInvokedError(ActionPersistenceError):
     or a release could not be proven, so the operation was not called by it.
 
     ``operation_invoked`` is always False. The same call may be made again
-    later (it goes through the claim again); a PENDING claim with zero
-    attempts that it may have left can be released.
+    later (it goes through the claim again). A claim it may have left
+    counts attempt 1 (claim and attempt start are one write) although
+    nothing ran: it settles read-only (``recover_pending``) or by a lease
+    takeover, like any stranded claim.
     """
 
 

@@ -173,11 +173,15 @@ class ProvenLedger:
                 return proposed, True
             if back.stored is not None and back.stored.action_id != proposed.action_id:
                 return back.stored, False
+            # Read back and absent: nothing is stored, so there is no claim to
+            # carry (the proposal's counted attempt never existed anywhere).
+            stored = proposed if back.read_failed else None
             raise NothingInvokedError(
                 f"the claim for {proposed.action_name!r} could not be proven durable "
                 f"({bounded_error(exc)}); the operation was not invoked. Re-read the ledger: "
-                "a stored PENDING claim with zero attempts can be released",
-                receipt=proposed,
+                "if the claim was stored, it counts attempt 1 (claim and attempt start are one "
+                "write) and settles read-only (recover_pending) or by a lease takeover",
+                receipt=stored,
                 operation_invoked=False,
             ) from exc
 

@@ -112,17 +112,15 @@ def execute(state: State, plan: ContenderPlan, me: str = "?") -> Program:
     ref = f"ref-{plan.key}"
     if plan.policy == "retry-unknown (escape hatch)":
         state.escape_hatch.add(ref)
-    if (yield ("ledger.find",)) == "read fails":
+    # The fused claim: one conditional write that looks the key up, claims
+    # it if free and counts attempt 1 before anything is invoked.
+    proposed = ModelReceipt(f"a{next(state.ids)}", ACTION, plan.key, "h", True, 1, 1, owner=me)
+    decision = yield ("ledger.claim",)
+    if decision == "write fails":
         return "persistence error, nothing invoked"
-    existing = state.ledger.find(ACTION, plan.key)
-    if existing is None:
-        proposed = ModelReceipt(f"a{next(state.ids)}", ACTION, plan.key, "h", True, 0, 1, owner=me)
-        decision = yield ("ledger.claim",)
-        if decision == "write fails":
-            return "persistence error, nothing invoked"
-        existing, created = state.ledger.claim(proposed, LEASE)  # stored, answered or not
-        if created:
-            return (yield from _attempts(state, plan, existing, ref))
+    existing, created = state.ledger.claim(proposed, LEASE)  # stored, answered or not
+    if created:
+        return (yield from _attempts(state, plan, existing, ref, started=True))
     if existing.pending and state.ledger.expired(existing):
         return (yield from _take_over(state, plan, existing, ref, me))
     if existing.pending:
@@ -172,18 +170,24 @@ def _attempts(
     receipt: ModelReceipt,
     ref: str,
     earlier: Sequence[str] = (),
+    *,
+    started: bool = False,
 ) -> Program:
+    """Attempts until the policy stops; ``started``: attempt 1 was counted by the claim."""
     max_attempts, retry_failed, retry_unknown = POLICIES[plan.policy]
     outcomes: list[Any] = list(earlier)
     while True:
-        started = dataclasses.replace(
-            receipt, attempts=receipt.attempts + 1, version=receipt.version + 1
-        )
-        if (yield ("ledger.start_attempt",)) == "write fails":
-            return "persistence error, not invoked"
-        if not state.ledger.start_attempt(started, LEASE):
-            return "persistence error, not invoked"
-        receipt = started
+        if started:
+            started = False
+        else:
+            following = dataclasses.replace(
+                receipt, attempts=receipt.attempts + 1, version=receipt.version + 1
+            )
+            if (yield ("ledger.start_attempt",)) == "write fails":
+                return "persistence error, not invoked"
+            if not state.ledger.start_attempt(following, LEASE):
+                return "persistence error, not invoked"
+            receipt = following
         state.ever_started[ref] = max(state.ever_started.get(ref, 0), receipt.attempts)
         happened = yield ("provider", ref)
         state.invocations[ref] = state.invocations.get(ref, 0) + 1

@@ -283,6 +283,7 @@ OUT_OF_REACH = {
     "memory-record-ignores-version": "a ledger-level bug: the ledger machine compares with the model",
     "memory-starts-attempts-on-completed-claims": "a ledger-level bug (the ledger machine)",
     "memory-claim-always-created": "a ledger-level bug (the ledger machine)",
+    "fused-claim-overwrites-a-held-key": "a ledger-level bug (the ledger machine)",
     "sqlite-record-reopens-completed-claims": "a SQLite bug; this explorer runs InMemoryLedger",
     "sqlite-releases-started-claims": "a SQLite bug; this explorer runs InMemoryLedger",
     "sqlite-lock-wait-unbounded": "a SQLite bug; this explorer runs InMemoryLedger",

@@ -25,7 +25,15 @@ from hypothesis import note
 from hypothesis import strategies as st
 from hypothesis.stateful import Bundle, RuleBasedStateMachine, initialize, invariant, rule
 
-from dataoad import ActionReceipt, ActionStatus, ClaimState, InMemoryLedger, Ledger, SQLiteLedger
+from dataoad import (
+    ActionReceipt,
+    ActionStatus,
+    AttemptRecord,
+    ClaimState,
+    InMemoryLedger,
+    Ledger,
+    SQLiteLedger,
+)
 from dataoad.testing import ManualClock, make_receipt
 from dataoad.testing._ledger_contract import _T0, completed, started
 from models.ledger import AbstractLedger, ModelReceipt
@@ -176,8 +184,10 @@ class LedgerMachineBase(RuleBasedStateMachine):
         key=st.sampled_from(["k1", "k2", "k3"]),
         name=st.sampled_from(["a", "b"]),
         namespace=st.sampled_from(["", "", "t"]),
+        # The runner's claim counts attempt 1 (fused); a v0.1 runner's counted none.
+        fused=st.booleans(),
     )
-    def claim(self, key: str, name: str, namespace: str) -> str:
+    def claim(self, key: str, name: str, namespace: str, fused: bool) -> str:
         receipt = make_receipt(
             action_id=uuid.uuid4().hex,
             action_name=name,
@@ -185,6 +195,10 @@ class LedgerMachineBase(RuleBasedStateMachine):
             owner="first",
             namespace=namespace,
         )
+        if fused:
+            receipt = receipt.evolve(
+                attempts=1, attempt_records=(AttemptRecord(number=1, started_at=_T0),)
+            )
         stored, created = self.model.claim(project(receipt), LEASE)
         results = self._all("claim", receipt, lease=LEASE)
         self._agree(f"claim {name}/{key}", {n: r[1] for n, r in results.items()}, created)
@@ -205,7 +219,14 @@ class LedgerMachineBase(RuleBasedStateMachine):
     @rule(key=st.sampled_from(["k1", "k2", "k3"]), racers=st.integers(2, 4))
     def concurrent_claims(self, key: str, racers: int) -> None:
         """Several clients race to claim one key: exactly one may win on every backend."""
-        candidates = [make_receipt(action_name="a", idempotency_key=key) for _ in range(racers)]
+        counted = (AttemptRecord(number=1, started_at=_T0),)
+        candidates = [
+            make_receipt(action_name="a", idempotency_key=key).evolve(
+                # Fused claims and v0.1 claims race alike.
+                **({"attempts": 1, "attempt_records": counted} if n % 2 else {})
+            )
+            for n in range(racers)
+        ]
         existed = self.model.find("a", key) is not None
 
         async def race(clients: list[Ledger]) -> list[tuple[ActionReceipt, bool]]:

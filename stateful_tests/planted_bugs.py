@@ -44,6 +44,7 @@ from dataoad._proven import ProvenLedger
 from dataoad._verification import VerificationResult
 from dataoad.ledgers._statements import SQLITE, compile_sql
 from stateful_tests.planted import PlantedBug, ReleasesStartedClaimsLedger, names
+from stateful_tests.planted_claim_bugs import CLAIM_BUGS
 from stateful_tests.planted_lease_bugs import LEASE_BUGS
 from stateful_tests.planted_lifecycle_bugs import LIFECYCLE_BUGS
 
@@ -190,24 +191,6 @@ class _ActsOnHeldClaimAfterWaiting(ActionRunner):
         self, exc: Exception, held: ActionReceipt, name: str, operation: Any, kw: Any
     ) -> Any:
         raise exc
-
-
-class ReleasesHolderAfterWaiting(_ActsOnHeldClaimAfterWaiting):
-    """Releases a held claim whose attempt has not started and claims the key
-    itself. Nothing runs twice (the holder's start then fails), yet the
-    holder's call fails for no fault of its own."""
-
-    async def act(
-        self, exc: Exception, held: ActionReceipt, name: str, operation: Any, kw: Any
-    ) -> Any:
-        if held.attempts:
-            raise exc
-        await self.release_unstarted(held.action_id)
-        return await super().execute(name, operation, **kw)
-
-
-def _releases_holder_after_waiting(mp: pytest.MonkeyPatch) -> dict[str, Any]:
-    return {"runner_class": ReleasesHolderAfterWaiting}
 
 
 class SettlesHolderAfterWaiting(_ActsOnHeldClaimAfterWaiting):
@@ -664,16 +647,6 @@ PLANTED_BUGS = [
         _take_over_after_waiting,
     ),
     PlantedBug(
-        "releases-holder-after-waiting",
-        "a duplicate whose wait runs out before the holder's attempt starts",
-        "runner",
-        names(
-            "claims-leave-holders-only-by-operator-verbs",
-            "holders-fail-only-by-own-faults-or-operators",
-        ),
-        _releases_holder_after_waiting,
-    ),
-    PlantedBug(
         "settles-holder-after-waiting",
         "a duplicate whose wait runs out while the holder's attempt runs",
         "runner",
@@ -844,5 +817,6 @@ def planted(bug: PlantedBug) -> Iterator[dict[str, Any]]:
 
 
 # Leases, takeover and fencing, and the receipt lifecycle, live in their own modules.
+PLANTED_BUGS += CLAIM_BUGS
 PLANTED_BUGS += LEASE_BUGS
 PLANTED_BUGS += LIFECYCLE_BUGS

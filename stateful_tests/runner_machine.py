@@ -42,6 +42,7 @@ from dataoad import (
     RetryPolicy,
     SQLiteLedger,
 )
+from dataoad.testing import unstarted_claim
 from models.world import World
 from stateful_tests import invariants as inv
 from stateful_tests import (
@@ -52,6 +53,7 @@ from stateful_tests.harness import (
     REACHED,
     WRITE_FAULTS,
     Contender,
+    Crashed,
     GatedLedger,
     History,
     LedgerFault,
@@ -109,6 +111,7 @@ INTERFERENCE_RULES = (
     "duplicate_while_the_holder_runs",
     "provider_side_event",
     "release_stranded_claim",
+    "a_v01_worker_died_between_claim_and_start",
     "start_operator",
     "lease_runs_out",
     "heartbeat",
@@ -509,6 +512,42 @@ class RunnerMachineBase(LifecycleRules, LeaseRules, RuleBasedStateMachine):
                 wait_in_progress=WAITS[wait],
                 expires_after=c.expires_after,
             )
+
+        self._start(c, body)
+
+    # Claims made before the fused claim (v0.1: a claim, then a separate
+    # attempt start) may still be in a ledger: a worker that died between the
+    # two left its key held with no attempt counted. Only such a claim can be
+    # released, or be invoked by its taker; the runner never makes one now.
+    @precondition(lambda self: self._active() < MAX_ACTIVE and bool(self._unclaimed_keys()))
+    @rule(amount=EXECUTE_ARGUMENTS["amount"])
+    def a_v01_worker_died_between_claim_and_start(self, amount: int) -> None:
+        """A v0.1 worker claims a fresh key (attempt not counted) and dies before starting it."""
+        key = self._unclaimed_keys()[0]
+        namespace, idempotency_key = split_key(key)
+        reference = f"{namespace + '/' if namespace else ''}ref-{idempotency_key}"
+        self.references.setdefault(key, set()).add(reference)
+        name = contender_name(len(self.contenders_list))
+        c = Contender(name, "execute", key, reference, amount=amount, namespace=namespace)
+        self.history.add(
+            f"contender {name}",
+            f"a v0.1 worker: claims {key} (amount {amount}, reference {reference}) without "
+            "counting an attempt, then dies before its attempt start",
+        )
+        legacy = unstarted_claim(
+            ACTION,
+            idempotency_key,
+            {"key": key, "amount": amount},
+            provider_reference=reference,
+            owner=name,
+            namespace=namespace,
+        )
+        gated = self.gated(self.new_client())
+
+        async def body() -> Any:
+            await gated.claim(legacy, lease=LEASE)
+            c.crashed = True  # it dies here: nothing else of it ever runs
+            raise Crashed(f"contender {name} (v0.1) died before its attempt start")
 
         self._start(c, body)
 

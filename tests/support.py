@@ -19,7 +19,7 @@ from dataoad import (
     VerificationHealth,
     VerificationResult,
 )
-from dataoad.testing import FaultyLedger, LedgerFault
+from dataoad.testing import FaultyLedger, LedgerFault, unstarted_claim
 
 FAIL = LedgerFault.FAIL_BEFORE_WRITE
 LOSE = LedgerFault.LOSE_ACKNOWLEDGEMENT
@@ -225,14 +225,30 @@ async def stranded(ledger: Any) -> ActionReceipt:
     return info.value.receipt
 
 
-async def unstarted(ledger: Any, key: str = "k") -> ActionReceipt:
-    """A PENDING claim whose attempt start failed: it never invoked anything."""
-    faulty = FaultyLedger(ledger)
-    faulty.inject("start_attempt", FAIL)
-    with pytest.raises(ActionPersistenceError) as info:
-        await execute(ActionRunner(faulty), key=key)
-    assert info.value.receipt is not None
-    return info.value.receipt
+async def unstarted(
+    ledger: Any,
+    key: str = "k",
+    *,
+    action_name: str = "charge",
+    request: Any = REQUEST,
+    provider_reference: str | None = REF,
+    owner: str | None = None,
+    lease: float | None = None,
+) -> ActionReceipt:
+    """A PENDING claim with no attempt counted: it never invoked anything.
+
+    Only a runner before the fused claim (v0.1) left these, when its
+    attempt start failed; the runner now counts attempt 1 in the claim
+    itself. Written straight to the ledger, in exactly that runner's shape.
+    """
+    receipt = unstarted_claim(
+        action_name, key, request, provider_reference=provider_reference, owner=owner
+    )
+    stored, created = await (
+        ledger.claim(receipt) if lease is None else ledger.claim(receipt, lease=lease)
+    )
+    assert created, "the key is already held"
+    return stored  # type: ignore[no-any-return]
 
 
 async def unknown(ledger: Any) -> Any:
@@ -248,9 +264,11 @@ async def refuse(*args: Any) -> bool:
 async def stranded_pending(attempted: bool) -> tuple[InMemoryLedger, str, CountingOperation]:
     """A PENDING claim left behind by a failed ledger write."""
     inner = InMemoryLedger()
-    faulty = FaultyLedger(inner)
     op = CountingOperation(TimeoutError())
-    faulty.inject("record" if attempted else "start_attempt", LedgerFault.FAIL_BEFORE_WRITE)
+    if not attempted:
+        return inner, (await unstarted(inner, action_name="a")).action_id, op
+    faulty = FaultyLedger(inner)
+    faulty.inject("record", LedgerFault.FAIL_BEFORE_WRITE)
     with pytest.raises(ActionPersistenceError) as info:
         await ActionRunner(faulty).execute(
             "a", op, request=REQUEST, idempotency_key="k", provider_reference=REF

@@ -1,4 +1,8 @@
-"""Attempt start: the attempt is counted durably before the operation runs, or nothing runs."""
+"""Attempt start: the attempt is counted durably before the operation runs, or nothing runs.
+
+Attempt 1 of a new claim is counted by the claim itself (the fused claim:
+see test_operation_counts); here, the starts that are writes of their own.
+"""
 
 from __future__ import annotations
 
@@ -16,10 +20,35 @@ from dataoad import (
     InMemoryLedger,
     VerificationResult,
 )
-from dataoad.testing import FaultyLedger, LedgerFault
-from tests.support import REF, REQUEST, CountingOperation, events, execute, fixed_verifier, refuse
+from dataoad.testing import FaultyLedger, LedgerFault, ManualClock
+from tests.support import (
+    REF,
+    REQUEST,
+    CountingOperation,
+    events,
+    execute,
+    fixed_verifier,
+    refuse,
+    unstarted,
+)
 
 T = TypeVar("T")
+
+
+async def legacy_ledger() -> InMemoryLedger:
+    """A ledger holding key "k" as an expired claim whose attempt 1 never started.
+
+    The runner counts attempt 1 in the claim itself, so the one attempt start
+    that can be a call's first is a takeover's of such a claim (left by a
+    v0.1 runner): these tests exercise that write.
+    """
+    clock = ManualClock()
+    ledger = InMemoryLedger(clock=clock)
+    await unstarted(ledger, owner="v0.1-worker", lease=1.0)
+    clock.advance(1.0)
+    return ledger
+
+
 FAIL = LedgerFault.FAIL_BEFORE_WRITE
 LOSE = LedgerFault.LOSE_ACKNOWLEDGEMENT
 
@@ -29,7 +58,7 @@ async def test_an_unproven_attempt_start_carries_the_durable_claim(
     read_back_fails: bool, caplog: pytest.LogCaptureFixture
 ) -> None:
     async def scenario() -> None:
-        ledger = FaultyLedger(InMemoryLedger())
+        ledger = FaultyLedger(await legacy_ledger())
         ledger.inject("start_attempt", FAIL)
         if read_back_fails:
             ledger.on_call = None
@@ -63,7 +92,7 @@ async def test_a_recovered_attempt_start_acknowledgement_is_logged(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     async def scenario() -> None:
-        ledger = FaultyLedger(InMemoryLedger())
+        ledger = FaultyLedger(await legacy_ledger())
         ledger.inject("start_attempt", LOSE)
         result = await execute(ActionRunner(ledger))
         assert result.status is ActionStatus.CONFIRMED
@@ -71,7 +100,7 @@ async def test_a_recovered_attempt_start_acknowledgement_is_logged(
     await scenario()
     names = [(e, lvl) for e, lvl, _ in events(caplog)]
     assert names == [
-        ("claimed", logging.INFO),
+        ("taken_over", logging.WARNING),
         ("attempt_start_acknowledgement_recovered", logging.INFO),
         ("attempt_started", logging.INFO),
         ("completed", logging.INFO),
@@ -82,7 +111,7 @@ async def test_a_recovered_attempt_start_acknowledgement_is_logged(
 
 async def test_an_attempt_start_refused_by_the_ledger_carries_what_is_stored() -> None:
     async def scenario() -> None:
-        inner = InMemoryLedger()
+        inner = await legacy_ledger()
         ledger = FaultyLedger(inner)
         runner = ActionRunner(ledger)
         held: dict[str, ActionReceipt] = {}
@@ -111,7 +140,7 @@ async def test_an_attempt_start_refused_by_the_ledger_carries_what_is_stored() -
 
 async def test_an_attempt_start_refused_carries_the_newer_stored_receipt() -> None:
     async def scenario() -> None:
-        inner = InMemoryLedger()
+        inner = await legacy_ledger()
         ledger = FaultyLedger(inner)
 
         ledger.start_attempt = refuse  # type: ignore[method-assign]
@@ -180,7 +209,7 @@ async def test_an_attempt_start_error_carries_what_a_concurrent_writer_stored() 
 
     async def scenario() -> None:
         for raises in (True, False):
-            inner = InMemoryLedger()
+            inner = await legacy_ledger()
             ledger = FaultyLedger(inner)
 
             async def start_attempt(
@@ -216,7 +245,7 @@ async def test_an_attempt_start_error_carries_what_a_concurrent_writer_stored() 
 
 async def test_a_refused_attempt_start_whose_read_back_fails_carries_the_claim() -> None:
     async def scenario() -> None:
-        ledger = FaultyLedger(InMemoryLedger())
+        ledger = FaultyLedger(await legacy_ledger())
         ledger.start_attempt = refuse  # type: ignore[method-assign]
         ledger.inject("get", FAIL)
         with pytest.raises(ActionPersistenceError) as info:

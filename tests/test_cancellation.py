@@ -74,7 +74,7 @@ async def test_a_cancelled_attempt_is_recorded_completed_unknown_with_its_eviden
         stored = await ledger.find("charge", "k")
         assert stored is not None
         assert stored.claim_state is ClaimState.COMPLETED
-        assert stored.version == 3
+        assert stored.version == 2  # the fused claim (attempt 1 counted), then UNKNOWN
         assert stored.execution_status is ActionStatus.UNKNOWN
         assert stored.final_status is ActionStatus.UNKNOWN
         assert stored.verification_status is None

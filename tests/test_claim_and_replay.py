@@ -272,7 +272,7 @@ async def test_an_unproven_claim_carries_the_proposed_claim_and_says_nothing_ran
         async def find(action_name: str, key: str) -> ActionReceipt | None:
             nonlocal looks
             looks += 1
-            if looks == 2:  # the read-back after the failed claim write
+            if looks == 1:  # the read-back after the failed claim write (the claim looks itself)
                 raise ConnectionError("read-back failed too")
             return await original_find(action_name, key)
 
@@ -284,7 +284,9 @@ async def test_an_unproven_claim_carries_the_proposed_claim_and_says_nothing_ran
         assert info.value.operation_invoked is False
         assert info.value.receipt is not None
         assert info.value.receipt.idempotency_key == "k"
-        assert str(info.value).endswith("a stored PENDING claim with zero attempts can be released")
+        assert str(info.value).endswith(
+            "settles read-only (recover_pending) or by a lease takeover"
+        )
         assert await inner.find("charge", "k") is None
 
     await scenario()
@@ -322,15 +324,19 @@ async def test_a_duplicate_that_loses_the_claim_race_gets_the_stored_claim_answe
 
 async def test_a_failed_first_look_says_nothing_was_invoked() -> None:
     async def scenario() -> None:
-        ledger = FaultyLedger(InMemoryLedger())
+        # The look is part of the claim: a ledger that answers neither the
+        # claim nor the read-back after it has had nothing invoked against it.
+        inner = InMemoryLedger()
+        ledger = FaultyLedger(inner)
+        ledger.inject("claim", FAIL)
         ledger.inject("find", FAIL)
         op = CountingOperation()
         with pytest.raises(ActionPersistenceError) as info:
             await execute(ActionRunner(ledger), op)
         assert op.calls == 0
         assert info.value.operation_invoked is False
-        assert info.value.receipt is None
-        assert str(info.value).endswith("; nothing was invoked")
+        assert "the operation was not invoked" in str(info.value)
+        assert inner.snapshot() == []
 
     await scenario()
 
@@ -350,7 +356,8 @@ async def test_lost_claim_ack_with_competitor_does_not_invoke():
         with pytest.raises(ActionInProgressError):
             await ActionRunner(Racing(inner)).execute("a", op, request=REQUEST, idempotency_key="k")
         assert op.calls == 0
-        assert (await inner.get("competitor")).attempts == 0
+        # The competitor's claim counts its own attempt 1; this call ran nothing.
+        assert (await inner.get("competitor")).attempts == 1
 
     await s()
 

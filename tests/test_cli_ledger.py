@@ -13,11 +13,12 @@ from pathlib import Path
 
 import pytest
 
-from dataoad import ActionPersistenceError, ActionRunner, SQLiteLedger
+from dataoad import ActionRunner, SQLiteLedger
 from dataoad.ledgers.postgres import SCHEMA_VERSION as PG_SCHEMA
 from dataoad.ledgers.sqlite import SCHEMA_VERSION as SQLITE_SCHEMA
-from dataoad.testing import ChargeFault, FakePaymentProvider, FaultyLedger, LedgerFault
+from dataoad.testing import ChargeFault, FakePaymentProvider
 from stateful_tests.services import PostgresTestTable
+from tests.support import unstarted
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -84,12 +85,10 @@ def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Store]:
                     idempotency_key=key,
                     provider_reference=key,
                 )
-            faulty = FaultyLedger(ledger)
-            faulty.inject("start_attempt", LedgerFault.FAIL_BEFORE_WRITE)
-            with pytest.raises(ActionPersistenceError):
-                await ActionRunner(faulty).execute(
-                    "refund", lambda: None, request={}, idempotency_key="order-3"
-                )
+            # A claim whose attempt never started (as a v0.1 runner left one).
+            await unstarted(
+                ledger, "order-3", action_name="refund", request={}, provider_reference=None
+            )
 
     asyncio.run(build())
     (tmp_path / "ops_verifier.py").write_text(VERIFIER)

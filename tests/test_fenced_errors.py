@@ -28,7 +28,7 @@ from dataoad import (
 )
 from dataoad import _evidence as evidence_module
 from dataoad.testing import ManualClock
-from tests.support import Recorder
+from tests.support import Recorder, unstarted
 from tests.test_leases import LEASE, REQUEST, counting
 
 REF = "ref-k"
@@ -330,6 +330,10 @@ async def test_a_zombie_fenced_before_its_third_attempt_reports_all_it_ran() -> 
 async def test_a_holder_fenced_before_its_first_attempt_is_told_nothing_ran() -> None:
     clock = ManualClock()
     ledger = InMemoryLedger(clock=clock)
+    # A claim whose attempt 1 never started (a v0.1 runner's): A takes it
+    # over, and its own attempt start is the write that gets fenced.
+    await unstarted(ledger, request=REQUEST, provider_reference=None, owner="old", lease=LEASE)
+    clock.advance(LEASE)
     seen = Recorder()
     original = ledger.start_attempt
 

@@ -22,6 +22,7 @@ from dataoad import (
     ActionRunner,
     ActionStatus,
     ClaimFencedError,
+    DefinitiveFailure,
     InMemoryLedger,
     InvalidArgumentError,
     RetryPolicy,
@@ -32,6 +33,7 @@ from dataoad import (
 )
 from dataoad.testing import FaultyLedger, LedgerFault, LedgerFaultError, ManualClock
 from stateful_tests.services import postgres_dsn, unique_table
+from tests.support import unstarted
 
 REQUEST = {"amount": 100}
 LEASE = 30.0
@@ -61,18 +63,10 @@ async def crash_after_start(runner: ActionRunner, key: str = "k") -> None:
 
 
 async def crash_before_start(ledger: InMemoryLedger, runner: ActionRunner) -> str:
-    """A worker that claimed and died before its attempt started."""
-    original = ledger.start_attempt
-
-    async def dies(receipt: Any, **lease: Any) -> bool:
-        raise Crash
-
-    ledger.start_attempt = dies  # type: ignore[method-assign]
-    with pytest.raises(Crash):
-        await runner.execute("charge", counting(), request=REQUEST, idempotency_key="k")
-    ledger.start_attempt = original  # type: ignore[method-assign]
-    stored = await ledger.find("charge", "k")
-    assert stored is not None
+    """A worker that claimed and died before its attempt started (only a v0.1 runner could)."""
+    stored = await unstarted(
+        ledger, request=REQUEST, provider_reference=None, owner=runner.owner, lease=runner.lease
+    )
     assert stored.attempts == 0
     return stored.action_id
 
@@ -254,7 +248,7 @@ async def test_a_zombie_is_fenced_and_its_success_is_kept_as_evidence() -> None:
     assert stored.final_status is ActionStatus.CONFIRMED  # its success is evidence
 
 
-async def test_a_zombie_that_did_not_start_invokes_nothing() -> None:
+async def test_a_zombie_fenced_before_its_retry_starts_invokes_nothing_more() -> None:
     clock = ManualClock()
     ledger = InMemoryLedger(clock=clock)
     gate = asyncio.Event()
@@ -266,22 +260,35 @@ async def test_a_zombie_that_did_not_start_invokes_nothing() -> None:
         return await original(receipt, **lease)
 
     ledger.start_attempt = paused_start  # type: ignore[method-assign]
-    op = counting()
+    calls = 0
+
+    async def declines_retryably() -> None:
+        nonlocal calls
+        calls += 1
+        raise DefinitiveFailure("declined", retryable=True)
+
     zombie = asyncio.create_task(
-        ActionRunner(ledger, owner="A").execute("charge", op, request=REQUEST, idempotency_key="k")
+        ActionRunner(ledger, owner="A").execute(
+            "charge",
+            declines_retryably,
+            request=REQUEST,
+            idempotency_key="k",
+            policy=RetryPolicy(max_attempts=2, retry_on_failed=True),
+        )
     )
-    await asyncio.sleep(0.01)
+    await asyncio.sleep(0.01)  # attempt 1 ran; attempt 2's start is paused
+    assert calls == 1
     clock.advance(LEASE)
     taken = await ActionRunner(ledger, owner="B").execute(
-        "charge", op, request=REQUEST, idempotency_key="k"
+        "charge", declines_retryably, request=REQUEST, idempotency_key="k"
     )
     assert taken.taken_over
-    assert op.calls == [1]
+    assert calls == 1  # a started claim is settled read-only by its taker
     gate.set()
     with pytest.raises(ClaimFencedError) as info:
         await zombie
-    assert info.value.operation_invoked is False
-    assert op.calls == [1]
+    assert info.value.operation_invoked is True  # attempt 1 ran, attempt 2 never did
+    assert calls == 1
 
 
 async def test_the_runner_renews_its_lease_while_the_attempt_runs() -> None:

@@ -32,10 +32,10 @@ TRIGGER = {
     "accept-unbound-confirmation": "1 contender, 2 faults",
     "absence-without-retry-safe-is-failed": "2 contenders, 1 key",
     "release-started-claim": "an execute and an operator's release",
-    "invoke-after-unproven-attempt-start": "2 contenders, 1 key",
+    # Attempt 1 is counted by the claim itself; a start of its own is a retry's.
+    "invoke-after-unproven-attempt-start": "1 contender, escape-hatch policy, 2 faults",
     "answers-unknown-to-everything": "2 contenders, 1 key",
     "take-over-after-waiting": "a duplicate that waits for the claim holder",
-    "releases-holder-after-waiting": "a duplicate that waits for the claim holder",
     "settles-holder-after-waiting": "a duplicate that waits for the claim holder",
     "accept-unproven-completion": "2 contenders, 1 key",
     "never-retries": "2 contenders, 1 key, retrying policy and no verifier",
@@ -45,8 +45,10 @@ TRIGGER = {
     "hash-depends-on-key-order": "3 contenders, 1 key, the same request written three ways",
     "hash-tells-int-from-float": "3 contenders, 1 key, the same request written three ways",
     "invokes-for-in-progress-claim": "2 contenders, 1 key",
-    "start-read-back-accepts-any-receipt": "2 contenders, 1 key",
+    "start-read-back-accepts-any-receipt": "1 contender, escape-hatch policy, 2 faults",
     "retry-start-failure-says-not-invoked": "1 contender, retrying policy, 3 faults",
+    "claim-counts-no-attempt": "2 contenders, 1 key",
+    "claim-proven-by-key-only": "2 contenders, 1 key",
 }
 
 

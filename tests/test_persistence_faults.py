@@ -14,8 +14,8 @@ from dataoad import (
     ClaimState,
     InMemoryLedger,
 )
-from dataoad.testing import FaultyLedger, LedgerFault
-from tests.support import REF, REQUEST, CountingOperation, confirmed, fixed_verifier
+from dataoad.testing import FaultyLedger, LedgerFault, ManualClock
+from tests.support import REF, REQUEST, CountingOperation, confirmed, fixed_verifier, unstarted
 
 BEFORE, LOST_ACK = LedgerFault.FAIL_BEFORE_WRITE, LedgerFault.LOSE_ACKNOWLEDGEMENT
 
@@ -26,9 +26,25 @@ def setup() -> tuple[InMemoryLedger, FaultyLedger, ActionRunner, CountingOperati
     return inner, faulty, ActionRunner(faulty), CountingOperation("value")
 
 
+async def taking_over() -> tuple[InMemoryLedger, FaultyLedger, ActionRunner, CountingOperation]:
+    """Key "k" held by an expired claim whose attempt 1 never started (a v0.1 runner's).
+
+    A new claim counts attempt 1 itself, so a call's first attempt start of
+    its own is a takeover's: the write these tests break.
+    """
+    clock = ManualClock()
+    inner = InMemoryLedger(clock=clock)
+    await unstarted(
+        inner, action_name="a", request=REQUEST, provider_reference=None, owner="old", lease=1.0
+    )
+    clock.advance(1.0)
+    faulty = FaultyLedger(inner)
+    return inner, faulty, ActionRunner(faulty, owner="new"), CountingOperation("value")
+
+
 async def test_lost_acknowledgement_of_attempt_start_continues_after_exact_read_back() -> None:
     async def scenario() -> None:
-        _inner, faulty, runner, op = setup()
+        _inner, faulty, runner, op = await taking_over()
         faulty.inject("start_attempt", LOST_ACK)
         result = await runner.execute("a", op, request=REQUEST, idempotency_key="k")
         assert op.calls == 1
@@ -42,7 +58,7 @@ async def test_lost_acknowledgement_of_attempt_start_continues_after_exact_read_
 
 async def test_failed_attempt_start_does_not_invoke_and_keeps_the_claim() -> None:
     async def scenario() -> None:
-        inner, faulty, runner, op = setup()
+        inner, faulty, runner, op = await taking_over()
         faulty.inject("start_attempt", BEFORE)
         with pytest.raises(ActionPersistenceError) as info:
             await runner.execute("a", op, request=REQUEST, idempotency_key="k")
@@ -61,7 +77,7 @@ async def test_failed_attempt_start_does_not_invoke_and_keeps_the_claim() -> Non
 
 async def test_unprovable_attempt_start_does_not_invoke() -> None:
     async def scenario() -> None:
-        inner, faulty, runner, op = setup()
+        inner, faulty, runner, op = await taking_over()
         # The write commits, the acknowledgement is lost, and the read-back fails too.
         faulty.inject("start_attempt", LOST_ACK)
         faulty.inject("get", BEFORE)
@@ -76,12 +92,9 @@ async def test_unprovable_attempt_start_does_not_invoke() -> None:
 
 async def test_read_back_showing_a_different_transition_does_not_invoke() -> None:
     async def scenario() -> None:
-        inner = InMemoryLedger()
-        faulty = FaultyLedger(inner)
-        runner = ActionRunner(faulty)
-        op = CountingOperation()
+        inner, faulty, runner, op = await taking_over()
 
-        async def interfering_start(receipt):
+        async def interfering_start(receipt, **lease):
             # Another writer changes the claim, then our write "fails".
             stored = await inner.get(receipt.action_id)
             await inner.record(stored.evolve(version=stored.version + 1, risk=stored.risk))
@@ -120,15 +133,24 @@ async def test_failed_claim_does_not_invoke() -> None:
     await scenario()
 
 
-async def test_failed_first_read_does_not_invoke() -> None:
+async def test_unprovable_claim_does_not_invoke_and_keeps_the_claim_as_a_barrier() -> None:
     async def scenario() -> None:
         inner, faulty, runner, op = setup()
+        # The claim lands, its acknowledgement is lost, and so is the read-back.
+        faulty.inject("claim", LOST_ACK)
         faulty.inject("find", BEFORE)
         with pytest.raises(ActionPersistenceError) as info:
             await runner.execute("a", op, request=REQUEST, idempotency_key="k")
         assert op.calls == 0
-        assert info.value.receipt is None
-        assert inner.snapshot() == []
+        assert info.value.operation_invoked is False
+        [stored] = inner.snapshot()
+        # Attempt 1 is counted with the claim although nothing ran: only
+        # read-only recovery (or a takeover) settles it, never a release.
+        assert stored.attempts == 1
+        assert stored.claim_state is ClaimState.PENDING
+        with pytest.raises(ActionInProgressError):
+            await runner.execute("a", op, request=REQUEST, idempotency_key="k")
+        assert op.calls == 0
 
     await scenario()
 

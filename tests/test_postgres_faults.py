@@ -7,6 +7,9 @@
   statement timeout, a serialization failure and a server restart while the
   attempt start waits on a row lock all leave the attempt unstarted; the
   runner must raise ActionPersistenceError without invoking the operation.
+  (A new claim counts attempt 1 itself, so the attempt start that is a
+  call's first write of its own is the one after taking over an expired
+  claim a v0.1 runner left unstarted: that is the start these tests break.)
 * Schema handling, the missing-extra error, and bad arguments.
 """
 
@@ -32,9 +35,10 @@ from dataoad import (
     PostgresLedger,
 )
 from dataoad.ledgers.postgres import SCHEMA_VERSION as PG_SCHEMA
+from dataoad.testing import ManualClock
 from dataoad.testing._postgres_server import PostgresServer, PostgresUnavailableError
 from stateful_tests.services import postgres_dsn, unavailable, unique_table
-from tests.support import REQUEST, CountingOperation
+from tests.support import REQUEST, CountingOperation, unstarted
 
 
 async def fresh_ledger(dsn: str, **options: Any) -> PostgresLedger:
@@ -42,6 +46,16 @@ async def fresh_ledger(dsn: str, **options: Any) -> PostgresLedger:
     ledger = PostgresLedger(dsn, table=table, **options)
     await ledger.migrate()
     return ledger
+
+
+async def leave_legacy_claim(ledger: PostgresLedger, clock: ManualClock) -> None:
+    """Key "k" held by an expired claim whose attempt 1 never started (a v0.1 runner's).
+
+    The next ``execute`` of it takes it over, and its attempt start is then
+    the call's first write of its own (a new claim counts attempt 1 itself).
+    """
+    await unstarted(ledger, provider_reference=None, owner="v0.1-worker", lease=1.0)
+    clock.advance(1.0)
 
 
 # -- a proxy that loses acknowledgements ------------------------------------------------
@@ -108,7 +122,12 @@ async def proxied(dsn: str) -> AsyncIterator[tuple[LossyProxy, str]]:
 
 @pytest.mark.parametrize(
     ("step", "tag"),
-    [("claim", b"INSERT 0 1"), ("start_attempt", b"UPDATE 1"), ("record", b"UPDATE 1")],
+    [
+        # The claim is one data-modifying WITH statement: its command tag is a SELECT's.
+        ("claim", b"SELECT 1\x00"),
+        ("start_attempt", b"UPDATE 1"),
+        ("record", b"UPDATE 1"),
+    ],
 )
 def test_lost_acknowledgement_is_read_back_and_the_operation_runs_once(
     step: str, tag: bytes
@@ -117,7 +136,12 @@ def test_lost_acknowledgement_is_read_back_and_the_operation_runs_once(
 
     async def scenario() -> None:
         async with proxied(dsn) as (proxy, proxy_dsn):
-            ledger = await fresh_ledger(proxy_dsn)
+            clock = ManualClock()
+            ledger = await fresh_ledger(proxy_dsn, clock=clock)
+            # Check the schema now: its query's answer carries a SELECT tag too.
+            assert await ledger.find("charge", "k") is None
+            if step == "start_attempt":
+                await leave_legacy_claim(ledger, clock)  # the start is the takeover's
             real = getattr(ledger, step)
 
             async def arm_then_call(*args: Any, **kwargs: Any) -> Any:
@@ -131,6 +155,7 @@ def test_lost_acknowledgement_is_read_back_and_the_operation_runs_once(
             assert proxy.dropped == 1, "the proxy never saw the write's answer"
             assert op.calls == 1
             assert result.status is ActionStatus.CONFIRMED
+            assert result.taken_over is (step == "start_attempt")
             setattr(ledger, step, real)
             stored = await ledger.find("charge", "k")
             assert stored == result.receipt
@@ -163,12 +188,21 @@ async def attempt_start_under_row_lock(
     commit_lock: bool = False,
     **options: Any,
 ) -> tuple[PausingLedger, CountingOperation, BaseException | Any]:
-    """Execute while another session holds the claim's row lock; ``interfere`` acts meanwhile."""
+    """Take over a legacy unstarted claim and start its attempt while another
+    session holds the claim's row lock; ``interfere`` acts meanwhile."""
     import asyncpg
 
     table = unique_table()
-    await (await fresh_ledger(dsn, table=table)).close()
-    ledger = PausingLedger(dsn, table=table, **options)
+    clock = ManualClock()
+    setup = await fresh_ledger(dsn, table=table, clock=clock)
+    await leave_legacy_claim(setup, clock)
+    await setup.close()
+    # The blocker connects before the ledger's pool opens (at the runner's first
+    # call), as it did before the fused claim: a fast shutdown signals the newest
+    # backend first, so the waiting start ends before the blocker's lock does.
+    # The other way round the start can get the lock and commit before its own
+    # termination (the runner then proves it by read-back and rightly invokes).
+    ledger = PausingLedger(dsn, table=table, clock=clock, **options)
     blocker = await asyncpg.connect(dsn)
     lock = blocker.transaction()
 
@@ -223,6 +257,7 @@ async def check_barrier(ledger: PostgresLedger) -> None:
     assert receipt is not None
     assert receipt.claim_state is ClaimState.PENDING
     assert receipt.attempts == 0
+    assert receipt.fencing_token == 2  # taken over (the takeover was proven); no attempt started
     runner = ActionRunner(ledger)
     op = CountingOperation("charged")
     with pytest.raises(ActionInProgressError):
@@ -525,8 +560,10 @@ def test_each_step_is_one_autocommit_statement_and_commits_are_synchronous() -> 
             ledger._pool = real
         assert {name for name, _ in recording.calls} == {"fetch"}, recording.calls
         statements = [sql.lstrip().split(None, 1)[0].upper() for _, sql in recording.calls]
-        writes = [s for s in statements if s in ("INSERT", "UPDATE", "DELETE")]
-        assert len(writes) == 3, statements  # claim, attempt start, outcome
+        # Two writes now: the claim (a data-modifying WITH, with the key's lookup
+        # folded in) counting attempt 1, and the outcome; no lookup before them.
+        assert statements == ["WITH", "UPDATE"], statements
+        assert "INSERT INTO" in recording.calls[0][1]
         assert not {"BEGIN", "COMMIT", "START", "SET"} & set(statements), statements
         assert await real.fetchval("SHOW synchronous_commit") == "on"
         await ledger.close()

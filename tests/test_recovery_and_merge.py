@@ -22,7 +22,7 @@ from dataoad import (
     UnresolvedActionError,
     VerificationResult,
 )
-from dataoad.testing import FaultyLedger, LedgerFault
+from dataoad.testing import FaultyLedger, LedgerFault, ManualClock
 from tests.support import (
     REF,
     REQUEST,
@@ -135,9 +135,14 @@ async def test_release_unstarted_frees_the_key() -> None:
 
 async def test_release_races_atomically_with_attempt_start() -> None:
     async def scenario() -> None:
-        inner = InMemoryLedger()
+        clock = ManualClock()
+        inner = InMemoryLedger(clock=clock)
+        # Only a claim made before the fused claim can be unstarted; its
+        # taker starts attempt 1 with a write of its own, racing a release.
+        await unstarted(inner, action_name="a", owner="dead", lease=30.0)
+        clock.advance(30.0)
         faulty = FaultyLedger(inner)
-        runner = ActionRunner(faulty)
+        runner = ActionRunner(faulty, owner="taker", lease=30.0)
         op = CountingOperation()
         released: list[object] = []
 
@@ -151,8 +156,11 @@ async def test_release_races_atomically_with_attempt_start() -> None:
             return await inner.start_attempt(receipt, **lease)
 
         faulty.start_attempt = racing_start  # type: ignore[method-assign]
-        with pytest.raises(ActionPersistenceError):
-            await runner.execute("a", op, request=REQUEST, idempotency_key="k")
+        with pytest.raises(ActionPersistenceError) as info:
+            await runner.execute(
+                "a", op, request=REQUEST, idempotency_key="k", provider_reference=REF
+            )
+        assert info.value.operation_invoked is False
         assert released == [True]
         assert op.calls == 0  # the released claim was never invoked
 

@@ -17,8 +17,6 @@ from dataoad import (
 )
 from dataoad.testing import FaultyLedger, LedgerFault
 from tests.support import (
-    REQUEST,
-    CountingOperation,
     events,
     refuse,
     stranded_pending,
@@ -142,14 +140,7 @@ async def test_a_release_that_loses_a_race_says_nothing_was_released(
 async def test_release_refused_when_claim_changes_before_release():
     async def s():
         inner = InMemoryLedger()
-        faulty = FaultyLedger(inner)
-        faulty.inject("start_attempt", LedgerFault.FAIL_BEFORE_WRITE)
-        with pytest.raises(ActionPersistenceError) as info:
-            await ActionRunner(faulty).execute(
-                "a", CountingOperation(), request=REQUEST, idempotency_key="k"
-            )
-        aid = info.value.receipt.action_id
-        await inner.get(aid)
+        aid = (await unstarted(inner)).action_id
 
         class Racing(FaultyLedger):
             async def release(self, action_id, version):

@@ -255,7 +255,7 @@ async def test_every_write_statement_runs_while_the_writer_lock_is_held(tmp_path
     await runner.execute("charge", CountingOperation(), request=REQUEST, idempotency_key="k")
     await conn._execute(conn._conn.set_trace_callback, None)
     await ledger.close()
-    assert len(writes) >= 3, writes  # claim, attempt start, outcome
+    assert len(writes) >= 2, writes  # the claim (counting attempt 1), the outcome
     assert unlocked == [], unlocked
 
 

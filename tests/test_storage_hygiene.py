@@ -91,10 +91,10 @@ async def test_version_increases_by_one_per_durable_transition() -> None:
             idempotency_key="k",
             provider_reference=REF,
         )
-        # claim (1), attempt start (2), completion (3)
-        assert result.receipt.version == 3
+        # claim counting attempt 1 (1), completion (2)
+        assert result.receipt.version == 2
         settled = await runner.reconcile(result.receipt.action_id, fixed_verifier(confirmed()))
-        assert settled.receipt.version == 4
+        assert settled.receipt.version == 3
 
     await scenario()
 

@@ -17,8 +17,8 @@ from dataoad import (
     VerificationResult,
     run_tool,
 )
-from dataoad.testing import FaultyLedger, LedgerFault
-from tests.support import REQUEST
+from dataoad.testing import FaultyLedger, LedgerFault, ManualClock
+from tests.support import REQUEST, unstarted
 
 
 async def ok() -> dict[str, str]:
@@ -93,9 +93,23 @@ def test_in_progress_and_conflict_are_outcomes_not_exceptions() -> None:
     assert "Nothing was done" in clash.message
 
 
+async def legacy_unstarted_taken_over() -> FaultyLedger:
+    """Key "order-1" held by an expired claim whose attempt 1 never started (a v0.1 runner's)."""
+    clock = ManualClock()
+    inner = InMemoryLedger(clock=clock)
+    await unstarted(inner, "order-1", provider_reference=None, owner="v0.1-worker", lease=1.0)
+    clock.advance(1.0)
+    return FaultyLedger(inner)
+
+
 def test_unrecorded_outcomes_say_whether_anything_ran() -> None:
+    # Attempt 1 is counted by the claim itself now: the writes before anything
+    # runs are the claim, and the attempt start of a takeover of a legacy claim.
+    taking_over = asyncio.run(legacy_unstarted_taken_over())
+    taking_over.inject("start_attempt", LedgerFault.FAIL_BEFORE_WRITE)
+    assert call(ActionRunner(taking_over), ok).status == "NOT_ATTEMPTED"
     before = FaultyLedger(InMemoryLedger())
-    before.inject("start_attempt", LedgerFault.FAIL_BEFORE_WRITE)
+    before.inject("claim", LedgerFault.FAIL_BEFORE_WRITE)
     assert call(ActionRunner(before), ok).status == "NOT_ATTEMPTED"
     after = FaultyLedger(InMemoryLedger())
     after.inject("record", LedgerFault.FAIL_BEFORE_WRITE)
@@ -125,8 +139,9 @@ def test_an_unrecorded_check_of_an_attempted_action_is_never_not_attempted() -> 
     assert replay.action_id == first.action_id
     assert "Do NOT call this tool again" in replay.message
     # A refusal before any claim counted an attempt is the only "not attempted".
+    # (The lookup is folded into the claim now: the refusal is the claim write's.)
     fresh = FaultyLedger(InMemoryLedger())
-    fresh.inject("find", LedgerFault.FAIL_BEFORE_WRITE)
+    fresh.inject("claim", LedgerFault.FAIL_BEFORE_WRITE)
     assert call(ActionRunner(fresh), ok).status == "NOT_ATTEMPTED"
 
 

@@ -21,6 +21,7 @@ import pytest
 from dataoad import ActionStatus, PostgresLedger
 from stateful_tests.services import postgres_dsn, unique_table
 from tests.ledger_child import CRASH_POINTS, open_ledger
+from tests.support import unstarted
 
 ROOT = Path(__file__).resolve().parents[1]
 LEASE = 0.5
@@ -47,21 +48,26 @@ def child(*args: str) -> subprocess.CompletedProcess[str]:
     )
 
 
+def ledger_spec(tmp_path: Path, backend: str) -> str:
+    """A fresh ledger of ``backend`` for the children: a SQLite file, or a migrated table."""
+    if backend == "sqlite":
+        return str(tmp_path / "ledger.sqlite3")
+    spec = f"{postgres_dsn()}#{unique_table()}"
+
+    async def create() -> None:
+        async with PostgresLedger(spec.rsplit("#", 1)[0], table=spec.rsplit("#", 1)[1]) as pg:
+            await pg.migrate()
+
+    asyncio.run(create())
+    return spec
+
+
 @pytest.mark.parametrize(("backend", "point"), CASES, ids=[f"{b}-{p}" for b, p in CASES])
 def test_a_killed_worker_is_settled_by_another_process(
     tmp_path: Path, backend: str, point: str
 ) -> None:
     effects = tmp_path / "effects.log"
-    if backend == "sqlite":
-        spec = str(tmp_path / "ledger.sqlite3")
-    else:
-        spec = f"{postgres_dsn()}#{unique_table()}"
-
-        async def create() -> None:
-            async with PostgresLedger(spec.rsplit("#", 1)[0], table=spec.rsplit("#", 1)[1]) as pg:
-                await pg.migrate()
-
-        asyncio.run(create())
+    spec = ledger_spec(tmp_path, backend)
     killed = child("crash", spec, str(effects), point)
     assert killed.returncode == -9, f"child was not killed: {killed.returncode} {killed.stderr}"
     effects_before = effects.read_text().split() if effects.exists() else []
@@ -81,9 +87,8 @@ def test_a_killed_worker_is_settled_by_another_process(
     receipt = asyncio.run(stored())
     assert (effects.read_text().split() if effects.exists() else []) == effects_before
     if point == "after_claim":
-        assert receipt is None  # never started: released, the key is free
-        assert summary["settled"] == []
-        return
+        # The claim counts attempt 1 (one write with its start): settled read-only, never released.
+        assert effects_before == []
     assert receipt is not None
     expected = ActionStatus.CONFIRMED if effects_before else ActionStatus.FAILED
     assert receipt.final_status is expected  # type: ignore[attr-defined]
@@ -91,3 +96,39 @@ def test_a_killed_worker_is_settled_by_another_process(
         assert summary["settled"] == [["order-1", expected.value]]
         assert receipt.fencing_token == 2  # type: ignore[attr-defined]
         assert receipt.owner == "sweeper"  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize("backend", ["sqlite", "postgres"])
+def test_an_unstarted_claim_of_a_dead_v0_1_worker_is_released_by_another_process(
+    tmp_path: Path, backend: str
+) -> None:
+    """Only a v0.1 runner left a claim with no attempt counted; a sweep frees its key."""
+    effects = tmp_path / "effects.log"
+    spec = ledger_spec(tmp_path, backend)
+
+    async def leave_unstarted() -> None:
+        async with open_ledger(spec) as ledger:
+            await unstarted(
+                ledger,
+                "order-1",
+                request={"amount": 1},
+                provider_reference="order-1",
+                owner="worker",
+                lease=LEASE,
+            )
+
+    asyncio.run(leave_unstarted())
+    started = time.monotonic()
+    time.sleep(LEASE)
+    swept = child("sweep", spec, str(effects))
+    elapsed = time.monotonic() - started
+    assert swept.returncode == 0, swept.stderr
+    assert json.loads(swept.stdout) == {"settled": [], "pending": 0}
+    assert elapsed <= LEASE + SWEEP_BOUND
+
+    async def stored() -> object:
+        async with open_ledger(spec) as ledger:
+            return await ledger.find("charge", "order-1")
+
+    assert asyncio.run(stored()) is None  # never started: released, the key is free
+    assert not effects.exists()  # nothing was invoked

@@ -14,7 +14,6 @@ import pytest
 
 from dataoad import (
     ActionInProgressError,
-    ActionPersistenceError,
     ActionRunner,
     ActionStatus,
     IdempotencyConflictError,
@@ -24,12 +23,14 @@ from dataoad import (
 from dataoad.testing import FaultyLedger, LedgerFault
 from tests.support import (
     FRONT_ENDS_AND_OPERATION_KINDS,
+    REF,
     REQUEST,
     CountingOperation,
     call_via,
     execute,
     reached,
     stranded,
+    unstarted,
 )
 
 FAIL = LedgerFault.FAIL_BEFORE_WRITE
@@ -116,26 +117,31 @@ def test_waiter_gives_up_with_in_progress_error_when_time_runs_out(front_end: st
     asyncio.run(scenario())
 
 
-class StartPausedLedger(InMemoryLedger):
-    """A ledger whose first attempt start waits until the test lets it through."""
+class ClaimPausedLedger(InMemoryLedger):
+    """A ledger whose first new claim, once stored, waits until the test lets it through.
+
+    The claim counts attempt 1 itself (the fused claim), so this is the
+    holder's window after its claim is durable and before its operation runs.
+    """
 
     def __init__(self) -> None:
         super().__init__()
         self.claimed = asyncio.Event()
         self.proceed = asyncio.Event()
 
-    async def start_attempt(self, receipt: Any, **lease: Any) -> bool:
-        if not self.claimed.is_set():  # only the holder's: a taker would not wait
+    async def claim(self, receipt: Any, **lease: Any) -> Any:
+        stored, created = await super().claim(receipt, **lease)
+        if created and not self.claimed.is_set():  # only the holder's: a waiter claims nothing
             self.claimed.set()
             await self.proceed.wait()
-        return await super().start_attempt(receipt, **lease)
+        return stored, created
 
 
 def test_a_waiter_never_takes_a_claim_whose_attempt_has_not_started(front_end: str) -> None:
-    """The README: waiting never takes the holder's claim, even before its attempt starts."""
+    """The README: waiting never takes the holder's claim, even before its operation runs."""
 
     async def scenario() -> None:
-        ledger = StartPausedLedger()
+        ledger = ClaimPausedLedger()
         runner = ActionRunner(ledger)
         held = CountingOperation("charged")
         holder = asyncio.create_task(
@@ -143,6 +149,7 @@ def test_a_waiter_never_takes_a_claim_whose_attempt_has_not_started(front_end: s
         )
         await reached(ledger.claimed, holder)
         [claim] = ledger.snapshot()
+        assert held.calls == 0
         duplicate = CountingOperation("must not run")
         with pytest.raises(ActionInProgressError):
             await call_via(
@@ -161,6 +168,22 @@ def test_a_waiter_never_takes_a_claim_whose_attempt_has_not_started(front_end: s
         assert first.status is ActionStatus.CONFIRMED
         assert first.receipt.action_id == claim.action_id
         assert (held.calls, duplicate.calls) == (1, 0)
+        # A claim whose attempt really never started is now only a v0.1
+        # runner's: a waiter does not take that one either while its lease lives.
+        legacy = await unstarted(ledger, "legacy", owner="v0.1-worker", lease=60.0)
+        with pytest.raises(ActionInProgressError):
+            await call_via(
+                front_end,
+                runner,
+                "charge",
+                duplicate,
+                request=REQUEST,
+                idempotency_key="legacy",
+                provider_reference=REF,
+                wait_in_progress=0.1,
+            )
+        assert await ledger.find("charge", "legacy") == legacy
+        assert duplicate.calls == 0
 
     asyncio.run(scenario())
 
@@ -204,14 +227,9 @@ def test_a_conflict_is_raised_at_once_not_waited_on(front_end: str) -> None:
 def test_a_claim_released_unstarted_while_waiting_is_claimed_afresh(front_end: str) -> None:
     async def scenario() -> None:
         inner = InMemoryLedger()
-        faulty = FaultyLedger(inner)
-        faulty.inject("start_attempt", LedgerFault.FAIL_BEFORE_WRITE)
-        never = CountingOperation()
-        with pytest.raises(ActionPersistenceError):
-            await ActionRunner(faulty).execute(
-                "charge", never, request=REQUEST, idempotency_key="k"
-            )
-        [stranded] = inner.snapshot()
+        # The runner no longer leaves a claim with no attempt started (attempt 1
+        # is counted with the claim): only a v0.1 runner's can be released unstarted.
+        stranded = await unstarted(inner, provider_reference=None)
         runner = ActionRunner(inner)
         asyncio.get_running_loop().call_later(
             0.05, lambda: asyncio.ensure_future(runner.release_unstarted(stranded.action_id))
@@ -227,7 +245,6 @@ def test_a_claim_released_unstarted_while_waiting_is_claimed_afresh(front_end: s
             wait_in_progress=10,
         )
         # The released claim never invoked anything; the waiter's own claim did, once.
-        assert never.calls == 0
         assert waiter.calls == 1
         assert not result.replayed
         assert result.receipt.action_id != stranded.action_id

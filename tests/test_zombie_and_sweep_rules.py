@@ -32,7 +32,7 @@ from dataoad._leases import _zombie_merged
 from dataoad._receipt import AttemptRecord
 from dataoad._records import VerificationObservation
 from dataoad.testing import FaultyLedger, LedgerFault, ManualClock
-from tests.support import Recorder, Unlisted
+from tests.support import Recorder, Unlisted, unstarted
 from tests.test_leases import LEASE, REQUEST, counting, crash_after_start
 
 CONFIRMED, FAILED, UNKNOWN = ActionStatus.CONFIRMED, ActionStatus.FAILED, ActionStatus.UNKNOWN
@@ -281,20 +281,10 @@ async def test_a_sweep_lists_only_stale_claims_and_at_most_its_limit() -> None:
 async def test_a_sweep_goes_on_past_a_released_claim_and_a_renewed_one() -> None:
     clock = ManualClock()
     ledger = InMemoryLedger(clock=clock)
-    original = ledger.start_attempt
-
-    class Crash(BaseException):
-        pass
-
-    async def dies(receipt: Any, **lease: Any) -> bool:
-        raise Crash
-
-    ledger.start_attempt = dies  # type: ignore[method-assign]
-    with pytest.raises(Crash):
-        await ActionRunner(ledger, owner="A").execute(
-            "charge", counting(), request=REQUEST, idempotency_key="a-unstarted"
-        )
-    ledger.start_attempt = original  # type: ignore[method-assign]
+    # Only a v0.1 runner (before the fused claim) left a claim with no attempt started.
+    await unstarted(
+        ledger, "a-unstarted", request=REQUEST, provider_reference=None, owner="A", lease=LEASE
+    )
     await crash_with_reference(ActionRunner(ledger, owner="A"), "b-started")
     await crash_with_reference(ActionRunner(ledger, owner="A"), "c-started")
     clock.advance(LEASE)

@@ -101,6 +101,22 @@ class Statements:
                 "RETURNING action_id, lease_expires_at"
             ),
             "get": f"{self.select} WHERE action_id = :action_id",
+            # The claim, folded with the lookup of its key into one round
+            # trip (PostgreSQL: a data-modifying WITH): the new claim, or the
+            # receipt holding the key. A held key inserts no tuple, so a
+            # replay writes nothing. No row comes back when the holder
+            # committed after this statement's snapshot; the caller reads again.
+            "claim_or_held": (
+                f"WITH made AS (INSERT INTO {table} ({', '.join(COLUMNS)}) "
+                f"VALUES ({', '.join(f':{c}' for c in WRITTEN)}, {lease_end}) "
+                "ON CONFLICT (namespace, action_name, idempotency_key) "
+                f"WHERE retired_at IS NULL DO NOTHING RETURNING {', '.join(COLUMNS)}) "
+                f"SELECT {', '.join(COLUMNS)}, true FROM made UNION ALL "
+                f"SELECT {', '.join(COLUMNS)}, false FROM {table} "
+                "WHERE namespace = :namespace AND action_name = :action_name "
+                "AND idempotency_key = :idempotency_key AND retired_at IS NULL "
+                "AND NOT EXISTS (SELECT 1 FROM made)"
+            ),
             "find": (
                 f"{self.select} WHERE namespace = :namespace AND action_name = :action_name "
                 "AND idempotency_key = :idempotency_key AND retired_at IS NULL"

@@ -43,7 +43,7 @@ from dataoad._ledger_rules import check_ledger_clock
 from dataoad._lifecycle import DEFAULT_PRUNE_STATUSES
 from dataoad._receipt import ActionReceipt
 from dataoad._status import ActionStatus, ClaimState
-from dataoad.ledgers._codec import receipt_of, values_of
+from dataoad.ledgers._codec import COLUMNS, receipt_of, values_of
 from dataoad.ledgers._postgres_schema import MIGRATIONS
 from dataoad.ledgers._pruning import (
     DEFAULT_BATCH_SIZE,
@@ -330,18 +330,23 @@ class PostgresLedger:
         self, receipt: ActionReceipt, *, lease: float | None = None
     ) -> tuple[ActionReceipt, bool]:
         """Insert the claim unless its action name and key are taken."""
-        claim = self._sql["claim"]
+        claim = self._sql["claim_or_held"]
         while True:
             values = {**values_of(receipt), "now": self._now(), "lease": lease}
             rows = await self._write_rows(claim.sql, *claim.bind(values))
             if rows:
-                return dataclasses.replace(receipt, lease_expires_at=rows[0][1]), True
+                *stored, created = rows[0]
+                if created:
+                    expires = stored[COLUMNS.index("lease_expires_at")]
+                    return dataclasses.replace(receipt, lease_expires_at=expires), True
+                return receipt_of(stored), False
+            # Held by a claim committed after the statement's snapshot (or
+            # one released in between): look again, then try again.
             existing = await self.find(
                 receipt.action_name, receipt.idempotency_key, receipt.namespace
             )
             if existing is not None:
                 return existing, False
-            # The conflicting claim was released in between; try again.
 
     async def get(self, action_id: str) -> ActionReceipt | None:
         """The receipt with this action id, or None."""

@@ -345,22 +345,34 @@ class SQLiteLedger:
     async def claim(
         self, receipt: ActionReceipt, *, lease: float | None = None
     ) -> tuple[ActionReceipt, bool]:
-        """Insert the claim unless its action name and key are taken."""
+        """Look the key up and claim it only if nobody holds it, in one hop.
+
+        A held key is answered from a read (a replay takes no write lock and
+        writes nothing); a free one gets one conditional insert.
+        """
         values = {**_values_of(receipt), "now": None, "lease": lease}
+        conn = await self._connection()
+        return await _on_thread(conn, functools.partial(self._claim_now, conn, receipt, values))
+
+    def _claim_now(
+        self, conn: aiosqlite.Connection, receipt: ActionReceipt, values: dict[str, Any]
+    ) -> tuple[ActionReceipt, bool]:
+        db = conn._conn
+        find, claim = _SQL["find"], _SQL["claim"]
+        key = find.bind(values)
         while True:
-            rows = await self._write(_SQL["claim"], values)
+            rows = db.execute(find.sql, key).fetchall()
             if rows:
-                expires = rows[0][1]
+                return _receipt_of(rows[0]), False
+            with self._writer.hold(self.busy_timeout):
+                made = db.execute(claim.sql, self._params(claim, values)).fetchall()
+            if made:
+                expires = made[0][1]
                 return dataclasses.replace(
                     receipt,
                     lease_expires_at=None if expires is None else datetime.fromisoformat(expires),
                 ), True
-            existing = await self.find(
-                receipt.action_name, receipt.idempotency_key, receipt.namespace
-            )
-            if existing is not None:
-                return existing, False
-            # The conflicting claim was released in between; try again.
+            # Claimed since the look (or claimed and released): look again.
 
     async def get(self, action_id: str) -> ActionReceipt | None:
         """The receipt with this action id, or None."""

@@ -10,6 +10,7 @@ from dataoad.testing._adapter import ProviderAdapter, ReadFault, SandboxFault
 from dataoad.testing._faulty_ledger import FaultyLedger, LedgerFault, LedgerFaultError
 from dataoad.testing._lease_contract import LeaseContract, ManualClock
 from dataoad.testing._ledger_contract import DurableLedgerContract, LedgerContract, make_receipt
+from dataoad.testing._legacy import unstarted_claim
 from dataoad.testing._lifecycle_contract import LifecycleContract
 from dataoad.testing._payment import (
     Charge,
@@ -31,6 +32,7 @@ from dataoad.testing._suite import (
 )
 
 __all__ = [
+    "unstarted_claim",
     "AdapterCheckReport",
     "AdapterViolation",
     "ProviderAdapter",
