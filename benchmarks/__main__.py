@@ -1,21 +1,18 @@
-"""``python -m benchmarks``: per-action overhead of ``execute`` against its floors.
+"""``python -m benchmarks``: what ``execute`` costs, against its floors and its peers.
 
 Every figure is measured in this process and this run, next to the floor it
 is compared with, because these machines are shared and noisy: only ratios
-within one run mean anything. ``--quick`` runs for about a minute in total;
-``--json FILE`` also writes the results.
-
-Floors: the bare awaited no-op; the same three conditional transitions
-(claim, attempt start, completion) done directly (a dict and a lock for
-memory, plain sqlite3 with the same journal and durability settings for
-SQLite), plus the request hash Dataoad computes.
+within one run mean anything. ``--quick`` runs for a few minutes in total;
+``--json FILE`` also writes the results; ``--peers`` (the ``bench`` extra)
+adds the libraries users would pick instead, interleaved with Dataoad in
+the same rounds (``_calls``). Every ratio that states a goal is printed with
+``met`` or ``missed``.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
 import hashlib
 import json
 import re
@@ -32,6 +29,7 @@ from typing import Any
 
 import rfc8785
 
+from benchmarks import _calls as calls
 from benchmarks import _contention as contention
 from benchmarks import _growth as growth
 from benchmarks import _postgres as pg
@@ -142,39 +140,32 @@ def dataoad_step(runner: ActionRunner) -> Callable[[int], Awaitable[Any]]:
 
 
 async def run_floors(count: int, results: dict[str, Any], ratios: dict[str, Any]) -> None:
-    """Per-action overhead on each backend next to its floor."""
+    """The request check and hash next to the stdlib's canonical JSON (first calls: ``calls``)."""
     results["bare awaited no-op"] = await measure(lambda n: noop(), count)
-    results["memory floor"] = await measure(memory_floor(), count)
-    results["InMemoryLedger execute"] = await measure(
-        dataoad_step(ActionRunner(InMemoryLedger())), count
-    )
     results["request check and hash (Dataoad)"] = await measure(dataoad_hash, count)
     results["request hash (rfc8785 + sha256)"] = await measure(rfc8785_hash, count)
     results["request hash floor (json.dumps sorted + sha256)"] = await measure(stdlib_hash, count)
-    ratios["InMemoryLedger / memory floor (goal <= 2.0)"] = (
-        results["InMemoryLedger execute"]["median_us"] / results["memory floor"]["median_us"]
-    )
     ratios["request check and hash / stdlib canonical json + sha256 (goal <= 1.2)"] = (
         results["request check and hash (Dataoad)"]["median_us"]
         / results["request hash floor (json.dumps sorted + sha256)"]["median_us"]
     )
-    with tempfile.TemporaryDirectory() as folder:
-        for sync in ("FULL", "NORMAL"):
-            with contextlib.closing(
-                sqlite3.connect(Path(folder) / f"floor-{sync}.db", isolation_level=None)
-            ) as conn:
-                results[f"sqlite3 floor ({sync})"] = await measure(sqlite_floor(conn, sync), count)
-            async with SQLiteLedger(
-                Path(folder) / f"ledger-{sync}.sqlite3", synchronous=sync
-            ) as ledger:  # type: ignore[arg-type]
-                results[f"SQLiteLedger execute ({sync})"] = await measure(
-                    dataoad_step(ActionRunner(ledger)), count
-                )
-    for sync, goal in (("FULL", 0.8), ("NORMAL", 0.7)):
-        ratios[f"SQLiteLedger {sync} throughput / sqlite3 floor (goal >= {goal})"] = (
-            results[f"SQLiteLedger execute ({sync})"]["per_second"]
-            / results[f"sqlite3 floor ({sync})"]["per_second"]
-        )
+
+
+async def run_first_calls(args: argparse.Namespace, report: dict[str, Any]) -> None:
+    """First calls and replays on every storage: Dataoad, floors and (--peers) peers."""
+    results, ratios = report["results"], report["ratios"]
+    ratios.update(await calls.operation_counts())
+    rounds = args.rounds or (3 if args.quick else 6)
+    count = 200 if args.quick else 1000
+    report["calls"] = {"rounds": rounds, "calls per round": count, "peers": args.peers}
+    if args.no_postgres:
+        figures = await calls.run_calls(count, rounds, args.peers, None, results)
+    else:
+        async with pg.server() as (dsn, _, why):
+            if dsn is None:
+                results["postgres"] = why
+            figures = await calls.run_calls(count, rounds, args.peers, dsn, results)
+    ratios.update(calls.call_goals(figures))
 
 
 async def run_postgres(
@@ -376,7 +367,7 @@ def run_suite_speed(quick: bool, results: dict[str, Any]) -> None:
 
 
 #: The measurements, in order; ``--sections`` picks some.
-SECTIONS = ("floors", "postgres", "contention", "growth", "retention", "suite")
+SECTIONS = ("calls", "floors", "postgres", "contention", "growth", "retention", "suite")
 
 GOAL = re.compile(r"\(goal (<=|>=) ([0-9.]+)\)")
 
@@ -394,7 +385,9 @@ def verdict(name: str, value: Any) -> str:
 
 async def _section(name: str, args: argparse.Namespace, report: dict[str, Any]) -> None:
     count, results, ratios = report["count"], report["results"], report["ratios"]
-    if name == "floors":
+    if name == "calls":
+        await run_first_calls(args, report)
+    elif name == "floors":
         await run_floors(count, results, ratios)
     elif name == "postgres":
         await run_postgres(count, 5 if args.quick else 20, results, ratios)
@@ -449,6 +442,14 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m benchmarks", description=__doc__)
     parser.add_argument("--quick", action="store_true", help="fewer iterations (about a minute)")
     parser.add_argument("--json", metavar="FILE", help="also write the results as JSON")
+    parser.add_argument(
+        "--peers",
+        action="store_true",
+        help="also run Powertools, idemkit, agent-runtime-governance and DBOS (the bench extra)",
+    )
+    parser.add_argument(
+        "--rounds", type=int, default=0, help="interleaved rounds of first calls (default 3/6)"
+    )
     parser.add_argument(
         "--no-postgres", action="store_true", help="leave PostgreSQL out (no server is started)"
     )

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from datetime import datetime
 from typing import Any, Final, Literal
 
@@ -152,5 +152,42 @@ class ActionReceipt:
         return recovery_from_metadata(self.metadata)
 
     def evolve(self, **changes: Any) -> ActionReceipt:
-        """A copy with ``changes`` applied (the ledger decides if it is stored)."""
-        return dataclasses.replace(self, **changes)
+        """A copy with ``changes`` applied (the ledger decides if it is stored).
+
+        What ``dataclasses.replace`` would build, without re-freezing what is
+        already frozen: only changed metadata and attempt records are frozen
+        again (the receipt transitions of every call go through here).
+        """
+        unknown = changes.keys() - _FIELD_SET
+        if unknown:
+            raise TypeError(f"ActionReceipt has no field {sorted(unknown)[0]!r}")
+        new = _copy_with(self, changes)
+        if "metadata" in changes:
+            object.__setattr__(new, "metadata", freeze(new.metadata))
+        if "attempt_records" in changes:
+            object.__setattr__(new, "attempt_records", tuple(new.attempt_records))
+        if new.lease_expires_at is not None and new.claim_state is ClaimState.COMPLETED:
+            object.__setattr__(new, "lease_expires_at", None)
+        return new
+
+
+_FIELD_NAMES: Final = tuple(field.name for field in dataclasses.fields(ActionReceipt))
+_FIELD_SET: Final = frozenset(_FIELD_NAMES)
+
+
+def _compile_copy() -> Callable[[ActionReceipt, dict[str, Any]], ActionReceipt]:
+    # One straight line per field, as dataclasses writes __init__: a loop of
+    # getattr calls over the fields cost more than the rest of a transition.
+    lines = ["def copy_with(self, c):", "    new = _new(_cls)"]
+    lines += [
+        f"    _set(new, {name!r}, c[{name!r}] if {name!r} in c else self.{name})"
+        for name in _FIELD_NAMES
+    ]
+    lines.append("    return new")
+    scope: dict[str, Any] = {"_new": object.__new__, "_set": object.__setattr__}
+    scope["_cls"] = ActionReceipt
+    exec("\n".join(lines), scope)
+    return scope["copy_with"]  # type: ignore[no-any-return]
+
+
+_copy_with: Final = _compile_copy()

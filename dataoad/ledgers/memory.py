@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 import threading
 from collections.abc import Callable, Sequence
 from datetime import datetime
@@ -65,7 +64,7 @@ class InMemoryLedger:
         await self.close()
 
     def _leased(self, receipt: ActionReceipt, lease: float | None) -> ActionReceipt:
-        return dataclasses.replace(receipt, lease_expires_at=lease_until(self._now(), lease))
+        return receipt.evolve(lease_expires_at=lease_until(self._now(), lease))
 
     async def claim(
         self, receipt: ActionReceipt, *, lease: float | None = None
@@ -115,8 +114,8 @@ class InMemoryLedger:
                 return False
             # The lease is the ledger's, never the writer's: kept while PENDING
             # (a COMPLETED receipt drops it itself: nobody holds it).
-            self._by_id[receipt.action_id] = dataclasses.replace(
-                receipt, lease_expires_at=current.lease_expires_at
+            self._by_id[receipt.action_id] = receipt.evolve(
+                lease_expires_at=current.lease_expires_at
             )
             return True
 

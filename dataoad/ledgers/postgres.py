@@ -29,7 +29,6 @@ Design notes (the why):
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import random
 import re
 from collections.abc import Sequence
@@ -338,7 +337,7 @@ class PostgresLedger:
                 *stored, created = rows[0]
                 if created:
                     expires = stored[COLUMNS.index("lease_expires_at")]
-                    return dataclasses.replace(receipt, lease_expires_at=expires), True
+                    return receipt.evolve(lease_expires_at=expires), True
                 return receipt_of(stored), False
             # Held by a claim committed after the statement's snapshot (or
             # one released in between): look again, then try again.

@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import dataclasses
 import functools
 import os
 import sqlite3
@@ -368,8 +367,7 @@ class SQLiteLedger:
                 made = db.execute(claim.sql, self._params(claim, values)).fetchall()
             if made:
                 expires = made[0][1]
-                return dataclasses.replace(
-                    receipt,
+                return receipt.evolve(
                     lease_expires_at=None if expires is None else datetime.fromisoformat(expires),
                 ), True
             # Claimed since the look (or claimed and released): look again.
