@@ -16,10 +16,8 @@ import asyncio
 import hashlib
 import json
 import re
-import sqlite3
 import statistics
 import tempfile
-import threading
 import time
 import traceback
 import uuid
@@ -60,61 +58,6 @@ async def measure(step: Callable[[int], Awaitable[Any]], count: int) -> dict[str
     return summarise(samples)
 
 
-# -- floors ------------------------------------------------------------------------------
-
-
-def memory_floor() -> Callable[[int], Awaitable[None]]:
-    lock = threading.Lock()
-    rows: dict[tuple[str, str], dict[str, Any]] = {}
-
-    async def step(n: int) -> None:
-        hashlib.sha256(rfc8785.dumps(REQUEST)).hexdigest()
-        key = ("charge", f"k{n}")
-        with lock:  # claim
-            if key in rows:
-                return
-            rows[key] = {"version": 1, "attempts": 0}
-        with lock:  # attempt start
-            row = rows[key]
-            if row["version"] == 1:
-                row.update(version=2, attempts=1)
-        await noop()
-        with lock:  # completion
-            row = rows[key]
-            if row["version"] == 2:
-                row.update(version=3, state="COMPLETED")
-
-    return step
-
-
-def sqlite_floor(conn: sqlite3.Connection, synchronous: str) -> Callable[[int], Awaitable[None]]:
-    """The same three transitions in plain sqlite3 on ``conn`` (closed by the caller)."""
-    conn.execute("PRAGMA journal_mode=WAL")
-    conn.execute(f"PRAGMA synchronous={synchronous}")
-    conn.execute(
-        "CREATE TABLE r (id TEXT PRIMARY KEY, name TEXT, key TEXT, version INT, attempts INT,"
-        " state TEXT, body TEXT, UNIQUE (name, key))"
-    )
-
-    async def step(n: int) -> None:
-        action_id = uuid.uuid4().hex
-        body = json.dumps({"request_hash": hashlib.sha256(rfc8785.dumps(REQUEST)).hexdigest()})
-        conn.execute(
-            "INSERT INTO r VALUES (?, 'charge', ?, 1, 0, 'PENDING', ?) ON CONFLICT DO NOTHING",
-            (action_id, f"k{n}", body),
-        )
-        conn.execute(
-            "UPDATE r SET version = 2, attempts = 1 WHERE id = ? AND version = 1", (action_id,)
-        )
-        await noop()
-        conn.execute(
-            "UPDATE r SET version = 3, state = 'COMPLETED' WHERE id = ? AND version = 2",
-            (action_id,),
-        )
-
-    return step
-
-
 # -- Dataoad ------------------------------------------------------------------------------
 
 
@@ -130,13 +73,6 @@ async def dataoad_hash(n: int) -> str:
 async def stdlib_hash(n: int) -> str:
     text = json.dumps(REQUEST, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
     return hashlib.sha256(text.encode()).hexdigest()
-
-
-def dataoad_step(runner: ActionRunner) -> Callable[[int], Awaitable[Any]]:
-    async def step(n: int) -> Any:
-        return await runner.execute("charge", noop, request=REQUEST, idempotency_key=f"k{n}")
-
-    return step
 
 
 async def run_floors(count: int, results: dict[str, Any], ratios: dict[str, Any]) -> None:

@@ -24,7 +24,6 @@ Floors, the same work without a library around it:
 
 from __future__ import annotations
 
-import asyncio
 import hashlib
 import json
 import sqlite3
@@ -346,7 +345,6 @@ async def run_calls(
                     k: round(v, 1) if isinstance(v, float) else v
                     for k, v in figures[storage][name].items()  # type: ignore[union-attr]
                 }
-    await asyncio.sleep(0)
     return figures
 
 
@@ -405,7 +403,7 @@ def call_goals(figures: dict[str, dict[str, dict[str, float] | str]]) -> dict[st
         row = figures.get(storage, {})
         dataoad = row.get("Dataoad", missing if storage == "postgres" else "no sample")
 
-        def against(name: str, which: str = "first_us", row: Any = row) -> Any:
+        def against(name: str, row: Any = row) -> Any:
             return row.get(name, "not measured (no --peers)")
 
         if storage == "memory":

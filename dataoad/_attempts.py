@@ -6,14 +6,14 @@
    the key up first and writes nothing when it is held, so a replay is one
    read: a completed claim replays, a pending one is in progress, a
    different request or provider reference is a conflict.
-2. (Merged into 1.)
-3. A retry durably counts its attempt before invoking (proven write).
-4. Invoke once. Classify by evidence: DefinitiveFailure is FAILED, any other
+2. Invoke once. Classify by evidence: DefinitiveFailure is FAILED, any other
    exception is UNKNOWN, a plain return is CONFIRMED without a verifier and
    UNKNOWN pending read-back with one.
-5. Retry only when the policy and trustworthy evidence allow it.
-6. Record the outcome with one proven write; if it cannot be proven, raise
-   OutcomeNotRecordedError: the claim stays as a barrier against repeats.
+3. Retry only when the policy and trustworthy evidence allow it; a retry
+   durably counts its attempt before invoking (proven write).
+4. Record the outcome with one proven write (``_completing``); if it cannot
+   be proven, raise OutcomeNotRecordedError: the claim stays as a barrier
+   against repeats.
 """
 
 from __future__ import annotations
@@ -28,32 +28,34 @@ from typing import Any
 
 from dataoad._blocking import call_maybe_async
 from dataoad._clock import wall_time
+from dataoad._completing import (
+    Execution,
+    complete,
+    earlier_attempts_ran,
+    fenced_after_running,
+    record_cancelled,
+)
 from dataoad._current import running_attempt
 from dataoad._errors import (
     ActionInProgressError,
     ActionPersistenceError,
     ClaimFencedError,
     IdempotencyConflictError,
-    OutcomeNotRecordedError,
 )
 from dataoad._events import EventKind, EventSink
 from dataoad._evidence import (
-    Settlement,
     aggregate_attempts,
     attempt_evidence,
-    recovered_value_correlated,
     settle,
 )
 from dataoad._failure import DefinitiveFailure
 from dataoad._leases import (
     Tenure,
     keep_lease,
-    merge_zombie_evidence,
     settle_started,
     take_over,
 )
 from dataoad._observing import (
-    Observation,
     VerifyFn,
     observe,
     protocol_metadata,
@@ -67,7 +69,6 @@ from dataoad._result import ActionResult
 from dataoad._retiring import expire_if_due
 from dataoad._settling import observe_and_merge
 from dataoad._status import ActionStatus, ClaimState
-from dataoad._verification import MISSING
 
 __all__ = ["Call", "execute_once", "run_attempts"]
 
@@ -87,16 +88,6 @@ class Call:
     policy: RetryPolicy
     #: Seconds after which a definitive receipt of the key no longer replays.
     expires_after: float | None = None
-
-
-@dataclasses.dataclass(frozen=True, slots=True)
-class _Execution:
-    """What one invocation of the operation established."""
-
-    status: ActionStatus
-    error: str | None = None
-    retryable: bool = False
-    value: object = MISSING
 
 
 async def execute_once(
@@ -204,29 +195,6 @@ async def _run_taken_over(
     )
 
 
-def earlier_attempts_ran(
-    exc: ActionPersistenceError,
-    action_id: str,
-    finished: Sequence[AttemptRecord],
-    observations: Sequence[VerificationObservation],
-    base_metadata: Mapping[str, Any],
-) -> ActionPersistenceError:
-    """A retry that could not start, after earlier attempts of the same call ran."""
-    settlement = settle(finished, observations)
-    cause = exc.__cause__
-    why = "the claim changed concurrently" if cause is None else bounded_error(cause)
-    return OutcomeNotRecordedError(
-        f"attempt {len(finished) + 1} of action {action_id} could "
-        f"not be started ({why}), so it was not invoked; but {len(finished)} earlier "
-        f"attempt(s) of this call WERE invoked ({settlement.final_status.value}): do not repeat "
-        "the operation. Re-read the ledger; a PENDING claim needs read-only recover_pending",
-        receipt=exc.receipt,
-        operation_invoked=True,
-        observed_status=settlement.final_status,
-        observed_metadata=protocol_metadata(base_metadata, observations, settlement),
-    )
-
-
 async def run_attempts(
     store: ProvenLedger,
     claimed: ActionReceipt,
@@ -283,7 +251,7 @@ async def run_attempts(
         except asyncio.CancelledError:
             # The operation may have run. Record UNKNOWN if we still can,
             # then let the cancellation through; a PENDING claim is safe too.
-            await _record_cancelled(store, durable, records, observations, base_metadata)
+            await record_cancelled(store, durable, records, observations, base_metadata)
             raise
 
         last_observation = None if observation is None else observation.record
@@ -329,7 +297,7 @@ async def run_attempts(
                 level=logging.WARNING if status is ActionStatus.UNKNOWN else logging.INFO,
             )
             continue
-        return await _complete(
+        return await complete(
             store,
             durable,
             records,
@@ -376,7 +344,7 @@ async def _start(
             raise  # nothing of this call ran
         if isinstance(exc, ClaimFencedError) and exc.receipt is not None:
             ran = settle(records[:-1], observations)
-            raise await _fenced_after_running(
+            raise await fenced_after_running(
                 store,
                 exc,
                 exc.receipt,
@@ -391,152 +359,18 @@ async def _start(
         ) from (exc.__cause__ or exc)
 
 
-async def _invoke(operation: Callable[[], Any], *, verifying: bool) -> _Execution:
+async def _invoke(operation: Callable[[], Any], *, verifying: bool) -> Execution:
     try:
         # A sync operation runs on a worker thread, never on the loop.
         value = await call_maybe_async(operation)
     except DefinitiveFailure as exc:
-        return _Execution(
+        return Execution(
             ActionStatus.FAILED, error=bounded_error(exc), retryable=exc.retryable is True
         )
     except Exception as exc:
         # Timeouts, resets, malformed responses: the effect may have happened.
-        return _Execution(ActionStatus.UNKNOWN, error=bounded_error(exc))
+        return Execution(ActionStatus.UNKNOWN, error=bounded_error(exc))
     if verifying:
         # A return proves only that execution finished; read-back decides.
-        return _Execution(ActionStatus.UNKNOWN, value=value)
-    return _Execution(ActionStatus.CONFIRMED, value=value)
-
-
-def completed(
-    durable: ActionReceipt,
-    records: Sequence[AttemptRecord],
-    observations: Sequence[VerificationObservation],
-    base_metadata: Mapping[str, Any],
-    error: str | None,
-) -> tuple[ActionReceipt, Settlement]:
-    """The COMPLETED receipt the recorded facts settle to (the one place it is built)."""
-    settlement = settle(records, observations)
-    final = durable.evolve(
-        claim_state=ClaimState.COMPLETED,
-        attempt_records=tuple(records),
-        execution_status=settlement.execution_status,
-        verification_status=settlement.verification_status,
-        final_status=settlement.final_status,
-        provider_request_id=settlement.provider_request_id,
-        error=error,
-        metadata=protocol_metadata(base_metadata, observations, settlement),
-        version=durable.version + 1,
-        updated_at=utc_now(),
-    )
-    return final, settlement
-
-
-def _exposed_value(
-    settlement: Settlement, execution: _Execution, observation: Observation | None
-) -> object:
-    """The value the caller may see: the operation's own, or a correlated recovered one."""
-    if settlement.final_status is not ActionStatus.CONFIRMED:
-        return MISSING
-    conflict = settlement.provider_request_id_conflict
-    if execution.value is not MISSING and not conflict:
-        return execution.value
-    result = None if observation is None else observation.result
-    if (
-        result is not None
-        and result.has_value
-        and recovered_value_correlated(
-            settlement.final_status,
-            conflict,
-            result.provider_request_id,
-            settlement.provider_request_id,
-        )
-    ):
-        return result.value
-    return MISSING
-
-
-async def _complete(
-    store: ProvenLedger,
-    durable: ActionReceipt,
-    records: list[AttemptRecord],
-    observations: Sequence[VerificationObservation],
-    base_metadata: Mapping[str, Any],
-    execution: _Execution,
-    observation: Observation | None,
-    events: EventSink,
-    *,
-    taken_over: bool,
-) -> ActionResult[Any]:
-    final, settlement = completed(durable, records, observations, base_metadata, execution.error)
-    value = _exposed_value(settlement, execution, observation)
-    try:
-        await store.record_outcome(
-            final,
-            durable,
-            events,
-            observed_status=settlement.final_status,
-            observed_metadata=final.metadata,
-            value=value,
-            has_value=value is not MISSING,
-        )
-    except ClaimFencedError as exc:
-        if exc.receipt is None:
-            raise
-        raise await _fenced_after_running(
-            store,
-            exc,
-            exc.receipt,
-            records[-1],
-            None if observation is None else observation.record,
-            events,
-        ) from None
-    events.emit(EventKind.COMPLETED, final)
-    return ActionResult(final, value=value, taken_over=taken_over)
-
-
-async def _fenced_after_running(
-    store: ProvenLedger,
-    exc: ClaimFencedError,
-    stored: ActionReceipt,
-    finished: AttemptRecord,
-    observation: VerificationObservation | None,
-    events: EventSink,
-    *,
-    observed_status: ActionStatus | None = None,
-    observed_metadata: Mapping[str, Any] | None = None,
-) -> ClaimFencedError:
-    """The error a zombie raises, once its attempt is merged into the receipt as evidence."""
-    merged = await merge_zombie_evidence(store, stored, finished, observation, events)
-    return ClaimFencedError(
-        str(exc)
-        if exc.operation_invoked
-        else f"action {stored.action_id} was taken over by {stored.owner!r} (its lease had run "
-        f"out) after attempt {finished.number} of this call WAS invoked: do not repeat it. "
-        "What this worker saw was merged into the receipt as evidence",
-        receipt=merged,
-        operation_invoked=True,
-        observed_status=exc.observed_status or observed_status,
-        observed_metadata=exc.observed_metadata or observed_metadata,
-        value_available=exc.value_available,
-        observed_value=exc.observed_value,
-    )
-
-
-async def _record_cancelled(
-    store: ProvenLedger,
-    durable: ActionReceipt,
-    records: list[AttemptRecord],
-    observations: Sequence[VerificationObservation],
-    base_metadata: Mapping[str, Any],
-) -> None:
-    records = list(records)
-    records[-1] = dataclasses.replace(
-        records[-1],
-        execution_status=ActionStatus.UNKNOWN,
-        error="CancelledError: cancelled after the operation was invoked",
-        retry_decision="stop",
-        finished_at=utc_now(),
-    )
-    final, _ = completed(durable, records, observations, base_metadata, records[-1].error)
-    await store.record_best_effort(final)
+        return Execution(ActionStatus.UNKNOWN, value=value)
+    return Execution(ActionStatus.CONFIRMED, value=value)

@@ -271,9 +271,10 @@ async def _find_one(ledger: InspectableLedger, args: argparse.Namespace) -> Acti
 
 
 async def _migrate(args: argparse.Namespace) -> int:
+    from dataoad.ledgers._sqlite_file import inspect_file
     from dataoad.ledgers.postgres import SCHEMA_VERSION as PG_SCHEMA_VERSION
     from dataoad.ledgers.sqlite import SCHEMA_VERSION as SQLITE_SCHEMA_VERSION
-    from dataoad.ledgers.sqlite import SQLiteLedger, inspect_file
+    from dataoad.ledgers.sqlite import SQLiteLedger
 
     url = _ledger_url(args.url, args.table)
     if _is_postgres(url):

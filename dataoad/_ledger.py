@@ -40,6 +40,9 @@ class Ledger(Protocol):
         ``(existing, False)`` with the stored claim otherwise. Exactly one of
         any number of concurrent callers for one key gets True. With
         ``lease``, the claim's lease runs out that many seconds from now.
+        The runner's claim already counts attempt 1 (the fused claim) and
+        comes without a lookup first: a ledger should look the key up in the
+        same call and write nothing when it is held (a replay is one read).
         """
         ...
 

@@ -35,6 +35,7 @@ SAFETY_CRITICAL_MODULES = [
     "dataoad/_runner.py",
     "dataoad/_arguments.py",
     "dataoad/_attempts.py",
+    "dataoad/_completing.py",
     "dataoad/_settling.py",
     "dataoad/_observing.py",
     "dataoad/_proven.py",

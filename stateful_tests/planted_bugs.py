@@ -21,6 +21,7 @@ import pytest
 
 import dataoad._arguments as arguments_module
 import dataoad._attempts as attempts_module
+import dataoad._completing as completing_module
 import dataoad._evidence as evidence_module
 import dataoad._observing as observing_module
 import dataoad._policy as policy_module
@@ -242,6 +243,7 @@ def _answers_unknown_to_everything(mp: pytest.MonkeyPatch) -> dict[str, Any]:
         return dataclasses.replace(real(attempts, observations), final_status=ActionStatus.UNKNOWN)
 
     mp.setattr(attempts_module, "settle", buggy)
+    mp.setattr(completing_module, "settle", buggy)
     mp.setattr(settling_module, "settle", buggy)
     return {}
 

@@ -93,7 +93,7 @@ PLANTED_EXAMPLES = [
     PlantedExample(
         "sqlite-file-readable-by-all",
         "a new SQLite file is readable by its owner only",
-        "dataoad/ledgers/sqlite.py",
+        "dataoad/ledgers/_sqlite_file.py",
         "os.O_CREAT | os.O_EXCL | os.O_RDWR, 0o600",
         "os.O_CREAT | os.O_EXCL | os.O_RDWR, 0o644",
         ("tests/test_sqlite_ledger.py::test_new_files_are_readable_by_their_owner_only",),

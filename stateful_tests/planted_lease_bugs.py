@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 
 import dataoad._attempts as attempts_module
+import dataoad._completing as completing_module
 import dataoad._leases as leases_module
 import dataoad.ledgers.memory as memory_module
 import dataoad.ledgers.sqlite as sqlite_module
@@ -123,7 +124,7 @@ def _zombie_evidence_dropped(mp: pytest.MonkeyPatch) -> dict[str, Any]:
     async def dropped(store: Any, stored: Any, *rest: Any) -> Any:
         return stored  # the fenced worker's observation is only in its exception
 
-    mp.setattr(attempts_module, "merge_zombie_evidence", dropped)
+    mp.setattr(completing_module, "merge_zombie_evidence", dropped)
     return {}
 
 

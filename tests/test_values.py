@@ -146,7 +146,8 @@ async def test_replay_never_exposes_a_value_even_after_reconciling() -> None:
 def test_no_value_is_exposed_from_conflicting_or_missing_evidence() -> None:
     """The exposure rule on its own: a conflict between confirmations hides even the
     operation's own value, and without an observation there is nothing to recover."""
-    from dataoad._attempts import _Execution, _exposed_value
+    from dataoad._completing import Execution as _Execution
+    from dataoad._completing import exposed_value as _exposed_value
     from dataoad._evidence import Settlement
     from dataoad._result import MISSING
 

@@ -7,7 +7,17 @@ from __future__ import annotations
 
 from typing import Final
 
-__all__ = ["MIGRATIONS"]
+from dataoad._errors import DataoadError
+
+__all__ = ["MIGRATIONS", "SCHEMA_VERSION", "LedgerSchemaError"]
+
+#: The schema version this code writes and understands.
+SCHEMA_VERSION: Final = 3
+
+
+class LedgerSchemaError(DataoadError):
+    """The database has no ledger schema yet, or a newer one; nothing was changed."""
+
 
 #: Schema steps: MIGRATIONS[v] takes a version v-1 database to version v.
 #: ``{table}`` is filled in with the quoted, validated name, ``{key_index}``

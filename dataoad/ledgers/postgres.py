@@ -43,7 +43,7 @@ from dataoad._lifecycle import DEFAULT_PRUNE_STATUSES
 from dataoad._receipt import ActionReceipt
 from dataoad._status import ActionStatus, ClaimState
 from dataoad.ledgers._codec import COLUMNS, receipt_of, values_of
-from dataoad.ledgers._postgres_schema import MIGRATIONS
+from dataoad.ledgers._postgres_schema import MIGRATIONS, SCHEMA_VERSION, LedgerSchemaError
 from dataoad.ledgers._pruning import (
     DEFAULT_BATCH_SIZE,
     BeforeDelete,
@@ -55,18 +55,10 @@ from dataoad.ledgers._statements import POSTGRES, Statement, Statements
 
 __all__ = ["SCHEMA_VERSION", "LedgerSchemaError", "MissingExtraError", "PostgresLedger"]
 
-#: The schema version this code writes and understands.
-SCHEMA_VERSION: Final = 3
-
-
 _NAME: Final = re.compile(r"[a-z_][a-z0-9_]{0,47}")
 
 #: Connection failures after which a read is retried on a fresh connection.
 _RETRYABLE_READ_ERRORS: Final = (OSError, ConnectionError, asyncio.TimeoutError)
-
-
-class LedgerSchemaError(DataoadError):
-    """The database has no ledger schema yet, or a newer one; nothing was changed."""
 
 
 def _asyncpg() -> Any:

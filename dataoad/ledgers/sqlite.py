@@ -28,7 +28,6 @@ import asyncio
 import contextlib
 import functools
 import os
-import sqlite3
 import threading
 import warnings
 import weakref
@@ -54,16 +53,18 @@ from dataoad.ledgers._pruning import (
     NextBatch,
     prune,
 )
+from dataoad.ledgers._sqlite_file import (
+    APPLICATION_ID,
+    SCHEMA_VERSION,
+    LedgerFileError,
+    create_private_file,
+    inspect_file,
+)
 from dataoad.ledgers._sqlite_schema import MIGRATIONS
 from dataoad.ledgers._statements import SQLITE, Statement, Statements
 from dataoad.ledgers._writer_lock import LedgerBusyError, WriterLock
 
 __all__ = ["SCHEMA_VERSION", "LedgerBusyError", "LedgerFileError", "SQLiteLedger"]
-
-#: ``PRAGMA application_id`` of a Dataoad ledger file ("DAOD").
-APPLICATION_ID: Final = 0x44414F44
-#: The schema version this code writes; older files are migrated on open.
-SCHEMA_VERSION: Final = 4
 
 T = TypeVar("T")
 
@@ -71,10 +72,6 @@ _SQL: Final = Statements("receipts", SQLITE)
 
 
 Synchronous = Literal["FULL", "NORMAL", "EXTRA"]
-
-
-class LedgerFileError(DataoadError):
-    """The file is not a usable Dataoad ledger; it was left unchanged."""
 
 
 # -- serialisation ---------------------------------------------------------------
@@ -91,55 +88,6 @@ def _receipt_of(row: Sequence[Any]) -> ActionReceipt:
 def clock_text(moment: datetime) -> str:
     """A lease time as stored: UTC, always with microseconds, so text sorts like time."""
     return moment.astimezone(UTC).isoformat(timespec="microseconds")
-
-
-# -- opening and checking files ------------------------------------------------
-
-
-def _create_private_file(path: Path) -> None:
-    """Create ``path`` readable and writable by its owner only, if it is missing."""
-    try:
-        fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_RDWR, 0o600)
-    except FileExistsError:
-        return
-    os.close(fd)
-
-
-def inspect_file(path: Path) -> int | None:
-    """The schema version of an existing ledger file, or None for an empty file.
-
-    Opens the file read-only, so a file that is rejected is left untouched.
-    Raises LedgerFileError for a file that is not a Dataoad ledger, is
-    corrupt, or was written by a newer Dataoad.
-    """
-    if path.stat().st_size == 0:
-        return None
-    try:
-        probe = sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True)
-    except sqlite3.Error as exc:
-        raise LedgerFileError(f"{path}: cannot be opened as SQLite: {exc}") from exc
-    try:
-        application_id = probe.execute("PRAGMA application_id").fetchone()[0]
-        user_version = probe.execute("PRAGMA user_version").fetchone()[0]
-        tables = {
-            name for (name,) in probe.execute("SELECT name FROM sqlite_master WHERE type = 'table'")
-        }
-    except sqlite3.DatabaseError as exc:
-        raise LedgerFileError(f"{path}: not a SQLite database, or corrupt: {exc}") from exc
-    finally:
-        probe.close()
-    if application_id == 0 and user_version == 0 and not tables:
-        return None  # an empty SQLite database: ours to initialise
-    if application_id != APPLICATION_ID:
-        raise LedgerFileError(f"{path}: not a Dataoad ledger (application_id {application_id:#x})")
-    if user_version > SCHEMA_VERSION:
-        raise LedgerFileError(
-            f"{path}: written with ledger schema {user_version}, newer than the {SCHEMA_VERSION} "
-            "this Dataoad understands; upgrade Dataoad to open it"
-        )
-    if "receipts" not in tables or user_version < 1:
-        raise LedgerFileError(f"{path}: Dataoad ledger without its receipts table (corrupt?)")
-    return int(user_version)
 
 
 # aiosqlite runs each connection on a worker thread that is not a daemon and
@@ -249,7 +197,7 @@ class SQLiteLedger:
     async def _open(self) -> aiosqlite.Connection:
         if not self.path.parent.is_dir():
             raise LedgerFileError(f"{self.path}: folder {self.path.parent} does not exist")
-        _create_private_file(self.path)
+        create_private_file(self.path)
         # Quick and read-only: a current ledger opens without ever waiting on
         # the writer lock, so inspecting one works while a writer is stuck.
         version = inspect_file(self.path)

@@ -25,13 +25,9 @@ from dataoad._errors import InvalidArgumentError
 from dataoad._receipt import ActionReceipt
 from dataoad._status import ActionStatus
 from dataoad.ledgers._codec import receipt_of
+from dataoad.ledgers._sqlite_file import APPLICATION_ID, SCHEMA_VERSION, LedgerFileError
 from dataoad.ledgers._statements import SQLITE, Statement, Statements
-from dataoad.ledgers.sqlite import (
-    APPLICATION_ID,
-    SCHEMA_VERSION,
-    LedgerFileError,
-    clock_text,
-)
+from dataoad.ledgers.sqlite import clock_text
 
 __all__ = ["SQLiteReader"]
 

@@ -1,0 +1,73 @@
+"""A SQLite ledger file: how it is recognised, created and checked before it is opened."""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+from pathlib import Path
+from typing import Final
+
+from dataoad._errors import DataoadError
+
+__all__ = [
+    "APPLICATION_ID",
+    "SCHEMA_VERSION",
+    "LedgerFileError",
+    "create_private_file",
+    "inspect_file",
+]
+
+#: ``PRAGMA application_id`` of a Dataoad ledger file ("DAOD").
+APPLICATION_ID: Final = 0x44414F44
+#: The schema version this code writes; older files are migrated on open.
+SCHEMA_VERSION: Final = 4
+
+
+class LedgerFileError(DataoadError):
+    """The file is not a usable Dataoad ledger; it was left unchanged."""
+
+
+def create_private_file(path: Path) -> None:
+    """Create ``path`` readable and writable by its owner only, if it is missing."""
+    try:
+        fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_RDWR, 0o600)
+    except FileExistsError:
+        return
+    os.close(fd)
+
+
+def inspect_file(path: Path) -> int | None:
+    """The schema version of an existing ledger file, or None for an empty file.
+
+    Opens the file read-only, so a file that is rejected is left untouched.
+    Raises LedgerFileError for a file that is not a Dataoad ledger, is
+    corrupt, or was written by a newer Dataoad.
+    """
+    if path.stat().st_size == 0:
+        return None
+    try:
+        probe = sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True)
+    except sqlite3.Error as exc:
+        raise LedgerFileError(f"{path}: cannot be opened as SQLite: {exc}") from exc
+    try:
+        application_id = probe.execute("PRAGMA application_id").fetchone()[0]
+        user_version = probe.execute("PRAGMA user_version").fetchone()[0]
+        tables = {
+            name for (name,) in probe.execute("SELECT name FROM sqlite_master WHERE type = 'table'")
+        }
+    except sqlite3.DatabaseError as exc:
+        raise LedgerFileError(f"{path}: not a SQLite database, or corrupt: {exc}") from exc
+    finally:
+        probe.close()
+    if application_id == 0 and user_version == 0 and not tables:
+        return None  # an empty SQLite database: ours to initialise
+    if application_id != APPLICATION_ID:
+        raise LedgerFileError(f"{path}: not a Dataoad ledger (application_id {application_id:#x})")
+    if user_version > SCHEMA_VERSION:
+        raise LedgerFileError(
+            f"{path}: written with ledger schema {user_version}, newer than the {SCHEMA_VERSION} "
+            "this Dataoad understands; upgrade Dataoad to open it"
+        )
+    if "receipts" not in tables or user_version < 1:
+        raise LedgerFileError(f"{path}: Dataoad ledger without its receipts table (corrupt?)")
+    return int(user_version)
