@@ -19,7 +19,7 @@ import json
 import os
 import time
 from collections import Counter
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable
 from datetime import datetime
 from pathlib import Path
 from typing import Any, TypeVar, cast
@@ -326,6 +326,29 @@ class Scheduler:
         contender.task.cancel()
         self._settle(contender)
         self.fail_stranded_gate(contender)
+
+    def stop_all(self, contenders: Iterable[Contender]) -> None:
+        """At teardown: every contender still running dies, and its end is collected.
+
+        A task whose exception nobody retrieves is logged when it is garbage
+        collected, wherever that happens; on CPython 3.11 a collection inside
+        ``ast.parse`` (Hypothesis reads the next machine's source) re-enters
+        the parser to format that traceback and fails with a SystemError.
+        """
+        contenders = list(contenders)
+        for c in contenders:
+            if c.task is not None and not c.task.done():
+                c.crashed = True
+                c.task.cancel()
+        for c in contenders:
+            self.fail_stranded_gate(c)
+        tasks = {c.task for c in contenders if c.task is not None}
+        pending = {t for t in tasks if not t.done()}
+        if pending:
+            self.runner.run(asyncio.wait(pending, timeout=self.timeout))
+        for task in tasks:
+            if task.done() and not task.cancelled():
+                task.exception()  # retrieved: its outcome no longer matters
 
     def fail_stranded_gate(self, contender: Contender) -> None:
         """Fail a gate the contender's cancellation could not reach.

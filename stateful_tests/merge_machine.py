@@ -125,10 +125,7 @@ class MergeMachineBase(RuleBasedStateMachine):
 
     def teardown(self) -> None:
         try:
-            for c in self.reconcilers:
-                if c.task is not None and not c.task.done():
-                    c.crashed = True
-                    c.task.cancel()
+            self.scheduler.stop_all(self.reconcilers)
             evidence_module.MAX_KEPT_OBSERVATIONS = self.saved_observation_limit
             for ledger in self.clients:
                 self.loop.run(ledger.close())

@@ -339,12 +339,7 @@ class RunnerMachineBase(LifecycleRules, LeaseRules, RuleBasedStateMachine):
 
     def teardown(self) -> None:
         try:
-            for c in self.contenders_list:
-                if c.task is not None and not c.task.done():
-                    c.crashed = True
-                    c.task.cancel()
-            for c in self.contenders_list:
-                self.scheduler.fail_stranded_gate(c)
+            self.scheduler.stop_all(self.contenders_list)
             evidence_module.MAX_KEPT_OBSERVATIONS = self.saved_observation_limit
             warnings.filters[:] = self.saved_warning_filters
             for client in self.clients:
