@@ -321,7 +321,12 @@ async def _run(args: argparse.Namespace) -> int:
             raise UsageError("name a subcommand: ledger migrate URL")
         return await _migrate(args)
     inspecting = args.command == "receipts"
-    read_only = inspecting and args.receipts_command in ("list", "show")
+    # A prune's dry run only counts: like list and show it never opens a
+    # SQLite file for writing (no writer lock, no schema, no journal).
+    read_only = inspecting and (
+        args.receipts_command in ("list", "show")
+        or (args.receipts_command == "prune" and args.dry_run)
+    )
     ledger = _open_ledger(args.ledger, args.table, read_only=read_only)
     try:
         if args.command == "receipts" and args.receipts_command == "list":

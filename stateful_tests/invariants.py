@@ -602,6 +602,10 @@ def retryable_failure_is_retried(m: RunnerMachineBase) -> None:
             and c.policy.retry_on_failed
             and len(c.provider_calls) < c.policy.max_attempts
             and _clean_ledger(c)
+            # A taker's attempts follow those of the worker it took over from:
+            # the policy counts the claim's attempts, not this caller's calls,
+            # and an earlier attempt's evidence may forbid the retry.
+            and not c.took_over
         ):
             raise fail(
                 retryable_failure_is_retried,

@@ -9,6 +9,7 @@ import os
 import subprocess
 import sys
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -280,15 +281,30 @@ def _as_nobody(argv: list[str], cwd: Path) -> subprocess.CompletedProcess[str]:
     )
 
 
-@pytest.mark.parametrize("store", ["sqlite"], indirect=True)
-def test_an_operator_with_read_only_access_can_inspect(store: Store) -> None:
+@contextmanager
+def read_only_copy(ledger_file: Path) -> Iterator[Path]:
+    """A copy of the ledger file that the unprivileged user may read, not write.
+
+    Under /tmp, since that user cannot reach pytest's folders under /root.
+    """
     folder = Path(f"/tmp/dataoad-ops-{os.getpid()}")
     folder.mkdir(mode=0o755, exist_ok=True)
     os.chmod(folder, 0o755)
     db = folder / "ledger.sqlite3"
-    db.write_bytes((store.cwd / "ledger.sqlite3").read_bytes())
+    db.write_bytes(ledger_file.read_bytes())
     os.chmod(db, 0o444)
     try:
+        yield db
+    finally:
+        for path in folder.iterdir():
+            path.unlink()
+        folder.rmdir()
+
+
+@pytest.mark.parametrize("store", ["sqlite"], indirect=True)
+def test_an_operator_with_read_only_access_can_inspect(store: Store) -> None:
+    with read_only_copy(store.cwd / "ledger.sqlite3") as db:
+        folder = db.parent
         done = _as_nobody(["receipts", "list", "--ledger", str(db)], folder)
         assert done.returncode == 0, done.stderr
         assert "(3 receipts)" in done.stdout
@@ -298,10 +314,6 @@ def test_an_operator_with_read_only_access_can_inspect(store: Store) -> None:
         assert denied.returncode == 1
         assert "no read permission" in denied.stderr
         assert "corrupt" not in denied.stderr
-    finally:
-        for path in folder.iterdir():
-            path.unlink()
-        folder.rmdir()
 
 
 @pytest.mark.parametrize(

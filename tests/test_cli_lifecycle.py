@@ -12,12 +12,13 @@ from typing import Any
 
 import pytest
 
-from dataoad import ActionStatus, SQLiteLedger
+from dataoad import ActionStatus, InvalidArgumentError, SQLiteLedger
 from dataoad._receipt import utc_now
+from dataoad.ledgers.sqlite_reader import SQLiteReader
 from dataoad.testing import make_receipt
 from dataoad.testing._ledger_contract import completed, started
 from stateful_tests.services import PostgresTestTable
-from tests.test_cli_ledger import Store, dataoad
+from tests.test_cli_ledger import Store, _as_nobody, dataoad, read_only_copy
 
 DAY = timedelta(days=1)
 
@@ -169,3 +170,50 @@ def test_reopen_a_definitive_failure_only(aged: Store) -> None:
     elsewhere = dataoad("reopen", tenant, "--namespace", "", "--yes", cwd=cwd, env=env)
     assert elsewhere.returncode == 1
     assert "no action" in elsewhere.stderr
+
+
+@pytest.mark.parametrize("aged", ["sqlite"], indirect=True)
+def test_a_prune_dry_run_needs_only_read_access(aged: Store) -> None:
+    # Like list and show, a dry run is an operator's look: it must work for
+    # someone who may only read the file, and write nothing (no lock file).
+    with read_only_copy(aged.cwd / "ledger.sqlite3") as db:
+        folder = db.parent
+        argv = ["receipts", "prune", "--ledger", str(db), "--older-than", "30d"]
+        dry = _as_nobody([*argv, "--status", "unknown", "--dry-run"], folder)
+        assert dry.returncode == 0, dry.stderr
+        assert "would delete 1 unknown receipt(s)" in dry.stdout
+        assert sorted(p.name for p in folder.iterdir()) == ["ledger.sqlite3"]
+        # Deleting needs write access, and says so.
+        real = _as_nobody([*argv, "--yes"], folder)
+        assert real.returncode == 1
+        assert "no read and write permission" in real.stderr
+        assert "corrupt" not in real.stderr
+        assert sorted(p.name for p in folder.iterdir()) == ["ledger.sqlite3"]
+
+
+def test_a_reader_counts_what_a_prune_would_delete_and_deletes_nothing(tmp_path: Path) -> None:
+    async def scenario() -> None:
+        path = tmp_path / "ledger.sqlite3"
+        async with SQLiteLedger(path) as ledger:
+            await _put(ledger, "old-ok", ActionStatus.CONFIRMED, 40 * DAY)
+            await _put(ledger, "old-unknown", ActionStatus.UNKNOWN, 40 * DAY)
+            await _put(ledger, "tenant-ok", ActionStatus.CONFIRMED, 40 * DAY, ns="tenant")
+            await _put(ledger, "young", ActionStatus.CONFIRMED, DAY)
+            await _put(ledger, "old-pending", None, 40 * DAY)
+        cut = utc_now() - 30 * DAY
+        reader = SQLiteReader(path)
+        try:
+            assert await reader.prune(completed_before=cut) == 2
+            assert await reader.prune(completed_before=cut, namespace="tenant") == 1
+            unknown = await reader.prune(completed_before=cut, statuses=[ActionStatus.UNKNOWN])
+            assert unknown == 1
+            assert await reader.prune(completed_before=cut, batch_size=1) == 2
+            with pytest.raises(InvalidArgumentError, match="deletes nothing"):
+                await reader.prune(completed_before=cut, dry_run=False)
+            with pytest.raises(InvalidArgumentError):
+                await reader.prune(completed_before=cut, statuses=["pending"])
+            assert len(await reader.receipts()) == 5
+        finally:
+            await reader.close()
+
+    asyncio.run(scenario())

@@ -55,6 +55,9 @@ def inspect_file(path: Path) -> int | None:
         tables = {
             name for (name,) in probe.execute("SELECT name FROM sqlite_master WHERE type = 'table'")
         }
+    except sqlite3.OperationalError as exc:
+        # Not corruption: SQLite could not get at a file it needs.
+        raise LedgerFileError(f"{path}: cannot be opened: {exc}{_access_hint(path)}") from exc
     except sqlite3.DatabaseError as exc:
         raise LedgerFileError(f"{path}: not a SQLite database, or corrupt: {exc}") from exc
     finally:
@@ -71,3 +74,15 @@ def inspect_file(path: Path) -> int | None:
     if "receipts" not in tables or user_version < 1:
         raise LedgerFileError(f"{path}: Dataoad ledger without its receipts table (corrupt?)")
     return int(user_version)
+
+
+def _access_hint(path: Path) -> str:
+    """What this user may not do that a ledger needs (write the file and its folder)."""
+    missing = [
+        what
+        for what, where in (("the file", path), ("its folder", path.parent))
+        if not os.access(where, os.R_OK | os.W_OK)
+    ]
+    if not missing:
+        return ""
+    return f" (no read and write permission on {' or '.join(missing)}; SQLiteReader needs only read access)"

@@ -15,16 +15,19 @@ from __future__ import annotations
 import asyncio
 import os
 import sqlite3
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Final
 
 from dataoad._clock import utc_now
 from dataoad._errors import InvalidArgumentError
+from dataoad._lifecycle import DEFAULT_PRUNE_STATUSES
 from dataoad._receipt import ActionReceipt
 from dataoad._status import ActionStatus
 from dataoad.ledgers._codec import receipt_of
+from dataoad.ledgers._pruning import DEFAULT_BATCH_SIZE, DeleteExact, NextBatch
+from dataoad.ledgers._pruning import prune as run_prune
 from dataoad.ledgers._sqlite_file import APPLICATION_ID, SCHEMA_VERSION, LedgerFileError
 from dataoad.ledgers._statements import SQLITE, Statement, Statements
 from dataoad.ledgers.sqlite import clock_text
@@ -176,6 +179,56 @@ class SQLiteReader:
         )
         rows = await self._rows(listing, values)
         return [receipt_of(row, datetime.fromisoformat) for row in rows]
+
+    async def prune(
+        self,
+        *,
+        completed_before: datetime,
+        statuses: Sequence[ActionStatus] = DEFAULT_PRUNE_STATUSES,
+        namespace: str | None = None,
+        batch_size: int = DEFAULT_BATCH_SIZE,
+        dry_run: bool = True,
+    ) -> int:
+        """How many receipts ``SQLiteLedger.prune`` would delete; a reader deletes nothing.
+
+        Only ``dry_run=True`` is accepted (a reader never writes).
+        """
+        if dry_run is not True:
+            raise InvalidArgumentError(
+                "a SQLiteReader deletes nothing: only prune(dry_run=True) counts; "
+                "open the file with SQLiteLedger to delete"
+            )
+
+        def steps(
+            before: datetime, chosen: tuple[ActionStatus, ...], scope: str | None
+        ) -> tuple[NextBatch, DeleteExact]:
+            async def next_batch(
+                after: tuple[datetime, str] | None, limit: int
+            ) -> list[ActionReceipt]:
+                statement, values = (await self._statements()).prune_batch(
+                    statuses=chosen,
+                    namespace=scope,
+                    completed_before=before.astimezone(UTC).isoformat(),
+                    after=None if after is None else (after[0].isoformat(), after[1]),
+                    limit=limit,
+                )
+                rows = await self._rows(statement, values)
+                return [receipt_of(row, datetime.fromisoformat) for row in rows]
+
+            async def delete_nothing(batch: Sequence[ActionReceipt]) -> int:
+                raise AssertionError("a dry run deletes nothing")  # pragma: no cover
+
+            return next_batch, delete_nothing
+
+        return await run_prune(
+            steps,
+            completed_before=completed_before,
+            statuses=statuses,
+            namespace=namespace,
+            batch_size=batch_size,
+            dry_run=True,
+            before_delete=None,
+        )
 
     async def close(self) -> None:
         """Close the file. Safe to call more than once."""
