@@ -67,7 +67,13 @@ async def _closed() -> None:
 
 
 async def open_dataoad(storage: Storage, prefix: str, *, sync_operation: bool = False) -> Session:
-    """Dataoad's ``execute`` of a no-op on ``storage`` (PostgreSQL: a pool of one connection)."""
+    """Dataoad's ``execute`` of a no-op on ``storage`` (PostgreSQL: the default pool).
+
+    The default pool (up to 10 connections) is what ``PostgresLedger(dsn)``
+    gives a user, and with two or more connections the ledger keeps one
+    checked out for consecutive statements (``_postgres_lane``); a single
+    caller uses one connection either way, like the floor.
+    """
     if storage.kind == "memory":
         ledger: Any = InMemoryLedger()
     elif storage.kind == "sqlite":
@@ -77,7 +83,7 @@ async def open_dataoad(storage: Storage, prefix: str, *, sync_operation: bool = 
         )
     else:
         assert storage.dsn is not None
-        ledger = await pg.ledger(storage.dsn, min_size=1, max_size=1)
+        ledger = await pg.ledger(storage.dsn)
     runner = ActionRunner(ledger)
 
     def sync_noop() -> None:

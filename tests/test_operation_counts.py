@@ -165,7 +165,9 @@ def test_postgres_round_trips_and_a_replay_takes_no_transaction_id(
     import asyncpg  # the postgres extra; CI has it (a missing extra fails under CI=true)
 
     sent: list[str] = []
-    fetch = asyncpg.pool.Pool.fetch
+    # Every statement reaches the server through a connection's fetch, held
+    # (the ledger's lane) or checked out of the pool for the one statement.
+    fetch = asyncpg.connection.Connection.fetch
 
     async def counted(self: Any, query: str, *args: Any, **kwargs: Any) -> Any:
         sent.append(query)
@@ -179,7 +181,7 @@ def test_postgres_round_trips_and_a_replay_takes_no_transaction_id(
         try:
             runner = ActionRunner(ledger)
             await ledger.get("0" * 32)  # the schema check: not part of a call
-            monkeypatch.setattr(asyncpg.pool.Pool, "fetch", counted)
+            monkeypatch.setattr(asyncpg.connection.Connection, "fetch", counted)
             first = await runner.execute("a", noop, request=REQUEST, idempotency_key="k")
             first_trips = len(sent)
             sent.clear()

@@ -526,22 +526,24 @@ def test_without_the_extra_import_works_and_the_error_names_the_extra() -> None:
     assert 'pip install -e ".[postgres]"' in done.stdout
 
 
-def test_each_step_is_one_autocommit_statement_and_commits_are_synchronous() -> None:
+def test_each_step_is_one_autocommit_statement_and_commits_are_synchronous(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     """README: one autocommit statement per ledger step, no BEGIN/COMMIT; synchronous_commit never lowered."""
+    import asyncpg
+
     dsn = postgres_dsn()
+    calls: list[tuple[str, str]] = []
+    connection = asyncpg.connection.Connection
 
-    class Recording:
-        def __init__(self, pool: Any) -> None:
-            self.pool = pool
-            self.calls: list[tuple[str, str]] = []
+    def recorded(name: str) -> Callable[..., Any]:
+        real = getattr(connection, name)
 
-        async def fetch(self, sql: str, *args: Any) -> Any:
-            self.calls.append(("fetch", sql))
-            return await self.pool.fetch(sql, *args)
+        def call(self: Any, *args: Any, **kwargs: Any) -> Any:
+            calls.append((name, args[0] if args and isinstance(args[0], str) else ""))
+            return real(self, *args, **kwargs)
 
-        def __getattr__(self, name: str) -> Any:
-            self.calls.append((name, ""))  # anything else: a transaction, an acquire
-            return getattr(self.pool, name)
+        return call
 
     async def scenario() -> None:
         ledger = await fresh_ledger(dsn)
@@ -549,23 +551,24 @@ def test_each_step_is_one_autocommit_statement_and_commits_are_synchronous() -> 
         await runner.execute(
             "charge", CountingOperation("ok"), request=REQUEST, idempotency_key="w"
         )
-        real = ledger._pool
-        recording = Recording(real)
-        ledger._pool = recording
+        # Whatever reaches the server goes through one of these.
+        for name in ("fetch", "fetchrow", "fetchval", "execute", "executemany", "transaction"):
+            monkeypatch.setattr(connection, name, recorded(name))
         try:
             await runner.execute(
                 "charge", CountingOperation("ok"), request=REQUEST, idempotency_key="k"
             )
         finally:
-            ledger._pool = real
-        assert {name for name, _ in recording.calls} == {"fetch"}, recording.calls
-        statements = [sql.lstrip().split(None, 1)[0].upper() for _, sql in recording.calls]
+            monkeypatch.undo()
+        assert {name for name, _ in calls} == {"fetch"}, calls
+        statements = [sql.lstrip().split(None, 1)[0].upper() for _, sql in calls]
         # Two writes now: the claim (a data-modifying WITH, with the key's lookup
         # folded in) counting attempt 1, and the outcome; no lookup before them.
         assert statements == ["WITH", "UPDATE"], statements
-        assert "INSERT INTO" in recording.calls[0][1]
+        assert "INSERT INTO" in calls[0][1]
         assert not {"BEGIN", "COMMIT", "START", "SET"} & set(statements), statements
-        assert await real.fetchval("SHOW synchronous_commit") == "on"
+        pool = await ledger._raw_pool()
+        assert await pool.fetchval("SHOW synchronous_commit") == "on"
         await ledger.close()
 
     asyncio.run(scenario())

@@ -12,6 +12,7 @@ from collections.abc import Callable, Sequence
 from datetime import datetime
 from typing import Any, Final
 
+from dataoad._frozen import FrozenDict
 from dataoad._receipt import ActionReceipt, AttemptRecord
 from dataoad._status import ActionStatus, ClaimState
 
@@ -23,6 +24,7 @@ __all__ = [
     "attempts_from",
     "attempts_json",
     "json_text",
+    "metadata_json",
     "receipt_of",
     "row_of",
     "status",
@@ -96,23 +98,62 @@ def json_text(value: Any) -> str:
     return json.dumps(value, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
 
 
-def attempts_json(records: Sequence[AttemptRecord]) -> str:
-    """Attempt records as JSON text."""
+class _EncodedByIdentity:
+    """The text of immutable values this process wrote lately, by identity.
+
+    A transition copies every field it does not change (``evolve``), so the
+    metadata and the earlier attempt records of a receipt being written are
+    the very objects of its last write: their text is reused, and only what
+    changed is encoded again. Holding the value keeps its id from being
+    reused while cached. Bounded; a race between threads only costs an
+    encoding.
+    """
+
+    __slots__ = ("_entries", "_limit")
+
+    def __init__(self, limit: int) -> None:
+        self._entries: dict[int, tuple[object, str]] = {}
+        self._limit = limit
+
+    def text(self, value: Any, encode: Callable[[Any], str]) -> str:
+        entry = self._entries.get(id(value))
+        if entry is not None and entry[0] is value:
+            return entry[1]
+        text = encode(value)
+        if len(self._entries) >= self._limit:
+            self._entries = {}  # rebound, not cleared: a reader mid-lookup is unharmed
+        self._entries[id(value)] = (value, text)
+        return text
+
+
+_ENCODED: Final = _EncodedByIdentity(1024)
+
+
+def _record_json(r: AttemptRecord) -> str:
     return json_text(
-        [
-            {
-                "number": r.number,
-                "started_at": _time_text(r.started_at),
-                "execution_status": status_text(r.execution_status),
-                "verification_status": status_text(r.verification_status),
-                "error": r.error,
-                "provider_request_id": r.provider_request_id,
-                "retry_decision": r.retry_decision,
-                "finished_at": _time_text(r.finished_at),
-            }
-            for r in records
-        ]
+        {
+            "number": r.number,
+            "started_at": _time_text(r.started_at),
+            "execution_status": status_text(r.execution_status),
+            "verification_status": status_text(r.verification_status),
+            "error": r.error,
+            "provider_request_id": r.provider_request_id,
+            "retry_decision": r.retry_decision,
+            "finished_at": _time_text(r.finished_at),
+        }
     )
+
+
+def attempts_json(records: Sequence[AttemptRecord]) -> str:
+    """Attempt records as JSON text (a JSON array of one object per record)."""
+    return "[" + ",".join(_ENCODED.text(r, _record_json) for r in records) + "]"
+
+
+def metadata_json(metadata: Any) -> str:
+    """A receipt's metadata as JSON text (reused while the frozen snapshot is unchanged)."""
+    if type(metadata) is not FrozenDict:  # only a receipt's deep-frozen snapshot is cached
+        return json_text(metadata)
+    return _ENCODED.text(metadata, json_text)
 
 
 def attempts_from(text: str) -> tuple[AttemptRecord, ...]:
@@ -154,7 +195,7 @@ def values_of(receipt: ActionReceipt, time: Callable[[datetime], Any] = _same) -
         "final_status": status_text(receipt.final_status),
         "provider_request_id": receipt.provider_request_id,
         "error": receipt.error,
-        "metadata": json_text(receipt.metadata),
+        "metadata": metadata_json(receipt.metadata),
         "attempt_records": attempts_json(receipt.attempt_records),
         "version": receipt.version,
         "created_at": time(receipt.created_at),

@@ -5,11 +5,12 @@ Kept apart from the ledger so the schema's history reads in one place.
 
 from __future__ import annotations
 
+import re
 from typing import Final
 
-from dataoad._errors import DataoadError
+from dataoad._errors import DataoadError, InvalidArgumentError
 
-__all__ = ["MIGRATIONS", "SCHEMA_VERSION", "LedgerSchemaError"]
+__all__ = ["MIGRATIONS", "SCHEMA_VERSION", "LedgerSchemaError", "check_name"]
 
 #: The schema version this code writes and understands.
 SCHEMA_VERSION: Final = 3
@@ -87,3 +88,16 @@ MIGRATIONS: Final[dict[int, tuple[str, ...]]] = {
         """,
     ),
 }
+
+
+_NAME: Final = re.compile(r"[a-z_][a-z0-9_]{0,47}")
+
+
+def check_name(kind: str, value: object) -> str:
+    """A schema or table name: a lower-case SQL identifier, so it is quoted safely."""
+    if type(value) is not str or not _NAME.fullmatch(value):
+        raise InvalidArgumentError(
+            f"{kind} must be a lower-case SQL identifier of at most 48 characters "
+            f"([a-z_][a-z0-9_]*), not {value!r}"
+        )
+    return value

@@ -12,9 +12,8 @@ Design notes (the why):
   makes the condition false on re-check) and under SERIALIZABLE (where the
   loser gets a serialization failure instead, which the runner treats like
   any unproven write).
-* The pool's reset query on every release is switched off: these statements
-  leave no session state behind, and the reset would cost a round trip per
-  ledger call.
+* No reset query on release (these statements leave no session state),
+  and consecutive statements share one held connection (``_postgres_lane``).
 * ``synchronous_commit`` is never lowered: the runner invokes the provider
   only after the attempt start is durable.
 * Schema changes are explicit (``await ledger.migrate()`` or ``dataoad
@@ -30,7 +29,6 @@ from __future__ import annotations
 
 import asyncio
 import random
-import re
 from collections.abc import Sequence
 from datetime import datetime
 from types import TracebackType
@@ -43,7 +41,13 @@ from dataoad._lifecycle import DEFAULT_PRUNE_STATUSES
 from dataoad._receipt import ActionReceipt
 from dataoad._status import ActionStatus, ClaimState
 from dataoad.ledgers._codec import COLUMNS, receipt_of, values_of
-from dataoad.ledgers._postgres_schema import MIGRATIONS, SCHEMA_VERSION, LedgerSchemaError
+from dataoad.ledgers._postgres_lane import ConnectionLane, no_reset
+from dataoad.ledgers._postgres_schema import (
+    MIGRATIONS,
+    SCHEMA_VERSION,
+    LedgerSchemaError,
+    check_name,
+)
 from dataoad.ledgers._pruning import (
     DEFAULT_BATCH_SIZE,
     BeforeDelete,
@@ -54,8 +58,6 @@ from dataoad.ledgers._pruning import (
 from dataoad.ledgers._statements import POSTGRES, Statement, Statements
 
 __all__ = ["SCHEMA_VERSION", "LedgerSchemaError", "MissingExtraError", "PostgresLedger"]
-
-_NAME: Final = re.compile(r"[a-z_][a-z0-9_]{0,47}")
 
 #: Connection failures after which a read is retried on a fresh connection.
 _RETRYABLE_READ_ERRORS: Final = (OSError, ConnectionError, asyncio.TimeoutError)
@@ -69,19 +71,6 @@ def _asyncpg() -> Any:
             "PostgresLedger", "the asyncpg driver", "postgres"
         ) from exc
     return asyncpg
-
-
-async def _no_reset(connection: Any) -> None:
-    """Pool release hook: the ledger leaves no session state, so skip the reset query."""
-
-
-def _check_name(kind: str, value: object) -> str:
-    if type(value) is not str or not _NAME.fullmatch(value):
-        raise InvalidArgumentError(
-            f"{kind} must be a lower-case SQL identifier of at most 48 characters "
-            f"([a-z_][a-z0-9_]*), not {value!r}"
-        )
-    return value
 
 
 class PostgresLedger:
@@ -137,8 +126,8 @@ class PostgresLedger:
             raise InvalidArgumentError("serialization_retries must be an int in [0, 100]")
         self._serialization_retries = serialization_retries
         self._driver = _asyncpg()
-        self.schema = _check_name("schema", schema)
-        self.table = _check_name("table", table)
+        self.schema = check_name("schema", schema)
+        self.table = check_name("table", table)
         self._dsn = dsn
         self._pool: Any = pool
         self._owns_pool = pool is None
@@ -146,6 +135,7 @@ class PostgresLedger:
         self._max_size = max_size
         self._statement_timeout = statement_timeout
         self._open_lock: asyncio.Lock | None = None
+        self._lane: ConnectionLane | None = None
         self._checked = False
         self._closed = False
         qualified = f'"{self.schema}"."{self.table}"'
@@ -190,7 +180,7 @@ class PostgresLedger:
                     self._dsn,
                     min_size=self._min_size,
                     max_size=self._max_size,
-                    reset=_no_reset,
+                    reset=no_reset,
                     server_settings=settings,
                     timeout=self._connect_timeout,
                 )
@@ -222,6 +212,9 @@ class PostgresLedger:
     async def close(self) -> None:
         """Close the pool the ledger created (never a pool it was given). Idempotent."""
         self._closed = True
+        lane, self._lane = self._lane, None
+        if lane is not None:
+            await lane.close()  # even a given pool gets its connection back
         pool, self._pool = self._pool, None
         if pool is not None and self._owns_pool:
             await pool.close()
@@ -281,15 +274,22 @@ class PostgresLedger:
 
     # -- statements ----------------------------------------------------------
 
+    def _lane_of(self, pool: Any) -> ConnectionLane:
+        if self._lane is None or self._lane.pool is not pool:
+            self._lane = ConnectionLane(pool)
+        return self._lane
+
     async def _read(self, sql: str, *args: Any) -> list[Any]:
         pool = await self._ready_pool()
         try:
-            return list(await pool.fetch(sql, *args))
+            return await self._lane_of(pool).fetch(sql, *args)
         except (
             *_RETRYABLE_READ_ERRORS,
             self._driver.PostgresConnectionError,
             self._driver.AdminShutdownError,
             self._driver.InterfaceError,
+            # What a connection the server ended while it sat idle often raises.
+            self._driver.InternalClientError,
         ):
             # A read changes nothing, so once more on a fresh connection.
             return list(await pool.fetch(sql, *args))
@@ -302,7 +302,7 @@ class PostgresLedger:
         retries = self._serialization_retries
         while True:
             try:
-                return list(await pool.fetch(sql, *args))
+                return await self._lane_of(pool).fetch(sql, *args)
             except (self._driver.SerializationError, self._driver.DeadlockDetectedError):
                 # The server rolled the statement back and said so: nothing was
                 # written, so running the conditional statement again is safe

@@ -1,0 +1,88 @@
+"""Row encoding: unchanged fields reuse their text, and the text is always what a fresh encoding gives."""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime, timedelta
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from dataoad import ActionStatus
+from dataoad._receipt import AttemptRecord
+from dataoad.ledgers import _codec
+from dataoad.ledgers._codec import attempts_from, attempts_json, json_text, metadata_json
+from dataoad.testing import make_receipt
+
+_T0 = datetime(2026, 1, 1, tzinfo=UTC)
+
+statuses = st.none() | st.sampled_from(ActionStatus)
+moments = st.integers(0, 10**9).map(lambda us: _T0 + timedelta(microseconds=us))
+records = st.builds(
+    AttemptRecord,
+    number=st.integers(1, 50),
+    started_at=moments,
+    execution_status=statuses,
+    verification_status=statuses,
+    error=st.none() | st.text(max_size=40),
+    provider_request_id=st.none() | st.text(max_size=20),
+    retry_decision=st.none() | st.sampled_from(["retry", "stop"]),
+    finished_at=st.none() | moments,
+)
+
+
+def _fresh(rs: tuple[AttemptRecord, ...]) -> str:
+    """The encoding written before reuse existed: one json.dumps of the whole list."""
+    return json_text(
+        [
+            {
+                "number": r.number,
+                "started_at": r.started_at.isoformat(),
+                "execution_status": None
+                if r.execution_status is None
+                else r.execution_status.value,
+                "verification_status": None
+                if r.verification_status is None
+                else r.verification_status.value,
+                "error": r.error,
+                "provider_request_id": r.provider_request_id,
+                "retry_decision": r.retry_decision,
+                "finished_at": None if r.finished_at is None else r.finished_at.isoformat(),
+            }
+            for r in rs
+        ]
+    )
+
+
+@given(st.lists(records, max_size=6).map(tuple), records)
+def test_attempt_records_text_is_byte_identical_to_a_fresh_encoding(
+    rs: tuple[AttemptRecord, ...], changed: AttemptRecord
+) -> None:
+    first = attempts_json(rs)
+    assert first == _fresh(rs)
+    # A transition: the earlier records are the same objects, the last one new.
+    evolved = (*rs[:-1], changed)
+    assert attempts_json(evolved) == _fresh(evolved)
+    assert attempts_from(attempts_json(evolved)) == evolved
+
+
+def test_an_equal_but_new_record_is_encoded_afresh_and_a_full_cache_starts_over() -> None:
+    record = AttemptRecord(number=1, started_at=_T0, error="boom")
+    text = attempts_json((record,))
+    # More records than the cache holds: it starts over, and every text is right.
+    many = [AttemptRecord(number=1, started_at=_T0, error=f"e{i}") for i in range(3000)]
+    for i, r in enumerate(many):
+        assert json.loads(attempts_json((r,)))[0]["error"] == f"e{i}"
+    assert len(_codec._ENCODED._entries) <= 1024
+    assert attempts_json((record,)) == text
+
+
+def test_metadata_text_is_reused_only_for_a_frozen_snapshot() -> None:
+    receipt = make_receipt(metadata={"k": [1, {"n": "é"}]})
+    assert metadata_json(receipt.metadata) == '{"k":[1,{"n":"é"}]}'
+    assert metadata_json(receipt.evolve(version=2).metadata) == '{"k":[1,{"n":"é"}]}'
+    # A plain dict may change between writes: never served from the cache.
+    plain: dict[str, object] = {"k": 1}
+    assert metadata_json(plain) == '{"k":1}'
+    plain["k"] = 2
+    assert metadata_json(plain) == '{"k":2}'
