@@ -83,25 +83,34 @@ def test_concurrent_calls_use_the_pool_and_a_pool_of_one_is_never_starved() -> N
     asyncio.run(scenario(3))
 
 
-def test_closing_hands_the_connection_back_to_a_given_pool() -> None:
+def test_closing_hands_the_connection_back_and_a_given_pool_is_never_held() -> None:
     dsn = postgres_dsn()
 
     async def scenario() -> None:
         import asyncpg
 
         table = unique_table()
-        await (await fresh_ledger(dsn, table=table)).close()
-        pool = await asyncpg.create_pool(dsn, min_size=2, max_size=2, reset=no_reset)
-        try:
-            ledger = PostgresLedger(pool=pool, table=table)
-            await ActionRunner(ledger).execute(
-                "a", CountingOperation("ok"), request=REQUEST, idempotency_key="k"
-            )
-            assert pool.get_idle_size() == 1  # one held by the ledger
-            await ledger.close()
-            assert pool.get_idle_size() == 2
-        finally:
-            await asyncio.wait_for(pool.close(), timeout=30)
+        own = PostgresLedger(dsn, table=table, min_size=2, max_size=2)
+        await own.migrate()
+        await ActionRunner(own).execute(
+            "a", CountingOperation("ok"), request=REQUEST, idempotency_key="k1"
+        )
+        pool = await own._raw_pool()
+        assert pool.get_idle_size() == 1  # one held by the ledger
+        lane = own._lane
+        assert lane is not None
+        await asyncio.wait_for(own.close(), timeout=30)
+        assert lane._conn is None  # handed back before the pool closed
+        # A given pool belongs to its owner, who may close it while the
+        # ledger lives: the ledger never keeps one of its connections out.
+        given = await asyncpg.create_pool(dsn, min_size=2, max_size=2, reset=no_reset)
+        ledger = PostgresLedger(pool=given, table=table)
+        await ActionRunner(ledger).execute(
+            "a", CountingOperation("ok"), request=REQUEST, idempotency_key="k2"
+        )
+        assert given.get_idle_size() == 2
+        await asyncio.wait_for(given.close(), timeout=30)  # the ledger still open
+        await ledger.close()
 
     asyncio.run(scenario())
 

@@ -7,7 +7,9 @@ the common case, finds this connection free and skips both; a statement
 that arrives while it is busy takes a pool connection as before, so
 concurrency never waits on it.
 
-It is never used where it could starve the pool (a pool of one), it goes
+It is used only on a pool the ledger made itself (a given pool's owner may
+close it while the ledger lives) and never where it could starve the pool
+(a pool of one); it goes
 back to the pool after any error (the pool then checks or replaces it) and
 after a minute idle (so the pool's own idle-connection policy still
 applies to it), and ``close`` hands it back.
@@ -34,11 +36,13 @@ class ConnectionLane:
 
     __slots__ = ("_busy", "_closing", "_conn", "_last_used", "enabled", "pool")
 
-    def __init__(self, pool: Any) -> None:
+    def __init__(self, pool: Any, *, owned: bool = True) -> None:
         self.pool = pool
         size = getattr(pool, "get_max_size", None)
-        # Holding the only connection of a pool of one would starve every other caller.
-        self.enabled = callable(size) and size() >= 2 and hasattr(pool, "acquire")
+        # Holding the only connection of a pool of one would starve every
+        # other caller; and a pool the ledger was given is its owner's to
+        # close at any time (``Pool.close`` waits for every connection out).
+        self.enabled = owned and callable(size) and size() >= 2 and hasattr(pool, "acquire")
         self._conn: Any = None
         self._busy = False
         self._closing = False

@@ -214,7 +214,7 @@ class PostgresLedger:
         self._closed = True
         lane, self._lane = self._lane, None
         if lane is not None:
-            await lane.close()  # even a given pool gets its connection back
+            await lane.close()
         pool, self._pool = self._pool, None
         if pool is not None and self._owns_pool:
             await pool.close()
@@ -276,7 +276,7 @@ class PostgresLedger:
 
     def _lane_of(self, pool: Any) -> ConnectionLane:
         if self._lane is None or self._lane.pool is not pool:
-            self._lane = ConnectionLane(pool)
+            self._lane = ConnectionLane(pool, owned=self._owns_pool)
         return self._lane
 
     async def _read(self, sql: str, *args: Any) -> list[Any]:
