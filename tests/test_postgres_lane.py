@@ -1,14 +1,16 @@
 """The PostgreSQL ledger's held connection: no pool checkout for consecutive statements.
 
 It must save the checkout without changing anything else: concurrency still
-gets pool connections, a pool of one is never starved, a broken or cancelled
-connection goes back to the pool, and closing hands it back, even to a pool
-the ledger was given.
+gets pool connections, a pool of one and a pool the ledger was given are
+never held, a broken, dead or cancelled connection goes back to the pool
+(and a write after the server ended it still works), an idle one goes back
+on its own, and closing hands it back and takes no other.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from typing import Any
 
 import pytest
@@ -56,7 +58,9 @@ def test_consecutive_calls_check_nothing_out_of_the_pool(monkeypatch: pytest.Mon
     asyncio.run(scenario())
 
 
-def test_concurrent_calls_use_the_pool_and_a_pool_of_one_is_never_starved() -> None:
+def test_concurrent_calls_use_the_pool_and_a_pool_of_one_is_never_starved(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     dsn = postgres_dsn()
 
     async def scenario(max_size: int) -> None:
@@ -64,6 +68,11 @@ def test_concurrent_calls_use_the_pool_and_a_pool_of_one_is_never_starved() -> N
         runner = ActionRunner(ledger)
         operation = CountingOperation("ok")
         try:
+            await runner.execute("a", operation, request=REQUEST, idempotency_key="warm")
+            lane = ledger._lane
+            assert lane is not None
+            assert lane.enabled is (max_size >= 2)
+            acquired = _count_checkouts(monkeypatch)
             results = await asyncio.wait_for(
                 asyncio.gather(
                     *(
@@ -73,9 +82,12 @@ def test_concurrent_calls_use_the_pool_and_a_pool_of_one_is_never_starved() -> N
                 ),
                 timeout=60,
             )
+            monkeypatch.undo()
             assert all(r.status is ActionStatus.CONFIRMED for r in results)
-            assert operation.calls == 32  # one per key, whichever connection served it
-            assert len(await ledger.receipts()) == 32
+            assert operation.calls == 33  # one per key, whichever connection served it
+            assert len(await ledger.receipts()) == 33
+            # Statements that found the held connection busy went to the pool.
+            assert acquired
         finally:
             await ledger.close()
 
@@ -115,32 +127,91 @@ def test_closing_hands_the_connection_back_and_a_given_pool_is_never_held() -> N
     asyncio.run(scenario())
 
 
-def test_a_broken_held_connection_goes_back_and_the_next_read_works() -> None:
+async def _until_closed(conn: Any) -> None:
+    """Wait until asyncpg has seen the server end ``conn`` (closed, or taken back)."""
+    for _ in range(200):
+        try:
+            if conn.is_closed():
+                return
+        except Exception:  # detached by the pool: it saw the end too
+            return
+        await asyncio.sleep(0.01)
+    raise AssertionError("the server never ended the connection")
+
+
+def test_after_the_server_ends_the_held_connection_reads_and_writes_work() -> None:
     dsn = postgres_dsn()
 
     async def scenario() -> None:
         ledger = await fresh_ledger(dsn, max_size=3)
+        runner = ActionRunner(ledger)
+        operation = CountingOperation("ok")
         try:
-            await ActionRunner(ledger).execute(
-                "a", CountingOperation("ok"), request=REQUEST, idempotency_key="k"
-            )
+            await runner.execute("a", operation, request=REQUEST, idempotency_key="k")
             lane = ledger._lane
             assert lane is not None
-            assert lane._conn is not None
-            held_pid = lane._conn.get_server_pid()
+            held = lane._conn
+            assert held is not None
             pool = await ledger._raw_pool()
-            await pool.execute("SELECT pg_terminate_backend($1)", held_pid)
-            # The read fails on the dead connection, which goes back to the
-            # pool; the read is retried once on a pool connection.
-            found = await ledger.find("a", "k")
-            assert found is not None
-            assert found.final_status is ActionStatus.CONFIRMED
-            again = await ledger.find("a", "k")
-            assert again == found
-            assert lane._conn is not None
-            assert lane._conn.get_server_pid() != held_pid
+            for statement in ("a write", "a read"):
+                pid = held.get_server_pid()
+                await pool.execute("SELECT pg_terminate_backend($1)", pid)
+                await _until_closed(held)
+                if statement == "a write":
+                    # The claim and the completion: writes are never retried,
+                    # so a dead held connection must not reach them at all.
+                    done = await runner.execute(
+                        "a", operation, request=REQUEST, idempotency_key="k2"
+                    )
+                    assert done.status is ActionStatus.CONFIRMED
+                else:
+                    found = await ledger.find("a", "k2")
+                    assert found is not None
+                    assert found.final_status is ActionStatus.CONFIRMED
+                assert lane._conn is not None
+                assert lane._conn.get_server_pid() != pid
+                held = lane._conn
+            assert operation.calls == 2
         finally:
             await ledger.close()
+
+    asyncio.run(scenario())
+
+
+def test_closing_during_a_statement_or_before_a_late_one_takes_no_connection(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import asyncpg
+
+    dsn = postgres_dsn()
+    real_release = asyncpg.pool.Pool.release
+
+    async def slow_release(self: Any, *args: Any, **kwargs: Any) -> Any:
+        await asyncio.sleep(0.1)  # widens the window in which close() waits
+        return await real_release(self, *args, **kwargs)
+
+    async def scenario() -> None:
+        # A statement in flight when close() begins finishes, then gives back.
+        ledger = await fresh_ledger(dsn, min_size=2, max_size=2)
+        pool = await ledger._ready_pool()
+        slow = asyncio.create_task(ledger._lane_of(pool).fetch("SELECT pg_sleep(0.3)"))
+        await asyncio.sleep(0.05)
+        closing = asyncio.create_task(ledger.close())
+        await slow
+        await asyncio.wait_for(closing, timeout=30)
+        # A statement that passed its checks before close() began, arriving
+        # while close() hands the held connection back: it must not take a
+        # connection that the pool's close would then wait for for ever.
+        ledger = await fresh_ledger(dsn, min_size=2, max_size=2)
+        pool = await ledger._ready_pool()
+        await ledger._lane_of(pool).fetch("SELECT 1")  # held now, idle
+        monkeypatch.setattr(asyncpg.pool.Pool, "release", slow_release)
+        closing = asyncio.create_task(ledger.close())
+        await asyncio.sleep(0.02)  # close() is handing the connection back
+        with contextlib.suppress(Exception):  # the pool may refuse it as closing
+            await ledger._lane_of(pool).fetch("SELECT 1")
+        await asyncio.wait_for(closing, timeout=10)
+        monkeypatch.undo()
 
     asyncio.run(scenario())
 
@@ -171,26 +242,33 @@ def test_a_statement_cancelled_on_the_held_connection_leaves_it_usable() -> None
     asyncio.run(scenario())
 
 
-def test_an_idle_held_connection_goes_back_before_its_next_statement(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
+def test_an_idle_held_connection_goes_back_on_its_own(monkeypatch: pytest.MonkeyPatch) -> None:
+    import asyncpg
+
     dsn = postgres_dsn()
+    released: list[int] = []
+    real_release = asyncpg.pool.Pool.release
+
+    async def counted_release(self: Any, *args: Any, **kwargs: Any) -> Any:
+        released.append(1)
+        return await real_release(self, *args, **kwargs)
 
     async def scenario() -> None:
-        import asyncpg
-
         pool = await asyncpg.create_pool(dsn, min_size=1, max_size=2, reset=no_reset)
         lane = ConnectionLane(pool)
         try:
+            monkeypatch.setattr(_postgres_lane, "IDLE_SECONDS", 0.2)
+            monkeypatch.setattr(asyncpg.pool.Pool, "release", counted_release)
             await lane.fetch("SELECT 1")
             first = lane._conn
             await lane.fetch("SELECT 1")
             assert lane._conn is first  # held between consecutive statements
-            monkeypatch.setattr(_postgres_lane, "IDLE_SECONDS", 0.0)
-            await asyncio.sleep(0.01)
-            acquired = _count_checkouts(monkeypatch)
-            await lane.fetch("SELECT 1")
-            assert acquired == [1]  # given back, and taken afresh from the pool
+            assert released == []
+            await asyncio.sleep(0.5)  # no statement for longer than IDLE_SECONDS
+            assert lane._conn is None
+            assert released == [1]
+            assert pool.get_idle_size() == pool.get_size()  # all back in the pool
+            assert [tuple(r) for r in await lane.fetch("SELECT 3")] == [(3,)]
         finally:
             await lane.close()
             await asyncio.wait_for(pool.close(), timeout=30)

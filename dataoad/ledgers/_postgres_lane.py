@@ -8,22 +8,24 @@ that arrives while it is busy takes a pool connection as before, so
 concurrency never waits on it.
 
 It is used only on a pool the ledger made itself (a given pool's owner may
-close it while the ledger lives) and never where it could starve the pool
-(a pool of one); it goes
-back to the pool after any error (the pool then checks or replaces it) and
-after a minute idle (so the pool's own idle-connection policy still
-applies to it), and ``close`` hands it back.
+close it while the ledger lives, and ``Pool.close`` waits for every
+connection out) and never where it could starve the pool (a pool of one).
+It goes back to the pool after any error, when the server has closed it
+(checked before each use, as the pool checks at each checkout), after
+``IDLE_SECONDS`` without a statement (a timer, so the pool's own
+idle-connection policy applies to it again), and on ``close``; once
+closing, it never takes another.
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
-import time
 from typing import Any, Final
 
-__all__ = ["ConnectionLane", "no_reset"]
+__all__ = ["IDLE_SECONDS", "ConnectionLane", "no_reset"]
 
-#: Seconds idle after which the lane's connection goes back to the pool.
+#: Seconds without a statement after which the held connection goes back.
 IDLE_SECONDS: Final = 60.0
 
 
@@ -31,36 +33,42 @@ async def no_reset(connection: Any) -> None:
     """Pool release hook: the ledger leaves no session state, so skip the reset query."""
 
 
+def _usable(conn: Any) -> bool:
+    """Whether a held connection may still carry a statement."""
+    try:
+        return not conn.is_closed()
+    except Exception:  # asyncpg detached it: the server ended it and the pool took it back
+        return False
+
+
 class ConnectionLane:
     """A connection of ``pool`` held for consecutive statements; busy or failed, the pool serves."""
 
-    __slots__ = ("_busy", "_closing", "_conn", "_last_used", "enabled", "pool")
+    __slots__ = ("_busy", "_closing", "_conn", "_idle", "_timer", "enabled", "pool")
 
     def __init__(self, pool: Any, *, owned: bool = True) -> None:
         self.pool = pool
         size = getattr(pool, "get_max_size", None)
-        # Holding the only connection of a pool of one would starve every
-        # other caller; and a pool the ledger was given is its owner's to
-        # close at any time (``Pool.close`` waits for every connection out).
         self.enabled = owned and callable(size) and size() >= 2 and hasattr(pool, "acquire")
         self._conn: Any = None
         self._busy = False
         self._closing = False
-        self._last_used = 0.0
+        self._timer: asyncio.TimerHandle | None = None
+        self._idle: asyncio.Task[None] | None = None  # kept: the loop holds tasks weakly
 
     async def fetch(self, sql: str, *args: Any) -> list[Any]:
-        """Run one statement on the lane if it is free, else on a pool connection."""
+        """Run one statement on the held connection if it is free, else on a pool connection."""
         if self._busy or self._closing or not self.enabled:
             return list(await self.pool.fetch(sql, *args))
-        # Single event loop: nothing runs between this check and the claim below.
+        # One event loop: nothing runs between this check and the claim below.
         self._busy = True
         try:
-            if self._conn is not None and time.monotonic() - self._last_used > IDLE_SECONDS:
+            if self._conn is not None and not _usable(self._conn):
                 await self._give_back()
             if self._conn is None:
                 self._conn = await self.pool.acquire()
             rows = list(await self._conn.fetch(sql, *args))
-            self._last_used = time.monotonic()
+            self._arm_idle_timer()
             return rows
         except BaseException:
             # Broken, cancelled mid-statement or refused: let the pool judge it.
@@ -74,10 +82,33 @@ class ConnectionLane:
                 await self._give_back()
 
     async def close(self) -> None:
-        """Hand the connection back (now, or when the statement on it ends)."""
+        """Hand the connection back (now, or when the statement on it ends); take no other."""
         self._closing = True
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
         if not self._busy:
             await self._give_back()
+
+    def _arm_idle_timer(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+        self._timer = asyncio.get_running_loop().call_later(IDLE_SECONDS, self._on_idle)
+
+    def _on_idle(self) -> None:
+        self._timer = None
+        if self._busy or self._conn is None:
+            return
+        self._busy = True  # statements meanwhile take pool connections
+
+        async def give_back() -> None:
+            try:
+                with contextlib.suppress(Exception):  # a closing pool: nothing left to return
+                    await self._give_back()
+            finally:
+                self._busy = False
+
+        self._idle = asyncio.get_running_loop().create_task(give_back())
 
     async def _give_back(self) -> None:
         conn, self._conn = self._conn, None

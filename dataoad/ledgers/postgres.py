@@ -212,9 +212,8 @@ class PostgresLedger:
     async def close(self) -> None:
         """Close the pool the ledger created (never a pool it was given). Idempotent."""
         self._closed = True
-        lane, self._lane = self._lane, None
-        if lane is not None:
-            await lane.close()
+        if self._lane is not None:
+            await self._lane.close()  # kept: once closing, it takes no connection
         pool, self._pool = self._pool, None
         if pool is not None and self._owns_pool:
             await pool.close()
@@ -276,7 +275,10 @@ class PostgresLedger:
 
     def _lane_of(self, pool: Any) -> ConnectionLane:
         if self._lane is None or self._lane.pool is not pool:
-            self._lane = ConnectionLane(pool, owned=self._owns_pool)
+            # A statement that passed its checks before close() began must
+            # never take a connection that close() would then wait for.
+            held = self._owns_pool and not self._closed
+            self._lane = ConnectionLane(pool, owned=held)
         return self._lane
 
     async def _read(self, sql: str, *args: Any) -> list[Any]:
@@ -288,8 +290,6 @@ class PostgresLedger:
             self._driver.PostgresConnectionError,
             self._driver.AdminShutdownError,
             self._driver.InterfaceError,
-            # What a connection the server ended while it sat idle often raises.
-            self._driver.InternalClientError,
         ):
             # A read changes nothing, so once more on a fresh connection.
             return list(await pool.fetch(sql, *args))
