@@ -202,16 +202,23 @@ def test_closing_during_a_statement_or_before_a_late_one_takes_no_connection(
         # A statement that passed its checks before close() began, arriving
         # while close() hands the held connection back: it must not take a
         # connection that the pool's close would then wait for for ever.
-        ledger = await fresh_ledger(dsn, min_size=2, max_size=2)
-        pool = await ledger._ready_pool()
-        await ledger._lane_of(pool).fetch("SELECT 1")  # held now, idle
-        monkeypatch.setattr(asyncpg.pool.Pool, "release", slow_release)
-        closing = asyncio.create_task(ledger.close())
-        await asyncio.sleep(0.02)  # close() is handing the connection back
-        with contextlib.suppress(Exception):  # the pool may refuse it as closing
-            await ledger._lane_of(pool).fetch("SELECT 1")
-        await asyncio.wait_for(closing, timeout=10)
-        monkeypatch.undo()
+        for held in (True, False):  # a lane holding a connection, or none made yet
+            ledger = await fresh_ledger(dsn, min_size=2, max_size=2)
+            pool = await ledger._ready_pool()
+            if held:
+                await ledger._lane_of(pool).fetch("SELECT 1")  # held now, idle
+            monkeypatch.setattr(asyncpg.pool.Pool, "release", slow_release)
+            closing = asyncio.create_task(ledger.close())
+            await asyncio.sleep(0.02)  # close() is handing the connection back
+            with contextlib.suppress(Exception):  # the pool may refuse it as closing
+                await ledger._lane_of(pool).fetch("SELECT 1")
+            lane = ledger._lane
+            assert lane is not None
+            assert lane._conn is None  # it took no connection to hold
+            if not held:
+                assert not lane.enabled  # made after close() began: never holds one
+            await asyncio.wait_for(closing, timeout=10)
+            monkeypatch.undo()
 
     asyncio.run(scenario())
 
@@ -263,6 +270,11 @@ def test_an_idle_held_connection_goes_back_on_its_own(monkeypatch: pytest.Monkey
             first = lane._conn
             await lane.fetch("SELECT 1")
             assert lane._conn is first  # held between consecutive statements
+            assert released == []
+            for _ in range(8):  # statements more often than IDLE_SECONDS: kept
+                await asyncio.sleep(0.05)
+                await lane.fetch("SELECT 2")
+            assert lane._conn is first
             assert released == []
             await asyncio.sleep(0.5)  # no statement for longer than IDLE_SECONDS
             assert lane._conn is None

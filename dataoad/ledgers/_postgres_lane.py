@@ -44,7 +44,7 @@ def _usable(conn: Any) -> bool:
 class ConnectionLane:
     """A connection of ``pool`` held for consecutive statements; busy or failed, the pool serves."""
 
-    __slots__ = ("_busy", "_closing", "_conn", "_idle", "_timer", "enabled", "pool")
+    __slots__ = ("_busy", "_closing", "_conn", "_idle", "_last_used", "_timer", "enabled", "pool")
 
     def __init__(self, pool: Any, *, owned: bool = True) -> None:
         self.pool = pool
@@ -54,6 +54,7 @@ class ConnectionLane:
         self._busy = False
         self._closing = False
         self._timer: asyncio.TimerHandle | None = None
+        self._last_used = 0.0
         self._idle: asyncio.Task[None] | None = None  # kept: the loop holds tasks weakly
 
     async def fetch(self, sql: str, *args: Any) -> list[Any]:
@@ -68,7 +69,7 @@ class ConnectionLane:
             if self._conn is None:
                 self._conn = await self.pool.acquire()
             rows = list(await self._conn.fetch(sql, *args))
-            self._arm_idle_timer()
+            self._note_use()
             return rows
         except BaseException:
             # Broken, cancelled mid-statement or refused: let the pool judge it.
@@ -90,25 +91,32 @@ class ConnectionLane:
         if not self._busy:
             await self._give_back()
 
-    def _arm_idle_timer(self) -> None:
-        if self._timer is not None:
-            self._timer.cancel()
-        self._timer = asyncio.get_running_loop().call_later(IDLE_SECONDS, self._on_idle)
+    def _note_use(self) -> None:
+        # One timer at a time, re-armed for what is left when it fires: a
+        # TimerHandle per statement would cost every statement.
+        loop = asyncio.get_running_loop()
+        self._last_used = loop.time()
+        if self._timer is None and not self._closing:
+            self._timer = loop.call_later(IDLE_SECONDS, self._on_idle)
 
     def _on_idle(self) -> None:
         self._timer = None
-        if self._busy or self._conn is None:
+        conn = self._conn
+        if conn is None or self._closing:
             return
-        self._busy = True  # statements meanwhile take pool connections
+        loop = asyncio.get_running_loop()
+        left = self._last_used + IDLE_SECONDS - loop.time()
+        if self._busy or left > 0:
+            self._timer = loop.call_later(max(left, 0.01), self._on_idle)
+            return
+        # Off the lane at once, so close() and the next statement never see it.
+        self._conn = None
 
         async def give_back() -> None:
-            try:
-                with contextlib.suppress(Exception):  # a closing pool: nothing left to return
-                    await self._give_back()
-            finally:
-                self._busy = False
+            with contextlib.suppress(Exception):  # a closing pool: nothing left to return
+                await self.pool.release(conn)
 
-        self._idle = asyncio.get_running_loop().create_task(give_back())
+        self._idle = loop.create_task(give_back())
 
     async def _give_back(self) -> None:
         conn, self._conn = self._conn, None
