@@ -27,7 +27,6 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from dataoad._blocking import call_maybe_async
-from dataoad._clock import wall_time
 from dataoad._completing import (
     Execution,
     complete,
@@ -96,9 +95,7 @@ async def execute_once(
     """One pass of ``execute``: replay, refuse, take over, or claim and run."""
     claimed, created = await store.claim(_fused_claim(store, call, tenure), tenure.lease)
     if not created and call.expires_after is not None:
-        current = await expire_if_due(
-            store, claimed, call.expires_after, lambda: wall_time(tenure.clock), events
-        )
+        current = await expire_if_due(store, claimed, call.expires_after, events)
         if current is None:
             # The key is free now. A receipt made meanwhile by another caller
             # is newer than this call, so it is answered, never expired again.

@@ -14,7 +14,7 @@ import json
 import os
 import re
 from collections.abc import Callable, Sequence
-from datetime import UTC, datetime, timedelta
+from datetime import timedelta
 from pathlib import Path
 from typing import Any, Final
 
@@ -161,38 +161,42 @@ class _Export:
         self.file.close()
 
 
+def _age_text(age: timedelta) -> str:
+    """``30d`` as "30 days", ``90m`` as "90 minutes": the age as the operator gave it."""
+    seconds = int(age.total_seconds())
+    for unit, size in (("day", 86_400), ("hour", 3_600), ("minute", 60)):
+        if seconds >= size and seconds % size == 0:
+            count = seconds // size
+            return f"{count} {unit}{'' if count == 1 else 's'}"
+    return f"{seconds} second{'' if seconds == 1 else 's'}"
+
+
 async def prune(ledger: Any, args: argparse.Namespace, confirm: Confirm) -> int:
     """``dataoad receipts prune``."""
     statuses = tuple(s for group in (args.status or [DEFAULT_PRUNE_STATUSES]) for s in group)
     if not 1 <= args.batch_size <= 10_000:
         raise UsageError("--batch-size must be between 1 and 10000")
     namespace = check_cli_namespace(args.namespace)
-    before = datetime.now(UTC) - args.older_than
+    # The age is the ledger's to judge, by its own clock (the server's, the
+    # file's): this host's clock never sets the cut-off.
+    older_than = args.older_than.total_seconds()
     named = ",".join(s.value.lower() for s in ActionStatus if s in statuses)
     where = "" if namespace is None else f" in namespace {namespace!r}"
+    age = f"stored more than {_age_text(args.older_than)} ago by the ledger's clock"
     count = await ledger.prune(
-        completed_before=before, statuses=statuses, namespace=namespace, dry_run=True
+        older_than=older_than, statuses=statuses, namespace=namespace, dry_run=True
     )
     if args.dry_run:
-        print(
-            f"would delete {count} {named} receipt(s){where} last changed before "
-            f"{before.isoformat(timespec='seconds')} (dry run: nothing deleted)"
-        )
+        print(f"would delete {count} {named} receipt(s){where} {age} (dry run: nothing deleted)")
         return EXIT_OK
     if count == 0:
-        print(
-            f"nothing to prune: no {named} receipt{where} last changed before {before:%Y-%m-%d %H:%M:%S} UTC"
-        )
+        print(f"nothing to prune: no {named} receipt{where} {age}")
         return EXIT_OK
-    confirm(
-        f"Delete {count} {named} receipt(s){where} last changed before "
-        f"{before.isoformat(timespec='seconds')}?",
-        args.yes,
-    )
+    confirm(f"Delete {count} {named} receipt(s){where} {age}?", args.yes)
     export = None if args.export is None else _Export(args.export)
     try:
         deleted = await ledger.prune(
-            completed_before=before,
+            older_than=older_than,
             statuses=statuses,
             namespace=namespace,
             batch_size=args.batch_size,

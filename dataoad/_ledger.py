@@ -119,13 +119,16 @@ class LeasingLedger(Ledger, Protocol):
 class LifecycleLedger(Ledger, Protocol):
     """A ledger that can free keys and delete old receipts (see ``_lifecycle``)."""
 
-    async def retire(self, receipt: ActionReceipt) -> bool:
+    async def retire(self, receipt: ActionReceipt, *, older_than: float | None = None) -> bool:
         """Free the key of a definitive receipt: store ``receipt`` with ``retired_at`` set.
 
         Succeeds (True) only if the stored receipt is COMPLETED, CONFIRMED or
         FAILED, still holds its key, and ``receipt`` is it at the next version
-        with only ``retired_at`` and the update time changed. The receipt
-        stays readable by its id; the key can then be claimed afresh.
+        with only ``retired_at`` and the update time changed; with
+        ``older_than``, only if the ledger stored it at least that many
+        seconds ago by its own clock, judged inside the same conditional
+        write (an expiry). The receipt stays readable by its id; the key can
+        then be claimed afresh.
         """
         ...
 
@@ -141,7 +144,8 @@ class LifecycleLedger(Ledger, Protocol):
     ) -> int:
         """Delete completed receipts in ``statuses`` (default CONFIRMED and FAILED).
 
-        Only receipts last changed before ``completed_before``, in
+        Only receipts the ledger stored (``stored_at``, its own clock) before
+        ``completed_before``, in
         ``namespace`` when given; UNKNOWN only when named, PENDING never. In
         small batches, each receipt only at the version it was read at;
         ``before_delete`` sees every batch first. Returns how many were

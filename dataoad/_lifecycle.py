@@ -40,9 +40,11 @@ __all__ = [
     "check_prune_statuses",
     "check_retire",
     "expired",
+    "may_expire",
     "may_retire",
     "prunable",
     "reopenable",
+    "stored_before",
 ]
 
 #: Outcomes whose key may be freed: the definitive ones.
@@ -80,17 +82,37 @@ def check_retire(current: ActionReceipt, proposed: ActionReceipt) -> bool:
     )
 
 
+def may_expire(current: ActionReceipt, expires_after: float | None) -> bool:
+    """Whether a caller asking for ``expires_after`` may ask the ledger to free ``current``'s key.
+
+    Only a definitive receipt, and only when expiry was asked for; whether
+    it is old enough is the ledger's to judge (``retire(older_than=...)``).
+    """
+    return expires_after is not None and may_retire(current)
+
+
+def stored_before(current: ActionReceipt, seconds: float, now: datetime) -> bool:
+    """Whether the ledger stored ``current`` at least ``seconds`` before ``now``.
+
+    ``now`` and ``stored_at`` are both the ledger's own clock: an age is
+    never a writer's ``updated_at`` held against a reader's clock.
+    """
+    return current.stored_at is not None and current.stored_at + timedelta(seconds=seconds) <= now
+
+
 def expired(current: ActionReceipt, expires_after: float | None, now: datetime) -> bool:
     """Whether a caller asking for ``expires_after`` may claim ``current``'s key afresh.
 
-    Measured from the receipt's last transition (``updated_at``): for a
-    completed receipt, when its definitive outcome was recorded or last
-    settled, so a late merge never makes a receipt look older than it is.
+    Measured from the receipt's last transition as the ledger stored it
+    (``stored_at``, at ``now`` on the same clock): for a completed receipt,
+    when its definitive outcome was recorded or last settled, so a late
+    merge never makes a receipt look older than it is. The ledger applies
+    this inside ``retire(..., older_than=expires_after)``.
     """
     return (
         expires_after is not None
         and may_retire(current)
-        and current.updated_at + timedelta(seconds=expires_after) <= now
+        and stored_before(current, expires_after, now)
     )
 
 
@@ -112,11 +134,15 @@ def prunable(
     statuses: Iterable[ActionStatus],
     namespace: str | None,
 ) -> bool:
-    """Whether retention may delete ``current``: completed, in ``statuses``, old enough."""
+    """Whether retention may delete ``current``: completed, in ``statuses``, old enough.
+
+    Old enough means stored by the ledger (its own clock) before ``completed_before``.
+    """
     return (
         current.claim_state is ClaimState.COMPLETED
         and current.final_status in frozenset(statuses)
-        and current.updated_at < completed_before
+        and current.stored_at is not None
+        and current.stored_at < completed_before
         and (namespace is None or current.namespace == namespace)
     )
 

@@ -392,16 +392,27 @@ class ProvenLedger:
             receipt=write.stored,
         )
 
-    async def retire(self, proposed: ActionReceipt, current: ActionReceipt) -> bool:
-        """Free a key: True when proven, False when the receipt changed first.
+    async def retire(
+        self, proposed: ActionReceipt, current: ActionReceipt, *, older_than: float | None = None
+    ) -> bool:
+        """Free a key: True when proven, False when refused (changed first, or too young).
 
+        ``older_than`` asks the ledger to free it only if it stored
+        ``current`` at least that many seconds ago by its own clock.
         NothingInvokedError when the write raised and could not be proven
         either way (the key may or may not be free; nothing was invoked).
         """
         ledger = cast(LifecycleLedger, self.ledger)
-        write = await self._prove_unread(
-            lambda: ledger.retire(proposed), proposed, proposed.action_id
-        )
+        if older_than is None:
+            write = await self._prove_unread(
+                lambda: ledger.retire(proposed), proposed, proposed.action_id
+            )
+        else:
+            write = await self._prove_unread(
+                lambda: ledger.retire(proposed, older_than=older_than),
+                proposed,
+                proposed.action_id,
+            )
         if write.proven:
             return True
         if write.error is None or (not write.read_failed and write.stored != current):

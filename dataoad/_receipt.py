@@ -123,6 +123,13 @@ class ActionReceipt:
     #: When the key was freed from this receipt (expired or reopened, see
     #: ``_lifecycle``); None while the receipt holds its key.
     retired_at: datetime | None = None
+    #: When the ledger stored this version, read from the ledger's own clock
+    #: (None on a new version not yet stored, such as the copies the runner
+    #: builds: read the receipt back to see it). Every age the ledger judges (expiry,
+    #: retention) is measured from it, never from a writer's ``updated_at``,
+    #: so no decision compares two hosts' clocks. The ledger stamps it, so
+    #: equality ignores it.
+    stored_at: datetime | None = dataclasses.field(default=None, compare=False)
 
     def __post_init__(self) -> None:
         # Deep-freeze so no holder of a snapshot can change what others see.
@@ -162,6 +169,9 @@ class ActionReceipt:
         if unknown:
             raise TypeError(f"ActionReceipt has no field {sorted(unknown)[0]!r}")
         new = _copy_with(self, changes)
+        if "version" in changes and "stored_at" not in changes:
+            # A new version is not stored yet: when it is, is the ledger's to say.
+            object.__setattr__(new, "stored_at", None)
         if "metadata" in changes:
             object.__setattr__(new, "metadata", freeze(new.metadata))
         if "attempt_records" in changes:

@@ -8,13 +8,11 @@ make it UNKNOWN, which must then never be freed).
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from datetime import datetime
 from typing import Final
 
 from dataoad._errors import InvalidArgumentError, NothingInvokedError, RecoveryRefusedError
 from dataoad._events import EventKind, EventSink
-from dataoad._lifecycle import expired, reopenable
+from dataoad._lifecycle import may_expire, reopenable
 from dataoad._proven import ProvenLedger
 from dataoad._receipt import ActionReceipt, utc_now
 
@@ -33,11 +31,15 @@ def check_lifecycle(ledger: object, what: str) -> None:
 
 
 async def _retire(
-    store: ProvenLedger, current: ActionReceipt, events: EventSink, reason: str
+    store: ProvenLedger,
+    current: ActionReceipt,
+    events: EventSink,
+    reason: str,
+    older_than: float | None = None,
 ) -> bool:
     now = utc_now()
     proposed = current.evolve(retired_at=now, version=current.version + 1, updated_at=now)
-    if not await store.retire(proposed, current):
+    if not await store.retire(proposed, current, older_than=older_than):
         return False
     events.emit(EventKind.RETIRED, proposed, reason=reason)
     return True
@@ -47,21 +49,29 @@ async def expire_if_due(
     store: ProvenLedger,
     existing: ActionReceipt,
     expires_after: float | None,
-    now_of: Callable[[], datetime],
     events: EventSink,
 ) -> ActionReceipt | None:
     """The receipt the call must answer to: ``existing``, or None once its key is free.
 
-    ``now_of`` is a zero-argument callable giving the runner's wall time.
+    Whether the receipt is old enough is the ledger's to judge, by its own
+    clock inside the conditional write (``retire(older_than=...)``): the
+    runner's clock never enters it, so a caller whose clock runs fast, or a
+    writer whose clock ran slow, cannot expire a fresh receipt. A refused
+    write is told apart by reading again: the same receipt means "not old
+    enough yet", a changed one is decided afresh.
     """
     current: ActionReceipt | None = existing
     for _ in range(MAX_RETIRE_ROUNDS):
-        if current is None or not expired(current, expires_after, now_of()):
+        if current is None or not may_expire(current, expires_after):
             return current
-        if await _retire(store, current, events, "expired"):
+        if await _retire(store, current, events, "expired", older_than=expires_after):
             return None
-        # Changed first: retired by another caller, merged into, pruned...
-        current = await store.read_claim(current.action_name, current.idempotency_key)
+        # Refused: too young by the ledger's clock, or changed first (retired
+        # by another caller, merged into, pruned...).
+        again = await store.read_claim(current.action_name, current.idempotency_key)
+        if again is not None and again == current and again.action_id == current.action_id:
+            return again
+        current = again
     raise NothingInvokedError(
         f"the expired receipt of {existing.action_name!r} key {existing.idempotency_key!r} "
         f"kept changing while this call tried to free its key; nothing was invoked",

@@ -636,11 +636,11 @@ class GatedLedger(FaultyLedger):
 
         return await self._write("release", release_and_note)
 
-    async def retire(self, receipt: ActionReceipt) -> bool:
+    async def retire(self, receipt: ActionReceipt, **options: Any) -> bool:
         """Gated like any write; who freed which key is noted (acknowledged or not)."""
 
         async def retire_and_note() -> bool:
-            done = bool(await cast(Any, self.inner).retire(receipt))
+            done = bool(await cast(Any, self.inner).retire(receipt, **options))
             contender = _current.get(None)
             if done and contender is not None:
                 contender.retired.append(receipt.action_id)

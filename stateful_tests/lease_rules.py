@@ -95,6 +95,9 @@ class LeaseRules:
     execute_arguments: dict[str, Any]
     max_active: int
 
+    # Not while a caller frees a key by expiry: its age was asked for on the
+    # ledger's clock as it stood (see LifecycleRules.expiry_age).
+    @precondition(lambda self: not self.expiring())
     @rule()
     def lease_runs_out(self) -> None:
         """The ledger's clock passes one lease: every claim not renewed since may be taken over."""

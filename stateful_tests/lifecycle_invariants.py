@@ -58,6 +58,28 @@ def keys_freed_only_from_definitive_outcomes(m: RunnerMachineBase) -> None:
 
 
 @safety
+def expiry_is_judged_by_the_ledger_clock(m: RunnerMachineBase) -> None:
+    """A caller asking for ``expires_after`` frees a key only from a receipt the ledger stored at least that long ago by its own clock, whatever the caller's or the writer's clock says."""
+    now = m.ledger_clock.now
+    for action_id, (before, after) in m.transitions.items():
+        if after is None or after.retired_at is None or before.retired_at is not None:
+            continue
+        if after.version != before.version + 1 or before.stored_at is None:
+            continue  # more than one write in the step: the retired version is unseen
+        for c in m.contenders_list:
+            if action_id not in c.retired or c.kind != "execute" or c.expires_after is None:
+                continue
+            age = (now - before.stored_at).total_seconds()
+            if age < c.expires_after:
+                raise fail(
+                    expiry_is_judged_by_the_ledger_clock,
+                    f"contender {c.name} asked for expires_after={c.expires_after:g} s and "
+                    f"freed the key of receipt {action_id[:8]} of {after.idempotency_key}, "
+                    f"which the ledger stored {age:g} s before by its own clock",
+                )
+
+
+@safety
 def reopen_frees_only_definitive_failures(m: RunnerMachineBase) -> None:
     """A reopen that returns has freed the key of a definitive FAILED receipt; any other receipt it refuses, unchanged."""
     for c in m.contenders_list:

@@ -2,10 +2,11 @@
 
 ``free_a_settled_key`` takes a key whose receipt is completed (CONFIRMED,
 FAILED or UNKNOWN) and whose callers are all done, and starts one or two
-callers that free it: ``execute(expires_after=...)`` on a clock that puts
-the key's receipt just past it (``ExpiryClock``; each with the provider
-reference of a new mutation, one generation on), an operator's ``reopen``,
-or both at once. They race each other and whatever operators and provider
+callers that free it: ``execute(expires_after=...)`` asking for exactly the
+age its receipt has reached by the ledger's clock (``expiry_age``; each
+with the provider reference of a new mutation, one generation on), an
+operator's ``reopen``, or both at once; or a caller that asks too early
+with a clock running fast, which must free nothing. They race each other and whatever operators and provider
 events the run adds; the properties in ``lifecycle_invariants`` judge who
 freed what, and the world-truth properties judge every invocation.
 
@@ -25,25 +26,27 @@ from hypothesis.stateful import precondition, rule
 from dataoad import ActionReceipt, ActionStatus
 from stateful_tests.harness import Contender, contender_name, split_key
 
-__all__ = ["EXPIRES_AFTER", "ExpiryClock", "LifecycleRules"]
+__all__ = ["EARLY_SKEW", "LifecycleRules", "SkewedClock"]
 
-#: What a caller freeing a key by expiry asks for, in seconds.
-EXPIRES_AFTER: Final = 3600.0
+#: The least age a caller freeing a key by expiry asks for, in seconds.
+MIN_EXPIRY_AGE: Final = 0.001
+#: How far ahead the clock of a caller asking too early runs (the skew of V2).
+EARLY_SKEW: Final = timedelta(hours=2)
+#: What a caller asking too early adds to the receipt's age by the ledger's clock.
+TOO_EARLY_BY: Final = 3600.0
 
 
-class ExpiryClock:
-    """The machine's clock, with a wall time fixed when its caller starts.
+class SkewedClock:
+    """The machine's clock for one caller, its wall time ``skew`` off the host's.
 
-    It reads exactly ``EXPIRES_AFTER`` past the last change of the receipt
-    that held the key then: that receipt has expired for this caller, and
-    any receipt written after it (another caller's new claim) has not. So
-    of several callers freeing one key, one claims afresh and the others
-    meet its claim, as callers asking for a day's expiry would.
+    Nothing in the runner may decide by it: ages are the ledger's to judge,
+    by the ledger's clock. Only a planted bug that compares a caller's wall
+    time with a writer's ``updated_at`` reads it.
     """
 
-    def __init__(self, base: Any, wall: datetime) -> None:
+    def __init__(self, base: Any, skew: timedelta) -> None:
         self.base = base
-        self.wall = wall
+        self.skew = skew
 
     def monotonic(self) -> float:
         return float(self.base.monotonic())
@@ -52,7 +55,7 @@ class ExpiryClock:
         await self.base.sleep(seconds)
 
     def wall_time(self) -> datetime:
-        return self.wall
+        return datetime.now(UTC) + self.skew
 
 
 class LifecycleRules:
@@ -84,13 +87,30 @@ class LifecycleRules:
         )
         return retired + pruned
 
-    def expiry_clock(self, key: str) -> ExpiryClock:
-        """The clock of a caller freeing ``key`` by expiry (see ExpiryClock)."""
+    def expiry_age(self, key: str, *, early: bool = False) -> float:
+        """What a caller freeing ``key`` by expiry asks for, judged by the ledger's clock.
+
+        Exactly the age of the receipt holding the key now (at least
+        MIN_EXPIRY_AGE, moving the ledger's clock that far when needed):
+        that receipt has expired for this caller, and a receipt written
+        after it (another caller's new claim) has not, since the ledger's
+        clock stands still while a key is being freed. A caller asking
+        ``early`` asks for TOO_EARLY_BY more than that: it must replay.
+        """
         held = self.holder(key)
-        base = getattr(self, "virtual_time")  # noqa: B009  (the runner machine's)
-        if held is None:
-            return ExpiryClock(base, datetime.now(UTC))
-        return ExpiryClock(base, held.updated_at + timedelta(seconds=EXPIRES_AFTER))
+        clock = getattr(self, "ledger_clock")  # noqa: B009  (the runner machine's)
+        if held is None or held.stored_at is None:
+            return TOO_EARLY_BY if early else MIN_EXPIRY_AGE
+        age = (clock.now - held.stored_at).total_seconds()
+        if age < MIN_EXPIRY_AGE:
+            clock.advance(MIN_EXPIRY_AGE - age)
+            self.history.add("ledger clock", f"{MIN_EXPIRY_AGE - age:g} s pass")
+            age = MIN_EXPIRY_AGE
+        return age + TOO_EARLY_BY if early else age
+
+    def expiring(self) -> bool:
+        """Whether a caller freeing a key by expiry is still running (the ledger clock waits)."""
+        return any(not c.finished and c.expires_after is not None for c in self.contenders_list)
 
     def keys_being_freed(self) -> set[str]:
         """Keys an unfinished caller is freeing (expiring or reopening)."""
@@ -123,18 +143,31 @@ class LifecycleRules:
     @precondition(lambda self: bool(self._settled_keys()) and self._active() < self.max_active)
     @rule(
         data=st.data(),
-        how=st.sampled_from(["expire", "expire twice", "reopen", "reopen and expire"]),
+        how=st.sampled_from(
+            ["expire", "expire twice", "reopen", "reopen and expire", "expire too early"]
+        ),
         policy=st.sampled_from(["default", "retry-failed"]),
         with_verifier=st.booleans(),
     )
     def free_a_settled_key(
         self, data: st.DataObject, how: str, policy: str, with_verifier: bool
     ) -> None:
-        """Callers free a settled key: by expiry (``expires_after=0``), by reopen, or both racing."""
+        """Callers free a settled key: by expiry, by reopen, or both racing; or ask too early.
+
+        A caller asking too early asks for an age its key's receipt has not
+        reached by the ledger's clock, while its own clock runs EARLY_SKEW
+        fast: it must replay (or be refused), never free the key.
+        """
         key = data.draw(st.sampled_from(self._settled_keys()), label="settled key")
         if how.startswith("reopen"):
             self.operate(key, "reopen")
-        expirers = {"expire": 1, "expire twice": 2, "reopen": 0, "reopen and expire": 1}[how]
+        expirers = {
+            "expire": 1,
+            "expire twice": 2,
+            "reopen": 0,
+            "reopen and expire": 1,
+            "expire too early": 1,
+        }[how]
         for _ in range(expirers):
             if self._active() >= self.max_active:
                 break
@@ -146,6 +179,7 @@ class LifecycleRules:
                 with_verifier=with_verifier,
                 wait="wait 1 s",
                 expires=True,
+                early=how == "expire too early",
             )
 
     def _quiet_namespaces(self) -> list[str]:

@@ -7,9 +7,10 @@ report it.
 
 from __future__ import annotations
 
+import contextvars
 import dataclasses
 from collections.abc import Sequence
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 import pytest
@@ -19,6 +20,7 @@ import dataoad._lifecycle as lifecycle_module
 import dataoad._retiring as retiring_module
 import dataoad._runner as runner_module
 from dataoad import ActionReceipt, ActionStatus, ClaimState, InMemoryLedger, SQLiteLedger
+from dataoad._clock import wall_time
 from dataoad.ledgers._pruning import DeleteExact, NextBatch
 from dataoad.ledgers.sqlite import _SQL
 from stateful_tests.planted import PlantedBug, names
@@ -77,6 +79,42 @@ def _expires_unasked(mp: pytest.MonkeyPatch) -> dict[str, Any]:
     return {}
 
 
+_CALLER_CLOCK: contextvars.ContextVar[Any] = contextvars.ContextVar("caller_clock")
+
+
+def _expiry_by_caller_clock(mp: pytest.MonkeyPatch) -> dict[str, Any]:
+    """V2 of v0.2: the caller's wall clock held against the writer's ``updated_at``."""
+
+    async def expire_if_due(
+        store: Any, existing: ActionReceipt, expires_after: float | None, events: Any
+    ) -> ActionReceipt | None:
+        current: ActionReceipt | None = existing
+        clock = _CALLER_CLOCK.get(None)
+        for _ in range(retiring_module.MAX_RETIRE_ROUNDS):
+            now = wall_time(clock)
+            if (
+                current is None
+                or expires_after is None
+                or not lifecycle_module.may_retire(current)
+                or current.updated_at + timedelta(seconds=expires_after) > now
+            ):
+                return current
+            if await retiring_module._retire(store, current, events, "expired"):
+                return None
+            current = await store.read_claim(current.action_name, current.idempotency_key)
+        return current
+
+    real = attempts_module.execute_once
+
+    async def execute_once(store: Any, call: Any, events: Any, tenure: Any) -> Any:
+        _CALLER_CLOCK.set(tenure.clock)  # what the old code read its "now" from
+        return await real(store, call, events, tenure)
+
+    mp.setattr(attempts_module, "expire_if_due", expire_if_due)
+    mp.setattr(runner_module, "execute_once", execute_once)
+    return {}
+
+
 class VersionBlindPruneLedger(SQLiteLedger):
     """Deletes what its batch read, whether or not it changed meanwhile."""
 
@@ -102,15 +140,20 @@ class VersionBlindPruneLedger(SQLiteLedger):
 class VersionBlindRetireLedger(InMemoryLedger):
     """Retires a definitive receipt from whatever version the writer read."""
 
-    async def retire(self, receipt: ActionReceipt) -> bool:
+    async def retire(self, receipt: ActionReceipt, *, older_than: float | None = None) -> bool:
         with self._lock:
             current = self._by_id.get(receipt.action_id)
             if current is None or not lifecycle_module.may_retire(current):
+                return False
+            if older_than is not None and not lifecycle_module.stored_before(
+                current, older_than, self._now()
+            ):
                 return False
             stored = current.evolve(
                 retired_at=receipt.retired_at,
                 version=current.version + 1,
                 updated_at=receipt.updated_at,
+                stored_at=self._now(),
             )
             if receipt.retired_at is None:
                 return False
@@ -151,6 +194,13 @@ LIFECYCLE_BUGS = [
             "no-second-mutation-of-a-claim-by-anyone",
         ),
         _expires_unasked,
+    ),
+    PlantedBug(
+        "expiry-by-the-caller-clock",
+        "a caller whose clock runs fast asks for an age the receipt has not reached",
+        "runner",
+        names("expiry-is-judged-by-the-ledger-clock"),
+        _expiry_by_caller_clock,
     ),
     PlantedBug(
         "prune-without-version-check",

@@ -16,6 +16,7 @@ import shutil
 import tempfile
 import threading
 import warnings
+from datetime import timedelta
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -68,7 +69,7 @@ from stateful_tests.harness import (
     split_key,
 )
 from stateful_tests.lease_rules import LEASE, Heartbeats, LeaseRules, LedgerClock
-from stateful_tests.lifecycle_rules import EXPIRES_AFTER, LifecycleRules
+from stateful_tests.lifecycle_rules import EARLY_SKEW, LifecycleRules, SkewedClock
 from stateful_tests.services import PostgresTestTable
 from stateful_tests.swarm import swarm_over
 
@@ -419,6 +420,7 @@ class RunnerMachineBase(LifecycleRules, LeaseRules, RuleBasedStateMachine):
         form: str = "as built",
         runs_in: str = "the event loop",
         expires: bool = False,
+        early: bool = False,
     ) -> None:
         if split_key(key)[0] in self.namespaces_being_pruned() or (
             not expires and key in self.keys_being_freed()
@@ -437,6 +439,7 @@ class RunnerMachineBase(LifecycleRules, LeaseRules, RuleBasedStateMachine):
             + ("-alt" if alternate_reference else "")
         )
         self.references.setdefault(key, set()).add(reference)
+        expires_after = self.expiry_age(key, early=early) if expires else None
         c = Contender(
             name,
             "execute",
@@ -447,7 +450,7 @@ class RunnerMachineBase(LifecycleRules, LeaseRules, RuleBasedStateMachine):
             escape_hatch=POLICIES[policy].retry_on_unknown,
             amount=amount,
             namespace=namespace,
-            expires_after=EXPIRES_AFTER if expires else None,
+            expires_after=expires_after,
         )
         self.history.add(
             f"contender {name}",
@@ -455,8 +458,13 @@ class RunnerMachineBase(LifecycleRules, LeaseRules, RuleBasedStateMachine):
             f"{'with' if with_verifier else 'no'} verifier, {wait} for a claim holder, "
             f"request {form}, operation runs on {runs_in}"
             + (
-                f", expires_after={EXPIRES_AFTER:g} s, which the key's receipt has reached"
-                if expires
+                f", expires_after={expires_after:g} s, which the key's receipt has "
+                + (
+                    f"not reached by the ledger's clock, its own clock {EARLY_SKEW} fast"
+                    if early
+                    else "reached by the ledger's clock"
+                )
+                if expires_after is not None
                 else ""
             )
             + ")",
@@ -471,7 +479,9 @@ class RunnerMachineBase(LifecycleRules, LeaseRules, RuleBasedStateMachine):
         runner = self.runner_class(
             self.gated(client),
             policy=POLICIES[policy],
-            clock=self.expiry_clock(key) if expires else self.virtual_time,
+            clock=SkewedClock(self.virtual_time, EARLY_SKEW if early else timedelta())
+            if expires
+            else self.virtual_time,
             lease=LEASE,
             owner=name,
             namespace=namespace,

@@ -6,7 +6,7 @@ import asyncio
 import json
 import stat
 from collections.abc import Iterator
-from datetime import timedelta
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -23,10 +23,27 @@ from tests.test_cli_ledger import Store, _as_nobody, dataoad, read_only_copy
 DAY = timedelta(days=1)
 
 
+class _LedgerTime:
+    """A ledger clock the fixture sets: receipts are aged by the ledger's own clock."""
+
+    def __init__(self) -> None:
+        self.now = utc_now()
+
+    def __call__(self) -> datetime:
+        return self.now
+
+
 async def _put(
-    ledger: Any, key: str, status: ActionStatus | None, age: timedelta, ns: str = ""
+    ledger: Any,
+    clock: _LedgerTime,
+    key: str,
+    status: ActionStatus | None,
+    age: timedelta,
+    ns: str = "",
 ) -> None:
-    at = utc_now() - age
+    # The writer's own clock says "now": only the ledger's stamps are aged.
+    clock.now = utc_now() - age
+    at = utc_now()
     claim, created = await ledger.claim(
         make_receipt(idempotency_key=key, namespace=ns, created_at=at, updated_at=at)
     )
@@ -49,14 +66,19 @@ def aged(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Store]:
         env = {"DATAOAD_LEDGER": f"sqlite:///{tmp_path / 'ledger.sqlite3'}"}
 
     async def build() -> None:
-        ledger = table.client() if table is not None else SQLiteLedger(tmp_path / "ledger.sqlite3")
+        clock = _LedgerTime()
+        ledger = (
+            table.client(clock=clock)
+            if table is not None
+            else SQLiteLedger(tmp_path / "ledger.sqlite3", clock=clock)
+        )
         async with ledger:
-            await _put(ledger, "old-ok", ActionStatus.CONFIRMED, 40 * DAY)
-            await _put(ledger, "old-failed", ActionStatus.FAILED, 40 * DAY)
-            await _put(ledger, "old-unknown", ActionStatus.UNKNOWN, 40 * DAY)
-            await _put(ledger, "old-pending", None, 40 * DAY)
-            await _put(ledger, "young", ActionStatus.CONFIRMED, DAY)
-            await _put(ledger, "tenant-ok", ActionStatus.CONFIRMED, 40 * DAY, ns="tenant")
+            await _put(ledger, clock, "old-ok", ActionStatus.CONFIRMED, 40 * DAY)
+            await _put(ledger, clock, "old-failed", ActionStatus.FAILED, 40 * DAY)
+            await _put(ledger, clock, "old-unknown", ActionStatus.UNKNOWN, 40 * DAY)
+            await _put(ledger, clock, "old-pending", None, 40 * DAY)
+            await _put(ledger, clock, "young", ActionStatus.CONFIRMED, DAY)
+            await _put(ledger, clock, "tenant-ok", ActionStatus.CONFIRMED, 40 * DAY, ns="tenant")
 
     asyncio.run(build())
     yield Store(env["DATAOAD_LEDGER"], env, tmp_path)
@@ -194,12 +216,13 @@ def test_a_prune_dry_run_needs_only_read_access(aged: Store) -> None:
 def test_a_reader_counts_what_a_prune_would_delete_and_deletes_nothing(tmp_path: Path) -> None:
     async def scenario() -> None:
         path = tmp_path / "ledger.sqlite3"
-        async with SQLiteLedger(path) as ledger:
-            await _put(ledger, "old-ok", ActionStatus.CONFIRMED, 40 * DAY)
-            await _put(ledger, "old-unknown", ActionStatus.UNKNOWN, 40 * DAY)
-            await _put(ledger, "tenant-ok", ActionStatus.CONFIRMED, 40 * DAY, ns="tenant")
-            await _put(ledger, "young", ActionStatus.CONFIRMED, DAY)
-            await _put(ledger, "old-pending", None, 40 * DAY)
+        clock = _LedgerTime()
+        async with SQLiteLedger(path, clock=clock) as ledger:
+            await _put(ledger, clock, "old-ok", ActionStatus.CONFIRMED, 40 * DAY)
+            await _put(ledger, clock, "old-unknown", ActionStatus.UNKNOWN, 40 * DAY)
+            await _put(ledger, clock, "tenant-ok", ActionStatus.CONFIRMED, 40 * DAY, ns="tenant")
+            await _put(ledger, clock, "young", ActionStatus.CONFIRMED, DAY)
+            await _put(ledger, clock, "old-pending", None, 40 * DAY)
         cut = utc_now() - 30 * DAY
         reader = SQLiteReader(path)
         try:

@@ -32,11 +32,24 @@ from dataoad.testing import PaymentVerifier
 from stateful_tests.services import PostgresTestTable
 
 
-class WallClock:
-    """The runner's clock with a wall time the test moves (monotonic time never passes)."""
+class LedgerTime:
+    """A ledger's own clock that the test moves: real time plus an offset."""
 
     def __init__(self) -> None:
         self.offset = timedelta()
+
+    def __call__(self) -> datetime:
+        return utc_now() + self.offset
+
+    def advance(self, seconds: float) -> None:
+        self.offset += timedelta(seconds=seconds)
+
+
+class SkewedRunnerClock:
+    """A runner's clock whose wall time is ``skew`` off (monotonic time never passes)."""
+
+    def __init__(self, skew: timedelta = timedelta()) -> None:
+        self.skew = skew
 
     def monotonic(self) -> float:
         return 0.0
@@ -45,10 +58,7 @@ class WallClock:
         await asyncio.sleep(0)
 
     def wall_time(self) -> datetime:
-        return utc_now() + self.offset
-
-    def advance(self, seconds: float) -> None:
-        self.offset += timedelta(seconds=seconds)
+        return utc_now() + self.skew
 
 
 class Calls:
@@ -63,17 +73,25 @@ class Calls:
         return self.answer(self.count)
 
 
+@pytest.fixture
+def ledger_time() -> LedgerTime:
+    """The clock of the ``ledger`` fixture's ledger (the only clock that judges an age)."""
+    return LedgerTime()
+
+
 @pytest.fixture(params=["memory", "sqlite", "postgres"])
-async def ledger(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[Any]:
+async def ledger(
+    request: pytest.FixtureRequest, tmp_path: Path, ledger_time: LedgerTime
+) -> AsyncIterator[Any]:
     if request.param == "memory":
-        yield InMemoryLedger()
+        yield InMemoryLedger(clock=ledger_time)
     elif request.param == "sqlite":
-        async with SQLiteLedger(tmp_path / "ledger.sqlite3") as lite:
+        async with SQLiteLedger(tmp_path / "ledger.sqlite3", clock=ledger_time) as lite:
             yield lite
     else:
         table = PostgresTestTable()
         await table.create()
-        pg = table.client(max_size=12)
+        pg = table.client(max_size=12, clock=ledger_time)
         try:
             yield pg
         finally:
@@ -138,10 +156,10 @@ async def test_a_claim_in_progress_in_one_namespace_does_not_block_another(ledge
 
 @pytest.mark.parametrize("answer", [lambda n: f"ch_{n}", declined], ids=["confirmed", "failed"])
 async def test_an_expired_definitive_receipt_is_claimed_afresh(
-    ledger: Any, answer: Callable[[int], Any]
+    ledger: Any, ledger_time: LedgerTime, answer: Callable[[int], Any]
 ) -> None:
-    clock = WallClock()
-    runner = ActionRunner(ledger, clock=clock)
+    clock = ledger_time
+    runner = ActionRunner(ledger)
     calls = Calls(answer)
     first = await runner.execute(
         "charge", calls, request={"n": 1}, idempotency_key="k", expires_after=3600
@@ -168,9 +186,76 @@ async def test_an_expired_definitive_receipt_is_claimed_afresh(
     assert old.version == first.receipt.version + 1
 
 
-async def test_unknown_and_pending_never_expire(ledger: Any) -> None:
-    clock = WallClock()
-    runner = ActionRunner(ledger, clock=clock)
+@pytest.mark.parametrize("skew_hours", [1, -1, 24 * 31])
+async def test_no_host_clock_expires_a_fresh_receipt(
+    ledger: Any, monkeypatch: pytest.MonkeyPatch, skew_hours: int
+) -> None:
+    """Issue V2: a writer whose clock runs slow, or a caller whose clock runs fast.
+
+    Only the ledger's clock judges an age. The writer stamps ``updated_at``
+    an hour (or a month) behind and the caller's wall time is as far ahead,
+    so a receipt 1 s old looks older than ``expires_after`` to anyone who
+    compares the two: it must still replay, and the charge must run once.
+    """
+    skew = timedelta(hours=skew_hours)
+    calls = Calls()
+    import dataoad._attempts as attempts_module
+    import dataoad._completing as completing_module
+
+    def slow_writer() -> datetime:
+        return utc_now() - skew
+
+    monkeypatch.setattr(completing_module, "utc_now", slow_writer)
+    monkeypatch.setattr(attempts_module, "utc_now", slow_writer)
+    writer = ActionRunner(ledger)
+    first = await writer.execute("charge", calls, request={"n": 1}, idempotency_key="k")
+    # The writer's clock was off by the skew.
+    assert abs(first.receipt.updated_at - (utc_now() - skew)) < timedelta(minutes=1)
+    monkeypatch.undo()
+    caller = ActionRunner(ledger, clock=SkewedRunnerClock(skew))
+    again = await caller.execute(
+        "charge", calls, request={"n": 1}, idempotency_key="k", expires_after=600
+    )
+    assert again.replayed
+    assert again.receipt.action_id == first.receipt.action_id
+    assert calls.count == 1
+    stored = await caller.receipt(first.receipt.action_id)
+    assert stored.retired_at is None
+
+
+async def test_expiry_boundary_is_exact_on_the_ledger_clock(
+    ledger: Any, ledger_time: LedgerTime
+) -> None:
+    """A receipt stored at T expires for ``expires_after=E`` at T+E, not a moment before.
+
+    Measured from the moment the ledger stored the definitive outcome (not
+    from the claim): the operation takes 100 s of ledger time here.
+    """
+    calls = Calls()
+
+    async def slow_operation() -> Any:
+        ledger_time.advance(100)  # the claim is 100 s older than the outcome
+        return await calls()
+
+    runner = ActionRunner(ledger, lease=None)
+    first = await runner.execute("charge", slow_operation, request={}, idempotency_key="k")
+    stored = await runner.receipt(first.receipt.action_id)
+    assert stored.stored_at is not None
+    ledger_time.advance(3600 - 100 - 0.5)  # 3600 s after the claim, 3499.5 s after the outcome
+    assert (
+        await runner.execute("charge", calls, request={}, idempotency_key="k", expires_after=3500)
+    ).replayed
+    ledger_time.advance(0.5)
+    done = await runner.execute(
+        "charge", calls, request={}, idempotency_key="k", expires_after=3500
+    )
+    assert not done.replayed
+    assert calls.count == 2
+
+
+async def test_unknown_and_pending_never_expire(ledger: Any, ledger_time: LedgerTime) -> None:
+    clock = ledger_time
+    runner = ActionRunner(ledger)
 
     async def lost() -> None:
         raise TimeoutError("no answer")
@@ -285,7 +370,7 @@ async def test_reopen_decides_again_when_the_receipt_changes_under_it() -> None:
     class MergesFirst(InMemoryLedger):
         """A ledger where a zombie's UNKNOWN evidence lands just before the reopen."""
 
-        async def retire(self, receipt: Any) -> bool:
+        async def retire(self, receipt: Any, **options: Any) -> bool:
             stored = await self.get(receipt.action_id)
             assert stored is not None
             await self.record(
@@ -295,7 +380,7 @@ async def test_reopen_decides_again_when_the_receipt_changes_under_it() -> None:
                     updated_at=utc_now(),
                 )
             )
-            return await super().retire(receipt)
+            return await super().retire(receipt, **options)
 
     ledger = MergesFirst()
     runner = ActionRunner(ledger)

@@ -236,8 +236,11 @@ def test_a_repeated_name_is_one_numbered_parameter_but_two_question_marks() -> N
 @pytest.mark.parametrize("dialect", [SQLITE, POSTGRES], ids=lambda d: d.name)
 def test_every_statement_binds_only_known_names(dialect: Any) -> None:
     statements = Statements("receipts", dialect)
-    # The lease is stamped from the ledger's clock, never taken from the receipt.
-    clock = {"lease_end"} if dialect is SQLITE else {"now", "lease"}
+    # The lease and the time of storing are stamped from the ledger's clock,
+    # never taken from the receipt; an age asked for is judged by it too.
+    lease = {"lease_end"} if dialect is SQLITE else {"now", "lease"}
+    clock = lease | {"now"}
+    age = {"cutoff"} if dialect is SQLITE else {"older_than"}
     judged = {"now"}
     transition = {*WRITTEN, "previous_version", "previous_attempts", *clock}
     expected = {
@@ -246,7 +249,7 @@ def test_every_statement_binds_only_known_names(dialect: Any) -> None:
         "find": {"namespace", "action_name", "idempotency_key"},
         "release": {"action_id", "version"},
         "start_attempt": transition,
-        "record": set(WRITTEN) | {"previous_version"},
+        "record": set(WRITTEN) | {"previous_version", "now"},
         "take_over": set(WRITTEN)
         - {"metadata", "attempt_records", "claim_state"}
         - {"execution_status", "verification_status", "final_status", "provider_request_id"}
@@ -254,9 +257,11 @@ def test_every_statement_binds_only_known_names(dialect: Any) -> None:
         | {"previous_version"}
         | clock
         | judged,
-        "renew": {"action_id", "fencing_token"} | clock,
-        # Retiring sets retired_at over the exact version, every column the same.
-        "retire": set(WRITTEN) | {"previous_version"},
+        # A renewal is not a transition: it moves the lease, not the time of storing.
+        "renew": {"action_id", "fencing_token"} | lease,
+        # Retiring sets retired_at over the exact version, every column the same,
+        # and an expiry asks the ledger's clock whether the receipt is old enough.
+        "retire": set(WRITTEN) | {"previous_version", "now"} | age,
     }
     for name, names in expected.items():
         assert set(statements[name].names) == names, name

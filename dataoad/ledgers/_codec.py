@@ -57,11 +57,12 @@ COLUMNS: Final = (
     "namespace",
     "retired_at",
     "lease_expires_at",
+    "stored_at",
 )
 
-#: The columns a write takes from the receipt: all but the lease, which the
-#: ledger stamps from its own clock.
-WRITTEN: Final = COLUMNS[:-1]
+#: The columns a write takes from the receipt: all but the lease and the
+#: time of storing, which the ledger stamps from its own clock.
+WRITTEN: Final = COLUMNS[:-2]
 
 #: The claim's identity, which no transition changes.
 IDENTITY: Final = (
@@ -242,4 +243,5 @@ def receipt_of(row: Sequence[Any], time: Callable[[Any], datetime] = _same) -> A
         lease_expires_at=None
         if value["lease_expires_at"] is None
         else time(value["lease_expires_at"]),
+        stored_at=None if value["stored_at"] is None else time(value["stored_at"]),
     )

@@ -13,7 +13,7 @@ from dataoad._errors import DataoadError, InvalidArgumentError
 __all__ = ["MIGRATIONS", "SCHEMA_VERSION", "LedgerSchemaError", "check_name"]
 
 #: The schema version this code writes and understands.
-SCHEMA_VERSION: Final = 3
+SCHEMA_VERSION: Final = 4
 
 
 class LedgerSchemaError(DataoadError):
@@ -86,6 +86,13 @@ MIGRATIONS: Final[dict[int, tuple[str, ...]]] = {
         END
         $$
         """,
+    ),
+    # The ledger's own time of storing each version (v0.3), from the
+    # server's clock: ages are judged by it, never by a client's updated_at.
+    # Rows written before carry their updated_at, the best time they have.
+    4: (
+        "ALTER TABLE {table} ADD COLUMN stored_at timestamptz",
+        "UPDATE {table} SET stored_at = updated_at",
     ),
 }
 

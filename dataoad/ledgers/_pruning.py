@@ -5,15 +5,21 @@ selects, hands it to ``before_delete`` (an export, say) and then deletes
 each one only if it is still at the version it was read at. So live
 writers wait for one small batch at a time, never for the whole prune, and
 a receipt that changed meanwhile (a reconcile merging into it) is kept.
-Batches follow ``(updated_at, action_id)``, so a kept receipt is never read
+Batches follow ``(stored_at, action_id)``, so a kept receipt is never read
 again and the loop always ends.
+
+Ages are the ledger's: ``older_than`` seconds is turned into a cut-off by
+the ledger's own clock, read once when the prune starts, and compared with
+the time the ledger stored each receipt, so a host whose clock runs fast
+cannot prune a receipt that is young by the ledger's clock.
 """
 
 from __future__ import annotations
 
 import inspect
+import math
 from collections.abc import Awaitable, Callable, Sequence
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Final
 
 from dataoad._errors import InvalidArgumentError
@@ -28,7 +34,9 @@ __all__ = [
     "DeleteExact",
     "NextBatch",
     "PruneSteps",
+    "MAX_OLDER_THAN",
     "check_batch_size",
+    "check_older_than",
     "prune",
 ]
 
@@ -54,6 +62,23 @@ def check_batch_size(batch_size: object) -> int:
     return batch_size
 
 
+#: Longest accepted ``older_than``: a hundred years, in seconds.
+MAX_OLDER_THAN: Final = 100 * 365 * 86_400.0
+
+
+def check_older_than(value: object) -> float:
+    """Finite seconds in [0, MAX_OLDER_THAN]."""
+    if (
+        type(value) not in (int, float)
+        or not math.isfinite(value)  # type: ignore[arg-type]
+        or not 0 <= value <= MAX_OLDER_THAN  # type: ignore[operator]
+    ):
+        raise InvalidArgumentError(
+            f"older_than must be seconds in [0, {MAX_OLDER_THAN:g}], not {value!r}"
+        )
+    return float(value)  # type: ignore[arg-type]
+
+
 async def prune(
     steps: PruneSteps,
     *,
@@ -63,13 +88,21 @@ async def prune(
     batch_size: object,
     dry_run: object,
     before_delete: object,
+    older_than: object = None,
+    ledger_now: Callable[[], Awaitable[datetime]] | None = None,
 ) -> int:
     """Check every argument, then run batches until none is left.
 
+    Exactly one of ``completed_before`` (an aware datetime, compared with
+    the ledger's times of storing) and ``older_than`` (seconds before the
+    ledger's now, read by ``ledger_now``) says how old is old enough.
     Returns how many receipts were deleted (with ``dry_run``, how many would
     be). Nothing is read or written before the arguments pass.
     """
-    before = check_completed_before(completed_before)
+    if (completed_before is None) == (older_than is None):
+        raise InvalidArgumentError("prune needs exactly one of completed_before and older_than")
+    age = None if older_than is None else check_older_than(older_than)
+    before = None if completed_before is None else check_completed_before(completed_before)
     chosen = check_prune_statuses(statuses)
     scope = check_namespace(namespace, optional=True)
     size = check_batch_size(batch_size)
@@ -77,6 +110,11 @@ async def prune(
         raise InvalidArgumentError(f"dry_run must be a bool, not {dry_run!r}")
     if before_delete is not None and not callable(before_delete):
         raise InvalidArgumentError("before_delete must be a callable or None")
+    if age is not None:
+        if ledger_now is None:
+            raise InvalidArgumentError("this ledger has no clock to judge older_than by")
+        before = (await ledger_now()) - timedelta(seconds=age)
+    assert before is not None
     next_batch, delete_exact = steps(before, chosen, scope)
     return await _batches(next_batch, delete_exact, size, dry_run, before_delete)
 
@@ -94,7 +132,9 @@ async def _batches(
         batch = await next_batch(after, batch_size)
         if not batch:
             return total
-        after = (batch[-1].updated_at, batch[-1].action_id)
+        last = batch[-1]
+        assert last.stored_at is not None  # every stored receipt has one
+        after = (last.stored_at, last.action_id)
         if dry_run:
             total += len(batch)
         else:

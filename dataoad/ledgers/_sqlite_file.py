@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import os
 import sqlite3
+from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Final
 
@@ -14,13 +16,16 @@ __all__ = [
     "SCHEMA_VERSION",
     "LedgerFileError",
     "create_private_file",
+    "file_clock",
     "inspect_file",
 ]
+
+_EPOCH: Final = datetime(1970, 1, 1, tzinfo=UTC)
 
 #: ``PRAGMA application_id`` of a Dataoad ledger file ("DAOD").
 APPLICATION_ID: Final = 0x44414F44
 #: The schema version this code writes; older files are migrated on open.
-SCHEMA_VERSION: Final = 4
+SCHEMA_VERSION: Final = 5
 
 
 class LedgerFileError(DataoadError):
@@ -34,6 +39,23 @@ def create_private_file(path: Path) -> None:
     except FileExistsError:
         return
     os.close(fd)
+
+
+def file_clock(path: Path) -> Callable[[], datetime]:
+    """The clock of the ledger file at ``path``: the time the kernel stamps on it.
+
+    Reading it sets the file's modification time to "now" (``utime``, which
+    SQLite ignores) and reads that stamp back, so every process writing the
+    file reads the same clock: the host's, or on a shared file system the
+    file server's. A process's own idea of the time (a faked clock, a
+    patched ``datetime``) never enters a decision.
+    """
+
+    def now() -> datetime:
+        os.utime(path)
+        return _EPOCH + timedelta(microseconds=os.stat(path).st_mtime_ns // 1000)
+
+    return now
 
 
 def inspect_file(path: Path) -> int | None:

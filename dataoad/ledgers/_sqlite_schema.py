@@ -12,7 +12,9 @@ from dataoad.ledgers._codec import COLUMNS
 __all__ = ["MIGRATIONS"]
 
 #: The columns of a schema 3 file, all kept by the step to schema 4.
-_V3_COLUMNS: Final = ", ".join(c for c in COLUMNS if c not in ("namespace", "retired_at"))
+_V3_COLUMNS: Final = ", ".join(
+    c for c in COLUMNS if c not in ("namespace", "retired_at", "stored_at")
+)
 
 #: Schema steps: applying MIGRATIONS[v] to a version v-1 file gives version v.
 MIGRATIONS: Final[dict[int, tuple[str, ...]]] = {
@@ -90,5 +92,14 @@ MIGRATIONS: Final[dict[int, tuple[str, ...]]] = {
         # Listings by state, and retention's batches in the order they are
         # read, walk this index (it replaces schema 2's receipts_by_state).
         "CREATE INDEX receipts_by_age ON receipts (claim_state, updated_at, action_id)",
+    ),
+    # The ledger's own time of storing each version (v0.3): ages are judged
+    # by it, never by a writer's updated_at. Rows written before carry their
+    # updated_at, the best time they have; retention walks the new order.
+    5: (
+        "ALTER TABLE receipts ADD COLUMN stored_at TEXT",
+        "UPDATE receipts SET stored_at = updated_at",
+        "DROP INDEX receipts_by_age",
+        "CREATE INDEX receipts_by_age ON receipts (claim_state, stored_at, action_id)",
     ),
 }

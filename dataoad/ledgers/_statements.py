@@ -34,13 +34,20 @@ class Dialect:
     now: str
     #: When a lease granted now runs out (NULL: no lease).
     lease_end: str
+    #: The ledger's now less ``older_than`` seconds (NULL: no age asked for).
+    cutoff: str
 
 
 # SQLite's clock is the ledger process's own (one host shares the file); the
 # ledger binds it as text that sorts like the time. PostgreSQL reads the
 # server's clock unless a test binds one.
 SQLITE: Final = Dialect(
-    "sqlite", numbered=False, null_safe_equal="IS", now=":now", lease_end=":lease_end"
+    "sqlite",
+    numbered=False,
+    null_safe_equal="IS",
+    now=":now",
+    lease_end=":lease_end",
+    cutoff=":cutoff",
 )
 _PG_NOW: Final = "COALESCE(CAST(:now AS timestamptz), clock_timestamp())"
 POSTGRES: Final = Dialect(
@@ -49,6 +56,7 @@ POSTGRES: Final = Dialect(
     null_safe_equal="IS NOT DISTINCT FROM",
     now=_PG_NOW,
     lease_end=f"({_PG_NOW} + CAST(:lease AS double precision) * interval '1 second')",
+    cutoff=f"({_PG_NOW} - CAST(:older_than AS double precision) * interval '1 second')",
 )
 
 
@@ -94,11 +102,11 @@ class Statements:
         sql = {
             "claim": (
                 f"INSERT INTO {table} ({', '.join(COLUMNS)}) "
-                f"VALUES ({', '.join(f':{c}' for c in WRITTEN)}, {lease_end}) "
+                f"VALUES ({', '.join(f':{c}' for c in WRITTEN)}, {lease_end}, {now}) "
                 # Only a receipt that holds its key conflicts (see _lifecycle).
                 "ON CONFLICT (namespace, action_name, idempotency_key) "
                 "WHERE retired_at IS NULL DO NOTHING "
-                "RETURNING action_id, lease_expires_at"
+                "RETURNING action_id, lease_expires_at, stored_at"
             ),
             "get": f"{self.select} WHERE action_id = :action_id",
             # The claim, folded with the lookup of its key into one round
@@ -108,7 +116,7 @@ class Statements:
             # committed after this statement's snapshot; the caller reads again.
             "claim_or_held": (
                 f"WITH made AS (INSERT INTO {table} ({', '.join(COLUMNS)}) "
-                f"VALUES ({', '.join(f':{c}' for c in WRITTEN)}, {lease_end}) "
+                f"VALUES ({', '.join(f':{c}' for c in WRITTEN)}, {lease_end}, {now}) "
                 "ON CONFLICT (namespace, action_name, idempotency_key) "
                 f"WHERE retired_at IS NULL DO NOTHING RETURNING {', '.join(COLUMNS)}) "
                 f"SELECT {', '.join(COLUMNS)}, true FROM made UNION ALL "
@@ -132,8 +140,9 @@ class Statements:
             ),
         }
         # A transition writes the next version over exactly the previous one,
-        # of exactly this claim (identity unchanged), under its own condition.
-        columns = ", ".join(f"{c} = :{c}" for c in MUTABLE)
+        # of exactly this claim (identity unchanged), under its own condition,
+        # and stamps when it stored it by the ledger's clock.
+        columns = ", ".join(f"{c} = :{c}" for c in MUTABLE) + f", stored_at = {now}"
         identity = (
             "WHERE action_id = :action_id AND version = :previous_version "
             "AND namespace = :namespace "
@@ -159,18 +168,23 @@ class Statements:
         # holder, the version and the update time change, under the next fence.
         sql["take_over"] = (
             f"UPDATE {table} SET owner = :owner, fencing_token = :fencing_token, "
-            f"version = :version, updated_at = :updated_at, lease_expires_at = {lease_end} "
+            f"version = :version, updated_at = :updated_at, lease_expires_at = {lease_end}, "
+            f"stored_at = {now} "
             f"{where} AND fencing_token + 1 = :fencing_token AND attempts = :attempts "
             f"AND {stale} RETURNING action_id"
         )
         # Retiring frees the key of a definitive outcome and changes nothing
         # else: every other column must already hold what the receipt says.
+        # An expiry also asks that the receipt was stored at least
+        # ``older_than`` seconds ago, judged here by the ledger's own clock.
         same = " AND ".join(f"{c} {eq} :{c}" for c in MUTABLE if c not in ("version", "updated_at"))
+        cutoff = dialect.cutoff
         sql["retire"] = (
             f"UPDATE {table} SET retired_at = :retired_at, version = :version, "
-            f"updated_at = :updated_at {identity} AND {same} "
+            f"updated_at = :updated_at, stored_at = {now} {identity} AND {same} "
             "AND claim_state = 'COMPLETED' AND final_status IN ('CONFIRMED', 'FAILED') "
-            "AND retired_at IS NULL RETURNING action_id"
+            f"AND retired_at IS NULL AND ({cutoff} IS NULL OR stored_at <= {cutoff}) "
+            "RETURNING action_id"
         )
         #: The templates, before compiling (for tests that weaken one on purpose).
         self.templates: dict[str, str] = sql
@@ -246,7 +260,7 @@ class Statements:
         """The next ``limit`` prunable receipts after ``after`` (keyset order), and values.
 
         The same rule as ``_lifecycle.prunable``: completed, in ``statuses``,
-        last changed before ``completed_before``; PENDING never.
+        stored (by the ledger's clock) before ``completed_before``; PENDING never.
         """
         values: dict[str, Any] = {
             "completed_before": completed_before,
@@ -260,18 +274,18 @@ class Statements:
         clauses = [
             "claim_state = 'COMPLETED'",
             f"final_status IN ({', '.join(names)})",
-            "updated_at < :completed_before",
+            "stored_at < :completed_before",
         ]
         if namespace is not None:
             clauses.append("namespace = :namespace")
         if after is not None:
             values["after_time"], values["after_id"] = after
-            # A row value: SQLite walks its (claim_state, updated_at, action_id)
+            # A row value: SQLite walks its (claim_state, stored_at, action_id)
             # index from here, so each batch costs its own size, not the table's.
-            clauses.append("(updated_at, action_id) > (:after_time, :after_id)")
+            clauses.append("(stored_at, action_id) > (:after_time, :after_id)")
         text = (
             f"{self.select} WHERE {' AND '.join(clauses)} "
-            "ORDER BY updated_at, action_id LIMIT :limit"
+            "ORDER BY stored_at, action_id LIMIT :limit"
         )
         return compile_sql(text, self.dialect), values
 

@@ -20,6 +20,7 @@ from dataoad._lifecycle import (
     DEFAULT_PRUNE_STATUSES,
     check_retire,
     prunable,
+    stored_before,
 )
 from dataoad._receipt import ActionReceipt
 from dataoad._status import ActionStatus, ClaimState
@@ -64,7 +65,8 @@ class InMemoryLedger:
         await self.close()
 
     def _leased(self, receipt: ActionReceipt, lease: float | None) -> ActionReceipt:
-        return receipt.evolve(lease_expires_at=lease_until(self._now(), lease))
+        now = self._now()
+        return receipt.evolve(lease_expires_at=lease_until(now, lease), stored_at=now)
 
     async def claim(
         self, receipt: ActionReceipt, *, lease: float | None = None
@@ -115,7 +117,7 @@ class InMemoryLedger:
             # The lease is the ledger's, never the writer's: kept while PENDING
             # (a COMPLETED receipt drops it itself: nobody holds it).
             self._by_id[receipt.action_id] = receipt.evolve(
-                lease_expires_at=current.lease_expires_at
+                lease_expires_at=current.lease_expires_at, stored_at=self._now()
             )
             return True
 
@@ -134,7 +136,10 @@ class InMemoryLedger:
             current = self._by_id.get(action_id)
             if current is None or not check_renew(current, fencing_token):
                 return False
-            self._by_id[action_id] = self._leased(current, lease)
+            # A renewal is not a transition: the time of storing stays.
+            self._by_id[action_id] = current.evolve(
+                lease_expires_at=lease_until(self._now(), lease)
+            )
             return True
 
     async def release(self, action_id: str, version: int) -> bool:
@@ -152,27 +157,39 @@ class InMemoryLedger:
             del self._by_key[(current.namespace, current.action_name, current.idempotency_key)]
             return True
 
-    async def retire(self, receipt: ActionReceipt) -> bool:
-        """Free the key of a definitive receipt at exactly the previous version."""
+    async def retire(self, receipt: ActionReceipt, *, older_than: float | None = None) -> bool:
+        """Free the key of a definitive receipt at exactly the previous version.
+
+        With ``older_than``, only if it was stored at least that many seconds
+        ago by this ledger's clock (an expiry).
+        """
         with self._lock:
             current = self._by_id.get(receipt.action_id)
+            now = self._now()
             if current is None or not check_retire(current, receipt):
                 return False
-            self._by_id[receipt.action_id] = receipt
+            if older_than is not None and not stored_before(current, older_than, now):
+                return False
+            self._by_id[receipt.action_id] = receipt.evolve(stored_at=now)
             del self._by_key[(current.namespace, current.action_name, current.idempotency_key)]
             return True
 
     async def prune(
         self,
         *,
-        completed_before: datetime,
+        completed_before: datetime | None = None,
+        older_than: float | None = None,
         statuses: Sequence[ActionStatus] = DEFAULT_PRUNE_STATUSES,
         namespace: str | None = None,
         batch_size: int = DEFAULT_BATCH_SIZE,
         dry_run: bool = False,
         before_delete: BeforeDelete | None = None,
     ) -> int:
-        """Delete completed receipts in ``statuses`` last changed before ``completed_before``.
+        """Delete completed receipts in ``statuses`` stored before the cut-off.
+
+        The cut-off is ``completed_before``, or ``older_than`` seconds before
+        now by the ledger's own clock; either is held against the time the
+        ledger stored each receipt (``stored_at``), never a writer's clock.
 
         In batches, each receipt only at the version it was read at; returns
         how many were deleted (with ``dry_run``, how many would be).
@@ -180,6 +197,8 @@ class InMemoryLedger:
         return await prune(
             self._prune_steps,
             completed_before=completed_before,
+            older_than=older_than,
+            ledger_now=self._ledger_now,
             statuses=statuses,
             namespace=namespace,
             batch_size=batch_size,
@@ -200,7 +219,7 @@ class InMemoryLedger:
                     for r in self._by_id.values()
                     if prunable(r, completed_before=before, statuses=chosen, namespace=scope)
                 ),
-                key=lambda r: (r.updated_at, r.action_id),
+                key=lambda r: (r.stored_at, r.action_id),
             )
         position = 0
 
@@ -263,6 +282,9 @@ class InMemoryLedger:
             and (since is None or r.created_at >= since)
         ]
         return selected if limit is None else selected[: int(limit)]
+
+    async def _ledger_now(self) -> datetime:
+        return self._now()
 
     async def close(self) -> None:
         """Nothing to release; kept for symmetry with durable ledgers."""

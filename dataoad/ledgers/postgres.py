@@ -32,7 +32,7 @@ import random
 from collections.abc import Sequence
 from datetime import datetime
 from types import TracebackType
-from typing import Any, Final
+from typing import Any, Final, cast
 
 from dataoad._clock import LedgerClock
 from dataoad._errors import DataoadError, InvalidArgumentError, MissingExtraError
@@ -329,7 +329,9 @@ class PostgresLedger:
                 *stored, created = rows[0]
                 if created:
                     expires = stored[COLUMNS.index("lease_expires_at")]
-                    return receipt.evolve(lease_expires_at=expires), True
+                    return receipt.evolve(
+                        lease_expires_at=expires, stored_at=stored[COLUMNS.index("stored_at")]
+                    ), True
                 return receipt_of(stored), False
             # Held by a claim committed after the statement's snapshot (or
             # one released in between): look again, then try again.
@@ -390,7 +392,7 @@ class PostgresLedger:
         """Store the next version if the stored claim allows exactly that step."""
         if len(receipt.attempt_records) != receipt.attempts:
             return False
-        return await self._transition(self._sql["record"], receipt)
+        return await self._transition(self._sql["record"], receipt, now=self._now())
 
     async def take_over(self, receipt: ActionReceipt, *, lease: float) -> bool:
         """Hand an expired claim to ``receipt.owner`` under the next fencing token."""
@@ -414,23 +416,34 @@ class PostgresLedger:
         """Delete an unstarted PENDING claim at exactly ``version``."""
         return await self._run(self._sql["release"], {"action_id": action_id, "version": version})
 
-    async def retire(self, receipt: ActionReceipt) -> bool:
-        """Free the key of a definitive receipt at exactly the previous version."""
+    async def retire(self, receipt: ActionReceipt, *, older_than: float | None = None) -> bool:
+        """Free the key of a definitive receipt at exactly the previous version.
+
+        With ``older_than``, only if it was stored at least that many seconds
+        ago by the server's clock (an expiry), judged inside the statement.
+        """
         if receipt.retired_at is None:
             return False
-        return await self._transition(self._sql["retire"], receipt)
+        return await self._transition(
+            self._sql["retire"], receipt, now=self._now(), older_than=older_than
+        )
 
     async def prune(
         self,
         *,
-        completed_before: datetime,
+        completed_before: datetime | None = None,
+        older_than: float | None = None,
         statuses: Sequence[ActionStatus] = DEFAULT_PRUNE_STATUSES,
         namespace: str | None = None,
         batch_size: int = DEFAULT_BATCH_SIZE,
         dry_run: bool = False,
         before_delete: BeforeDelete | None = None,
     ) -> int:
-        """Delete completed receipts in ``statuses`` last changed before ``completed_before``.
+        """Delete completed receipts in ``statuses`` stored before the cut-off.
+
+        The cut-off is ``completed_before``, or ``older_than`` seconds before
+        now by the ledger's own clock; either is held against the time the
+        ledger stored each receipt (``stored_at``), never a writer's clock.
 
         In batches of ``batch_size``, each one short statement, and each
         receipt only at the version it was read at; returns how many were
@@ -439,12 +452,21 @@ class PostgresLedger:
         return await prune(
             self._prune_steps,
             completed_before=completed_before,
+            older_than=older_than,
+            ledger_now=self._ledger_now,
             statuses=statuses,
             namespace=namespace,
             batch_size=batch_size,
             dry_run=dry_run,
             before_delete=before_delete,
         )
+
+    async def _ledger_now(self) -> datetime:
+        """The server's clock (or the test's), read for a prune's cut-off."""
+        if self._clock is not None:
+            return self._clock()
+        rows = await self._read("SELECT clock_timestamp()")
+        return cast(datetime, rows[0][0])
 
     def _prune_steps(
         self, before: datetime, chosen: tuple[ActionStatus, ...], scope: str | None

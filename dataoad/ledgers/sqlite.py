@@ -58,6 +58,7 @@ from dataoad.ledgers._sqlite_file import (
     SCHEMA_VERSION,
     LedgerFileError,
     create_private_file,
+    file_clock,
     inspect_file,
 )
 from dataoad.ledgers._sqlite_schema import MIGRATIONS
@@ -133,9 +134,15 @@ class SQLiteLedger:
     ``synchronous`` is ``"FULL"`` (default: commits survive power loss) or
     ``"NORMAL"`` (survives process crashes, may lose the latest commits on
     power loss). ``busy_timeout`` (seconds) bounds waits on writers that do
-    not use Dataoad's writer queue. ``clock`` (for tests) is the ledger's own
-    clock, which alone judges leases; default: this host's UTC time, read
-    while the write holds the file's writer lock.
+    not use Dataoad's writer queue.
+
+    The ledger's clock judges every age (leases, ``expires_after``,
+    retention). By default it is the file's own clock: the time the kernel
+    stamps on the ledger file when a write touches it, read while the write
+    holds the file's writer lock. Every process writing the file reads that
+    one clock, so none can take over a live lease or expire a fresh receipt
+    because its own clock runs fast (faked, or patched in the process).
+    ``clock`` (for tests) replaces it.
     """
 
     def __init__(
@@ -154,8 +161,8 @@ class SQLiteLedger:
             raise InvalidArgumentError("synchronous must be 'FULL', 'NORMAL' or 'EXTRA'")
         if type(busy_timeout) not in (int, float) or not 0 <= busy_timeout <= 3600:
             raise InvalidArgumentError("busy_timeout must be a number of seconds in [0, 3600]")
-        self._now = check_ledger_clock(clock)
         self.path = Path(path)
+        self._now = file_clock(self.path) if clock is None else check_ledger_clock(clock)
         self.synchronous: Synchronous = synchronous
         self.busy_timeout = float(busy_timeout)
         self._conn: aiosqlite.Connection | None = None
@@ -280,10 +287,14 @@ class SQLiteLedger:
         if "now" in values:
             now = self._now()
             lease = values.get("lease")
+            older_than = values.get("older_than")
             values = {
                 **values,
                 "now": clock_text(now),
                 "lease_end": None if lease is None else clock_text(now + timedelta(seconds=lease)),
+                "cutoff": None
+                if older_than is None
+                else clock_text(now - timedelta(seconds=older_than)),
             }
         return statement.bind(values)
 
@@ -314,9 +325,10 @@ class SQLiteLedger:
             with self._writer.hold(self.busy_timeout):
                 made = db.execute(claim.sql, self._params(claim, values)).fetchall()
             if made:
-                expires = made[0][1]
+                _, expires, stored = made[0]
                 return receipt.evolve(
                     lease_expires_at=None if expires is None else datetime.fromisoformat(expires),
+                    stored_at=datetime.fromisoformat(stored),
                 ), True
             # Claimed since the look (or claimed and released): look again.
 
@@ -370,7 +382,7 @@ class SQLiteLedger:
         """Store the next version if the stored claim allows exactly that step."""
         if len(receipt.attempt_records) != receipt.attempts:
             return False
-        return await self._transition(_SQL["record"], receipt)
+        return await self._transition(_SQL["record"], receipt, now=None)
 
     async def take_over(self, receipt: ActionReceipt, *, lease: float) -> bool:
         """Hand an expired claim to ``receipt.owner`` under the next fencing token."""
@@ -389,23 +401,32 @@ class SQLiteLedger:
         """Delete an unstarted PENDING claim at exactly ``version``."""
         return await self._run(_SQL["release"], {"action_id": action_id, "version": version})
 
-    async def retire(self, receipt: ActionReceipt) -> bool:
-        """Free the key of a definitive receipt at exactly the previous version."""
+    async def retire(self, receipt: ActionReceipt, *, older_than: float | None = None) -> bool:
+        """Free the key of a definitive receipt at exactly the previous version.
+
+        With ``older_than``, only if it was stored at least that many seconds
+        ago by the ledger's clock (an expiry).
+        """
         if receipt.retired_at is None:
             return False
-        return await self._transition(_SQL["retire"], receipt)
+        return await self._transition(_SQL["retire"], receipt, now=None, older_than=older_than)
 
     async def prune(
         self,
         *,
-        completed_before: datetime,
+        completed_before: datetime | None = None,
+        older_than: float | None = None,
         statuses: Sequence[ActionStatus] = DEFAULT_PRUNE_STATUSES,
         namespace: str | None = None,
         batch_size: int = DEFAULT_BATCH_SIZE,
         dry_run: bool = False,
         before_delete: BeforeDelete | None = None,
     ) -> int:
-        """Delete completed receipts in ``statuses`` last changed before ``completed_before``.
+        """Delete completed receipts in ``statuses`` stored before the cut-off.
+
+        The cut-off is ``completed_before``, or ``older_than`` seconds before
+        now by the ledger's own clock; either is held against the time the
+        ledger stored each receipt (``stored_at``), never a writer's clock.
 
         In batches of ``batch_size``, each one write statement under the
         writer lock, and each receipt only at the version it was read at;
@@ -414,12 +435,19 @@ class SQLiteLedger:
         return await prune(
             self._prune_steps,
             completed_before=completed_before,
+            older_than=older_than,
+            ledger_now=self._ledger_now,
             statuses=statuses,
             namespace=namespace,
             batch_size=batch_size,
             dry_run=dry_run,
             before_delete=before_delete,
         )
+
+    async def _ledger_now(self) -> datetime:
+        """The ledger's clock, read for a prune's cut-off."""
+        await self._connection()  # the file exists and is a ledger before its clock is read
+        return self._now()
 
     def _prune_steps(
         self, before: datetime, chosen: tuple[ActionStatus, ...], scope: str | None

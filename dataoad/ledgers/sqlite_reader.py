@@ -35,19 +35,26 @@ from dataoad.ledgers.sqlite import clock_text
 __all__ = ["SQLiteReader"]
 
 _SQL: Final = Statements("receipts", SQLITE)
-#: A file written before namespaces (schema 3) or before leases too (schema
-#: 2) is read as if migrated: it never is, since the reader writes nothing.
+#: A file written before the ledger's own time of storing (schema 4), before
+#: namespaces (schema 3) or before leases too (schema 2) is read as if
+#: migrated: it never is, since the reader writes nothing. Migration gives
+#: such rows their ``updated_at`` as the time of storing, and so does this.
+_SQL_BEFORE_STORED_AT: Final = Statements(
+    "(SELECT *, updated_at AS stored_at FROM receipts)", SQLITE
+)
 _SQL_BEFORE_NAMESPACES: Final = Statements(
-    "(SELECT *, '' AS namespace, NULL AS retired_at FROM receipts)", SQLITE
+    "(SELECT *, '' AS namespace, NULL AS retired_at, updated_at AS stored_at FROM receipts)",
+    SQLITE,
 )
 _SQL_BEFORE_LEASES: Final = Statements(
     "(SELECT *, NULL AS owner, 1 AS fencing_token, NULL AS lease_expires_at, "
-    "'' AS namespace, NULL AS retired_at FROM receipts)",
+    "'' AS namespace, NULL AS retired_at, updated_at AS stored_at FROM receipts)",
     SQLITE,
 )
-#: The first schemas with leases, and with namespaces.
+#: The first schemas with leases, with namespaces, and with ``stored_at``.
 _LEASES: Final = 3
 _NAMESPACES: Final = 4
+_STORED_AT: Final = 5
 
 
 def _missing_permission(path: Path) -> str | None:
@@ -57,6 +64,12 @@ def _missing_permission(path: Path) -> str | None:
     if not os.access(path, os.R_OK):
         return f"no read permission on {path}"
     return None
+
+
+async def _host_now() -> datetime:
+    # A reader writes nothing, so it cannot stamp the file to read its clock;
+    # this host's is the same kernel clock for every process on the host.
+    return utc_now()
 
 
 class SQLiteReader:
@@ -122,8 +135,10 @@ class SQLiteReader:
                 f"{path}: written with ledger schema {user_version}, newer than the "
                 f"{SCHEMA_VERSION} this Dataoad understands; upgrade Dataoad to read it"
             )
-        if user_version >= _NAMESPACES:
+        if user_version >= _STORED_AT:
             self._sql = _SQL
+        elif user_version >= _NAMESPACES:
+            self._sql = _SQL_BEFORE_STORED_AT
         elif user_version >= _LEASES:
             self._sql = _SQL_BEFORE_NAMESPACES
         else:
@@ -163,7 +178,8 @@ class SQLiteReader:
     ) -> list[ActionReceipt]:
         """Stored receipts, oldest first, filtered like every ledger's listing.
 
-        ``stale`` is judged by this host's clock, the clock SQLite ledgers keep.
+        ``stale`` is judged by this host's clock: the kernel clock that the
+        file's own clock (what a writing ``SQLiteLedger`` reads) stamps from.
         """
         listing, values = (await self._statements()).listing(
             final_status=final_status,
@@ -183,7 +199,8 @@ class SQLiteReader:
     async def prune(
         self,
         *,
-        completed_before: datetime,
+        completed_before: datetime | None = None,
+        older_than: float | None = None,
         statuses: Sequence[ActionStatus] = DEFAULT_PRUNE_STATUSES,
         namespace: str | None = None,
         batch_size: int = DEFAULT_BATCH_SIZE,
@@ -223,6 +240,8 @@ class SQLiteReader:
         return await run_prune(
             steps,
             completed_before=completed_before,
+            older_than=older_than,
+            ledger_now=_host_now,
             statuses=statuses,
             namespace=namespace,
             batch_size=batch_size,

@@ -149,10 +149,10 @@ class FaultyLedger:
             )
         return found
 
-    async def retire(self, receipt: ActionReceipt) -> bool:
-        """Delegate, with any injected fault."""
+    async def retire(self, receipt: ActionReceipt, **options: Any) -> bool:
+        """Delegate (``older_than`` included), with any injected fault."""
         retire = self._lifecycle("retire")
-        return cast(bool, await self._write("retire", lambda: retire(receipt)))
+        return cast(bool, await self._write("retire", lambda: retire(receipt, **options)))
 
     async def prune(self, **arguments: Any) -> int:
         """Delegate, with any injected fault (before the first batch, or after the last)."""

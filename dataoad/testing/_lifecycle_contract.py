@@ -1,8 +1,9 @@
 """The lifecycle part of the ledger contract: namespaces, retiring keys, pruning.
 
 Mix :class:`LifecycleContract` into a contract test class that already
-provides ``make_ledger()`` (and optionally ``peer(ledger)``) for a ledger
-with ``retire``, ``prune`` and the ``receipts`` listing. The rules checked
+provides ``make_leasing_ledger(clock)`` (and optionally ``peer(ledger)``)
+for a ledger with ``retire``, ``prune`` and the ``receipts`` listing: ages
+are judged by the ledger's own clock, so the checks drive that clock. The rules checked
 are ``dataoad._lifecycle``'s: a key is held by at most one receipt per
 namespace; only a completed CONFIRMED or FAILED receipt may give it up, at
 its exact version, and stays readable; retention deletes only completed
@@ -19,6 +20,7 @@ from typing import Any
 from dataoad._errors import InvalidArgumentError
 from dataoad._receipt import ActionReceipt
 from dataoad._status import ActionStatus
+from dataoad.testing._lease_contract import ManualClock
 from dataoad.testing._ledger_contract import completed, make_receipt, started
 
 __all__ = ["LifecycleContract"]
@@ -38,8 +40,11 @@ class LifecycleContract:
     #: Concurrent contenders in the races.
     racers = 8
 
-    def make_ledger(self) -> Any:
-        """A new ledger on fresh storage."""
+    #: The ledger's clock during a check; ``_aged`` moves it.
+    clock: ManualClock
+
+    def make_leasing_ledger(self, clock: ManualClock) -> Any:
+        """A new ledger on fresh storage whose own clock is ``clock``."""
         raise NotImplementedError
 
     def peer(self, ledger: Any) -> Any:
@@ -48,7 +53,8 @@ class LifecycleContract:
 
     def _life(self, check: Callable[[Any], Awaitable[None]]) -> None:
         async def main() -> None:
-            ledger = self.make_ledger()
+            self.clock = ManualClock(_CUT - timedelta(days=100))
+            ledger = self.make_leasing_ledger(self.clock)
             try:
                 await check(ledger)
             finally:
@@ -188,8 +194,9 @@ class LifecycleContract:
     async def _aged(
         self, ledger: Any, status: ActionStatus | None, key: str, *, days: int, namespace: str = ""
     ) -> ActionReceipt:
-        """A receipt whose last change was ``days`` before the cut (PENDING when status is None)."""
+        """A receipt stored ``days`` before the cut by the ledger's clock (PENDING: status None)."""
         at = _CUT - timedelta(days=days)
+        self.clock.now = at
         base = make_receipt(idempotency_key=key, namespace=namespace, created_at=at, updated_at=at)
         if status is None:
             claim, _ = await ledger.claim(base)
@@ -246,8 +253,8 @@ class LifecycleContract:
                 == 5
             )
             assert [len(b) for b in batches] == [2, 2, 1]
-            # Oldest first (by last change).
-            oldest_first = [r.action_id for r in sorted(made, key=lambda r: r.updated_at)]
+            # Oldest first by the ledger's time of storing: k4 was stored first.
+            oldest_first = [r.action_id for r in reversed(made)]
             assert [i for b in batches for i in b] == oldest_first
             assert await ledger.receipts() == []
 
@@ -278,6 +285,78 @@ class LifecycleContract:
 
         self._life(check)
 
+    # -- ages by the ledger's clock -------------------------------------------------
+
+    def test_every_write_stamps_the_time_of_storing_from_the_ledger_clock(self) -> None:
+        async def check(ledger: Any) -> None:
+            # A writer whose clock is a year behind: its updated_at says nothing.
+            behind = self.clock.now - timedelta(days=365)
+            claim, _ = await ledger.claim(make_receipt(created_at=behind, updated_at=behind))
+            assert claim.stored_at == self.clock.now
+            stored = await ledger.get(claim.action_id)
+            assert stored.stored_at == self.clock.now
+            self.clock.advance(7)
+            one = started(claim)
+            assert await ledger.start_attempt(one)
+            assert (await ledger.get(claim.action_id)).stored_at == self.clock.now
+            self.clock.advance(5)
+            assert await ledger.record(completed(one))
+            assert (await ledger.get(claim.action_id)).stored_at == self.clock.now
+
+        self._life(check)
+
+    def test_an_expiry_is_judged_by_the_ledger_clock_at_the_exact_boundary(self) -> None:
+        async def check(ledger: Any) -> None:
+            # updated_at a year old (a slow writer's clock): the ledger stored it now.
+            behind = self.clock.now - timedelta(days=365)
+            final = await self._done(ledger, created_at=behind, updated_at=behind)
+            stored_at = (await ledger.get(final.action_id)).stored_at
+            assert stored_at == self.clock.now
+            self.clock.advance(599.999999)
+            assert not await ledger.retire(retired(final), older_than=600)
+            assert await ledger.get(final.action_id) == final  # nothing changed
+            self.clock.advance(0.000001)  # exactly 600 s after it was stored
+            assert await ledger.retire(retired(final), older_than=600)
+            assert await ledger.find("charge", final.idempotency_key) is None
+
+        self._life(check)
+
+    def test_a_later_transition_restarts_the_age(self) -> None:
+        async def check(ledger: Any) -> None:
+            final = await self._done(ledger, ActionStatus.FAILED)
+            self.clock.advance(1000)
+            merged = final.evolve(metadata={"note": "late evidence"}, version=final.version + 1)
+            assert await ledger.record(merged)
+            self.clock.advance(500)
+            assert not await ledger.retire(retired(merged), older_than=600)
+            self.clock.advance(100)
+            assert await ledger.retire(retired(merged), older_than=600)
+
+        self._life(check)
+
+    def test_prune_older_than_is_judged_by_the_ledger_clock(self) -> None:
+        async def check(ledger: Any) -> None:
+            # Stored 40 and 1 days before the cut; the writer's clock claims both
+            # are ancient, which must not matter.
+            ancient = _CUT - timedelta(days=3000)
+            old = await self._aged(ledger, ActionStatus.CONFIRMED, "old", days=40)
+            self.clock.now = _CUT - timedelta(days=1)
+            young = await self._done(
+                ledger, idempotency_key="young", created_at=ancient, updated_at=ancient
+            )
+            self.clock.now = _CUT
+            assert await ledger.prune(older_than=2 * 86_400, dry_run=True) == 1
+            assert await ledger.prune(older_than=86_400 + 1) == 1
+            assert await ledger.get(old.action_id) is None
+            assert await ledger.get(young.action_id) == young
+            # Stored exactly a day before the ledger's now: not older than a day.
+            assert await ledger.prune(older_than=86_400) == 0
+            self.clock.advance(0.000001)
+            assert await ledger.prune(older_than=86_400) == 1
+            assert await ledger.get(young.action_id) is None
+
+        self._life(check)
+
     def test_prune_refuses_bad_arguments_and_deletes_nothing(self) -> None:
         async def check(ledger: Any) -> None:
             kept = await self._aged(ledger, ActionStatus.CONFIRMED, "a", days=40)
@@ -291,6 +370,12 @@ class LifecycleContract:
                 {"completed_before": _CUT, "batch_size": 0},
                 {"completed_before": _CUT, "dry_run": "yes"},
                 {"completed_before": _CUT, "before_delete": 3},
+                {},
+                {"completed_before": _CUT, "older_than": 60},
+                {"older_than": -1},
+                {"older_than": float("nan")},
+                {"older_than": "30d"},
+                {"older_than": True},
             ]
             for arguments in bad:
                 try:
