@@ -51,6 +51,7 @@ from dataoad._failure import DefinitiveFailure
 from dataoad._leases import (
     Tenure,
     keep_lease,
+    rebased_over_evidence,
     settle_started,
     take_over,
 )
@@ -236,6 +237,9 @@ async def run_attempts(
                 first=number == first_number,
                 last_observation=last_observation,
             )
+            # What was stored: a fenced worker's evidence may have been folded in.
+            records[:] = durable.attempt_records
+            observations = durable.observations
             events.emit(EventKind.ATTEMPT_STARTED, durable)
 
         try:
@@ -335,6 +339,8 @@ async def _start(
             durable,
             events,
             tenure.lease,
+            # A fenced worker's evidence merged under this holder is folded in.
+            rebase=rebased_over_evidence,
         )
     except ActionPersistenceError as exc:
         if first:

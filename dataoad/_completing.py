@@ -16,7 +16,7 @@ from typing import Any
 from dataoad._errors import ActionPersistenceError, ClaimFencedError, OutcomeNotRecordedError
 from dataoad._events import EventKind, EventSink
 from dataoad._evidence import Settlement, recovered_value_correlated, settle
-from dataoad._leases import merge_zombie_evidence
+from dataoad._leases import merge_zombie_evidence, rebased_over_evidence
 from dataoad._observing import Observation, protocol_metadata
 from dataoad._proven import ProvenLedger
 from dataoad._receipt import ActionReceipt, AttemptRecord, bounded_error, utc_now
@@ -132,7 +132,7 @@ async def complete(
     final, settlement = completed(durable, records, observations, base_metadata, execution.error)
     value = exposed_value(settlement, execution, observation)
     try:
-        await store.record_outcome(
+        recorded = await store.record_outcome(
             final,
             durable,
             events,
@@ -140,6 +140,8 @@ async def complete(
             observed_metadata=final.metadata,
             value=value,
             has_value=value is not MISSING,
+            # A fenced worker's evidence merged under this owner is folded in.
+            rebase=rebased_over_evidence,
         )
     except ClaimFencedError as exc:
         if exc.receipt is None:
@@ -152,8 +154,12 @@ async def complete(
             None if observation is None else observation.record,
             events,
         ) from None
-    events.emit(EventKind.COMPLETED, final)
-    return ActionResult(final, value=value, taken_over=taken_over)
+    if recorded is not final and recorded.final_status is not final.final_status:
+        # Evidence merged under this owner changed the statement: only a value
+        # the new statement still vouches for may be shown.
+        value = value if recorded.final_status is ActionStatus.CONFIRMED else MISSING
+    events.emit(EventKind.COMPLETED, recorded)
+    return ActionResult(recorded, value=value, taken_over=taken_over)
 
 
 async def fenced_after_running(

@@ -53,6 +53,7 @@ __all__ = [
     "default_owner",
     "keep_lease",
     "merge_zombie_evidence",
+    "rebased_over_evidence",
     "recover_stale",
     "settle_started",
     "take_over",
@@ -244,6 +245,50 @@ def _zombie_merged(
         updated_at=utc_now(),
         **changes,
     )
+
+
+def rebased_over_evidence(
+    final: ActionReceipt, durable: ActionReceipt, stored: ActionReceipt
+) -> ActionReceipt | None:
+    """The owner's ``final`` (written over ``durable``) rebuilt over ``stored``.
+
+    Only when ``stored`` is ``durable`` with nothing but a fenced worker's
+    evidence merged in (its attempt records and observations, a later
+    version): the claim is still the owner's, under the same fence, with
+    the same attempts. That evidence is folded into the owner's outcome as
+    ``merge_zombie_evidence`` would fold it into a stored receipt, the
+    settlement re-derived from all of it, at the version after ``stored``.
+    None when ``stored`` changed in any other way (the owner's write is then
+    refused as before).
+    """
+    if (
+        not stored.is_pending
+        or stored.owner != durable.owner
+        or stored.fencing_token != durable.fencing_token
+        or stored.attempts != durable.attempts
+        or len(stored.attempt_records) != len(durable.attempt_records)
+        or stored.version <= durable.version
+        or stored.retired_at is not None
+        or caller_metadata(stored) != caller_metadata(durable)
+        or stored.evolve(
+            attempt_records=durable.attempt_records,
+            metadata=durable.metadata,
+            version=durable.version,
+            updated_at=durable.updated_at,
+        )
+        != durable
+    ):
+        return None
+    rebased = final
+    seen = {dataclasses.replace(o, number=None) for o in durable.observations}
+    added = [o for o in stored.observations if dataclasses.replace(o, number=None) not in seen]
+    for old, new in zip(durable.attempt_records, stored.attempt_records, strict=True):
+        if old != new:
+            rebased = _zombie_merged(rebased, new, None) or rebased
+    for observation in added:
+        record = stored.attempt_records[min(observation.attempt, len(stored.attempt_records)) - 1]
+        rebased = _zombie_merged(rebased, record, observation) or rebased
+    return rebased.evolve(version=stored.version + 1, updated_at=utc_now())
 
 
 async def merge_zombie_evidence(

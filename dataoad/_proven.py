@@ -14,9 +14,10 @@ raw driver error.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import logging
 from collections.abc import Awaitable, Callable, Mapping
-from typing import Any, cast
+from typing import Any, Final, cast
 
 from dataoad._errors import (
     ActionNotFoundError,
@@ -31,6 +32,9 @@ from dataoad._receipt import ActionReceipt, bounded_error
 from dataoad._status import ActionStatus
 
 __all__ = ["ProvenLedger", "fenced", "keeps_leases", "proves"]
+
+#: How often an owner's outcome is rebuilt over evidence merged under it.
+_REBASE_ROUNDS: Final = 16
 
 
 def keeps_leases(ledger: object) -> bool:
@@ -191,22 +195,38 @@ class ProvenLedger:
         previous: ActionReceipt,
         events: EventSink,
         lease: float | None = None,
+        rebase: Callable[[ActionReceipt, ActionReceipt, ActionReceipt], ActionReceipt | None]
+        | None = None,
     ) -> ActionReceipt:
         """Count the attempt durably before invoking, or raise NothingInvokedError.
 
-        ClaimFencedError (nothing invoked) when the claim was taken over.
+        Returns what was stored. ClaimFencedError (nothing invoked) when the
+        claim was taken over. Refused because a fenced worker's evidence was
+        merged under its holder, the start is rebuilt over it by ``rebase``
+        (see ``record_outcome``) and written again.
         """
-        write = await self._prove(
-            (lambda: self.ledger.start_attempt(proposed))
-            if lease is None
-            else (lambda: self.ledger.start_attempt(proposed, lease=lease)),
-            proposed,
-            proposed.action_id,
-        )
-        if write.acknowledgement_lost:
-            events.emit(EventKind.ATTEMPT_START_ACKNOWLEDGEMENT_RECOVERED, proposed)
-        if write.proven:
-            return proposed
+        base = previous
+        write = _Write()
+        for _ in range(_REBASE_ROUNDS):
+            mine = proposed
+            write = await self._prove(
+                functools.partial(self.ledger.start_attempt, mine)
+                if lease is None
+                else functools.partial(self.ledger.start_attempt, mine, lease=lease),
+                mine,
+                mine.action_id,
+            )
+            if write.acknowledgement_lost:
+                events.emit(EventKind.ATTEMPT_START_ACKNOWLEDGEMENT_RECOVERED, proposed)
+            if write.proven:
+                return proposed
+            stored = write.stored
+            if write.error is not None or rebase is None or stored is None:
+                break
+            rebased = rebase(proposed, base, stored)
+            if rebased is None:
+                break
+            base, proposed = stored, rebased
         shown = write.stored if write.stored is not None else previous
         if fenced(write.stored, proposed):
             events.emit(EventKind.FENCED, shown, level=logging.WARNING)
@@ -241,16 +261,38 @@ class ProvenLedger:
         observed_metadata: Mapping[str, Any],
         value: object,
         has_value: bool,
-    ) -> None:
-        """Record an invoked operation's outcome, or raise OutcomeNotRecordedError.
+        rebase: Callable[[ActionReceipt, ActionReceipt, ActionReceipt], ActionReceipt | None]
+        | None = None,
+    ) -> ActionReceipt:
+        """Record an invoked operation's outcome and return what was recorded.
 
-        ClaimFencedError (with what is stored now) when the claim was taken over.
+        OutcomeNotRecordedError when it cannot be; ClaimFencedError (with what
+        is stored now) when the claim was taken over. When the write is
+        refused because the claim moved without leaving its holder (a fenced
+        worker's evidence merged into it), ``rebase(final, base, stored)``
+        gives the outcome (written over ``base``) rebuilt over what is stored,
+        which is written instead (bounded rounds): the holder's outcome is
+        always recorded.
         """
-        write = await self._prove_unread(lambda: self.ledger.record(final), final, final.action_id)
-        if write.acknowledgement_lost:
-            events.emit(EventKind.OUTCOME_ACKNOWLEDGEMENT_RECOVERED, final)
-        if write.proven:
-            return
+        base = durable
+        write = _Write()
+        for _ in range(_REBASE_ROUNDS):
+            mine = final
+            write = await self._prove_unread(
+                functools.partial(self.ledger.record, mine), mine, mine.action_id
+            )
+            if write.acknowledgement_lost:
+                events.emit(EventKind.OUTCOME_ACKNOWLEDGEMENT_RECOVERED, final)
+            if write.proven:
+                return final
+            if write.error is not None or rebase is None:
+                break
+            back = await self._read_back(functools.partial(self.ledger.get, mine.action_id))
+            stored = back.stored
+            rebased = None if stored is None else rebase(final, base, stored)
+            if stored is None or rebased is None:
+                break
+            base, final = stored, rebased
         if write.error is None:
             # Refused: another writer moved the claim. Was it a new owner?
             back = await self._read_back(lambda: self.ledger.get(final.action_id))

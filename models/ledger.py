@@ -31,8 +31,11 @@ class ModelReceipt:
     namespace: str = ""
     #: Whether the key was freed from this receipt (it stays readable).
     retired: bool = False
-    #: Seconds of the receipt's last change, on the writers' clock (retention's age).
+    #: Seconds of the receipt's last change, on the writers' clock (informative only).
     updated: float = 0.0
+    #: When the ledger stored this version, on its own clock (``now``): retention
+    #: and expiry judge ages by it. The ledger stamps it, so equality ignores it.
+    stored: float = dataclasses.field(default=0.0, compare=False)
 
 
 class AbstractLedger:
@@ -47,7 +50,9 @@ class AbstractLedger:
         return (current.owner, current.token) == (proposed.owner, proposed.token)
 
     def _leased(self, receipt: ModelReceipt, lease: float | None) -> ModelReceipt:
-        return dataclasses.replace(receipt, lease_until=None if lease is None else self.now + lease)
+        return dataclasses.replace(
+            receipt, lease_until=None if lease is None else self.now + lease, stored=self.now
+        )
 
     def find(self, action_name: str, key: str, namespace: str = "") -> ModelReceipt | None:
         """The receipt holding (namespace, action name, key), if any."""
@@ -102,7 +107,8 @@ class AbstractLedger:
         ok = current is not None and current.pending and current.token == token
         if ok:
             assert current is not None
-            self.by_id[action_id] = self._leased(current, lease)
+            # Not a transition: the time of storing stays.
+            self.by_id[action_id] = dataclasses.replace(current, lease_until=self.now + lease)
         return ok
 
     def start_attempt(self, proposed: ModelReceipt, lease: float | None = None) -> bool:
@@ -136,7 +142,9 @@ class AbstractLedger:
             assert current is not None
             # The lease is the ledger's: kept while PENDING, gone once completed.
             kept = current.lease_until if proposed.pending and current.pending else None
-            self.by_id[proposed.action_id] = dataclasses.replace(proposed, lease_until=kept)
+            self.by_id[proposed.action_id] = dataclasses.replace(
+                proposed, lease_until=kept, stored=self.now
+            )
         return ok
 
     def release(self, action_id: str, version: int) -> bool:
@@ -168,7 +176,7 @@ class AbstractLedger:
             == proposed
         )
         if ok:
-            self.by_id[proposed.action_id] = proposed
+            self.by_id[proposed.action_id] = dataclasses.replace(proposed, stored=self.now)
         return ok
 
     def prune(
@@ -178,16 +186,17 @@ class AbstractLedger:
         namespace: str | None,
         changed: frozenset[str] = frozenset(),
     ) -> int:
-        """Delete completed receipts in ``statuses`` last changed before ``before``.
+        """Delete completed receipts in ``statuses`` stored before ``before`` (ledger clock).
 
         ``changed``: receipts that moved while the prune read them; kept.
         """
+        before = min(before, self.now)  # never past the moment the prune began
         doomed = [
             r.action_id
             for r in self.by_id.values()
             if not r.pending
             and r.final in statuses
-            and r.updated < before
+            and r.stored < before
             and (namespace is None or r.namespace == namespace)
             and r.action_id not in changed
         ]

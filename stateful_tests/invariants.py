@@ -514,9 +514,17 @@ def _clean_ledger(c: Any) -> bool:
 def holders_fail_only_by_own_faults_or_operators(m: RunnerMachineBase) -> None:
     """A call that made a claim ends in a persistence error only after a ledger fault at its own gates, or after an operator acted on that claim."""
     operated = {o.action_id for o in m.contenders_list if o.kind != "execute" and o.action_id}
-    # A claim taken over from its holder is that holder's loss, not a fault of the runner.
-    operated |= {a for o in m.contenders_list for a in o.took_over}
     for c in m.contenders_list:
+        # A claim taken over from its holder is that holder's loss, not a fault
+        # of the runner; the taker holds it from then on, and a fenced worker's
+        # evidence merged under it must not cost it its outcome (V1).
+        taken_from_c = {
+            a
+            for o in m.contenders_list
+            if o is not c
+            for a in o.took_over
+            if o.tokens.get(a, 0) > c.tokens.get(a, 0)
+        }
         if (
             c.kind == "execute"
             and c.finished
@@ -524,7 +532,7 @@ def holders_fail_only_by_own_faults_or_operators(m: RunnerMachineBase) -> None:
             and c.claims
             and isinstance(c.outcome, ActionPersistenceError)
             and _clean_ledger(c)
-            and not c.claims & operated
+            and not c.claims & (operated | taken_from_c)
         ):
             raise fail(
                 holders_fail_only_by_own_faults_or_operators,

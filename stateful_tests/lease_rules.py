@@ -164,7 +164,11 @@ class LeaseRules:
     # and the holder coming back. Drawn one rule at a time they rarely met (a
     # bug that only a zombie's late success shows took 87 s to find); this
     # rule arranges them, drawing every fault on the way.
-    @precondition(lambda self: bool(self._holders()) and self._active() < self.max_active)
+    @precondition(
+        lambda self: (
+            bool(self._holders()) and self._active() < self.max_active and not self.expiring()
+        )
+    )
     @rule(data=st.data())
     def holder_outlives_its_lease(self, data: st.DataObject) -> None:
         """A parked holder's lease runs out; a duplicate takes over and finishes; the holder resumes."""

@@ -428,7 +428,7 @@ class LedgerMachineBase(RuleBasedStateMachine):
 
             counts[name] = self.loop.run(
                 ledger.prune(
-                    completed_before=_T0 + timedelta(seconds=cut),
+                    completed_before=START + timedelta(seconds=cut),
                     statuses=chosen,
                     namespace=namespace,
                     batch_size=batch_size,
@@ -447,7 +447,9 @@ class LedgerMachineBase(RuleBasedStateMachine):
         late_ids = frozenset(i for i in changed[0].split(",") if i)
         for action_id in late_ids:
             current = self.model.by_id[action_id]
-            self.model.by_id[action_id] = dataclasses.replace(current, version=current.version + 1)
+            self.model.by_id[action_id] = dataclasses.replace(
+                current, version=current.version + 1, stored=self.model.now
+            )
         before = set(self.model.by_id)
         expected = self.model.prune(
             cut, frozenset(s.value for s in chosen), namespace, changed=late_ids
@@ -488,10 +490,11 @@ class LedgerMachineBase(RuleBasedStateMachine):
         it named, is caught); the receipts this step wrote are also read back
         one by one with ``get``.
         """
-        # Equality ignores the lease (a renewal moves it without a version):
-        # compare it explicitly, as the ledger's clock stamped it.
+        # Equality ignores the lease (a renewal moves it without a version) and
+        # the time of storing: compare them explicitly, as the ledger's clock
+        # stamped them.
         listings = {
-            name: {r.action_id: (r, r.lease_expires_at) for r in receipts}
+            name: {r.action_id: (r, r.lease_expires_at, r.stored_at) for r in receipts}
             for name, receipts in self.loop.run(self._listings()).items()
         }
         memory = listings["memory"]
@@ -509,7 +512,11 @@ class LedgerMachineBase(RuleBasedStateMachine):
         for action_id in sorted(self.touched):
             results = self._all("get", action_id)
             for name, receipt in results.items():
-                got = None if receipt is None else (receipt, receipt.lease_expires_at)
+                got = (
+                    None
+                    if receipt is None
+                    else (receipt, receipt.lease_expires_at, receipt.stored_at)
+                )
                 if got != memory.get(action_id):
                     raise violation(
                         self.history,
@@ -522,6 +529,17 @@ class LedgerMachineBase(RuleBasedStateMachine):
             model = self.model.by_id.get(action_id)
             held = memory.get(action_id)
             stored = None if held is None else held[0]
+            if (
+                stored is not None
+                and model is not None
+                and stored.stored_at != START + timedelta(seconds=model.stored)
+            ):
+                raise violation(
+                    self.history,
+                    "backends-agree-with-the-model",
+                    f"{action_id[:8]} was stored at {stored.stored_at} by the ledger's "
+                    f"clock; the model stored it at +{model.stored:g} s",
+                )
             if (None if stored is None else project(stored)) != model:
                 raise violation(
                     self.history,

@@ -169,7 +169,22 @@ class TakesOverLiveClaimsSQLiteLedger(SQLiteLedger):
         return await self._transition(weakened, receipt, now=None, lease=lease)
 
 
+def _owner_ignores_merged_evidence(mp: pytest.MonkeyPatch) -> dict[str, Any]:
+    # V1 of v0.2: the owner never rebuilds its outcome over a zombie's merge.
+    ignore = lambda final, base, stored: None  # noqa: E731
+    mp.setattr(completing_module, "rebased_over_evidence", ignore)
+    mp.setattr(attempts_module, "rebased_over_evidence", ignore)
+    return {}
+
+
 LEASE_BUGS = [
+    PlantedBug(
+        "owner-outcome-lost-to-zombie-merge",
+        "a zombie's evidence merged into the claim its taker is still running",
+        "runner",
+        names("holders-fail-only-by-own-faults-or-operators"),
+        _owner_ignores_merged_evidence,
+    ),
     PlantedBug(
         "renewal-after-takeover",
         "a holder paused past its lease renews after another took its claim over",

@@ -11,7 +11,8 @@ again and the loop always ends.
 Ages are the ledger's: ``older_than`` seconds is turned into a cut-off by
 the ledger's own clock, read once when the prune starts, and compared with
 the time the ledger stored each receipt, so a host whose clock runs fast
-cannot prune a receipt that is young by the ledger's clock.
+cannot prune a receipt that is young by the ledger's clock. A cut-off given
+as a time is never later than that start either.
 """
 
 from __future__ import annotations
@@ -114,6 +115,10 @@ async def prune(
         if ledger_now is None:
             raise InvalidArgumentError("this ledger has no clock to judge older_than by")
         before = (await ledger_now()) - timedelta(seconds=age)
+    elif ledger_now is not None:
+        # Never past the moment the prune began: a receipt changed while it
+        # runs is stored after that, so it is never read (or deleted) again.
+        before = min(before, await ledger_now())  # type: ignore[type-var]
     assert before is not None
     next_batch, delete_exact = steps(before, chosen, scope)
     return await _batches(next_batch, delete_exact, size, dry_run, before_delete)
