@@ -30,6 +30,7 @@ from dataoad._clock import Clock
 from dataoad._errors import ActionInProgressError, InvalidArgumentError
 from dataoad._events import EventKind, EventSink, RunnerObserver
 from dataoad._identity import check_namespace
+from dataoad._in_flight import calls_in_flight
 from dataoad._leases import DEFAULT_LEASE, Tenure, recover_stale
 from dataoad._ledger import Ledger
 from dataoad._observing import resolve_verifier
@@ -61,11 +62,13 @@ class _Verb:
 
     def __enter__(self) -> _Verb:
         self.events.emit(EventKind.CALL_STARTED, None)
+        calls_in_flight.enter()  # last: __exit__ runs whenever this counted
         return self
 
     def __exit__(
         self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
+        calls_in_flight.leave()
         if exc is not None:
             receipt = getattr(exc, "receipt", None)
             shown = receipt if isinstance(receipt, ActionReceipt) else None
@@ -211,7 +214,8 @@ class ActionRunner:
         released unstarted, this call claims the key like any new caller.
 
         ``expires_after`` (seconds): a CONFIRMED or FAILED receipt of the key
-        whose last change is at least that old no longer replays; this call
+        that the ledger stored at least that long ago, judged by the ledger's
+        own clock (never this host's), no longer replays; this call
         frees the key (the old receipt stays readable by its id) and claims
         it afresh, and of several callers doing so exactly one claim wins.
         UNKNOWN and PENDING receipts never expire.

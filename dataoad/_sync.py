@@ -14,12 +14,13 @@ import inspect
 import queue
 import threading
 from collections.abc import Awaitable, Callable, Coroutine, Sequence
-from typing import Any, TypeVar, overload
+from typing import Any, Final, TypeVar, overload
 
 from dataoad._blocking import placed
 from dataoad._clock import Clock
-from dataoad._errors import DataoadError
+from dataoad._errors import DataoadError, InvalidArgumentError
 from dataoad._events import RunnerObserver
+from dataoad._in_flight import InFlight
 from dataoad._leases import DEFAULT_LEASE
 from dataoad._ledger import Ledger
 from dataoad._policy import RetryPolicy
@@ -31,6 +32,9 @@ from dataoad._verification import AnyVerifier
 __all__ = ["SyncActionRunner"]
 
 T = TypeVar("T")
+
+#: How long ``close()`` waits for calls in flight by default, in seconds.
+CLOSE_WAIT: Final = 30.0
 
 #: What the loop posts to a waiting caller: a job to run on its thread, or
 #: ``None`` when the call is over.
@@ -75,6 +79,10 @@ class SyncActionRunner:
         )
         self._thread.start()
         self._closed = False
+        # Set when close() begins: new calls are refused from then on.
+        self._closing = False
+        self._admit = threading.Lock()
+        self._calls = InFlight()
 
     @property
     def runner(self) -> ActionRunner:
@@ -97,9 +105,6 @@ class SyncActionRunner:
         return self._runner.namespace
 
     def _run(self, coro: Coroutine[Any, Any, T]) -> T:
-        if self._closed:
-            coro.close()
-            raise DataoadError("this SyncActionRunner is closed")
         try:
             asyncio.get_running_loop()
         except RuntimeError:
@@ -110,6 +115,23 @@ class SyncActionRunner:
                 "SyncActionRunner was called from inside a running event loop; it would block "
                 "that loop. Use ActionRunner and await it instead"
             )
+        with self._admit:
+            if self._closing:
+                coro.close()
+                raise DataoadError(
+                    "this SyncActionRunner is closed"
+                    if self._closed
+                    else "this SyncActionRunner is closing: it takes no new call"
+                )
+            self._calls.enter()
+        self._calls.enter_thread()
+        try:
+            return self._call(coro)
+        finally:
+            self._calls.leave_thread()
+            self._calls.leave()
+
+    def _call(self, coro: Coroutine[Any, Any, T]) -> T:
         inbox: _Inbox = queue.SimpleQueue()
         # The task copies this thread's context, placement included: its
         # blocking calls come back here to run.
@@ -219,10 +241,33 @@ class SyncActionRunner:
         """Blocking ``ActionRunner.receipt``."""
         return self._run(self._runner.receipt(action_id))
 
-    def close(self) -> None:
-        """Close the ledger and stop the background loop. Safe to call twice."""
+    def close(self, timeout: float = CLOSE_WAIT) -> None:
+        """Close the ledger and stop the background loop. Safe to call twice.
+
+        New calls are refused from the moment it begins. Calls already in
+        flight (in other threads) are waited for, up to ``timeout`` seconds,
+        so that every operation that ran records its outcome; if some are
+        still running then, ``DataoadError`` says so and the ledger stays open
+        for them (call ``close()`` again later). Called from inside one of
+        this runner's own calls, it refuses at once rather than wait forever.
+        """
         if self._closed:
             return
+        if type(timeout) not in (int, float) or not 0 <= timeout <= 86_400:
+            raise InvalidArgumentError(f"timeout must be seconds in [0, 86400], not {timeout!r}")
+        if self._calls.holds_call():
+            raise DataoadError(
+                "SyncActionRunner.close() was called from inside one of its own calls; "
+                "it would wait for itself. Close it after the call returns"
+            )
+        with self._admit:
+            self._closing = True
+        if not self._calls.wait_idle(timeout):
+            raise DataoadError(
+                f"{self._calls.count} call(s) of this SyncActionRunner are still running "
+                f"after {timeout:g} s; the ledger stays open so they can record their "
+                "outcomes (new calls are refused). Call close() again later"
+            )
         close = getattr(self._runner.ledger, "close", None)
         if close is not None:
             closing = close()

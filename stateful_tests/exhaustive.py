@@ -303,12 +303,14 @@ OUT_OF_REACH = {
     "sqlite-takes-over-live-claims": _NO_LEASE_CLOCK,
     "sweep-releases-started-claims": _NO_LEASE_CLOCK,
     "sweep-leaves-started-claims": _NO_LEASE_CLOCK,
+    "owner-outcome-lost-to-zombie-merge": _NO_LEASE_CLOCK,
     "namespace-left-out-of-the-key": _NO_LIFECYCLE,
     "unknown-receipt-expires": _NO_LIFECYCLE,
     "reopens-confirmed": _NO_LIFECYCLE,
     "expires-without-being-asked": _NO_LIFECYCLE,
     "prune-without-version-check": _NO_LIFECYCLE,
     "retire-without-version-check": _NO_LIFECYCLE,
+    "expiry-by-the-caller-clock": _NO_LIFECYCLE,
 }
 
 

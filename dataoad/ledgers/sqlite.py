@@ -41,6 +41,7 @@ import aiosqlite
 
 from dataoad._clock import LedgerClock
 from dataoad._errors import DataoadError, InvalidArgumentError
+from dataoad._in_flight import EXIT_WAIT, wait_for_calls
 from dataoad._ledger_rules import check_ledger_clock
 from dataoad._lifecycle import DEFAULT_PRUNE_STATUSES
 from dataoad._receipt import ActionReceipt
@@ -114,6 +115,13 @@ def _stop_connection(conn: aiosqlite.Connection) -> None:
 
 
 def _stop_live_connections() -> None:
+    if not _LIVE_CONNECTIONS:
+        return
+    # Exit runs this before it joins the threads that are still working: a
+    # call in one of them may be inside its operation, and must still record
+    # its outcome. So the connections are stopped only once no runner call
+    # is in flight (bounded: a call that never ends cannot hold exit for good).
+    wait_for_calls(EXIT_WAIT)
     for conn in list(_LIVE_CONNECTIONS):
         _stop_connection(conn)
 
