@@ -6,14 +6,16 @@ message naming the argument, and has no other effect.
 
 from __future__ import annotations
 
+import json
 import math
 from collections.abc import Mapping
 from typing import Any, Final
 
 from dataoad._attempts import Call
+from dataoad._bounds import DEFAULT_MAX_METADATA_BYTES, Bounds
 from dataoad._canonical import checked_request_hash, validate_metadata
 from dataoad._clock import Clock, SystemClock
-from dataoad._errors import InvalidArgumentError
+from dataoad._errors import InvalidArgumentError, InvalidRequestError
 from dataoad._events import RunnerObserver, check_observers
 from dataoad._frozen import FrozenDict, freeze
 from dataoad._identity import check_key_size
@@ -39,6 +41,9 @@ __all__ = [
     "check_wait",
     "prepare_call",
 ]
+
+#: The bounds of a runner built without any.
+_DEFAULT_BOUNDS: Final = Bounds()
 
 #: Longest accepted ``wait_in_progress``, in seconds.
 MAX_WAIT_IN_PROGRESS: Final = 3600.0
@@ -138,11 +143,22 @@ def check_observer_list(observers: object) -> tuple[RunnerObserver, ...]:
         raise InvalidArgumentError(str(exc)) from None
 
 
-def check_metadata(metadata: dict[str, Any] | None) -> Mapping[str, Any]:
-    """A frozen snapshot of valid caller metadata."""
+def check_metadata(
+    metadata: dict[str, Any] | None, max_bytes: int = DEFAULT_MAX_METADATA_BYTES
+) -> Mapping[str, Any]:
+    """A frozen snapshot of valid caller metadata, at most ``max_bytes`` as JSON."""
     if metadata is None:
         return FrozenDict()
     validate_metadata(metadata)
+    if metadata:
+        size = len(json.dumps(metadata, separators=(",", ":"), ensure_ascii=False).encode())
+        if size > max_bytes:
+            raise InvalidRequestError(
+                f"metadata is {size} bytes as JSON, over this runner's "
+                f"max_metadata_bytes={max_bytes}: it is stored and rewritten with every "
+                "transition of the receipt",
+                path="metadata",
+            )
     # Snapshot now, so later changes by the caller cannot alter the receipt.
     return freeze(metadata)  # type: ignore[no-any-return]
 
@@ -177,6 +193,7 @@ def prepare_call(
     default_policy: RetryPolicy,
     namespace: str = "",
     expires_after: object = None,
+    bounds: Bounds = _DEFAULT_BOUNDS,
 ) -> Call:
     """Every ``execute`` argument checked, in the order documented, and the request hashed."""
     check_text_arg("action_name", action_name)
@@ -184,18 +201,18 @@ def prepare_call(
         raise InvalidArgumentError(
             f"operation must be callable, not {type(operation).__qualname__}"
         )
-    digest = checked_request_hash(request)
+    digest = checked_request_hash(request, bounds.max_request_bytes)
     check_text_arg("idempotency_key", idempotency_key)
     check_key_size(namespace, action_name, idempotency_key)  # type: ignore[arg-type]
     check_text_arg("provider_reference", provider_reference, optional=True)
-    verify = None if verifier is None else resolve_verifier(verifier)
+    verify = None if verifier is None else resolve_verifier(verifier, bounds.verifier_timeout)
     if verify is not None and provider_reference is None:
         raise InvalidArgumentError(
             "a verifier needs provider_reference: verification must be bound to the "
             "provider's own reference for this mutation"
         )
     check_text_arg("risk", risk, optional=True)
-    caller_metadata = check_metadata(metadata)
+    caller_metadata = check_metadata(metadata, bounds.max_metadata_bytes)
     checked_policy = check_policy(policy, default_policy)
     expiry = check_expires_after(expires_after)
     return Call(

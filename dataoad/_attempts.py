@@ -362,14 +362,22 @@ async def _start(
         ) from (exc.__cause__ or exc)
 
 
+def _retryable(failure: DefinitiveFailure) -> bool:
+    """Whether the failure says a retry is safe; one whose flag cannot be read says no."""
+    try:
+        return failure.retryable is True
+    except Exception:
+        # A subclass whose ``retryable`` raises: still a definitive failure,
+        # but no evidence that repeating it is safe.
+        return False
+
+
 async def _invoke(operation: Callable[[], Any], *, verifying: bool) -> Execution:
     try:
         # A sync operation runs on a worker thread, never on the loop.
         value = await call_maybe_async(operation)
     except DefinitiveFailure as exc:
-        return Execution(
-            ActionStatus.FAILED, error=bounded_error(exc), retryable=exc.retryable is True
-        )
+        return Execution(ActionStatus.FAILED, error=bounded_error(exc), retryable=_retryable(exc))
     except Exception as exc:
         # Timeouts, resets, malformed responses: the effect may have happened.
         return Execution(ActionStatus.UNKNOWN, error=bounded_error(exc))

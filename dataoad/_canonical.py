@@ -269,7 +269,18 @@ def request_hash(request: Mapping[str, Any]) -> str:
     return hashlib.sha256(canonical_json(request)).hexdigest()
 
 
-def checked_request_hash(request: object) -> str:
-    """Validate ``request`` like ``validate_request`` and hash it, in one walk on valid input."""
+def checked_request_hash(request: object, max_bytes: int | None = None) -> str:
+    """Validate ``request`` like ``validate_request`` and hash it, in one walk on valid input.
+
+    ``max_bytes`` bounds its canonical form (InvalidRequestError beyond it).
+    """
     plain = _check(request, root="request", error=_request_error)
-    return hashlib.sha256(_canonical(request, plain)).hexdigest()  # type: ignore[arg-type]
+    canonical = _canonical(request, plain)  # type: ignore[arg-type]
+    if max_bytes is not None and len(canonical) > max_bytes:
+        raise _request_error(
+            f"request is {len(canonical)} bytes in canonical form, over this runner's "
+            f"max_request_bytes={max_bytes}: hash or store large payloads elsewhere and "
+            "pass a reference",
+            "request",
+        )
+    return hashlib.sha256(canonical).hexdigest()

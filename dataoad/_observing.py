@@ -10,6 +10,7 @@ derived from the observations here, in one function.
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import inspect
 from collections.abc import Awaitable, Callable, Mapping, Sequence
@@ -65,8 +66,12 @@ class Observation:
         return self.record.status
 
 
-def resolve_verifier(verifier: object) -> VerifyFn:
-    """Turn a verifier object or callable into one async function, or raise."""
+def resolve_verifier(verifier: object, time_limit: float | None = None) -> VerifyFn:
+    """Turn a verifier object or callable into one async function, or raise.
+
+    With ``time_limit`` (seconds), a verifier that has not answered by then
+    raises TimeoutError, which ``observe`` records as no evidence (UNKNOWN).
+    """
     method = getattr(verifier, "verify", None)
     target = method if callable(method) else verifier
     if not callable(target):
@@ -84,7 +89,21 @@ def resolve_verifier(verifier: object) -> VerifyFn:
             outcome = await outcome
         return outcome
 
-    return call
+    if time_limit is None:
+        return call
+
+    async def bounded(receipt: ActionReceipt) -> object:
+        scope = asyncio.timeout(time_limit)
+        try:
+            async with scope:
+                return await call(receipt)
+        except TimeoutError:
+            if not scope.expired():
+                raise  # the verifier's own TimeoutError
+            # A sync verifier's thread finishes on its own: it only reads.
+            raise TimeoutError(f"no answer within {time_limit:g} s") from None
+
+    return bounded
 
 
 def _kept_details(details: Mapping[str, Any] | None) -> Mapping[str, Any] | None:

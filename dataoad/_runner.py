@@ -26,6 +26,12 @@ from dataoad._arguments import (
     prepare_call,
 )
 from dataoad._attempts import execute_once
+from dataoad._bounds import (
+    DEFAULT_MAX_METADATA_BYTES,
+    DEFAULT_MAX_REQUEST_BYTES,
+    DEFAULT_VERIFIER_TIMEOUT,
+    check_bounds,
+)
 from dataoad._clock import Clock
 from dataoad._errors import ActionInProgressError, InvalidArgumentError
 from dataoad._events import EventKind, EventSink, RunnerObserver
@@ -99,6 +105,13 @@ class ActionRunner:
     runner touches: a key in one namespace never replays, conflicts with or
     blocks a key in another, and a verb by action id finds only receipts of
     this namespace.
+
+    Bounds, each checked before any ledger write or provider call:
+    ``max_request_bytes`` (default 1 MiB of canonical request) and
+    ``max_metadata_bytes`` (default 64 KiB of metadata JSON) are refused with
+    InvalidRequestError beyond them; ``verifier_timeout`` (default 30 s, None
+    for no limit) turns a verifier that has not answered by then into no
+    evidence (UNKNOWN), never a hang.
     """
 
     def __init__(
@@ -111,7 +124,11 @@ class ActionRunner:
         namespace: str = "",
         clock: Clock | None = None,
         observers: Sequence[RunnerObserver] = (),
+        max_request_bytes: int = DEFAULT_MAX_REQUEST_BYTES,
+        max_metadata_bytes: int = DEFAULT_MAX_METADATA_BYTES,
+        verifier_timeout: float | None = DEFAULT_VERIFIER_TIMEOUT,
     ) -> None:
+        self._bounds = check_bounds(max_request_bytes, max_metadata_bytes, verifier_timeout)
         scope = check_namespace(namespace)
         assert scope is not None
         self._store = ProvenLedger(check_ledger(ledger), scope)
@@ -234,6 +251,7 @@ class ActionRunner:
                 default_policy=self._policy,
                 namespace=self._store.namespace,
                 expires_after=expires_after,
+                bounds=self._bounds,
             )
             if call.expires_after is not None:
                 check_lifecycle(self._store.ledger, "expire receipts")
@@ -270,7 +288,7 @@ class ActionRunner:
         """
         with self._verb("reconcile", action_id=action_id) as verb:
             check_text_arg("action_id", action_id)
-            verify = resolve_verifier(verifier)
+            verify = resolve_verifier(verifier, self._bounds.verifier_timeout)
             verb.result = await reconcile(self._store, action_id, verify, verb.events)
             return verb.result  # type: ignore[no-any-return]
 
@@ -285,7 +303,7 @@ class ActionRunner:
         """
         with self._verb("recover_pending", action_id=action_id) as verb:
             check_text_arg("action_id", action_id)
-            verify = resolve_verifier(verifier)
+            verify = resolve_verifier(verifier, self._bounds.verifier_timeout)
             verb.result = await recover_pending(self._store, action_id, verify, verb.events)
             return verb.result  # type: ignore[no-any-return]
 
@@ -301,7 +319,11 @@ class ActionRunner:
         results (up to ``limit`` claims are looked at).
         """
         with self._verb("recover_stale") as verb:
-            verify = None if verifier is None else resolve_verifier(verifier)
+            verify = (
+                None
+                if verifier is None
+                else resolve_verifier(verifier, self._bounds.verifier_timeout)
+            )
             if type(limit) is not int or not 1 <= limit <= 10_000:
                 raise InvalidArgumentError(f"limit must be an int in [1, 10000], not {limit!r}")
             verb.result = await recover_stale(self._store, verify, self._tenure, verb.events, limit)

@@ -17,6 +17,11 @@ from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from typing import Any, Final, TypeVar, overload
 
 from dataoad._blocking import placed
+from dataoad._bounds import (
+    DEFAULT_MAX_METADATA_BYTES,
+    DEFAULT_MAX_REQUEST_BYTES,
+    DEFAULT_VERIFIER_TIMEOUT,
+)
 from dataoad._clock import Clock
 from dataoad._errors import DataoadError, InvalidArgumentError
 from dataoad._events import RunnerObserver
@@ -63,6 +68,9 @@ class SyncActionRunner:
         namespace: str = "",
         clock: Clock | None = None,
         observers: Sequence[RunnerObserver] = (),
+        max_request_bytes: int = DEFAULT_MAX_REQUEST_BYTES,
+        max_metadata_bytes: int = DEFAULT_MAX_METADATA_BYTES,
+        verifier_timeout: float | None = DEFAULT_VERIFIER_TIMEOUT,
     ) -> None:
         self._runner = ActionRunner(
             ledger,
@@ -72,6 +80,9 @@ class SyncActionRunner:
             namespace=namespace,
             clock=clock,
             observers=observers,
+            max_request_bytes=max_request_bytes,
+            max_metadata_bytes=max_metadata_bytes,
+            verifier_timeout=verifier_timeout,
         )
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(

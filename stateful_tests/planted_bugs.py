@@ -138,6 +138,7 @@ def _invoke_after_unproven_attempt_start(mp: pytest.MonkeyPatch) -> dict[str, An
         previous: ActionReceipt,
         events: EventSink,
         lease: float | None = None,
+        rebase: Any = None,
     ) -> ActionReceipt:
         with suppress(Exception):  # treats a failed attempt-start write as if it had succeeded
             await self.ledger.start_attempt(proposed, lease=lease)  # type: ignore[call-arg]
@@ -218,7 +219,7 @@ def _accept_unproven_completion(mp: pytest.MonkeyPatch) -> dict[str, Any]:
         durable: ActionReceipt,
         events: EventSink,
         **kw: Any,
-    ) -> None:
+    ) -> ActionReceipt:
         try:
             written = await self.ledger.record(final)
         except Exception:
@@ -231,6 +232,7 @@ def _accept_unproven_completion(mp: pytest.MonkeyPatch) -> dict[str, Any]:
                 operation_invoked=True,
                 observed_status=kw["observed_status"],
             )
+        return final
 
     mp.setattr(ProvenLedger, "record_outcome", buggy)
     return {}
@@ -344,8 +346,8 @@ def _hash_depends_on_key_order(mp: pytest.MonkeyPatch) -> dict[str, Any]:
 
     real = arguments_module.checked_request_hash
 
-    def buggy(request: Any) -> str:
-        real(request)  # still validates
+    def buggy(request: Any, max_bytes: int | None = None) -> str:
+        real(request, max_bytes)  # still validates
         text = json.dumps(request, separators=(",", ":"))  # insertion order, no RFC 8785
         return hashlib.sha256(text.encode()).hexdigest()
 
@@ -358,9 +360,9 @@ def _hash_tells_int_from_float(mp: pytest.MonkeyPatch) -> dict[str, Any]:
 
     real = arguments_module.checked_request_hash
 
-    def buggy(request: Any) -> str:
+    def buggy(request: Any, max_bytes: int | None = None) -> str:
         kinds = "".join(sorted(f"{k}:{type(v).__name__}" for k, v in request.items()))
-        return hashlib.sha256((real(request) + kinds).encode()).hexdigest()
+        return hashlib.sha256((real(request, max_bytes) + kinds).encode()).hexdigest()
 
     mp.setattr(arguments_module, "checked_request_hash", buggy)
     return {}
@@ -389,6 +391,7 @@ def _start_read_back_accepts_any_receipt(mp: pytest.MonkeyPatch) -> dict[str, An
         previous: ActionReceipt,
         events: EventSink,
         lease: float | None = None,
+        rebase: Any = None,
     ) -> ActionReceipt:
         try:
             if await self.ledger.start_attempt(proposed, lease=lease):  # type: ignore[call-arg]
@@ -397,7 +400,7 @@ def _start_read_back_accepts_any_receipt(mp: pytest.MonkeyPatch) -> dict[str, An
             # After an attempt-start write raises, continues if the claim merely still exists.
             if await self.ledger.get(proposed.action_id) is not None:  # not "== proposed"
                 return proposed
-        return await real(self, proposed, previous, events, lease)
+        return await real(self, proposed, previous, events, lease, rebase)
 
     mp.setattr(ProvenLedger, "start_attempt", buggy)
     return {}
@@ -456,7 +459,7 @@ class ReopeningSQLiteLedger(SQLiteLedger):
         weakened = compile_sql(
             statements.templates["record"].replace(guard, ""), statements.dialect
         )
-        return await self._transition(weakened, receipt)
+        return await self._transition(weakened, receipt, now=None)
 
 
 class ReleasesStartedSQLiteLedger(SQLiteLedger):
@@ -611,8 +614,13 @@ PLANTED_BUGS = [
         "an attempt-start write that fails before storage",
         "runner",
         # Or what the uncounted invocation leads to: a taker of the expired
-        # claim sees no attempt started and invokes again.
-        names("invocation-counted-before-call", "no-second-mutation-of-a-claim-by-anyone"),
+        # claim sees no attempt started and invokes again; or the holder's
+        # outcome, written over a start that never was, is refused.
+        names(
+            "invocation-counted-before-call",
+            "no-second-mutation-of-a-claim-by-anyone",
+            "holders-fail-only-by-own-faults-or-operators",
+        ),
         _invoke_after_unproven_attempt_start,
     ),
     PlantedBug(
@@ -730,8 +738,13 @@ PLANTED_BUGS = [
         "an attempt-start write that fails before storage",
         "runner",
         # Or what the uncounted invocation leads to: a taker of the expired
-        # claim sees no attempt started and invokes again.
-        names("invocation-counted-before-call", "no-second-mutation-of-a-claim-by-anyone"),
+        # claim sees no attempt started and invokes again; or the holder's
+        # outcome, written over a start that never was, is refused.
+        names(
+            "invocation-counted-before-call",
+            "no-second-mutation-of-a-claim-by-anyone",
+            "holders-fail-only-by-own-faults-or-operators",
+        ),
         _start_read_back_accepts_any_receipt,
     ),
     PlantedBug(

@@ -114,8 +114,8 @@ PLANTED_EXAMPLES = [
         "hash-of-nfc-text",
         "the request hash is SHA-256 of the RFC 8785 bytes, text kept exactly as sent",
         "dataoad/_canonical.py",
-        "return hashlib.sha256(_canonical(request, plain)).hexdigest()  # type: ignore[arg-type]",
-        "text = _canonical(request, plain).decode()  # type: ignore[arg-type]\n"
+        "return hashlib.sha256(canonical).hexdigest()",
+        "text = canonical.decode()\n"
         '    nfc = __import__("unicodedata").normalize("NFC", text)\n'
         "    return hashlib.sha256(nfc.encode()).hexdigest()",
         (

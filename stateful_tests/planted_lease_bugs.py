@@ -236,6 +236,8 @@ LEASE_BUGS = [
             "failed-requires-no-effect-now-or-later",
             "zombie-evidence-never-lost",
             "receipts-never-lost-and-only-move-forward",
+            # The live owner's own write is then refused: it loses its outcome.
+            "holders-fail-only-by-own-faults-or-operators",
         ),
         _zombie_overwrites_new_owner,
     ),

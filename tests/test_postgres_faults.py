@@ -265,7 +265,12 @@ async def check_barrier(ledger: PostgresLedger) -> None:
     assert op.calls == 0
 
 
-def test_terminated_backend_during_attempt_start_does_not_invoke() -> None:
+def test_terminated_backend_during_attempt_start_reruns_it_on_a_fresh_connection() -> None:
+    """The server ended the connection mid-statement: nothing of it committed.
+
+    The conditional start runs once more on a fresh connection (once the
+    row lock is gone) and is proven before the operation runs, once.
+    """
     dsn = postgres_dsn()
 
     async def terminate(blocker: Any, ledger: PausingLedger) -> None:
@@ -277,8 +282,14 @@ def test_terminated_backend_during_attempt_start_does_not_invoke() -> None:
 
     async def scenario() -> None:
         ledger, op, outcome = await attempt_start_under_row_lock(dsn, terminate)
-        assert_not_invoked(ledger, op, outcome)
-        await check_barrier(ledger)
+        assert not isinstance(outcome, BaseException), outcome
+        assert outcome.status is ActionStatus.CONFIRMED
+        assert op.calls == 1
+        receipt = await ledger.find("charge", "k")
+        assert receipt is not None
+        assert receipt.final_status is ActionStatus.CONFIRMED
+        assert receipt.attempts == 1
+        assert receipt.fencing_token == 2  # taken over, then started once
         await ledger.close()
 
     asyncio.run(scenario())

@@ -92,7 +92,10 @@ class OpenTelemetryObserver:
 
 
 class TracedActionRunner(ActionRunner):
-    """An ActionRunner with an :class:`OpenTelemetryObserver` (and any others given)."""
+    """An ActionRunner with an :class:`OpenTelemetryObserver` (and any others given).
+
+    Takes every option of ActionRunner (lease, owner, namespace, bounds...).
+    """
 
     def __init__(
         self,
@@ -102,10 +105,12 @@ class TracedActionRunner(ActionRunner):
         clock: Clock | None = None,
         observers: Sequence[RunnerObserver] = (),
         tracer: Any = None,
+        **options: Any,
     ) -> None:
         super().__init__(
             ledger,
             policy=policy,
             clock=clock,
             observers=(*observers, OpenTelemetryObserver(tracer)),
+            **options,
         )

@@ -15,6 +15,12 @@ It goes back to the pool after any error, when the server has closed it
 ``IDLE_SECONDS`` without a statement (a timer, so the pool's own
 idle-connection policy applies to it again), and on ``close``; once
 closing, it never takes another.
+
+Every statement, held or pooled, has a client-side time limit: a server
+that stops answering (a silent partition) cannot hold a call, or its
+cancellation, past it. A connection whose statement timed out, was
+cancelled or lost its transport is terminated at once, never waited on and
+never reused: nobody knows what state its session is in.
 """
 
 from __future__ import annotations
@@ -23,7 +29,7 @@ import asyncio
 import contextlib
 from typing import Any, Final
 
-__all__ = ["IDLE_SECONDS", "ConnectionLane", "no_reset"]
+__all__ = ["IDLE_SECONDS", "ConnectionLane", "fetch_bounded", "no_reset"]
 
 #: Seconds without a statement after which the held connection goes back.
 IDLE_SECONDS: Final = 60.0
@@ -31,6 +37,50 @@ IDLE_SECONDS: Final = 60.0
 
 async def no_reset(connection: Any) -> None:
     """Pool release hook: the ledger leaves no session state, so skip the reset query."""
+
+
+def _fatal(exc: BaseException) -> bool:
+    """Whether a statement's error leaves its connection in an unknown state.
+
+    A server's answer (a constraint, a serialization failure) leaves it fine;
+    a time-out, a cancellation or a broken transport does not.
+    """
+    if isinstance(exc, TimeoutError | asyncio.CancelledError | OSError):
+        return True
+    module = type(exc).__module__ or ""
+    if not module.startswith("asyncpg"):
+        return True  # not the server's answer: trust nothing about the session
+    name = type(exc).__name__
+    return name in _FATAL_DRIVER_ERRORS or "Connection" in name
+
+
+#: asyncpg errors after which a connection is not reused (besides "...Connection...").
+_FATAL_DRIVER_ERRORS: Final = frozenset(
+    {"InterfaceError", "InternalClientError", "AdminShutdownError", "CannotConnectNowError"}
+)
+
+
+async def fetch_bounded(
+    pool: Any, sql: str, args: tuple[Any, ...], limit: float | None
+) -> list[Any]:
+    """One statement on a pool connection, bounded; a connection left in doubt is terminated."""
+    conn = await pool.acquire(timeout=limit)
+    try:
+        rows = list(await conn.fetch(sql, *args, timeout=limit))
+    except BaseException as exc:
+        await _return(pool, conn, exc)
+        raise
+    await pool.release(conn)
+    return rows
+
+
+async def _return(pool: Any, conn: Any, exc: BaseException) -> None:
+    """Give ``conn`` back after ``exc``: terminated first when it is in doubt."""
+    if _fatal(exc):
+        with contextlib.suppress(Exception):
+            conn.terminate()  # at once: closing politely would wait on a silent server
+    with contextlib.suppress(Exception):  # a closing pool: the statement's error is the news
+        await pool.release(conn)
 
 
 def _usable(conn: Any) -> bool:
@@ -44,10 +94,22 @@ def _usable(conn: Any) -> bool:
 class ConnectionLane:
     """A connection of ``pool`` held for consecutive statements; busy or failed, the pool serves."""
 
-    __slots__ = ("_busy", "_closing", "_conn", "_idle", "_last_used", "_timer", "enabled", "pool")
+    __slots__ = (
+        "_busy",
+        "_closing",
+        "_conn",
+        "_idle",
+        "_last_used",
+        "_timer",
+        "enabled",
+        "pool",
+        "timeout",
+    )
 
-    def __init__(self, pool: Any, *, owned: bool = True) -> None:
+    def __init__(self, pool: Any, *, owned: bool = True, timeout: float | None = None) -> None:
         self.pool = pool
+        #: Seconds each statement may take, on the client's side (None: no limit).
+        self.timeout = timeout
         size = getattr(pool, "get_max_size", None)
         self.enabled = owned and callable(size) and size() >= 2 and hasattr(pool, "acquire")
         self._conn: Any = None
@@ -60,22 +122,23 @@ class ConnectionLane:
     async def fetch(self, sql: str, *args: Any) -> list[Any]:
         """Run one statement on the held connection if it is free, else on a pool connection."""
         if self._busy or self._closing or not self.enabled:
-            return list(await self.pool.fetch(sql, *args))
+            return await fetch_bounded(self.pool, sql, args, self.timeout)
         # One event loop: nothing runs between this check and the claim below.
         self._busy = True
         try:
             if self._conn is not None and not _usable(self._conn):
                 await self._give_back()
             if self._conn is None:
-                self._conn = await self.pool.acquire()
-            rows = list(await self._conn.fetch(sql, *args))
+                self._conn = await self.pool.acquire(timeout=self.timeout)
+            rows = list(await self._conn.fetch(sql, *args, timeout=self.timeout))
             self._note_use()
             return rows
-        except BaseException:
-            # Broken, cancelled mid-statement or refused: let the pool judge it.
-            # A closing pool may refuse it; the statement's own error is the news.
-            with contextlib.suppress(Exception):
-                await self._give_back()
+        except BaseException as exc:
+            # Broken, cancelled mid-statement or refused: off the lane, and
+            # terminated first when its session is in doubt.
+            conn, self._conn = self._conn, None
+            if conn is not None:
+                await _return(self.pool, conn, exc)
             raise
         finally:
             self._busy = False

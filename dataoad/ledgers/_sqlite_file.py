@@ -7,7 +7,7 @@ import sqlite3
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Final
+from typing import Final, NoReturn
 
 from dataoad._errors import DataoadError
 
@@ -18,6 +18,7 @@ __all__ = [
     "create_private_file",
     "file_clock",
     "inspect_file",
+    "refuse_empty_file",
 ]
 
 _EPOCH: Final = datetime(1970, 1, 1, tzinfo=UTC)
@@ -32,13 +33,33 @@ class LedgerFileError(DataoadError):
     """The file is not a usable Dataoad ledger; it was left unchanged."""
 
 
-def create_private_file(path: Path) -> None:
-    """Create ``path`` readable and writable by its owner only, if it is missing."""
+def create_private_file(path: Path) -> bool:
+    """Create ``path`` readable and writable by its owner only, if it is missing.
+
+    Returns whether this call created it (an empty file, to be initialised
+    while the caller still holds the writer lock).
+    """
     try:
         fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_RDWR, 0o600)
     except FileExistsError:
-        return
+        return False
     os.close(fd)
+    return True
+
+
+def refuse_empty_file(path: Path) -> NoReturn:
+    """A file that is empty under the writer lock is not a ledger.
+
+    A Dataoad process creates and initialises a new file under the writer
+    lock, so one seen empty under that lock was written by something else,
+    or left by a process that died before initialising it: either way
+    nothing of a ledger is in it, and it is not silently taken over.
+    """
+    raise LedgerFileError(
+        f"{path} holds no Dataoad ledger (an empty file, or an empty SQLite database); a "
+        "new ledger is created only where no file exists. If a Dataoad process died "
+        "while creating it, delete the file and open the ledger again"
+    )
 
 
 def file_clock(path: Path) -> Callable[[], datetime]:

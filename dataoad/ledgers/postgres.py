@@ -28,6 +28,7 @@ Design notes (the why):
 from __future__ import annotations
 
 import asyncio
+import math
 import random
 from collections.abc import Sequence
 from datetime import datetime
@@ -41,7 +42,7 @@ from dataoad._lifecycle import DEFAULT_PRUNE_STATUSES
 from dataoad._receipt import ActionReceipt
 from dataoad._status import ActionStatus, ClaimState
 from dataoad.ledgers._codec import COLUMNS, receipt_of, values_of
-from dataoad.ledgers._postgres_lane import ConnectionLane, no_reset
+from dataoad.ledgers._postgres_lane import ConnectionLane, fetch_bounded, no_reset
 from dataoad.ledgers._postgres_schema import (
     MIGRATIONS,
     SCHEMA_VERSION,
@@ -58,6 +59,9 @@ from dataoad.ledgers._pruning import (
 from dataoad.ledgers._statements import POSTGRES, Statement, Statements
 
 __all__ = ["SCHEMA_VERSION", "LedgerSchemaError", "MissingExtraError", "PostgresLedger"]
+
+#: Seconds a statement may take on the client's side unless told otherwise.
+DEFAULT_COMMAND_TIMEOUT: Final = 5.0
 
 #: Connection failures after which a read is retried on a fresh connection.
 _RETRYABLE_READ_ERRORS: Final = (OSError, ConnectionError, asyncio.TimeoutError)
@@ -81,8 +85,13 @@ class PostgresLedger:
     closes; create it with ``reset=`` a no-op to save a round trip per call).
     The table (``schema.table``, default ``public.dataoad_receipts``) must
     be created first with ``await ledger.migrate()`` or ``dataoad ledger
-    migrate DSN``. ``statement_timeout`` (seconds) bounds every statement on
-    connections the ledger opens; ``connect_timeout`` bounds opening one. A write that the server rolls back with a
+    migrate DSN``. ``command_timeout`` (seconds, default 5; None for none)
+    bounds every statement on the client's side, so a server that stops
+    answering (a silent partition) fails the statement in time instead of
+    holding the call, and a connection left in doubt by a time-out or a
+    cancellation is terminated, never reused. ``statement_timeout``
+    (seconds) also bounds every statement on the server, on connections the
+    ledger opens; ``connect_timeout`` bounds opening one. A write that the server rolls back with a
     serialization failure or deadlock is re-run up to ``serialization_retries``
     times (it changed nothing, and it re-checks its condition); after that
     the error reaches the runner. Leases are judged by the server's clock
@@ -103,6 +112,7 @@ class PostgresLedger:
         serialization_retries: int = 5,
         connect_timeout: float = 10.0,
         clock: LedgerClock | None = None,
+        command_timeout: float | None = DEFAULT_COMMAND_TIMEOUT,
     ) -> None:
         if (dsn is None) == (pool is None):
             raise InvalidArgumentError("PostgresLedger needs exactly one of dsn or pool")
@@ -119,6 +129,13 @@ class PostgresLedger:
             raise InvalidArgumentError("statement_timeout must be seconds in (0, 86400] or None")
         if type(connect_timeout) not in (int, float) or not 0 < connect_timeout <= 600:
             raise InvalidArgumentError("connect_timeout must be seconds in (0, 600]")
+        if command_timeout is not None and (
+            type(command_timeout) not in (int, float)
+            or not math.isfinite(command_timeout)
+            or not 0 < command_timeout <= 3600
+        ):
+            raise InvalidArgumentError("command_timeout must be seconds in (0, 3600] or None")
+        self._command_timeout = None if command_timeout is None else float(command_timeout)
         self._connect_timeout = float(connect_timeout)
         # None: the server's clock, read inside each statement (the default).
         self._clock = None if clock is None else check_ledger_clock(clock)
@@ -278,7 +295,7 @@ class PostgresLedger:
             # A statement that passed its checks before close() began must
             # never take a connection that close() would then wait for.
             held = self._owns_pool and not self._closed
-            self._lane = ConnectionLane(pool, owned=held)
+            self._lane = ConnectionLane(pool, owned=held, timeout=self._command_timeout)
         return self._lane
 
     async def _read(self, sql: str, *args: Any) -> list[Any]:
@@ -292,7 +309,7 @@ class PostgresLedger:
             self._driver.InterfaceError,
         ):
             # A read changes nothing, so once more on a fresh connection.
-            return list(await pool.fetch(sql, *args))
+            return await fetch_bounded(pool, sql, args, self._command_timeout)
 
     async def _write(self, sql: str, *args: Any) -> bool:
         return bool(await self._write_rows(sql, *args))
@@ -303,6 +320,24 @@ class PostgresLedger:
         while True:
             try:
                 return await self._lane_of(pool).fetch(sql, *args)
+            except (TimeoutError, asyncio.CancelledError):
+                raise  # in doubt, and a second try would only wait as long again
+            except (
+                self._driver.PostgresConnectionError,
+                self._driver.InterfaceError,
+                self._driver.InternalClientError,
+                OSError,
+            ) as broken:
+                # The connection was gone (the server ended it, the loop had not
+                # read that yet): usually nothing reached the server. Every
+                # statement is conditional, so it runs once more on a fresh
+                # connection. Rows back: it is done now. None: the first run
+                # may have committed it, so the first error stands and the
+                # proven-write rule reads back to find out.
+                rows = await fetch_bounded(pool, sql, args, self._command_timeout)
+                if not rows:
+                    raise broken from None
+                return rows
             except (self._driver.SerializationError, self._driver.DeadlockDetectedError):
                 # The server rolled the statement back and said so: nothing was
                 # written, so running the conditional statement again is safe
@@ -327,6 +362,11 @@ class PostgresLedger:
             rows = await self._write_rows(claim.sql, *claim.bind(values))
             if rows:
                 *stored, created = rows[0]
+                held = stored[COLUMNS.index("action_id")] == receipt.action_id
+                if held and not created:
+                    # Our own claim, stored by a first run whose answer was lost
+                    # (an action id is new with every claim): it is this call's.
+                    return receipt_of(stored), True
                 if created:
                     expires = stored[COLUMNS.index("lease_expires_at")]
                     return receipt.evolve(

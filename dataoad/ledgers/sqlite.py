@@ -28,6 +28,7 @@ import asyncio
 import contextlib
 import functools
 import os
+import sqlite3
 import threading
 import warnings
 import weakref
@@ -61,6 +62,7 @@ from dataoad.ledgers._sqlite_file import (
     create_private_file,
     file_clock,
     inspect_file,
+    refuse_empty_file,
 )
 from dataoad.ledgers._sqlite_schema import MIGRATIONS
 from dataoad.ledgers._statements import SQLITE, Statement, Statements
@@ -212,10 +214,19 @@ class SQLiteLedger:
     async def _open(self) -> aiosqlite.Connection:
         if not self.path.parent.is_dir():
             raise LedgerFileError(f"{self.path}: folder {self.path.parent} does not exist")
-        create_private_file(self.path)
+        if not self.path.exists():
+            # A new ledger is created and initialised under the writer lock, so
+            # another process never sees it empty but mid-creation.
+            await asyncio.to_thread(self._create)
         # Quick and read-only: a current ledger opens without ever waiting on
         # the writer lock, so inspecting one works while a writer is stuck.
-        version = inspect_file(self.path)
+        try:
+            version = inspect_file(self.path)
+        except LedgerFileError:
+            # Perhaps caught mid-creation by another process (its switch to
+            # WAL, its first schema step): creators hold the writer lock, so
+            # look again under it before calling the file anything.
+            version = await asyncio.to_thread(self._inspect_locked)
         pending = aiosqlite.connect(str(self.path), isolation_level=None, timeout=self.busy_timeout)
         thread = getattr(pending, "_thread", None)
         if isinstance(thread, threading.Thread):
@@ -235,28 +246,52 @@ class SQLiteLedger:
             raise
         return conn
 
+    def _inspect_locked(self) -> int | None:
+        with self._writer.hold(self.busy_timeout):
+            return inspect_file(self.path)
+
+    def _create(self) -> None:
+        """Create a new ledger file and its schema, all under the writer lock."""
+        with self._writer.hold(self.busy_timeout):
+            if not create_private_file(self.path):
+                return  # another process created it (and initialised it, under this lock)
+            try:
+                with contextlib.closing(sqlite3.connect(self.path, isolation_level=None)) as db:
+                    self._migrate(db, None)
+            except BaseException:
+                # Ours, and nothing of a ledger in it: leave no empty file behind.
+                with contextlib.suppress(OSError):
+                    self.path.unlink()
+                raise
+
     def _initialise(self, conn: aiosqlite.Connection) -> None:
-        """Create or migrate the schema; runs on the connection's thread."""
-        db = conn._conn
+        """Migrate the schema; runs on the connection's thread."""
         with self._writer.hold(self.busy_timeout):
             # Re-check under the writer lock: another process may have just
-            # created or migrated the file.
+            # migrated the file.
             version = inspect_file(self.path)
             if version == SCHEMA_VERSION:
                 return
             if version is None:
-                db.execute("PRAGMA journal_mode = WAL")
-            db.execute("BEGIN IMMEDIATE")
-            try:
-                for step in range((version or 0) + 1, SCHEMA_VERSION + 1):
-                    for statement in MIGRATIONS[step]:
-                        db.execute(statement)
-                db.execute(f"PRAGMA application_id = {APPLICATION_ID}")
-                db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
-                db.execute("COMMIT")
-            except BaseException:
-                db.execute("ROLLBACK")
-                raise
+                # Empty under the writer lock: no Dataoad process is creating it.
+                refuse_empty_file(self.path)
+            self._migrate(conn._conn, version)
+
+    def _migrate(self, db: sqlite3.Connection, version: int | None) -> None:
+        """Apply every schema step after ``version``; the writer lock is held."""
+        if version is None:
+            db.execute("PRAGMA journal_mode = WAL")
+        db.execute("BEGIN IMMEDIATE")
+        try:
+            for step in range((version or 0) + 1, SCHEMA_VERSION + 1):
+                for statement in MIGRATIONS[step]:
+                    db.execute(statement)
+            db.execute(f"PRAGMA application_id = {APPLICATION_ID}")
+            db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+            db.execute("COMMIT")
+        except BaseException:
+            db.execute("ROLLBACK")
+            raise
 
     async def close(self) -> None:
         """Close the connection. Safe to call more than once."""
