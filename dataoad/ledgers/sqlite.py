@@ -222,11 +222,18 @@ class SQLiteLedger:
         # the writer lock, so inspecting one works while a writer is stuck.
         try:
             version = inspect_file(self.path)
-        except LedgerFileError:
+        except LedgerFileError as refused:
             # Perhaps caught mid-creation by another process (its switch to
             # WAL, its first schema step): creators hold the writer lock, so
-            # look again under it before calling the file anything.
-            version = await asyncio.to_thread(self._inspect_locked)
+            # look again under it before calling the file anything. With no
+            # lock file, no Dataoad process ever wrote there: nothing to wait
+            # for, and no lock file is left beside a foreign file.
+            if not self._writer.path.exists():
+                raise
+            try:
+                version = await asyncio.to_thread(self._inspect_locked)
+            except OSError:
+                raise refused from None
         pending = aiosqlite.connect(str(self.path), isolation_level=None, timeout=self.busy_timeout)
         thread = getattr(pending, "_thread", None)
         if isinstance(thread, threading.Thread):

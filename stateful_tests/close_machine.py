@@ -1,0 +1,291 @@
+"""Closing a SyncActionRunner while calls from other threads are in flight (V3).
+
+Rules start blocking calls in their own threads (each operation waits on a
+gate the machine opens), open gates, begin ``close()`` (with a short or a
+long timeout) in yet another thread, and wait for it. Properties:
+
+* ``calls-return-after-their-operation``: once its operation is let go, a
+  call returns, within a bound; nothing closed the ledger under it.
+* ``close-returns-only-when-no-call-is-in-flight``: a ``close()`` that
+  returns normally found no admitted call still running; one that raised
+  left the ledger open.
+* ``outcomes-of-returned-calls-are-recorded``: every call that returned a
+  result has its receipt stored COMPLETED with that status.
+* ``refused-calls-invoke-nothing``: a call refused because the runner is
+  closing never ran its operation.
+
+Run on the in-memory and the SQLite ledger. The planted bug
+``close-cuts-calls-off`` (the v0.2 ``close()``) is found by them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import shutil
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Any, ClassVar
+
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
+
+from dataoad import (
+    ActionResult,
+    ActionStatus,
+    DataoadError,
+    InMemoryLedger,
+    SQLiteLedger,
+    SyncActionRunner,
+)
+from dataoad.ledgers.sqlite_reader import SQLiteReader
+
+__all__ = ["CloseMachineMemory", "CloseMachineSQLite", "CloseViolation"]
+
+#: How long a call or a close may take once nothing holds it back, in seconds.
+BOUND = 5.0
+
+
+class CloseViolation(AssertionError):
+    """A close-machine property broken; ``name`` says which."""
+
+    def __init__(self, name: str, detail: str) -> None:
+        super().__init__(f"invariant {name} broken: {detail}")
+        self.name = name
+
+
+@dataclasses.dataclass
+class _Call:
+    key: str
+    gate: threading.Event = dataclasses.field(default_factory=threading.Event)
+    started: threading.Event = dataclasses.field(default_factory=threading.Event)
+    invoked: bool = False
+    outcome: Any = None
+    thread: threading.Thread | None = None
+    released: bool = False
+
+
+@dataclasses.dataclass
+class _Close:
+    timeout: float
+    thread: threading.Thread | None = None
+    error: BaseException | None = None
+    #: Calls still running (admitted, not returned) when close() returned.
+    alive_at_return: list[str] = dataclasses.field(default_factory=list)
+    done: bool = False
+
+
+class CloseMachineBase(RuleBasedStateMachine):
+    """A SyncActionRunner, its calls in threads, and closes racing them."""
+
+    backend: ClassVar[str] = "memory"
+    #: How long a call or a close may take once nothing holds it back, in seconds.
+    bound: ClassVar[float] = BOUND
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.folder = Path(tempfile.mkdtemp(prefix="dataoad-close-"))
+        self.path = self.folder / "ledger.sqlite3"
+        ledger: Any = InMemoryLedger() if self.backend == "memory" else SQLiteLedger(self.path)
+        self.ledger = ledger
+        self.runner = SyncActionRunner(ledger, lease=None)
+        self.calls: list[_Call] = []
+        self.closes: list[_Close] = []
+        self.closed = False
+
+    # -- rules ------------------------------------------------------------------------
+
+    @precondition(lambda self: len(self.calls) < 6)
+    @rule()
+    def start_call(self) -> None:
+        """A thread calls execute; its operation waits on a gate (or it is refused)."""
+        call = _Call(key=f"k{len(self.calls)}")
+
+        def operation() -> str:
+            call.invoked = True
+            call.started.set()
+            call.gate.wait(self.bound * 4)
+            return f"ch_{call.key}"
+
+        def run() -> None:
+            try:
+                call.outcome = self.runner.execute(
+                    "charge", operation, request={"key": call.key}, idempotency_key=call.key
+                )
+            except BaseException as exc:
+                call.outcome = exc
+
+        call.thread = threading.Thread(target=run, daemon=True)
+        call.thread.start()
+        # Either its operation runs (it was admitted) or the call ends (refused).
+        while not call.started.wait(0.01):
+            if not call.thread.is_alive():
+                break
+        self.calls.append(call)
+
+    @precondition(lambda self: any(c.started.is_set() and not c.released for c in self.calls))
+    @rule(data=st.data())
+    def release_call(self, data: st.DataObject) -> None:
+        """One running operation returns; its call must then return too."""
+        waiting = [c for c in self.calls if c.started.is_set() and not c.released]
+        call = data.draw(st.sampled_from(waiting), label="call")
+        call.released = True
+        call.gate.set()
+        assert call.thread is not None
+        call.thread.join(self.bound)
+        if call.thread.is_alive():
+            raise CloseViolation(
+                "calls-return-after-their-operation",
+                f"call {call.key}'s operation returned, but the call had not after "
+                f"{self.bound:g} s",
+            )
+
+    @precondition(lambda self: not self.closed and not any(not c.done for c in self.closes))
+    @rule(timeout=st.sampled_from([0.05, BOUND]))  # short, or long enough for any call
+    def begin_close(self, timeout: float) -> None:
+        """close() begins in another thread, racing the calls in flight."""
+        closing = _Close(timeout)
+
+        def run() -> None:
+            try:
+                self.runner.close(timeout=timeout)
+            except BaseException as exc:
+                closing.error = exc
+            closing.alive_at_return = [
+                c.key
+                for c in self.calls
+                if c.started.is_set() and c.thread is not None and c.thread.is_alive()
+            ]
+
+        closing.thread = threading.Thread(target=run, daemon=True)
+        closing.thread.start()
+        closing.thread.join(0.02)
+        self.closes.append(closing)
+
+    @precondition(lambda self: any(not c.done for c in self.closes))
+    @rule()
+    def close_ends(self) -> None:
+        """Let every gate go, then wait for the close that is under way."""
+        closing = next(c for c in self.closes if not c.done)
+        for call in self.calls:
+            if call.started.is_set() and not call.released:
+                call.released = True
+                call.gate.set()
+        assert closing.thread is not None
+        closing.thread.join(closing.timeout + self.bound)
+        if closing.thread.is_alive():
+            raise CloseViolation(
+                "close-returns-only-when-no-call-is-in-flight",
+                f"close(timeout={closing.timeout:g}) had not returned {self.bound:g} s after "
+                "its timeout",
+            )
+        closing.done = True
+        if closing.error is None:
+            self.closed = True
+        for call in self.calls:
+            if call.thread is not None:
+                call.thread.join(self.bound)
+
+    @rule()
+    def moment_passes(self) -> None:
+        """A moment passes (always possible: a run may end with everything done)."""
+        time.sleep(0.001)
+
+    # -- properties ---------------------------------------------------------------------
+
+    @invariant()
+    def close_returns_only_when_no_call_is_in_flight(self) -> None:
+        """A close() that returned normally found no admitted call still running."""
+        for closing in self.closes:
+            if closing.done and closing.error is None and closing.alive_at_return:
+                raise CloseViolation(
+                    "close-returns-only-when-no-call-is-in-flight",
+                    f"close() returned while calls {closing.alive_at_return} were still in flight",
+                )
+            if (
+                closing.done
+                and closing.error is not None
+                and not isinstance(closing.error, DataoadError)
+            ):
+                raise CloseViolation(
+                    "close-returns-only-when-no-call-is-in-flight",
+                    f"close() raised {type(closing.error).__name__}: {closing.error}",
+                )
+
+    @invariant()
+    def refused_calls_invoke_nothing(self) -> None:
+        """A call refused because the runner is closing never ran its operation."""
+        for call in self.calls:
+            refused = isinstance(call.outcome, DataoadError) and ("clos" in str(call.outcome))
+            if refused and call.invoked:
+                raise CloseViolation(
+                    "refused-calls-invoke-nothing",
+                    f"call {call.key} was refused ({call.outcome}) but ran its operation",
+                )
+
+    def _stored(self) -> dict[str, Any]:
+        if self.backend == "memory":
+            return {r.idempotency_key: r for r in self.ledger.snapshot()}
+
+        async def read() -> dict[str, Any]:
+            reader = SQLiteReader(self.path)
+            try:
+                return {r.idempotency_key: r for r in await reader.receipts()}
+            finally:
+                await reader.close()
+
+        return asyncio.run(read()) if self.path.exists() else {}
+
+    @invariant()
+    def outcomes_of_returned_calls_are_recorded(self) -> None:
+        """Every call that returned a result has its receipt stored, COMPLETED, that status."""
+        returned = [c for c in self.calls if isinstance(c.outcome, ActionResult)]
+        if not returned:
+            return
+        stored = self._stored()
+        for call in returned:
+            receipt = stored.get(call.key)
+            if (
+                receipt is None
+                or receipt.is_pending
+                or receipt.final_status is not (call.outcome.status)
+            ):
+                raise CloseViolation(
+                    "outcomes-of-returned-calls-are-recorded",
+                    f"call {call.key} returned {call.outcome.status.value}; the ledger holds "
+                    f"{receipt}",
+                )
+            if call.outcome.status is not ActionStatus.CONFIRMED:
+                raise CloseViolation(
+                    "outcomes-of-returned-calls-are-recorded",
+                    f"call {call.key}'s clean charge ended {call.outcome.status.value}",
+                )
+
+    def teardown(self) -> None:
+        for call in self.calls:
+            call.released = True
+            call.gate.set()
+        for call in self.calls:
+            if call.thread is not None:
+                call.thread.join(self.bound)
+        for closing in self.closes:
+            if closing.thread is not None:
+                closing.thread.join(self.bound)
+        with contextlib.suppress(DataoadError):
+            self.runner.close(timeout=self.bound)
+        shutil.rmtree(self.folder, ignore_errors=True)
+
+
+class CloseMachineMemory(CloseMachineBase):
+    """On the in-memory ledger."""
+
+    backend = "memory"
+
+
+class CloseMachineSQLite(CloseMachineBase):
+    """On a SQLite file."""
+
+    backend = "sqlite"

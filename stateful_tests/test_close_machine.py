@@ -1,0 +1,60 @@
+"""The close machine (see close_machine.py), and the v0.2 close() it must catch."""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+
+import pytest
+from hypothesis import settings
+from hypothesis.stateful import run_state_machine_as_test
+
+from dataoad import SyncActionRunner
+from stateful_tests.close_machine import CloseMachineMemory, CloseMachineSQLite, CloseViolation
+
+_SETTINGS = settings(max_examples=25, stateful_step_count=12, deadline=None)
+
+TestCloseMachineMemory = CloseMachineMemory.TestCase
+TestCloseMachineSQLite = CloseMachineSQLite.TestCase
+TestCloseMachineMemory.settings = _SETTINGS
+TestCloseMachineSQLite.settings = _SETTINGS
+
+
+def _close_without_waiting(self: SyncActionRunner, timeout: float = 30.0) -> None:
+    """The v0.2 close(): the ledger closed and the loop stopped, whatever is in flight."""
+    if self._closed:
+        return
+    close = getattr(self._runner.ledger, "close", None)
+    if close is not None:
+        closing = close()
+        if inspect.isawaitable(closing):
+
+            async def awaited() -> None:
+                await closing
+
+            asyncio.run_coroutine_threadsafe(awaited(), self._loop).result()
+    self._closed = True
+    self._closing = True
+    self._loop.call_soon_threadsafe(self._loop.stop)
+    self._thread.join()
+    self._loop.close()
+
+
+@pytest.mark.parametrize("machine", [CloseMachineMemory, CloseMachineSQLite])
+def test_planted_close_cuts_calls_off_is_found(
+    machine: type, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(SyncActionRunner, "close", _close_without_waiting)
+    quick = type(machine.__name__, (machine,), {"bound": 0.5})  # a cut-off call never returns
+    with pytest.raises(CloseViolation) as info:
+        run_state_machine_as_test(
+            quick,
+            settings=settings(
+                _SETTINGS, max_examples=200, report_multiple_bugs=False, database=None
+            ),
+        )
+    assert info.value.name in (
+        "close-returns-only-when-no-call-is-in-flight",
+        "calls-return-after-their-operation",
+        "outcomes-of-returned-calls-are-recorded",
+    )
