@@ -115,14 +115,15 @@ def no_second_mutation_of_a_claim_by_anyone(m: RunnerMachineBase) -> None:
 
 @safety
 def invocation_counted_before_call(m: RunnerMachineBase) -> None:
-    """Every invocation happens only after the ledger durably counted that attempt on a PENDING claim (a zombie's late request may reach the provider after its claim was taken over and completed: only the count must hold)."""
+    """Every invocation happens only after the ledger durably counted that attempt on a PENDING claim (a zombie's late request may reach the provider after its claim was taken over and completed, or an operator completed it under its holder: only the count must hold)."""
     for c in m.contenders_list:
-        # A zombie: another contender took one of its claims over under a later token.
+        # A zombie: another contender took one of its claims over under a later
+        # token; or an operator's verb settled one of its claims while it ran.
         zombie = any(
             o is not c and a in o.took_over and o.tokens[a] > c.tokens.get(a, 0)
             for o in m.contenders_list
             for a in c.claims
-        )
+        ) or any(o.kind != "execute" and o.action_id in c.claims for o in m.contenders_list)
         for n, (durable, state) in enumerate(c.durable_attempts_at_call, start=1):
             if durable < n or (state != "PENDING" and not zombie):
                 raise fail(

@@ -191,7 +191,7 @@ class LeaseRules:
             if taker.finished or taker.took_over:
                 break
             self.advance_contender(taker, data, 1)
-        later = data.draw(st.integers(0, 2), label="taker's gates before the holder wakes")
+        later = data.draw(st.integers(0, 3), label="taker's gates before the holder wakes")
         self.advance_contender(taker, data, later)
         # The holder's renewal task wakes first: refused, the claim is taken.
         # (A renewal that beats the takeover is the heartbeat rule's business.)

@@ -204,6 +204,9 @@ LEASE_BUGS = [
             # completed the claim; no later token marks it as a zombie, so its
             # call is an invocation no PENDING claim counted.
             "invocation-counted-before-call",
+            # Or: the holder loses its claim under an unchanged token, so its
+            # failure looks like the runner's own, not a takeover's.
+            "holders-fail-only-by-own-faults-or-operators",
         ),
         _takeover_without_fencing,
     ),
