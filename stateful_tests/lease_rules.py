@@ -179,8 +179,17 @@ class LeaseRules:
         names = [n for n in sorted(holders) for _ in range(_weight(holders[n]))]
         holder = holders[data.draw(st.sampled_from(names), label="holder")]
         self.lease_runs_out()
+        first = data.draw(
+            st.sampled_from(["the taker", "the holder", "the holder, during the taker's attempt"]),
+            label="finishes first",
+        )
         # The holder's own request: a conflicting one could never take over.
         drawn = {k: v for k, v in self.execute_arguments.items() if k not in _REQUEST}
+        if first == "the holder, during the taker's attempt":
+            # A taker that may run an attempt of its own: read-only evidence of
+            # a retry-safe absence lets it retry (V1 of v0.2 lived there).
+            drawn["policy"] = st.just("retry-failed")
+            drawn["with_verifier"] = st.just(True)
         arguments = data.draw(st.fixed_dictionaries(drawn), label="duplicate")
         alternate = holder.reference.endswith("-alt")
         self.start_execute(
@@ -199,7 +208,13 @@ class LeaseRules:
             stored = self.observed.get(action_id)
             if stored is not None and stored.is_pending:
                 self._renew(holder.name, action_id, token)
-        first = data.draw(st.sampled_from(["the taker", "the holder"]), label="finishes first")
+        if first == "the holder, during the taker's attempt":
+            # The taker runs on to its own attempt (a retry its evidence allows)
+            # and waits at the provider while the zombie's evidence lands under it.
+            for _ in range(_GATES_TO_FINISH):
+                if taker.finished or taker.parked_at == "provider.charge":
+                    break
+                self.advance_contender(taker, data, 1)
         order = (taker, holder) if first == "the taker" else (holder, taker)
         for c in order:
             zombie = c is holder

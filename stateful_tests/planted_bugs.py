@@ -580,6 +580,7 @@ PLANTED_BUGS = [
         "runner",
         # Under a retrying policy the wrong FAILED also licenses a second invocation.
         names(
+            "no-second-mutation-of-a-claim-by-anyone",
             "status-permitted-by-recorded-evidence",
             "failed-requires-no-effect-now-or-later",
             "unknown-evidence-never-erased",
@@ -693,6 +694,7 @@ PLANTED_BUGS = [
         "runner",
         # Under a retrying policy the wrong FAILED also licenses a second invocation.
         names(
+            "no-second-mutation-of-a-claim-by-anyone",
             "status-permitted-by-recorded-evidence",
             "confirmed-requires-the-effect",
             "failed-requires-no-effect-now-or-later",

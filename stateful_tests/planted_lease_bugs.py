@@ -239,8 +239,10 @@ LEASE_BUGS = [
             "failed-requires-no-effect-now-or-later",
             "zombie-evidence-never-lost",
             "receipts-never-lost-and-only-move-forward",
-            # The live owner's own write is then refused: it loses its outcome.
+            # The live owner's own write is then refused: it loses its outcome;
+            # or it invokes its retry on a claim the zombie already completed.
             "holders-fail-only-by-own-faults-or-operators",
+            "invocation-counted-before-call",
         ),
         _zombie_overwrites_new_owner,
     ),
