@@ -10,6 +10,7 @@ ledger is never taken for a new one.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import sqlite3
 import stat
@@ -246,5 +247,6 @@ def test_processes_creating_one_new_ledger_at_once_all_open_it(tmp_path: Path) -
     for worker in workers:
         _, err = worker.communicate(timeout=60)
         assert worker.returncode == 0, err
-    rows = sqlite3.connect(path).execute("SELECT count(*) FROM receipts").fetchone()[0]
+    with contextlib.closing(sqlite3.connect(path)) as db:
+        rows = db.execute("SELECT count(*) FROM receipts").fetchone()[0]
     assert rows == 6
