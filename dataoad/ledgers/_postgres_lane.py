@@ -27,9 +27,17 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import random
 from typing import Any, Final
 
-__all__ = ["IDLE_SECONDS", "ConnectionLane", "fetch_bounded", "no_reset"]
+__all__ = [
+    "IDLE_SECONDS",
+    "ConnectionLane",
+    "fetch_bounded",
+    "no_reset",
+    "read_once_more",
+    "write_conditionally",
+]
 
 #: Seconds without a statement after which the held connection goes back.
 IDLE_SECONDS: Final = 60.0
@@ -186,3 +194,63 @@ class ConnectionLane:
         if conn is not None:
             # Pool.release is shielded: a cancellation cannot lose the connection.
             await self.pool.release(conn)
+
+
+#: Connection failures after which a read is retried on a fresh connection.
+_RETRYABLE_READ_ERRORS: Final = (OSError, ConnectionError, asyncio.TimeoutError)
+
+
+async def read_once_more(
+    lane: ConnectionLane, sql: str, args: tuple[Any, ...], limit: float | None, driver: Any
+) -> list[Any]:
+    """A read; after a broken connection, once more on a fresh one (a read changes nothing)."""
+    try:
+        return await lane.fetch(sql, *args)
+    except (
+        *_RETRYABLE_READ_ERRORS,
+        driver.PostgresConnectionError,
+        driver.AdminShutdownError,
+        driver.InterfaceError,
+    ):
+        return await fetch_bounded(lane.pool, sql, args, limit)
+
+
+async def write_conditionally(
+    lane: ConnectionLane,
+    sql: str,
+    args: tuple[Any, ...],
+    limit: float | None,
+    driver: Any,
+    serialization_retries: int,
+) -> list[Any]:
+    """A conditional write, re-run only where that is known to be safe."""
+    retries = serialization_retries
+    while True:
+        try:
+            return await lane.fetch(sql, *args)
+        except (TimeoutError, asyncio.CancelledError):
+            raise  # in doubt, and a second try would only wait as long again
+        except (
+            driver.PostgresConnectionError,
+            driver.InterfaceError,
+            driver.InternalClientError,
+            OSError,
+        ) as broken:
+            # The connection was gone (the server ended it, the loop had not
+            # read that yet): usually nothing reached the server. Every
+            # statement is conditional, so it runs once more on a fresh
+            # connection. Rows back: it is done now. None: the first run may
+            # have committed it, so the first error stands and the
+            # proven-write rule reads back to find out.
+            rows = await fetch_bounded(lane.pool, sql, args, limit)
+            if not rows:
+                raise broken from None
+            return rows
+        except (driver.SerializationError, driver.DeadlockDetectedError):
+            # The server rolled the statement back and said so: nothing was
+            # written, so running the conditional statement again is safe (it
+            # re-checks the version). Unlike a lost acknowledgement.
+            if retries <= 0:
+                raise
+            retries -= 1
+            await asyncio.sleep(random.uniform(0, 0.002))

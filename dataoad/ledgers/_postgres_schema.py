@@ -6,11 +6,19 @@ Kept apart from the ledger so the schema's history reads in one place.
 from __future__ import annotations
 
 import re
-from typing import Final
+from typing import Any, Final
 
 from dataoad._errors import DataoadError, InvalidArgumentError
 
-__all__ = ["MIGRATIONS", "SCHEMA_VERSION", "LedgerSchemaError", "check_name"]
+__all__ = [
+    "MIGRATIONS",
+    "SCHEMA_VERSION",
+    "LedgerSchemaError",
+    "apply_migrations",
+    "check_name",
+    "check_schema_version",
+    "read_schema_version",
+]
 
 #: The schema version this code writes and understands.
 SCHEMA_VERSION: Final = 4
@@ -108,3 +116,61 @@ def check_name(kind: str, value: object) -> str:
             f"([a-z_][a-z0-9_]*), not {value!r}"
         )
     return value
+
+
+def _version_table(schema: str, table: str) -> str:
+    return f'"{schema}"."{table}_schema"'
+
+
+async def read_schema_version(pool: Any, schema: str, table: str) -> int | None:
+    """The ledger schema version of ``schema.table``, or None before it was migrated."""
+    exists = await pool.fetchval("SELECT to_regclass($1) IS NOT NULL", f"{schema}.{table}_schema")
+    if not exists:
+        return None
+    version = await pool.fetchval(f"SELECT max(version) FROM {_version_table(schema, table)}")
+    return None if version is None else int(version)
+
+
+async def apply_migrations(conn: Any, schema: str, table: str) -> int:
+    """Bring ``schema.table`` to SCHEMA_VERSION in one locked transaction; the version found."""
+    qualified = f'"{schema}"."{table}"'
+    versions = _version_table(schema, table)
+    async with conn.transaction():
+        await conn.execute("SELECT pg_advisory_xact_lock(hashtext($1))", f"dataoad:{qualified}")
+        await conn.execute(f'CREATE SCHEMA IF NOT EXISTS "{schema}"')
+        await conn.execute(
+            f"CREATE TABLE IF NOT EXISTS {versions} ("
+            "version integer PRIMARY KEY, applied_at timestamptz NOT NULL DEFAULT now())"
+        )
+        found = int(await conn.fetchval(f"SELECT max(version) FROM {versions}") or 0)
+        if found > SCHEMA_VERSION:
+            raise LedgerSchemaError(
+                f"{qualified} has ledger schema {found}, newer than the "
+                f"{SCHEMA_VERSION} this Dataoad understands; upgrade Dataoad"
+            )
+        for step in range(found + 1, SCHEMA_VERSION + 1):
+            for statement in MIGRATIONS[step]:
+                await conn.execute(
+                    statement.format(table=qualified, key_index=f'"{table}_live_key"')
+                )
+            await conn.execute(f"INSERT INTO {versions} (version) VALUES ($1)", step)
+    return found
+
+
+def check_schema_version(version: int | None, qualified: str) -> None:
+    """LedgerSchemaError unless ``version`` is the one this code writes."""
+    if version is None:
+        raise LedgerSchemaError(
+            f"{qualified} does not exist; create it with `await ledger.migrate()` "
+            "or `dataoad ledger migrate DSN`"
+        )
+    if version > SCHEMA_VERSION:
+        raise LedgerSchemaError(
+            f"{qualified} has ledger schema {version}, newer than the "
+            f"{SCHEMA_VERSION} this Dataoad understands; upgrade Dataoad"
+        )
+    if version < SCHEMA_VERSION:
+        raise LedgerSchemaError(
+            f"{qualified} has ledger schema {version}; run `dataoad ledger "
+            f"migrate DSN` to bring it to {SCHEMA_VERSION}"
+        )

@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import asyncio
 import math
-import random
 from collections.abc import Sequence
 from datetime import datetime
 from types import TracebackType
@@ -42,12 +41,20 @@ from dataoad._lifecycle import DEFAULT_PRUNE_STATUSES
 from dataoad._receipt import ActionReceipt
 from dataoad._status import ActionStatus, ClaimState
 from dataoad.ledgers._codec import COLUMNS, receipt_of, values_of
-from dataoad.ledgers._postgres_lane import ConnectionLane, fetch_bounded, no_reset
+from dataoad.ledgers._postgres_lane import (
+    ConnectionLane,
+    no_reset,
+    read_once_more,
+    write_conditionally,
+)
+from dataoad.ledgers._postgres_schema import MIGRATIONS as MIGRATIONS
 from dataoad.ledgers._postgres_schema import (
-    MIGRATIONS,
     SCHEMA_VERSION,
     LedgerSchemaError,
+    apply_migrations,
     check_name,
+    check_schema_version,
+    read_schema_version,
 )
 from dataoad.ledgers._pruning import (
     DEFAULT_BATCH_SIZE,
@@ -62,9 +69,6 @@ __all__ = ["SCHEMA_VERSION", "LedgerSchemaError", "MissingExtraError", "Postgres
 
 #: Seconds a statement may take on the client's side unless told otherwise.
 DEFAULT_COMMAND_TIMEOUT: Final = 5.0
-
-#: Connection failures after which a read is retried on a fresh connection.
-_RETRYABLE_READ_ERRORS: Final = (OSError, ConnectionError, asyncio.TimeoutError)
 
 
 def _asyncpg() -> Any:
@@ -207,22 +211,7 @@ class PostgresLedger:
     async def _ready_pool(self) -> Any:
         pool = await self._raw_pool()
         if not self._checked:
-            version = await self.schema_version()
-            if version is None:
-                raise LedgerSchemaError(
-                    f"{self._qualified} does not exist; create it with `await ledger.migrate()` "
-                    "or `dataoad ledger migrate DSN`"
-                )
-            if version > SCHEMA_VERSION:
-                raise LedgerSchemaError(
-                    f"{self._qualified} has ledger schema {version}, newer than the "
-                    f"{SCHEMA_VERSION} this Dataoad understands; upgrade Dataoad"
-                )
-            if version < SCHEMA_VERSION:
-                raise LedgerSchemaError(
-                    f"{self._qualified} has ledger schema {version}; run `dataoad ledger "
-                    f"migrate DSN` to bring it to {SCHEMA_VERSION}"
-                )
+            check_schema_version(await self.schema_version(), self._qualified)
             self._checked = True
         return pool
 
@@ -237,19 +226,9 @@ class PostgresLedger:
 
     # -- schema ----------------------------------------------------------------
 
-    def _version_table(self) -> str:
-        return f'"{self.schema}"."{self.table}_schema"'
-
     async def schema_version(self) -> int | None:
         """The ledger schema version in the database, or None before ``migrate()``."""
-        pool = await self._raw_pool()
-        exists = await pool.fetchval(
-            "SELECT to_regclass($1) IS NOT NULL", f"{self.schema}.{self.table}_schema"
-        )
-        if not exists:
-            return None
-        version = await pool.fetchval(f"SELECT max(version) FROM {self._version_table()}")
-        return None if version is None else int(version)
+        return await read_schema_version(await self._raw_pool(), self.schema, self.table)
 
     async def migrate(self) -> int:
         """Create or upgrade the schema to SCHEMA_VERSION; returns the version it found.
@@ -259,32 +238,8 @@ class PostgresLedger:
         Refuses (LedgerSchemaError) a schema newer than this code.
         """
         pool = await self._raw_pool()
-        async with pool.acquire() as conn, conn.transaction():
-            await conn.execute(
-                "SELECT pg_advisory_xact_lock(hashtext($1))", f"dataoad:{self._qualified}"
-            )
-            await conn.execute(f'CREATE SCHEMA IF NOT EXISTS "{self.schema}"')
-            await conn.execute(
-                f"CREATE TABLE IF NOT EXISTS {self._version_table()} ("
-                "version integer PRIMARY KEY, applied_at timestamptz NOT NULL DEFAULT now())"
-            )
-            found = await conn.fetchval(f"SELECT max(version) FROM {self._version_table()}")
-            found = int(found or 0)
-            if found > SCHEMA_VERSION:
-                raise LedgerSchemaError(
-                    f"{self._qualified} has ledger schema {found}, newer than the "
-                    f"{SCHEMA_VERSION} this Dataoad understands; upgrade Dataoad"
-                )
-            for step in range(found + 1, SCHEMA_VERSION + 1):
-                for statement in MIGRATIONS[step]:
-                    await conn.execute(
-                        statement.format(
-                            table=self._qualified, key_index=f'"{self.table}_live_key"'
-                        )
-                    )
-                await conn.execute(
-                    f"INSERT INTO {self._version_table()} (version) VALUES ($1)", step
-                )
+        async with pool.acquire() as conn:
+            found = await apply_migrations(conn, self.schema, self.table)
         self._checked = False
         return found
 
@@ -300,52 +255,23 @@ class PostgresLedger:
 
     async def _read(self, sql: str, *args: Any) -> list[Any]:
         pool = await self._ready_pool()
-        try:
-            return await self._lane_of(pool).fetch(sql, *args)
-        except (
-            *_RETRYABLE_READ_ERRORS,
-            self._driver.PostgresConnectionError,
-            self._driver.AdminShutdownError,
-            self._driver.InterfaceError,
-        ):
-            # A read changes nothing, so once more on a fresh connection.
-            return await fetch_bounded(pool, sql, args, self._command_timeout)
+        return await read_once_more(
+            self._lane_of(pool), sql, args, self._command_timeout, self._driver
+        )
 
     async def _write(self, sql: str, *args: Any) -> bool:
         return bool(await self._write_rows(sql, *args))
 
     async def _write_rows(self, sql: str, *args: Any) -> list[Any]:
         pool = await self._ready_pool()
-        retries = self._serialization_retries
-        while True:
-            try:
-                return await self._lane_of(pool).fetch(sql, *args)
-            except (TimeoutError, asyncio.CancelledError):
-                raise  # in doubt, and a second try would only wait as long again
-            except (
-                self._driver.PostgresConnectionError,
-                self._driver.InterfaceError,
-                self._driver.InternalClientError,
-                OSError,
-            ) as broken:
-                # The connection was gone (the server ended it, the loop had not
-                # read that yet): usually nothing reached the server. Every
-                # statement is conditional, so it runs once more on a fresh
-                # connection. Rows back: it is done now. None: the first run
-                # may have committed it, so the first error stands and the
-                # proven-write rule reads back to find out.
-                rows = await fetch_bounded(pool, sql, args, self._command_timeout)
-                if not rows:
-                    raise broken from None
-                return rows
-            except (self._driver.SerializationError, self._driver.DeadlockDetectedError):
-                # The server rolled the statement back and said so: nothing was
-                # written, so running the conditional statement again is safe
-                # (it re-checks the version). Unlike a lost acknowledgement.
-                if retries <= 0:
-                    raise
-                retries -= 1
-                await asyncio.sleep(random.uniform(0, 0.002))
+        return await write_conditionally(
+            self._lane_of(pool),
+            sql,
+            args,
+            self._command_timeout,
+            self._driver,
+            self._serialization_retries,
+        )
 
     # -- the Ledger protocol -------------------------------------------------
 

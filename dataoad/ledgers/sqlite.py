@@ -28,7 +28,6 @@ import asyncio
 import contextlib
 import functools
 import os
-import sqlite3
 import threading
 import warnings
 import weakref
@@ -56,15 +55,15 @@ from dataoad.ledgers._pruning import (
     prune,
 )
 from dataoad.ledgers._sqlite_file import (
-    APPLICATION_ID,
+    APPLICATION_ID as APPLICATION_ID,
+)
+from dataoad.ledgers._sqlite_file import (
     SCHEMA_VERSION,
     LedgerFileError,
-    create_private_file,
     file_clock,
-    inspect_file,
-    refuse_empty_file,
 )
-from dataoad.ledgers._sqlite_schema import MIGRATIONS
+from dataoad.ledgers._sqlite_schema import MIGRATIONS as MIGRATIONS
+from dataoad.ledgers._sqlite_setup import initialise, open_file
 from dataoad.ledgers._statements import SQLITE, Statement, Statements
 from dataoad.ledgers._writer_lock import LedgerBusyError, WriterLock
 
@@ -214,26 +213,7 @@ class SQLiteLedger:
     async def _open(self) -> aiosqlite.Connection:
         if not self.path.parent.is_dir():
             raise LedgerFileError(f"{self.path}: folder {self.path.parent} does not exist")
-        if not self.path.exists():
-            # A new ledger is created and initialised under the writer lock, so
-            # another process never sees it empty but mid-creation.
-            await asyncio.to_thread(self._create)
-        # Quick and read-only: a current ledger opens without ever waiting on
-        # the writer lock, so inspecting one works while a writer is stuck.
-        try:
-            version = inspect_file(self.path)
-        except LedgerFileError as refused:
-            # Perhaps caught mid-creation by another process (its switch to
-            # WAL, its first schema step): creators hold the writer lock, so
-            # look again under it before calling the file anything. With no
-            # lock file, no Dataoad process ever wrote there: nothing to wait
-            # for, and no lock file is left beside a foreign file.
-            if not self._writer.path.exists():
-                raise
-            try:
-                version = await asyncio.to_thread(self._inspect_locked)
-            except OSError:
-                raise refused from None
+        version = await open_file(self.path, self._writer, self.busy_timeout)
         pending = aiosqlite.connect(str(self.path), isolation_level=None, timeout=self.busy_timeout)
         thread = getattr(pending, "_thread", None)
         if isinstance(thread, threading.Thread):
@@ -243,7 +223,12 @@ class SQLiteLedger:
         self._finalizer = weakref.finalize(self, _stop_connection, conn)
         try:
             if version != SCHEMA_VERSION:
-                await _on_thread(conn, functools.partial(self._initialise, conn))
+                await _on_thread(
+                    conn,
+                    functools.partial(
+                        initialise, conn._conn, self.path, self._writer, self.busy_timeout
+                    ),
+                )
             await conn.execute(f"PRAGMA synchronous = {self.synchronous}")
             await conn.execute(f"PRAGMA busy_timeout = {int(self.busy_timeout * 1000)}")
         except BaseException:
@@ -252,53 +237,6 @@ class SQLiteLedger:
             await conn.close()
             raise
         return conn
-
-    def _inspect_locked(self) -> int | None:
-        with self._writer.hold(self.busy_timeout):
-            return inspect_file(self.path)
-
-    def _create(self) -> None:
-        """Create a new ledger file and its schema, all under the writer lock."""
-        with self._writer.hold(self.busy_timeout):
-            if not create_private_file(self.path):
-                return  # another process created it (and initialised it, under this lock)
-            try:
-                with contextlib.closing(sqlite3.connect(self.path, isolation_level=None)) as db:
-                    self._migrate(db, None)
-            except BaseException:
-                # Ours, and nothing of a ledger in it: leave no empty file behind.
-                with contextlib.suppress(OSError):
-                    self.path.unlink()
-                raise
-
-    def _initialise(self, conn: aiosqlite.Connection) -> None:
-        """Migrate the schema; runs on the connection's thread."""
-        with self._writer.hold(self.busy_timeout):
-            # Re-check under the writer lock: another process may have just
-            # migrated the file.
-            version = inspect_file(self.path)
-            if version == SCHEMA_VERSION:
-                return
-            if version is None:
-                # Empty under the writer lock: no Dataoad process is creating it.
-                refuse_empty_file(self.path)
-            self._migrate(conn._conn, version)
-
-    def _migrate(self, db: sqlite3.Connection, version: int | None) -> None:
-        """Apply every schema step after ``version``; the writer lock is held."""
-        if version is None:
-            db.execute("PRAGMA journal_mode = WAL")
-        db.execute("BEGIN IMMEDIATE")
-        try:
-            for step in range((version or 0) + 1, SCHEMA_VERSION + 1):
-                for statement in MIGRATIONS[step]:
-                    db.execute(statement)
-            db.execute(f"PRAGMA application_id = {APPLICATION_ID}")
-            db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
-            db.execute("COMMIT")
-        except BaseException:
-            db.execute("ROLLBACK")
-            raise
 
     async def close(self) -> None:
         """Close the connection. Safe to call more than once."""
