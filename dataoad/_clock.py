@@ -43,8 +43,8 @@ class Clock(Protocol):
 def wall_time(clock: object) -> datetime:
     """The runner's wall time: ``clock.wall_time()`` when the clock has one, else UTC now.
 
-    ``execute(expires_after=...)`` judges a receipt's age by it; tests and
-    the state machines pass a clock whose wall time they move.
+    No decision reads it: every age is the ledger's to judge, by its own
+    clock. Tests and the state machines skew it to show exactly that.
     """
     read = getattr(clock, "wall_time", None)
     return read() if callable(read) else utc_now()

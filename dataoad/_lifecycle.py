@@ -39,7 +39,6 @@ __all__ = [
     "check_expires_after",
     "check_prune_statuses",
     "check_retire",
-    "expired",
     "may_expire",
     "may_retire",
     "prunable",
@@ -86,7 +85,9 @@ def may_expire(current: ActionReceipt, expires_after: float | None) -> bool:
     """Whether a caller asking for ``expires_after`` may ask the ledger to free ``current``'s key.
 
     Only a definitive receipt, and only when expiry was asked for; whether
-    it is old enough is the ledger's to judge (``retire(older_than=...)``).
+    it is old enough is the ledger's to judge, by ``stored_before`` on its
+    own clock inside ``retire(older_than=...)``: measured from the receipt's
+    last stored change, so a late merge never makes a receipt look older.
     """
     return expires_after is not None and may_retire(current)
 
@@ -98,22 +99,6 @@ def stored_before(current: ActionReceipt, seconds: float, now: datetime) -> bool
     never a writer's ``updated_at`` held against a reader's clock.
     """
     return current.stored_at is not None and current.stored_at + timedelta(seconds=seconds) <= now
-
-
-def expired(current: ActionReceipt, expires_after: float | None, now: datetime) -> bool:
-    """Whether a caller asking for ``expires_after`` may claim ``current``'s key afresh.
-
-    Measured from the receipt's last transition as the ledger stored it
-    (``stored_at``, at ``now`` on the same clock): for a completed receipt,
-    when its definitive outcome was recorded or last settled, so a late
-    merge never makes a receipt look older than it is. The ledger applies
-    this inside ``retire(..., older_than=expires_after)``.
-    """
-    return (
-        expires_after is not None
-        and may_retire(current)
-        and stored_before(current, expires_after, now)
-    )
 
 
 def reopenable(current: ActionReceipt) -> bool:
