@@ -79,7 +79,7 @@ def _machine_class(overrides: dict[str, Any]) -> type[Any]:
     """One machine class per set of overrides: Hypothesis collects a class's rules once."""
     key = tuple(sorted((name, id(value)) for name, value in overrides.items()))
     if key not in _MACHINES:
-        _MACHINES[key] = machine_module.machine_for("memory", swarm=False, **overrides)
+        _MACHINES[key] = machine_module.machine_for("memory", **overrides)
     return _MACHINES[key]
 
 

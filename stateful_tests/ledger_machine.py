@@ -39,7 +39,6 @@ from dataoad.testing._ledger_contract import _T0, completed, started
 from models.ledger import AbstractLedger, ModelReceipt
 from stateful_tests.harness import History, MachineLoop, violation
 from stateful_tests.services import PostgresTestTable
-from stateful_tests.swarm import swarm_over
 
 #: Every claim's lease in the machine, in seconds of the ledger's clock.
 LEASE = 30.0
@@ -76,23 +75,10 @@ class LedgerMachineBase(RuleBasedStateMachine):
     #: The backends compared with the in-memory ledger and the model.
     durable_backends: ClassVar[tuple[str, ...]] = ("sqlite",)
 
-    #: Rules a run may leave out (``stateful_tests.swarm``): never the
-    #: claim, attempt start and release every stranded-claim bug needs.
-    optional_rules: ClassVar[tuple[str, ...]] = (
-        "concurrent_claims",
-        "record",
-        "start_and_complete_an_attempt",
-        "renew",
-        "take_over",
-        "retire",
-        "prune",
-    )
-
     claims = Bundle("claims")
 
     def __init__(self) -> None:
         super().__init__()
-        swarm_over(self, self.optional_rules)
         self.loop = MachineLoop()
         self.folder = Path(tempfile.mkdtemp(prefix="dataoad-ledger-machine-"))
         self.ledgers: dict[str, Ledger] = {}

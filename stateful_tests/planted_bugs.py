@@ -261,13 +261,16 @@ def _never_retries(mp: pytest.MonkeyPatch) -> dict[str, Any]:
 class NonAtomicClaimLedger(InMemoryLedger):
     """Checks for an existing claim, yields, then inserts: a read-then-write race."""
 
-    async def claim(self, receipt: ActionReceipt) -> tuple[ActionReceipt, bool]:
+    async def claim(
+        self, receipt: ActionReceipt, *, lease: float | None = None
+    ) -> tuple[ActionReceipt, bool]:
         key = (receipt.namespace, receipt.action_name, receipt.idempotency_key)
         existing = await self.find(receipt.action_name, receipt.idempotency_key, receipt.namespace)
         if existing is not None:
             return existing, False
         await asyncio.sleep(0)
         with self._lock:
+            receipt = self._leased(receipt, lease)
             self._by_id[receipt.action_id] = receipt
             self._by_key[key] = receipt.action_id
         return receipt, True

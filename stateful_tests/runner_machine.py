@@ -71,7 +71,6 @@ from stateful_tests.harness import (
 from stateful_tests.lease_rules import LEASE, Heartbeats, LeaseRules, LedgerClock
 from stateful_tests.lifecycle_rules import EARLY_SKEW, LifecycleRules, SkewedClock
 from stateful_tests.services import PostgresTestTable
-from stateful_tests.swarm import swarm_over
 
 ACTION = "charge"
 #: At most this many contenders are in flight at once.
@@ -102,25 +101,6 @@ WAITS = {
     "wait 1 s": 1.0,
     "wait 3 s": 3.0,
 }
-
-
-#: Rules a run may leave out, each with probability 1/4 (see
-#: ``stateful_tests.swarm.swarm_over``): the kinds of interference. The rules that start
-#: callers and move parked contenders on are never left out.
-INTERFERENCE_RULES = (
-    "crash",
-    "duplicate_while_the_holder_runs",
-    "provider_side_event",
-    "release_stranded_claim",
-    "a_v01_worker_died_between_claim_and_start",
-    "start_operator",
-    "lease_runs_out",
-    "heartbeat",
-    "holder_outlives_its_lease",
-    "sweep",
-    "free_a_settled_key",
-    "retention_runs",
-)
 
 
 class VirtualClock:
@@ -262,14 +242,8 @@ class RunnerMachineBase(LifecycleRules, LeaseRules, RuleBasedStateMachine):
 
     keys = Bundle("keys")
 
-    #: Whether Hypothesis draws the rules a run leaves out (the exhaustive
-    #: explorer calls rules itself, so for it this only costs time).
-    swarm: ClassVar[bool] = True
-
     def __init__(self) -> None:
         super().__init__()
-        if self.swarm:
-            swarm_over(self, INTERFERENCE_RULES)
         self.loop = MachineLoop()
         self.history = History(type(self).__name__)
         self.world = World()
@@ -358,8 +332,6 @@ class RunnerMachineBase(LifecycleRules, LeaseRules, RuleBasedStateMachine):
     # request may then land whatever the verifier saw, so no truthful absence
     # of a started attempt is retry-safe, and the runner must stay safe
     # without ever relying on a fence (README: what leases cannot promise).
-    # (Drawn here: as a second initialize rule it left the swarm's flags
-    # undrawn in a quarter of runs, see test_swarm.py.)
     @initialize(target=keys, honours_fencing=st.sampled_from([True, True, True, False]))
     def the_keys(self, honours_fencing: bool = True) -> Any:
         self.order_keys = list(KEYS)

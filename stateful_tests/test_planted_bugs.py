@@ -1,8 +1,6 @@
-"""Every planted bug is found, and the shrunk trace names the property it breaks."""
+"""Every planted bug is found, and the first failing run names the property it breaks."""
 
 from __future__ import annotations
-
-from collections.abc import Iterator
 
 import pytest
 from hypothesis import settings
@@ -12,13 +10,7 @@ from stateful_tests.invariants import InvariantViolation
 from stateful_tests.merge_machine import MergeMachineBase
 from stateful_tests.planted_bugs import PLANTED_BUGS, PlantedBug, planted
 from stateful_tests.runner_machine import machine_for
-from stateful_tests.search import SEARCH, bounded_shrinking, find_violation
-
-
-@pytest.fixture(autouse=True)
-def _bounded_shrinking() -> Iterator[None]:
-    with bounded_shrinking():
-        yield
+from stateful_tests.search import SEARCH, find_violation
 
 
 @pytest.mark.parametrize("bug", PLANTED_BUGS, ids=lambda b: b.name)
