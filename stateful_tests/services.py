@@ -12,6 +12,26 @@ from typing import Any, NoReturn
 __all__ = ["PostgresTestTable", "postgres_dsn", "unavailable", "unique_table"]
 
 
+def tool(module: str, *, extra: str = "dev", required: bool = True) -> list[str]:
+    """The command running ``module``'s tool with this interpreter (``python -m module``).
+
+    Found beside the running interpreter, never on ``PATH``: a venv's python
+    run without activating the venv still tests with that venv's tools. A
+    missing tool fails the test (``required``) or is ``unavailable``.
+    """
+    import importlib.util
+    import sys
+
+    import pytest
+
+    if importlib.util.find_spec(module) is None:
+        reason = f"{module} is not installed beside {sys.executable}: install the {extra} extra"
+        if required:
+            pytest.fail(reason)
+        unavailable(reason)
+    return [sys.executable, "-m", module]
+
+
 def unavailable(reason: str, *, module_level: bool = False) -> NoReturn:
     """Skip for want of a service or extra on a developer machine; fail under CI=true.
 

@@ -12,11 +12,12 @@ coroutines).
 
 from __future__ import annotations
 
-import shutil
 import subprocess
 from pathlib import Path
 
 import pytest
+
+from stateful_tests.services import tool
 
 # Slow (CrossHair solves each contract symbolically): left out of the quick loop, python -m pytest -m "not slow".
 pytestmark = pytest.mark.slow
@@ -39,11 +40,9 @@ COVERED = [
 def crosshair(
     *targets: str, cwd: Path = ROOT, per_condition: float = PER_CONDITION
 ) -> subprocess.CompletedProcess[str]:
-    if shutil.which("crosshair") is None:
-        pytest.fail("crosshair is not installed; install the dev extra")
     return subprocess.run(
         [
-            "crosshair",
+            *tool("crosshair"),
             "check",
             "--analysis_kind=PEP316",
             f"--per_condition_timeout={per_condition}",

@@ -7,7 +7,6 @@ from __future__ import annotations
 import os
 import re
 import shlex
-import shutil
 import signal
 import subprocess
 import sys
@@ -15,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from stateful_tests.services import unavailable
+from stateful_tests.services import tool
 
 ROOT = Path(__file__).resolve().parents[1]
 TUTORIAL = ROOT / "docs" / "tutorial.md"
@@ -91,10 +90,14 @@ def test_the_tutorials_excerpts_are_the_files_it_runs() -> None:
 
 
 def test_mkdocs_builds_the_site_strictly(tmp_path: Path) -> None:
-    if shutil.which("mkdocs") is None:
-        unavailable("mkdocs is not installed: install the docs extra")
     done = subprocess.run(
-        ["mkdocs", "build", "--strict", "--site-dir", str(tmp_path / "site")],
+        [
+            *tool("mkdocs", extra="docs", required=False),
+            "build",
+            "--strict",
+            "--site-dir",
+            str(tmp_path / "site"),
+        ],
         cwd=ROOT,
         capture_output=True,
         text=True,

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import re
-import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+
+from stateful_tests.services import tool
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -111,9 +112,7 @@ def test_sync_runner_and_guarded_are_typed_like_the_async_runner(tmp_path: Path)
 
 
 def _tool(name: str) -> list[str]:
-    if shutil.which(name) is None:
-        pytest.fail(f"{name} is not installed; install the dev extra")
-    return [name]
+    return tool(name)
 
 
 def test_mypy_strict_is_clean() -> None:
