@@ -1,8 +1,12 @@
-"""Closing a SyncActionRunner while calls from other threads are in flight (V3).
+"""Closing a SyncActionRunner, or exiting, while calls from other threads are in flight.
 
 Rules start blocking calls in their own threads (each operation waits on a
 gate the machine opens), open gates, begin ``close()`` (with a short or a
-long timeout) in yet another thread, and wait for it. Properties:
+long timeout) in yet another thread, and wait for it. On SQLite, a rule
+begins the interpreter's exit: it runs the exit hook that stops every
+SQLite connection (registered with ``threading``, run before exit joins
+the threads still working), racing the calls in flight (V3, V4).
+Properties:
 
 * ``calls-return-after-their-operation``: once its operation is let go, a
   call returns, within a bound; nothing closed the ledger under it.
@@ -13,9 +17,14 @@ long timeout) in yet another thread, and wait for it. Properties:
   result has its receipt stored COMPLETED with that status.
 * ``refused-calls-invoke-nothing``: a call refused because the runner is
   closing never ran its operation.
+* ``exit-waits-for-calls-in-flight``: the exit hook stopped the ledger's
+  connections only once no admitted call was running, and every call in
+  flight when exit began, once let go, returned its result (recorded: the
+  property above).
 
-Run on the in-memory and the SQLite ledger. The planted bug
-``close-cuts-calls-off`` (the v0.2 ``close()``) is found by them.
+Run on the in-memory and the SQLite ledger. The planted bugs
+``close-cuts-calls-off`` (the v0.2 ``close()``) and ``exit-cuts-calls-off``
+(the v0.2 exit hook, which stopped connections at once) are found by them.
 """
 
 from __future__ import annotations
@@ -41,6 +50,7 @@ from dataoad import (
     SQLiteLedger,
     SyncActionRunner,
 )
+from dataoad.ledgers import sqlite as sqlite_module
 from dataoad.ledgers.sqlite_reader import SQLiteReader
 
 __all__ = ["CloseMachineMemory", "CloseMachineSQLite", "CloseViolation"]
@@ -73,7 +83,17 @@ class _Close:
     timeout: float
     thread: threading.Thread | None = None
     error: BaseException | None = None
-    #: Calls still running (admitted, not returned) when close() returned.
+    #: Calls certainly still running (operation started, gate shut) when close() returned.
+    alive_at_return: list[str] = dataclasses.field(default_factory=list)
+    done: bool = False
+
+
+@dataclasses.dataclass
+class _Exit:
+    thread: threading.Thread | None = None
+    #: The calls certainly running when exit began.
+    in_flight: list[str] = dataclasses.field(default_factory=list)
+    #: Calls certainly still running when the hook had stopped the connections.
     alive_at_return: list[str] = dataclasses.field(default_factory=list)
     done: bool = False
 
@@ -95,10 +115,11 @@ class CloseMachineBase(RuleBasedStateMachine):
         self.calls: list[_Call] = []
         self.closes: list[_Close] = []
         self.closed = False
+        self.exit: _Exit | None = None
 
     # -- rules ------------------------------------------------------------------------
 
-    @precondition(lambda self: len(self.calls) < 6)
+    @precondition(lambda self: len(self.calls) < 6 and self.exit is None)
     @rule()
     def start_call(self) -> None:
         """A thread calls execute; its operation waits on a gate (or it is refused)."""
@@ -143,7 +164,11 @@ class CloseMachineBase(RuleBasedStateMachine):
                 f"{self.bound:g} s",
             )
 
-    @precondition(lambda self: not self.closed and not any(not c.done for c in self.closes))
+    @precondition(
+        lambda self: (
+            not self.closed and not any(not c.done for c in self.closes) and self.exit is None
+        )
+    )
     @rule(timeout=st.sampled_from([0.05, BOUND]))  # short, or long enough for any call
     def begin_close(self, timeout: float) -> None:
         """close() begins in another thread, racing the calls in flight."""
@@ -154,11 +179,7 @@ class CloseMachineBase(RuleBasedStateMachine):
                 self.runner.close(timeout=timeout)
             except BaseException as exc:
                 closing.error = exc
-            closing.alive_at_return = [
-                c.key
-                for c in self.calls
-                if c.started.is_set() and c.thread is not None and c.thread.is_alive()
-            ]
+            closing.alive_at_return = [c.key for c in self._held()]
 
         closing.thread = threading.Thread(target=run, daemon=True)
         closing.thread.start()
@@ -189,6 +210,58 @@ class CloseMachineBase(RuleBasedStateMachine):
             if call.thread is not None:
                 call.thread.join(self.bound)
 
+    @precondition(
+        lambda self: (
+            self.backend == "sqlite"
+            and self.exit is None
+            and not self.closed
+            and not any(not c.done for c in self.closes)
+        )
+    )
+    @rule()
+    def exit_begins(self) -> None:
+        """The main thread returns: exit runs the hook that stops SQLite connections."""
+        leaving = _Exit(in_flight=[c.key for c in self._held()])
+
+        def run() -> None:
+            sqlite_module._stop_live_connections()
+            leaving.alive_at_return = [c.key for c in self._held()]
+
+        leaving.thread = threading.Thread(target=run, daemon=True)
+        leaving.thread.start()
+        leaving.thread.join(0.02)
+        self.exit = leaving
+
+    @precondition(lambda self: self.exit is not None and not self.exit.done)
+    @rule()
+    def exit_ends(self) -> None:
+        """Let every gate go, then wait for the exit hook."""
+        leaving = self.exit
+        assert leaving is not None
+        assert leaving.thread is not None
+        for call in self.calls:
+            if call.started.is_set() and not call.released:
+                call.released = True
+                call.gate.set()
+        leaving.thread.join(self.bound)
+        if leaving.thread.is_alive():
+            raise CloseViolation(
+                "exit-waits-for-calls-in-flight",
+                f"the exit hook had not returned {self.bound:g} s after every call was let go",
+            )
+        leaving.done = True
+        for call in self.calls:
+            if call.thread is not None:
+                call.thread.join(self.bound)
+
+    def _held(self) -> list[_Call]:
+        """Calls certainly in flight: their operation started and its gate is still shut.
+
+        (A call let go may still be finishing; whether it ended well is what
+        the outcome properties judge.)
+        """
+        return [c for c in self.calls if c.started.is_set() and not c.released]
+
     @rule()
     def moment_passes(self) -> None:
         """A moment passes (always possible: a run may end with everything done)."""
@@ -213,6 +286,27 @@ class CloseMachineBase(RuleBasedStateMachine):
                 raise CloseViolation(
                     "close-returns-only-when-no-call-is-in-flight",
                     f"close() raised {type(closing.error).__name__}: {closing.error}",
+                )
+
+    @invariant()
+    def exit_waits_for_calls_in_flight(self) -> None:
+        """Exit stopped the connections only after the calls in flight had ended, each with
+        its result."""
+        leaving = self.exit
+        if leaving is None or not leaving.done:
+            return
+        if leaving.alive_at_return:
+            raise CloseViolation(
+                "exit-waits-for-calls-in-flight",
+                f"the exit hook stopped the connections while calls {leaving.alive_at_return} "
+                "were still in flight",
+            )
+        for call in self.calls:
+            if call.key in leaving.in_flight and not isinstance(call.outcome, ActionResult):
+                raise CloseViolation(
+                    "exit-waits-for-calls-in-flight",
+                    f"call {call.key} was in flight when exit began and ended with "
+                    f"{type(call.outcome).__name__}: {call.outcome}",
                 )
 
     @invariant()
@@ -274,7 +368,10 @@ class CloseMachineBase(RuleBasedStateMachine):
         for closing in self.closes:
             if closing.thread is not None:
                 closing.thread.join(self.bound)
-        with contextlib.suppress(DataoadError):
+        if self.exit is not None and self.exit.thread is not None:
+            self.exit.thread.join(self.bound)
+        # After exit's hook the ledger's connection is stopped, as in a real exit.
+        with contextlib.suppress(DataoadError if self.exit is None else Exception):
             self.runner.close(timeout=self.bound)
         shutil.rmtree(self.folder, ignore_errors=True)
 

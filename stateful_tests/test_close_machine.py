@@ -1,4 +1,4 @@
-"""The close machine (see close_machine.py), and the v0.2 close() it must catch."""
+"""The close machine (see close_machine.py), and the v0.2 close() and exit it must catch."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ from hypothesis import settings
 from hypothesis.stateful import run_state_machine_as_test
 
 from dataoad import SyncActionRunner
+from dataoad.ledgers import sqlite as sqlite_module
 from stateful_tests.close_machine import CloseMachineMemory, CloseMachineSQLite, CloseViolation
 
 _SETTINGS = settings(max_examples=25, stateful_step_count=12, deadline=None)
@@ -57,4 +58,20 @@ def test_planted_close_cuts_calls_off_is_found(
         "close-returns-only-when-no-call-is-in-flight",
         "calls-return-after-their-operation",
         "outcomes-of-returned-calls-are-recorded",
-    )
+        # A call the v0.2 close() cut off never ends, so exit waits for it in vain.
+        "exit-waits-for-calls-in-flight",
+    ), info.value
+
+
+def test_planted_exit_cuts_calls_off_is_found(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The v0.2 exit hook stopped every SQLite connection at once, calls in flight or not."""
+    monkeypatch.setattr(sqlite_module, "wait_for_calls", lambda timeout: True)
+    quick = type("CloseMachineSQLite", (CloseMachineSQLite,), {"bound": 0.5})
+    with pytest.raises(CloseViolation) as info:
+        run_state_machine_as_test(
+            quick,
+            settings=settings(
+                _SETTINGS, max_examples=200, report_multiple_bugs=False, database=None
+            ),
+        )
+    assert info.value.name == "exit-waits-for-calls-in-flight", info.value

@@ -22,6 +22,7 @@ from typing import Any
 import pytest
 
 from dataoad import (
+    ActionRunner,
     ActionStatus,
     DataoadError,
     InMemoryLedger,
@@ -211,3 +212,18 @@ def test_exit_lets_every_call_in_flight_record_its_outcome(tmp_path: Path, mode:
     assert {r.final_status for r in receipts} == {ActionStatus.CONFIRMED}, [
         (r.idempotency_key, r.claim_state, r.final_status) for r in receipts
     ]
+
+
+async def test_closing_a_ledger_the_exit_hook_already_stopped_returns(tmp_path: Path) -> None:
+    """A close() after exit's hook stopped the connection (an atexit handler's close, say)
+    returns at once. aiosqlite's own close() could queue its work behind the worker thread
+    the hook had just ended and wait for it forever."""
+    from dataoad.ledgers import sqlite as sqlite_module
+
+    for n in range(30):
+        ledger = SQLiteLedger(tmp_path / f"l{n}.sqlite3")
+        await ActionRunner(ledger).execute(
+            "charge", lambda: "ch_1", request={"n": n}, idempotency_key=f"k{n}"
+        )
+        sqlite_module._stop_live_connections()  # what exit runs, no call being in flight
+        await asyncio.wait_for(ledger.close(), 5)

@@ -99,6 +99,19 @@ def clock_text(moment: datetime) -> str:
 # made a daemon, stopped when its ledger is collected, and stopped cleanly at
 # exit (before non-daemon threads are joined) while its ledger is alive.
 _LIVE_CONNECTIONS: set[aiosqlite.Connection] = set()
+# Whoever takes a connection out of the set stops it, once: aiosqlite's
+# close() after stop() can queue its work behind a thread that has ended and
+# wait for it forever (a close() in an atexit handler after the hook).
+_LIVE_LOCK = threading.Lock()
+
+
+def _take_live(conn: aiosqlite.Connection) -> bool:
+    """Take ``conn`` out of the live set; whether it was still there (then the taker stops it)."""
+    with _LIVE_LOCK:
+        if conn not in _LIVE_CONNECTIONS:
+            return False
+        _LIVE_CONNECTIONS.discard(conn)
+        return True
 
 
 async def _on_thread(conn: aiosqlite.Connection, fn: Callable[[], T]) -> T:
@@ -108,7 +121,8 @@ async def _on_thread(conn: aiosqlite.Connection, fn: Callable[[], T]) -> T:
 
 
 def _stop_connection(conn: aiosqlite.Connection) -> None:
-    _LIVE_CONNECTIONS.discard(conn)
+    if not _take_live(conn):
+        return
     with contextlib.suppress(Exception), warnings.catch_warnings():
         # ``stop`` asks for an event loop to build a future nobody awaits.
         warnings.simplefilter("ignore")
@@ -123,7 +137,9 @@ def _stop_live_connections() -> None:
     # its outcome. So the connections are stopped only once no runner call
     # is in flight (bounded: a call that never ends cannot hold exit for good).
     wait_for_calls(EXIT_WAIT)
-    for conn in list(_LIVE_CONNECTIONS):
+    with _LIVE_LOCK:
+        live = list(_LIVE_CONNECTIONS)
+    for conn in live:
         _stop_connection(conn)
 
 
@@ -219,7 +235,8 @@ class SQLiteLedger:
         if isinstance(thread, threading.Thread):
             thread.daemon = True  # never keeps the interpreter from exiting
         conn = await pending
-        _LIVE_CONNECTIONS.add(conn)
+        with _LIVE_LOCK:
+            _LIVE_CONNECTIONS.add(conn)
         self._finalizer = weakref.finalize(self, _stop_connection, conn)
         try:
             if version != SCHEMA_VERSION:
@@ -233,8 +250,8 @@ class SQLiteLedger:
             await conn.execute(f"PRAGMA busy_timeout = {int(self.busy_timeout * 1000)}")
         except BaseException:
             self._finalizer.detach()
-            _LIVE_CONNECTIONS.discard(conn)
-            await conn.close()
+            if _take_live(conn):
+                await conn.close()
             raise
         return conn
 
@@ -244,8 +261,7 @@ class SQLiteLedger:
         conn, self._conn = self._conn, None
         if self._finalizer is not None:
             self._finalizer.detach()
-        if conn is not None:
-            _LIVE_CONNECTIONS.discard(conn)
+        if conn is not None and _take_live(conn):
             await conn.close()
 
     # -- statements ----------------------------------------------------------
