@@ -7,7 +7,6 @@ these tests build the distributions from this checkout.
 from __future__ import annotations
 
 import email
-import shutil
 import subprocess
 import sys
 import tarfile
@@ -15,6 +14,8 @@ import zipfile
 from pathlib import Path
 
 import pytest
+
+from stateful_tests.services import tool
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -72,8 +73,6 @@ def test_the_sdist_carries_no_tests_but_the_examples_it_documents(dist: Path) ->
 
 
 def test_mypy_follows_the_editable_install_from_outside_the_checkout(tmp_path: Path) -> None:
-    if shutil.which("mypy") is None:
-        pytest.fail("mypy is not installed; install the dev extra")
     program = tmp_path / "user_code.py"
     program.write_text(
         "from dataoad import ActionResult, ActionRunner, InMemoryLedger\n\n\n"
@@ -86,7 +85,7 @@ def test_mypy_follows_the_editable_install_from_outside_the_checkout(tmp_path: P
         encoding="utf-8",
     )
     done = subprocess.run(
-        ["mypy", "--strict", "--no-incremental", str(program)],
+        [*tool("mypy"), "--strict", "--no-incremental", str(program)],
         cwd=tmp_path,  # outside the checkout: only the installed package can be found
         capture_output=True,
         text=True,
@@ -94,3 +93,33 @@ def test_mypy_follows_the_editable_install_from_outside_the_checkout(tmp_path: P
         check=False,
     )
     assert done.returncode == 0, done.stdout + done.stderr
+
+
+def test_every_requirement_states_a_lower_bound_ci_can_pin(tmp_path: Path) -> None:
+    """CI's lowest-versions stage pins each direct requirement to its lower bound."""
+    done = subprocess.run(
+        [sys.executable, str(ROOT / ".ci" / "lower_bounds.py")],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    pins = dict(line.split("==") for line in done.stdout.splitlines())
+    assert pins["aiosqlite"] == "0.22.1", pins
+    assert pins["hypothesis"] == "6.100", pins
+    # A requirement with no lower bound is refused, naming it.
+    (tmp_path / ".ci").mkdir()
+    (tmp_path / ".ci" / "lower_bounds.py").write_text(
+        (ROOT / ".ci" / "lower_bounds.py").read_text(encoding="utf-8"), encoding="utf-8"
+    )
+    (tmp_path / "pyproject.toml").write_text(
+        '[project]\nname = "x"\ndependencies = ["aiosqlite"]\n', encoding="utf-8"
+    )
+    refused = subprocess.run(
+        [sys.executable, str(tmp_path / ".ci" / "lower_bounds.py")],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert refused.returncode != 0
+    assert "'aiosqlite' states no lower bound" in refused.stderr
