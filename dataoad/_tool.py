@@ -62,8 +62,14 @@ def _render_value(value: Any) -> str:
     return text if len(text) <= MAX_VALUE_CHARS else text[: MAX_VALUE_CHARS - 1] + "\u2026"
 
 
-def describe_result(result: ActionResult[Any], action: str) -> ToolOutcome:
-    """The model-facing outcome of a finished ``execute`` (or replay)."""
+def describe_result(
+    result: ActionResult[Any], action: str, *, verifier_set: bool = True
+) -> ToolOutcome:
+    """The model-facing outcome of a finished ``execute`` (or replay).
+
+    ``verifier_set``: whether a read-only verifier will check an UNKNOWN;
+    without one the text says an operator must, never that it will be verified.
+    """
     receipt = result.receipt
     ref = f"action id {receipt.action_id}"
     if result.status is ActionStatus.CONFIRMED:
@@ -93,11 +99,16 @@ def describe_result(result: ActionResult[Any], action: str) -> ToolOutcome:
             receipt.action_id,
             replayed=result.replayed,
         )
+    checked = (
+        "It will be verified read-only; tell the user the outcome is being checked."
+        if verifier_set
+        else "Nothing will check it automatically (no verifier is set): an operator must "
+        "check it with the provider. Tell the user the outcome is not known yet."
+    )
     return ToolOutcome(
         "UNKNOWN",
         f"UNKNOWN: {action} may have happened ({ref}); the provider did not confirm it. Do "
-        "NOT call this tool again for the same request: that could do it twice. It will be "
-        "verified read-only; tell the user the outcome is being checked.",
+        f"NOT call this tool again for the same request: that could do it twice. {checked}",
         receipt.action_id,
         replayed=result.replayed,
     )
@@ -176,7 +187,7 @@ async def run_tool(
         )
     except (ActionInProgressError, IdempotencyConflictError, ActionPersistenceError) as exc:
         return describe_error(exc, label)
-    return describe_result(result, label)
+    return describe_result(result, label, verifier_set=verifier is not None)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -145,7 +145,8 @@ def test_no_text_tells_a_user_to_install_dataoad_from_the_package_index() -> Non
     # The index's "dataoad" is another project: every install is from a
     # checkout (pip install -e ".[extra]") or a wheel built from it.
     texts = [ROOT / "README.md", *(ROOT / "dataoad").rglob("*.py"), *(ROOT / "docs").rglob("*.md")]
-    pattern = re.compile(r"pip install\s+(-U\s+|--upgrade\s+)?[\"']?dataoad\b")
+    # (A direct reference, "dataoad @ git+URL@commit", names this repository.)
+    pattern = re.compile(r"pip install\s+(-U\s+|--upgrade\s+)?[\"']?dataoad\b(?!\S*\s*@\s*git\+)")
     offenders = [
         f"{path.relative_to(ROOT)}: {line.strip()}"
         for path in texts

@@ -67,6 +67,24 @@ def test_unknown_says_do_not_call_again() -> None:
     assert outcome.action_id in outcome.message
 
 
+def test_unknown_promises_a_verification_only_when_a_verifier_is_set() -> None:
+    async def lost() -> None:
+        raise TimeoutError("response lost")
+
+    def verifier(receipt: object) -> object:  # an answer that settles nothing: UNKNOWN stays
+        raise RuntimeError("the provider cannot be reached")
+
+    without = call(ActionRunner(InMemoryLedger()), lost)
+    assert "verified" not in without.message, without.message
+    assert "no verifier is set" in without.message
+    assert "an operator must check it" in without.message
+    with_one = call(
+        ActionRunner(InMemoryLedger()), lost, verifier=verifier, provider_reference="ref_1"
+    )
+    assert with_one.status == "UNKNOWN"
+    assert "It will be verified read-only" in with_one.message
+
+
 def test_in_progress_and_conflict_are_outcomes_not_exceptions() -> None:
     async def scenario() -> tuple[ToolOutcome, ToolOutcome]:
         runner = ActionRunner(InMemoryLedger())
