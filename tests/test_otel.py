@@ -143,14 +143,15 @@ def test_metrics_count_outcomes_time_calls_and_gauge_the_backlog() -> None:
 
     from dataoad import ActionRunner
     from dataoad.integrations.otel_metrics import LedgerGauges, MetricsObserver
-    from dataoad.testing import FaultyLedger, LedgerFault
+    from dataoad.testing import FaultyLedger, LedgerFault, ManualClock
     from tests.support import CountingOperation
 
     reader = InMemoryMetricReader()
     meter = MeterProvider(metric_readers=[reader]).get_meter("test")
-    ledger = InMemoryLedger()
+    clock = ManualClock()
+    ledger = InMemoryLedger(clock=clock)
     runner = ActionRunner(ledger, observers=[MetricsObserver(meter)])
-    gauges = LedgerGauges(ledger, meter=meter, stale_after=0.001)
+    gauges = LedgerGauges(ledger, meter=meter)
 
     async def scenario() -> None:
         await runner.execute("charge", CountingOperation(), request={}, idempotency_key="a")
@@ -167,8 +168,13 @@ def test_metrics_count_outcomes_time_calls_and_gauge_the_backlog() -> None:
             )
         with pytest.raises(ActionInProgressError):
             await runner.execute("refund", CountingOperation(), request={}, idempotency_key="c")
-        await asyncio.sleep(0.01)
+        # Stale means what `receipts list --stale` means: the claim's lease ran out, by the
+        # ledger's clock (the default lease is 30 s), however long ago it was written.
+        clock.advance(29)
+        assert await gauges.refresh() == {"unknown": 1, "pending": 1, "stale": 0}
+        clock.advance(2)
         assert await gauges.refresh() == {"unknown": 1, "pending": 1, "stale": 1}
+        assert gauges.values["stale"] == len(await ledger.receipts(stale=True))
 
     asyncio.run(scenario())
     data = reader.get_metrics_data()

@@ -16,8 +16,10 @@ reports observable gauges, the two numbers to alert on:
 * ``dataoad.receipts.unknown``: completed receipts whose outcome is UNKNOWN
   (each needs a verifier or a person);
 * ``dataoad.receipts.pending`` and ``dataoad.receipts.stale``: PENDING
-  claims, and those not updated for ``stale_after`` seconds (a worker that
-  died mid-action leaves one).
+  claims, and those whose lease has run out by the ledger's clock (a worker
+  that died mid-action leaves one): the same "stale" as
+  ``ledger.receipts(stale=True)``, ``dataoad receipts list --stale`` and
+  ``recover_stale``.
 
 The gauges report the values of the latest ``await gauges.refresh()``;
 ``gauges.start(interval)`` refreshes them in a background task.
@@ -29,7 +31,6 @@ import asyncio
 import contextlib
 import time
 from collections.abc import Iterable
-from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from dataoad._events import EventKind, RunnerEvent
@@ -87,19 +88,14 @@ class MetricsObserver:
 class LedgerGauges:
     """Observable gauges of the ledger's UNKNOWN, PENDING and stale receipts."""
 
-    def __init__(
-        self, ledger: Inspection, *, meter: Any = None, stale_after: float = 300.0
-    ) -> None:
-        if type(stale_after) not in (int, float) or not stale_after > 0:
-            raise ValueError(f"stale_after must be seconds > 0, not {stale_after!r}")
+    def __init__(self, ledger: Inspection, *, meter: Any = None) -> None:
         self._ledger = ledger
-        self._stale_after = float(stale_after)
         self.values: dict[str, int] = {"unknown": 0, "pending": 0, "stale": 0}
         meter = _meter(meter)
         for name, what in (
             ("unknown", "completed receipts whose outcome is UNKNOWN"),
             ("pending", "PENDING claims"),
-            ("stale", f"PENDING claims not updated for {self._stale_after:g} s"),
+            ("stale", "PENDING claims whose lease has run out by the ledger's clock"),
         ):
             meter.create_observable_gauge(
                 f"dataoad.receipts.{name}",
@@ -118,12 +114,9 @@ class LedgerGauges:
         """Read the counts from the ledger now; returns them."""
         unknown = await self._ledger.receipts(final_status=ActionStatus.UNKNOWN)
         pending = await self._ledger.receipts(pending=True)
-        cutoff = datetime.now(UTC) - timedelta(seconds=self._stale_after)
-        self.values = {
-            "unknown": len(unknown),
-            "pending": len(pending),
-            "stale": sum(1 for r in pending if r.updated_at <= cutoff),
-        }
+        # The ledger judges the lease by its own clock: never this host's.
+        stale = await self._ledger.receipts(stale=True)
+        self.values = {"unknown": len(unknown), "pending": len(pending), "stale": len(stale)}
         return dict(self.values)
 
     def start(self, interval: float = 30.0) -> asyncio.Task[None]:
