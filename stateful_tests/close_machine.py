@@ -50,7 +50,7 @@ from dataoad import (
     SQLiteLedger,
     SyncActionRunner,
 )
-from dataoad.ledgers import sqlite as sqlite_module
+from dataoad.ledgers import _sqlite_live
 from dataoad.ledgers.sqlite_reader import SQLiteReader
 
 __all__ = ["CloseMachineMemory", "CloseMachineSQLite", "CloseViolation"]
@@ -224,7 +224,7 @@ class CloseMachineBase(RuleBasedStateMachine):
         leaving = _Exit(in_flight=[c.key for c in self._held()])
 
         def run() -> None:
-            sqlite_module._stop_live_connections()
+            _sqlite_live.stop_live_connections()
             leaving.alive_at_return = [c.key for c in self._held()]
 
         leaving.thread = threading.Thread(target=run, daemon=True)

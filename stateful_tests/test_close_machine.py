@@ -10,7 +10,7 @@ from hypothesis import settings
 from hypothesis.stateful import run_state_machine_as_test
 
 from dataoad import SyncActionRunner
-from dataoad.ledgers import sqlite as sqlite_module
+from dataoad.ledgers import _sqlite_live
 from stateful_tests.close_machine import CloseMachineMemory, CloseMachineSQLite, CloseViolation
 
 _SETTINGS = settings(max_examples=25, stateful_step_count=12, deadline=None)
@@ -65,7 +65,7 @@ def test_planted_close_cuts_calls_off_is_found(
 
 def test_planted_exit_cuts_calls_off_is_found(monkeypatch: pytest.MonkeyPatch) -> None:
     """The v0.2 exit hook stopped every SQLite connection at once, calls in flight or not."""
-    monkeypatch.setattr(sqlite_module, "wait_for_calls", lambda timeout: True)
+    monkeypatch.setattr(_sqlite_live, "wait_for_calls", lambda timeout: True)
     quick = type("CloseMachineSQLite", (CloseMachineSQLite,), {"bound": 0.5})
     with pytest.raises(CloseViolation) as info:
         run_state_machine_as_test(

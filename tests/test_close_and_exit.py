@@ -218,12 +218,12 @@ async def test_closing_a_ledger_the_exit_hook_already_stopped_returns(tmp_path: 
     """A close() after exit's hook stopped the connection (an atexit handler's close, say)
     returns at once. aiosqlite's own close() could queue its work behind the worker thread
     the hook had just ended and wait for it forever."""
-    from dataoad.ledgers import sqlite as sqlite_module
+    from dataoad.ledgers import _sqlite_live
 
     for n in range(30):
         ledger = SQLiteLedger(tmp_path / f"l{n}.sqlite3")
         await ActionRunner(ledger).execute(
             "charge", lambda: "ch_1", request={"n": n}, idempotency_key=f"k{n}"
         )
-        sqlite_module._stop_live_connections()  # what exit runs, no call being in flight
+        _sqlite_live.stop_live_connections()  # what exit runs, no call being in flight
         await asyncio.wait_for(ledger.close(), 5)

@@ -52,9 +52,13 @@ async def test_the_writer_lock_is_not_held_while_the_event_loop_is_busy(tmp_path
         await asyncio.sleep(0)
         # Something blocks the loop (a sync call, a slow task). The statement
         # finishes on its own thread meanwhile; the lock must not wait for
-        # the loop to come back before it is released.
-        time.sleep(0.3)
-        assert lock_is_free(Path(f"{path}.lock")), "the writer lock stayed held while the loop ran"
+        # the loop to come back before it is released. (The loop stays
+        # blocked until the lock is free, or for 10 s: no machine is that slow.)
+        lock = Path(f"{path}.lock")
+        deadline = time.monotonic() + 10
+        while not lock_is_free(lock) and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert lock_is_free(lock), "the writer lock stayed held while the loop was blocked"
         assert await write is False
 
 

@@ -25,27 +25,24 @@ Design notes (the why):
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import functools
 import os
-import threading
-import warnings
 import weakref
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from types import TracebackType
-from typing import Any, Final, Literal, TypeVar, cast
+from typing import Any, Final, Literal
 
 import aiosqlite
 
 from dataoad._clock import LedgerClock
 from dataoad._errors import DataoadError, InvalidArgumentError
-from dataoad._in_flight import EXIT_WAIT, wait_for_calls
 from dataoad._ledger_rules import check_ledger_clock
 from dataoad._lifecycle import DEFAULT_PRUNE_STATUSES
 from dataoad._receipt import ActionReceipt
 from dataoad._status import ActionStatus, ClaimState
+from dataoad.ledgers import _sqlite_live as live
 from dataoad.ledgers._codec import receipt_of, values_of
 from dataoad.ledgers._pruning import (
     DEFAULT_BATCH_SIZE,
@@ -69,7 +66,6 @@ from dataoad.ledgers._writer_lock import LedgerBusyError, WriterLock
 
 __all__ = ["SCHEMA_VERSION", "LedgerBusyError", "LedgerFileError", "SQLiteLedger"]
 
-T = TypeVar("T")
 
 _SQL: Final = Statements("receipts", SQLITE)
 
@@ -91,60 +87,6 @@ def _receipt_of(row: Sequence[Any]) -> ActionReceipt:
 def clock_text(moment: datetime) -> str:
     """A lease time as stored: UTC, always with microseconds, so text sorts like time."""
     return moment.astimezone(UTC).isoformat(timespec="microseconds")
-
-
-# aiosqlite runs each connection on a worker thread that is not a daemon and
-# that outlives a collected Connection (it holds only its queue). An unclosed
-# ledger would then hang the interpreter at exit. Each connection's thread is
-# made a daemon, stopped when its ledger is collected, and stopped cleanly at
-# exit (before non-daemon threads are joined) while its ledger is alive.
-_LIVE_CONNECTIONS: set[aiosqlite.Connection] = set()
-# Whoever takes a connection out of the set stops it, once: aiosqlite's
-# close() after stop() can queue its work behind a thread that has ended and
-# wait for it forever (a close() in an atexit handler after the hook).
-_LIVE_LOCK = threading.Lock()
-
-
-def _take_live(conn: aiosqlite.Connection) -> bool:
-    """Take ``conn`` out of the live set; whether it was still there (then the taker stops it)."""
-    with _LIVE_LOCK:
-        if conn not in _LIVE_CONNECTIONS:
-            return False
-        _LIVE_CONNECTIONS.discard(conn)
-        return True
-
-
-async def _on_thread(conn: aiosqlite.Connection, fn: Callable[[], T]) -> T:
-    """Run ``fn`` on the connection's own thread, in order with its statements."""
-    # aiosqlite's queue of work for that thread; it has no public entry point.
-    return cast(T, await conn._execute(fn))  # type: ignore[no-untyped-call]
-
-
-def _stop_connection(conn: aiosqlite.Connection) -> None:
-    if not _take_live(conn):
-        return
-    with contextlib.suppress(Exception), warnings.catch_warnings():
-        # ``stop`` asks for an event loop to build a future nobody awaits.
-        warnings.simplefilter("ignore")
-        conn.stop()
-
-
-def _stop_live_connections() -> None:
-    if not _LIVE_CONNECTIONS:
-        return
-    # Exit runs this before it joins the threads that are still working: a
-    # call in one of them may be inside its operation, and must still record
-    # its outcome. So the connections are stopped only once no runner call
-    # is in flight (bounded: a call that never ends cannot hold exit for good).
-    wait_for_calls(EXIT_WAIT)
-    with _LIVE_LOCK:
-        live = list(_LIVE_CONNECTIONS)
-    for conn in live:
-        _stop_connection(conn)
-
-
-if hasattr(threading, "_register_atexit"):
-    threading._register_atexit(_stop_live_connections)
 
 
 class SQLiteLedger:
@@ -230,17 +172,11 @@ class SQLiteLedger:
         if not self.path.parent.is_dir():
             raise LedgerFileError(f"{self.path}: folder {self.path.parent} does not exist")
         version = await open_file(self.path, self._writer, self.busy_timeout)
-        pending = aiosqlite.connect(str(self.path), isolation_level=None, timeout=self.busy_timeout)
-        thread = getattr(pending, "_thread", None)
-        if isinstance(thread, threading.Thread):
-            thread.daemon = True  # never keeps the interpreter from exiting
-        conn = await pending
-        with _LIVE_LOCK:
-            _LIVE_CONNECTIONS.add(conn)
-        self._finalizer = weakref.finalize(self, _stop_connection, conn)
+        conn = await live.connect(str(self.path), self.busy_timeout)
+        self._finalizer = weakref.finalize(self, live.stop, conn)
         try:
             if version != SCHEMA_VERSION:
-                await _on_thread(
+                await live.on_thread(
                     conn,
                     functools.partial(
                         initialise, conn._conn, self.path, self._writer, self.busy_timeout
@@ -250,7 +186,7 @@ class SQLiteLedger:
             await conn.execute(f"PRAGMA busy_timeout = {int(self.busy_timeout * 1000)}")
         except BaseException:
             self._finalizer.detach()
-            if _take_live(conn):
+            if live.take(conn):
                 await conn.close()
             raise
         return conn
@@ -261,7 +197,7 @@ class SQLiteLedger:
         conn, self._conn = self._conn, None
         if self._finalizer is not None:
             self._finalizer.detach()
-        if conn is not None and _take_live(conn):
+        if conn is not None and live.take(conn):
             await conn.close()
 
     # -- statements ----------------------------------------------------------
@@ -272,7 +208,9 @@ class SQLiteLedger:
 
     async def _write(self, statement: Statement, values: dict[str, Any]) -> list[Any]:
         conn = await self._connection()
-        return await _on_thread(conn, functools.partial(self._write_now, conn, statement, values))
+        return await live.on_thread(
+            conn, functools.partial(self._write_now, conn, statement, values)
+        )
 
     def _write_now(
         self, conn: aiosqlite.Connection, statement: Statement, values: dict[str, Any]
@@ -314,7 +252,7 @@ class SQLiteLedger:
         """
         values = {**_values_of(receipt), "now": None, "lease": lease}
         conn = await self._connection()
-        return await _on_thread(conn, functools.partial(self._claim_now, conn, receipt, values))
+        return await live.on_thread(conn, functools.partial(self._claim_now, conn, receipt, values))
 
     def _claim_now(
         self, conn: aiosqlite.Connection, receipt: ActionReceipt, values: dict[str, Any]
@@ -489,6 +427,7 @@ class SQLiteLedger:
         since: datetime | None = None,
         limit: int | None = None,
         namespace: str | None = None,
+        newest_first: bool = False,
     ) -> list[ActionReceipt]:
         """Stored receipts, oldest first, optionally filtered (``since``: created at or after)."""
         listing, values = _SQL.listing(
@@ -503,5 +442,6 @@ class SQLiteLedger:
             # Stored times are UTC ISO 8601 text, which sorts like the times.
             since=None if since is None else since.astimezone(UTC).isoformat(),
             limit=limit,
+            newest_first=newest_first,
         )
         return [_receipt_of(row) for row in await self._read(listing.sql, listing.bind(values))]

@@ -1,0 +1,88 @@
+"""The live SQLite connections of this process, and how each is stopped exactly once.
+
+aiosqlite runs each connection on a worker thread that is not a daemon and
+that outlives a collected Connection (it holds only its queue). An unclosed
+ledger would then hang the interpreter at exit. Each connection's thread is
+made a daemon, stopped when its ledger is collected, and stopped cleanly at
+exit (before non-daemon threads are joined) while its ledger is alive.
+
+Whoever takes a connection out of the live set stops (or closes) it, once:
+aiosqlite's ``close()`` after ``stop()`` can queue its work behind a thread
+that has ended and wait for it forever (a close in an ``atexit`` handler,
+after the exit hook).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+import warnings
+from collections.abc import Callable
+from typing import TypeVar, cast
+
+import aiosqlite
+
+from dataoad._in_flight import EXIT_WAIT, wait_for_calls
+
+__all__ = ["connect", "on_thread", "stop", "stop_live_connections", "take"]
+
+T = TypeVar("T")
+
+_LIVE: set[aiosqlite.Connection] = set()
+_LOCK = threading.Lock()
+
+
+async def connect(path: str, busy_timeout: float) -> aiosqlite.Connection:
+    """Open ``path`` on a daemon worker thread and count the connection as live."""
+    pending = aiosqlite.connect(path, isolation_level=None, timeout=busy_timeout)
+    thread = getattr(pending, "_thread", None)
+    if isinstance(thread, threading.Thread):
+        thread.daemon = True  # never keeps the interpreter from exiting
+    conn = await pending
+    with _LOCK:
+        _LIVE.add(conn)
+    return conn
+
+
+def take(conn: aiosqlite.Connection) -> bool:
+    """Take ``conn`` out of the live set; whether it was still there (then the taker ends it)."""
+    with _LOCK:
+        if conn not in _LIVE:
+            return False
+        _LIVE.discard(conn)
+        return True
+
+
+async def on_thread(conn: aiosqlite.Connection, fn: Callable[[], T]) -> T:
+    """Run ``fn`` on the connection's own thread, in order with its statements."""
+    # aiosqlite's queue of work for that thread; it has no public entry point.
+    return cast(T, await conn._execute(fn))  # type: ignore[no-untyped-call]
+
+
+def stop(conn: aiosqlite.Connection) -> None:
+    """Stop ``conn``'s thread unless someone has already taken it (no loop needed)."""
+    if not take(conn):
+        return
+    with contextlib.suppress(Exception), warnings.catch_warnings():
+        # ``stop`` asks for an event loop to build a future nobody awaits.
+        warnings.simplefilter("ignore")
+        conn.stop()
+
+
+def stop_live_connections() -> None:
+    """The exit hook: stop every live connection once no runner call is in flight."""
+    if not _LIVE:
+        return
+    # Exit runs this before it joins the threads that are still working: a
+    # call in one of them may be inside its operation, and must still record
+    # its outcome. So the connections are stopped only once no runner call
+    # is in flight (bounded: a call that never ends cannot hold exit for good).
+    wait_for_calls(EXIT_WAIT)
+    with _LOCK:
+        live = list(_LIVE)
+    for conn in live:
+        stop(conn)
+
+
+if hasattr(threading, "_register_atexit"):
+    threading._register_atexit(stop_live_connections)
