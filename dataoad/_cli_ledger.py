@@ -13,7 +13,6 @@ import json
 import os
 import re
 import sys
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +27,7 @@ from dataoad._cli_common import (
 )
 from dataoad._cli_common import confirm as _confirm
 from dataoad._cli_lifecycle import add_lifecycle_commands, check_cli_namespace, prune, reopen
+from dataoad._cli_listing import add_list_command, list_receipts
 from dataoad._cli_loading import import_attribute
 from dataoad._cli_render import receipt_dict, render_receipt, render_table, status_text
 from dataoad._errors import ActionNotFoundError, DataoadError
@@ -93,24 +93,7 @@ def add_commands(commands: Any, parser_class: type[argparse.ArgumentParser]) -> 
     sub = receipts.add_subparsers(
         dest="receipts_command", metavar="COMMAND", parser_class=parser_class
     )
-    listing = sub.add_parser("list", help="list receipts, oldest first")
-    ledger_option(listing)
-    listing.add_argument(
-        "--status",
-        type=_status_arg,
-        metavar="STATUS",
-        help="final status: confirmed, failed or unknown (any case)",
-    )
-    listing.add_argument("--pending", action="store_true", help="only PENDING (stranded?) claims")
-    listing.add_argument(
-        "--stale",
-        action="store_true",
-        help="only PENDING claims whose lease ran out (what recover --stale would settle)",
-    )
-    listing.add_argument("--action", metavar="NAME", help="only this action name")
-    listing.add_argument("--since", metavar="ISO-TIME", help="created at or after this time")
-    listing.add_argument("--limit", type=_positive_int, default=None, help="at most this many")
-    listing.add_argument("--json", action="store_true", help="machine-readable output")
+    add_list_command(sub, ledger_option)
     show = sub.add_parser(
         "show", help="every field of one receipt, by action id (or a unique prefix) or by key"
     )
@@ -143,25 +126,6 @@ def add_commands(commands: Any, parser_class: type[argparse.ArgumentParser]) -> 
     release.add_argument("action_id", metavar="ACTION_ID")
     release.add_argument("--yes", action="store_true", help="do not ask for confirmation")
     add_lifecycle_commands(commands, sub, ledger_option)
-
-
-def _status_arg(text: str) -> ActionStatus:
-    try:
-        return ActionStatus(text.upper())
-    except ValueError:
-        raise argparse.ArgumentTypeError(
-            f"{text!r} is not a status; use confirmed, failed or unknown"
-        ) from None
-
-
-def _positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        value = 0
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be a whole number of at least 1, not {text!r}")
-    return value
 
 
 def _is_postgres(url: str) -> bool:
@@ -330,20 +294,7 @@ async def _run(args: argparse.Namespace) -> int:
     ledger = _open_ledger(args.ledger, args.table, read_only=read_only)
     try:
         if args.command == "receipts" and args.receipts_command == "list":
-            receipts = await ledger.receipts(
-                final_status=args.status,
-                pending=True if args.pending else None,
-                stale=True if args.stale else None,
-                action_name=args.action,
-                namespace=check_cli_namespace(args.namespace),
-                since=_since(args.since),
-                limit=args.limit,
-            )
-            if args.json:
-                print(json.dumps([receipt_dict(r) for r in receipts], indent=2))
-            else:
-                print(render_table(receipts))
-            return EXIT_OK
+            return await list_receipts(ledger, args)
         if args.command == "receipts" and args.receipts_command == "show":
             receipt = await _find_one(ledger, args)
             print(
@@ -389,16 +340,6 @@ async def _run(args: argparse.Namespace) -> int:
         raise UsageError(f"unknown command {args.command!r}")
     finally:
         await ledger.close()
-
-
-def _since(text: str | None) -> datetime | None:
-    if not text:
-        return None
-    try:
-        since = datetime.fromisoformat(text)
-    except ValueError:
-        raise UsageError(f"--since must be an ISO 8601 time, not {text!r}") from None
-    return since if since.tzinfo is not None else since.replace(tzinfo=UTC)
 
 
 async def _recover(

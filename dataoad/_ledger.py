@@ -169,6 +169,7 @@ class Inspection(Protocol):
         since: datetime | None = None,
         limit: int | None = None,
         namespace: str | None = None,
+        newest_first: bool = False,
     ) -> list[ActionReceipt]:
         """Stored receipts, oldest first (by creation time, then action id), filtered.
 
@@ -178,7 +179,9 @@ class Inspection(Protocol):
         (False); ``action_name``: only that action;
         ``idempotency_key``: only that key; ``action_id_prefix``: only ids
         starting so; ``since``: created at or after; ``limit``: at most that
-        many; ``namespace``: only that namespace. Retired receipts are listed too.
+        many; ``namespace``: only that namespace; ``newest_first``: the
+        reverse order (with ``limit``, the newest that many). Retired receipts
+        are listed too.
         """
         ...
 

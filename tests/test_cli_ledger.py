@@ -120,6 +120,56 @@ def test_list_filters_and_table(store: Store) -> None:
     assert "UNKNOWN" in table.stdout
 
 
+def test_list_shows_the_newest_first_a_bounded_page_and_says_when_more_match(
+    store: Store,
+) -> None:
+    everything = listing(store, "--all")
+    assert len(everything) == 3
+    created = [(r["created_at"], r["action_id"]) for r in everything]
+    assert created == sorted(created, reverse=True)
+    assert listing(store) == everything
+    page = dataoad("receipts", "list", "--json", "--limit", "2", cwd=store.cwd, env=store.env)
+    assert page.returncode == 0, page.stderr
+    assert json.loads(page.stdout) == everything[:2]
+    assert "the newest 2 shown; more match" in page.stderr
+    whole = dataoad("receipts", "list", "--limit", "3", cwd=store.cwd, env=store.env)
+    assert whole.returncode == 0
+    assert "more match" not in whole.stderr
+    both = dataoad("receipts", "list", "--limit", "1", "--all", cwd=store.cwd, env=store.env)
+    assert both.returncode == 2
+    assert "not allowed with" in both.stderr
+
+
+def charges(path: Path, count: int, *, also: tuple[str, str] | None = None) -> None:
+    """A SQLite ledger at ``path`` with ``count`` confirmed charges k0, k1, ... (oldest first),
+    then ``also`` = (action name, key) if given."""
+
+    async def fill() -> None:
+        async with SQLiteLedger(path) as ledger:
+            runner = ActionRunner(ledger)
+            for n in range(count):
+                await runner.execute("charge", lambda: None, request={}, idempotency_key=f"k{n}")
+            if also is not None:
+                await runner.execute(also[0], lambda: None, request={}, idempotency_key=also[1])
+
+    asyncio.run(fill())
+
+
+def test_list_shows_fifty_unless_told_otherwise(tmp_path: Path) -> None:
+    path = tmp_path / "ledger.sqlite3"
+    charges(path, 51)
+    shown = dataoad("receipts", "list", "--json", "--ledger", str(path), cwd=tmp_path)
+    assert shown.returncode == 0, shown.stderr
+    keys = [r["idempotency_key"] for r in json.loads(shown.stdout)]
+    assert len(keys) == 50
+    assert "k50" in keys  # the newest
+    assert "k0" not in keys  # the oldest
+    assert "the newest 50 shown; more match" in shown.stderr
+    every = dataoad("receipts", "list", "--all", "--json", "--ledger", str(path), cwd=tmp_path)
+    assert len(json.loads(every.stdout)) == 51
+    assert "more match" not in every.stderr
+
+
 def test_show_recover_and_release(store: Store) -> None:
     env, cwd = store.env, store.cwd
     unknown_id = str(listing(store, "--status", "UNKNOWN")[0]["action_id"])
@@ -358,15 +408,7 @@ def test_show_finds_a_receipt_by_prefix_or_by_key(store: Store) -> None:
 
 def test_an_ambiguous_prefix_or_key_asks_for_more(tmp_path: Path) -> None:
     path = tmp_path / "ledger.sqlite3"
-
-    async def build() -> None:
-        async with SQLiteLedger(path) as ledger:
-            runner = ActionRunner(ledger)
-            for n in range(20):  # 20 ids over 16 first digits: two must share one
-                await runner.execute("charge", lambda: None, request={}, idempotency_key=f"k{n}")
-            await runner.execute("refund", lambda: None, request={}, idempotency_key="k0")
-
-    asyncio.run(build())
+    charges(path, 20, also=("refund", "k0"))  # 20 ids over 16 first digits: two share one
     env = {"DATAOAD_LEDGER": str(path)}
     ids = [
         str(r["action_id"])

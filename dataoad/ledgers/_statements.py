@@ -206,8 +206,9 @@ class Statements:
         stale: bool | None = None,
         now: Any = None,
         namespace: str | None = None,
+        newest_first: bool = False,
     ) -> tuple[Statement, dict[str, Any]]:
-        """A filtered receipts listing, oldest first, and its parameter values.
+        """A filtered receipts listing, oldest (or newest) first, and its parameter values.
 
         ``since`` is already encoded the way the backend stores ``created_at``,
         and ``now`` the way it binds the ledger's clock.
@@ -242,7 +243,11 @@ class Statements:
         )
         clauses = [clause for name, clause in conditions if values[name] is not None]
         text = self.select + (f" WHERE {' AND '.join(clauses)}" if clauses else "")
-        text += " ORDER BY created_at, action_id"
+        text += (
+            " ORDER BY created_at DESC, action_id DESC"
+            if newest_first
+            else " ORDER BY created_at, action_id"
+        )
         if limit is not None:
             values["limit"] = int(limit)
             text += " LIMIT :limit"

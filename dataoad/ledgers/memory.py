@@ -262,6 +262,7 @@ class InMemoryLedger:
         since: datetime | None = None,
         limit: int | None = None,
         namespace: str | None = None,
+        newest_first: bool = False,
     ) -> list[ActionReceipt]:
         """Stored receipts, oldest first, filtered like every ledger's listing.
 
@@ -281,6 +282,8 @@ class InMemoryLedger:
             and (action_id_prefix is None or r.action_id.startswith(action_id_prefix))
             and (since is None or r.created_at >= since)
         ]
+        if newest_first:
+            selected.reverse()
         return selected if limit is None else selected[: int(limit)]
 
     async def _ledger_now(self) -> datetime:

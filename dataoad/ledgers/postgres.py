@@ -470,6 +470,7 @@ class PostgresLedger:
         since: datetime | None = None,
         limit: int | None = None,
         namespace: str | None = None,
+        newest_first: bool = False,
     ) -> list[ActionReceipt]:
         """Stored receipts, oldest first, optionally filtered (``since``: created at or after)."""
         listing, values = self._sql.listing(
@@ -483,5 +484,6 @@ class PostgresLedger:
             action_id_prefix=action_id_prefix,
             since=since,
             limit=limit,
+            newest_first=newest_first,
         )
         return [receipt_of(row) for row in await self._read(listing.sql, *listing.bind(values))]

@@ -175,6 +175,7 @@ class SQLiteReader:
         since: datetime | None = None,
         limit: int | None = None,
         namespace: str | None = None,
+        newest_first: bool = False,
     ) -> list[ActionReceipt]:
         """Stored receipts, oldest first, filtered like every ledger's listing.
 
@@ -192,6 +193,7 @@ class SQLiteReader:
             action_id_prefix=action_id_prefix,
             since=None if since is None else since.astimezone(UTC).isoformat(),
             limit=limit,
+            newest_first=newest_first,
         )
         rows = await self._rows(listing, values)
         return [receipt_of(row, datetime.fromisoformat) for row in rows]

@@ -21,7 +21,7 @@ from dataoad._errors import InvalidArgumentError
 from dataoad._receipt import ActionReceipt
 from dataoad._status import ActionStatus
 from dataoad.testing._lease_contract import ManualClock
-from dataoad.testing._ledger_contract import completed, make_receipt, started
+from dataoad.testing._ledger_contract import _T0, completed, make_receipt, started
 
 __all__ = ["LifecycleContract"]
 
@@ -93,6 +93,28 @@ class LifecycleContract:
             listed = await ledger.receipts(namespace="tenant-b")
             assert [r.action_id for r in listed] == [claims["tenant-b"].action_id]
             assert {r.namespace for r in await ledger.receipts()} == {"", "tenant-b"}
+
+        self._life(check)
+
+    def test_a_listing_newest_first_is_the_exact_reverse_and_its_limit_keeps_the_newest(
+        self,
+    ) -> None:
+        async def check(ledger: Any) -> None:
+            # Two share a creation time: the action id breaks the tie, both ways.
+            second = _T0 + timedelta(seconds=1)
+            times = [_T0, second, second, _T0 + timedelta(seconds=2)]
+            for n, at in enumerate(times):
+                await ledger.claim(
+                    make_receipt(idempotency_key=f"k{n}", created_at=at, updated_at=at)
+                )
+            oldest = [r.action_id for r in await ledger.receipts()]
+            newest = [r.action_id for r in await ledger.receipts(newest_first=True)]
+            assert newest == oldest[::-1]
+            newest_two = await ledger.receipts(newest_first=True, limit=2)
+            assert [r.action_id for r in newest_two] == oldest[:-3:-1]
+            assert [r.action_id for r in await ledger.receipts(limit=2)] == oldest[:2]
+            filtered = await ledger.receipts(newest_first=True, since=times[1], limit=1)
+            assert [r.action_id for r in filtered] == oldest[-1:]
 
         self._life(check)
 
