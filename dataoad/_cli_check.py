@@ -75,6 +75,13 @@ def load_adapter(target: str) -> tuple[Any, str]:
     """The adapter instance TARGET names, and a display name."""
     from dataoad.testing._adapter import ProviderAdapter
 
+    file_part, _, attribute = target.rpartition(":")
+    if file_part.endswith(".py") and attribute:
+        # The form a report prints: path/to/adapter.py:Name.
+        module = _module_from_file(Path(file_part))
+        if not hasattr(module, attribute):
+            raise CheckUsageError(f"{file_part} defines no {attribute!r}")
+        return _adapter_from(getattr(module, attribute), target), target
     if target.endswith(".py") or os.sep in target:
         path = Path(target)
         module = _module_from_file(path)
@@ -118,6 +125,16 @@ def run_check_command(args: argparse.Namespace) -> int:
     if args.max_examples is not None and not 1 <= args.max_examples <= 1_000_000:
         print("dataoad check: error: --max-examples must be in [1, 1000000]", file=sys.stderr)
         return EXIT_USAGE
+    for option, path in (
+        ("--html", args.html),
+        ("--trace-json", args.trace_json),
+        ("--junit-xml", args.junit_xml),
+    ):
+        problem = None if path is None else _unwritable(path)
+        if problem is not None:
+            # Before the search: a search of minutes must not end in a traceback.
+            print(f"dataoad check: error: {option} {path}: {problem}", file=sys.stderr)
+            return EXIT_USAGE
     try:
         adapter, name = load_adapter(args.target)
     except CheckUsageError as problem:
@@ -145,11 +162,30 @@ def run_check_command(args: argparse.Namespace) -> int:
     finally:
         if live:
             sys.stderr.write("\r\033[K")
-    print(report.render())
+    # The files first: a reader that stops early (| head) must not cost them.
     if args.html:
         _adapter_check.write_html(report, args.html)
     if args.trace_json:
         _adapter_check.write_json(report, args.trace_json)
     if args.junit_xml:
         _adapter_check.write_junit(report, args.junit_xml)
-    return EXIT_OK if report.passed else EXIT_VIOLATION
+    status = EXIT_OK if report.passed else EXIT_VIOLATION
+    try:
+        print(report.render(), flush=True)
+    except BrokenPipeError:
+        # The reader went away: say nothing more, and keep the exit status.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    return status
+
+
+def _unwritable(path: str) -> str | None:
+    """Why ``path`` cannot be written as a report file, or None if it can."""
+    target = Path(path)
+    if target.is_dir():
+        return "is a folder"
+    folder = target.parent
+    if not folder.is_dir():
+        return f"folder {folder} does not exist"
+    if not os.access(folder, os.W_OK) or (target.exists() and not os.access(target, os.W_OK)):
+        return "not writable"
+    return None

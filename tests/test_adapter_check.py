@@ -141,6 +141,68 @@ def test_module_attribute_target_and_budget_flags() -> None:
     assert "none found in 5 examples" in done.stdout
 
 
+def test_every_target_form_the_report_prints_is_accepted() -> None:
+    first = dataoad_check("examples/adapters/payment_adapter.py", "--max-examples", "3")
+    assert first.returncode == 0, first.stderr
+    printed = first.stdout.splitlines()[0].removeprefix("dataoad check ")
+    assert printed == "examples/adapters/payment_adapter.py:PaymentAdapter"
+    again = dataoad_check(printed, "--max-examples", "3")
+    assert again.returncode == 0, again.stderr
+    assert again.stdout.splitlines()[0] == first.stdout.splitlines()[0]
+    missing = dataoad_check("examples/adapters/payment_adapter.py:Nope")
+    assert missing.returncode == 2
+    assert "defines no 'Nope'" in missing.stderr
+
+
+@pytest.mark.parametrize("option", ["--html", "--trace-json", "--junit-xml"])
+@pytest.mark.parametrize(
+    ("where", "reason"), [("no/such/folder/out.txt", "does not exist"), (".", "is a folder")]
+)
+def test_a_bad_output_path_is_refused_before_the_search(
+    tmp_path: Path, option: str, where: str, reason: str
+) -> None:
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "dataoad",
+            "check",
+            str(ROOT / "examples/adapters/payment_adapter.py"),
+            option,
+            where,
+        ],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        timeout=300,
+        check=False,
+    )
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert reason in done.stderr
+    assert len(done.stderr.strip().splitlines()) == 1, done.stderr  # no traceback
+    assert done.stdout == "", "the search ran"
+
+
+def test_files_are_written_even_when_the_reader_stops_early(tmp_path: Path) -> None:
+    junit = tmp_path / "check.xml"
+    command = (
+        f"{sys.executable} -m dataoad check examples/adapters/bug_wrong_reference.py --seed 1 "
+        # The reader is gone long before the report is printed: a sure broken pipe.
+        f"--junit-xml {junit} | true"
+    )
+    done = subprocess.run(
+        ["bash", "-c", command],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=300,
+        check=False,
+    )
+    assert "BrokenPipeError" not in done.stderr, done.stderr
+    assert "Traceback" not in done.stderr, done.stderr
+    assert ET.parse(junit).getroot().get("failures") == "1"
+
+
 def _adapter(module: str, name: str) -> Any:
     sys.path.insert(0, str(ROOT))
     try:

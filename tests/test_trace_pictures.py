@@ -74,6 +74,33 @@ def test_check_draws_every_step_of_its_counterexample(tmp_path: Path) -> None:
     assert re.search(rf'class="step fault" data-step="{len(steps)}"', html)
 
 
+def test_a_page_with_no_violation_states_the_result(tmp_path: Path) -> None:
+    page = tmp_path / "none.html"
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "dataoad",
+            "check",
+            "examples/adapters/payment_adapter.py",
+            "--max-examples",
+            "4",
+            "--html",
+            str(page),
+        ],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=300,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    text = page.read_text(encoding="utf-8")
+    assert "No violation found in 4 examples" in text
+    assert "not a proof" in text
+    assert "<svg" not in text  # nothing to draw
+
+
 def test_text_is_escaped_and_lanes_follow_the_gates() -> None:
     events = [
         SimpleNamespace(actor="contender A", text="execute order-1 <script>alert(1)</script>"),

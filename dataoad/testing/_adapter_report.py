@@ -136,9 +136,18 @@ def write_html(report: AdapterCheckReport, path: str) -> None:
     violation = report.violation
     broken = None
     steps: list[Any] = []
-    if violation is not None:
+    if violation is None:
+        summary = (
+            f"No violation found in {report.examples} examples ({report.seconds:.1f} s): "
+            "a search result within this budget, not a proof."
+        )
+    else:
         broken = f"{violation.invariant}: {INVARIANTS.get(violation.invariant, '')}"
         steps = steps_from_adapter(violation.steps)
-    page = render_html(f"dataoad check {report.adapter}", steps, broken)
+        summary = (
+            f"A violation, found in {report.seconds:.1f} s; the shrunk trace has "
+            f"{len(steps)} steps. {violation.detail}"
+        )
+    page = render_html(f"dataoad check {report.adapter}", steps, broken, summary)
     with open(path, "w", encoding="utf-8") as handle:
         handle.write(page)

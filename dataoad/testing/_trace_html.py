@@ -164,8 +164,13 @@ ol { padding-left: 28px; } li.fault { color: #a01818; }
 """
 
 
-def render_html(title: str, steps: Sequence[TraceStep], broken: str | None) -> str:
-    """The whole page: heading, the broken property, the diagram, and the numbered steps."""
+def render_html(
+    title: str, steps: Sequence[TraceStep], broken: str | None, summary: str | None = None
+) -> str:
+    """The whole page: heading, the result, the broken property, the diagram and the steps.
+
+    With no steps (no counterexample) the page states ``summary`` and draws nothing.
+    """
     e = html.escape
     items = "".join(
         f'<li value="{s.number}" class="{"fault" if s.fault else ""}">'
@@ -175,10 +180,12 @@ def render_html(title: str, steps: Sequence[TraceStep], broken: str | None) -> s
         for s in steps
     )
     banner = f'<div class="broken">Broken: {e(broken)}</div>' if broken else ""
+    result = f'<p class="result">{e(summary)}</p>' if summary else ""
+    trace = (
+        f'<div class="diagram">{_svg(steps)}</div><h2>Steps</h2><ol>{items}</ol>' if steps else ""
+    )
     return (
         '<!DOCTYPE html><html lang="en"><head><meta charset="utf-8">'
         f"<title>{e(title)}</title><style>{_STYLE}</style></head><body>"
-        f"<h1>{e(title)}</h1>{banner}"
-        f'<div class="diagram">{_svg(steps)}</div>'
-        f"<h2>Steps</h2><ol>{items}</ol></body></html>\n"
+        f"<h1>{e(title)}</h1>{result}{banner}{trace}</body></html>\n"
     )
