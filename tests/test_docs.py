@@ -4,13 +4,16 @@ files it runs, and ``mkdocs build --strict`` passes (the docs extra).
 
 from __future__ import annotations
 
+import asyncio
 import os
 import re
 import shlex
 import signal
 import subprocess
 import sys
+from datetime import timedelta
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -81,6 +84,29 @@ def test_the_tutorial_prints_what_it_shows(tmp_path: Path) -> None:
     assert ran >= 6
 
 
+def test_the_tutorials_claim_outlasts_any_readers_pace(tmp_path: Path) -> None:
+    """The worker's lease is an hour, and the tutorial says so: a reader who takes 33 s
+    between steps (longer than the default 30 s lease) sees the same outputs."""
+    folder = tmp_path / "dataoad-tutorial"
+    env = {**os.environ, "DATAOAD_TUTORIAL_DIR": str(folder)}
+    subprocess.run(
+        [sys.executable, "worker.py"], cwd=ROOT / "docs" / "tutorial", env=env, check=False
+    )
+    from dataoad.ledgers.sqlite_reader import SQLiteReader
+
+    async def read() -> Any:
+        reader = SQLiteReader(folder / "ledger.sqlite3")
+        try:
+            return await reader.receipts(pending=True)
+        finally:
+            await reader.close()
+
+    (claim,) = asyncio.run(read())
+    assert claim.lease_expires_at is not None
+    assert claim.lease_expires_at - claim.stored_at >= timedelta(hours=1)
+    assert "lease=3600" in TUTORIAL.read_text(encoding="utf-8")
+
+
 def test_the_tutorials_excerpts_are_the_files_it_runs() -> None:
     excerpts = list(EXCERPT.finditer(TUTORIAL.read_text(encoding="utf-8")))
     assert excerpts
@@ -90,6 +116,21 @@ def test_the_tutorials_excerpts_are_the_files_it_runs() -> None:
 
 
 def test_mkdocs_builds_the_site_strictly(tmp_path: Path) -> None:
+    # What following the tutorial leaves in docs/ must never be published.
+    leftovers = ROOT / "docs" / "tutorial" / "dataoad-tutorial"
+    made = not leftovers.exists()
+    leftovers.mkdir(exist_ok=True)
+    probe = leftovers / f"probe-{os.getpid()}.sqlite3"
+    probe.write_bytes(b"")
+    try:
+        _build_and_check(tmp_path)
+    finally:
+        probe.unlink()
+        if made:
+            leftovers.rmdir()
+
+
+def _build_and_check(tmp_path: Path) -> None:
     done = subprocess.run(
         [
             *tool("mkdocs", extra="docs", required=False),
@@ -105,7 +146,13 @@ def test_mkdocs_builds_the_site_strictly(tmp_path: Path) -> None:
         check=False,
     )
     assert done.returncode == 0, done.stdout + done.stderr
-    assert (tmp_path / "site" / "reference" / "api" / "index.html").exists()
+    site = tmp_path / "site"
+    # Pages are files (page.html), so a site opened from disk never lists a folder.
+    assert (site / "reference" / "api.html").exists()
+    index = (site / "index.html").read_text(encoding="utf-8")
+    assert 'href="tutorial.html"' in index
+    assert not list(site.rglob("*.sqlite3")), "the tutorial's ledger was published"
+    assert not (site / "tutorial" / "dataoad-tutorial").exists()
 
 
 @pytest.mark.parametrize(

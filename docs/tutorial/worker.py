@@ -19,7 +19,9 @@ def charge_then_die() -> str:
 
 async def main() -> None:
     FOLDER.mkdir(exist_ok=True)
-    runner = ActionRunner(SQLiteLedger(FOLDER / "ledger.sqlite3"))
+    # One hour: long enough that the tutorial reads the same at any pace (with
+    # the default 30 s, a retry after the lease ran out would take the claim over).
+    runner = ActionRunner(SQLiteLedger(FOLDER / "ledger.sqlite3"), lease=3600)
     await runner.execute(
         "charge_order",
         charge_then_die,
