@@ -63,8 +63,17 @@ def stop(conn: aiosqlite.Connection) -> None:
     """Stop ``conn``'s thread unless someone has already taken it (no loop needed)."""
     if not take(conn):
         return
+    # ``stop`` builds a future on the calling thread's event loop, if it has
+    # one, for nobody to await; had that loop closed before the worker set
+    # the future, the worker would die with "Event loop is closed". Asked
+    # from a thread with no loop, it builds none.
+    stopper = threading.Thread(target=_stop_now, args=(conn,), daemon=True)
+    stopper.start()
+    stopper.join()
+
+
+def _stop_now(conn: aiosqlite.Connection) -> None:
     with contextlib.suppress(Exception), warnings.catch_warnings():
-        # ``stop`` asks for an event loop to build a future nobody awaits.
         warnings.simplefilter("ignore")
         conn.stop()
 
