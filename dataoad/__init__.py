@@ -18,6 +18,7 @@ from dataoad._errors import (
     IdempotencyConflictError,
     InvalidArgumentError,
     InvalidRequestError,
+    LedgerUnusableError,
     MissingExtraError,
     NothingInvokedError,
     OutcomeNotRecordedError,
@@ -101,6 +102,7 @@ __all__ = [
     "LedgerFileError",
     "LedgerBusyError",
     "LedgerSchemaError",
+    "LedgerUnusableError",
     "MissingExtraError",
     "__version__",
 ]

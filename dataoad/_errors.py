@@ -10,6 +10,7 @@ if TYPE_CHECKING:
     from dataoad._status import ActionStatus
 
 __all__ = [
+    "LedgerUnusableError",
     "MissingExtraError",
     "ActionInProgressError",
     "ActionNotFoundError",
@@ -195,6 +196,11 @@ class ClaimFencedError(ActionPersistenceError):
     the new owner's record. ``operation_invoked`` says whether this call ran
     the operation; if it did, do not repeat it.
     """
+
+
+class LedgerUnusableError(DataoadError):
+    """The ledger cannot be used as configured (not a ledger file, no schema yet, a newer
+    schema); it was left unchanged and no statement of the call ran."""
 
 
 class MissingExtraError(DataoadError, ImportError):

@@ -22,6 +22,7 @@ from typing import Any, Final, cast
 from dataoad._errors import (
     ActionNotFoundError,
     ClaimFencedError,
+    LedgerUnusableError,
     NothingInvokedError,
     OutcomeNotRecordedError,
     RecoveryRefusedError,
@@ -180,11 +181,19 @@ class ProvenLedger:
             # Read back and absent: nothing is stored, so there is no claim to
             # carry (the proposal's counted attempt never existed anywhere).
             stored = proposed if back.read_failed else None
+            if isinstance(exc, LedgerUnusableError):
+                # The ledger's set-up (no schema yet, not a ledger file), not a
+                # lost write: recovery advice would send the reader the wrong way.
+                advice = "The ledger cannot be used as set up: fix it and call again"
+            else:
+                advice = (
+                    "Re-read the ledger: if the claim was stored, it counts attempt 1 (claim "
+                    "and attempt start are one write) and settles read-only (recover_pending) "
+                    "or by a lease takeover"
+                )
             raise NothingInvokedError(
                 f"the claim for {proposed.action_name!r} could not be proven durable "
-                f"({bounded_error(exc)}); the operation was not invoked. Re-read the ledger: "
-                "if the claim was stored, it counts attempt 1 (claim and attempt start are one "
-                "write) and settles read-only (recover_pending) or by a lease takeover",
+                f"({bounded_error(exc)}); the operation was not invoked. {advice}",
                 receipt=stored,
                 operation_invoked=False,
             ) from exc

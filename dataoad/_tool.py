@@ -25,6 +25,7 @@ from dataoad._errors import (
     ActionInProgressError,
     ActionPersistenceError,
     IdempotencyConflictError,
+    InvalidArgumentError,
 )
 from dataoad._policy import RetryPolicy
 from dataoad._result import ActionResult
@@ -206,6 +207,20 @@ class GuardedTool:
     verifier: AnyVerifier | None = None
     policy: RetryPolicy | None = None
     action: str | None = None
+
+    def __post_init__(self) -> None:
+        # Tool adapters await the runner: a SyncActionRunner would fail only at
+        # the first call (inside the framework), so it is refused here.
+        if not isinstance(self.runner, ActionRunner):
+            raise InvalidArgumentError(
+                f"runner must be an ActionRunner, not {type(self.runner).__name__}: framework "
+                "tools are awaited (a SyncActionRunner is for sync code, with @guarded)"
+            )
+        for name in ("idempotency_key", "request"):
+            if not callable(getattr(self, name)):
+                raise InvalidArgumentError(f"{name} must be a callable of the tool's arguments")
+        if self.provider_reference is not None and not callable(self.provider_reference):
+            raise InvalidArgumentError("provider_reference must be a callable or None")
 
     async def call(self, fn: Callable[..., Any], arguments: Mapping[str, Any]) -> ToolOutcome:
         """Run ``fn(**arguments)`` under the runner and describe the outcome."""

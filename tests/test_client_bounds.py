@@ -250,3 +250,36 @@ def test_processes_creating_one_new_ledger_at_once_all_open_it(tmp_path: Path) -
     with contextlib.closing(sqlite3.connect(path)) as db:
         rows = db.execute("SELECT count(*) FROM receipts").fetchone()[0]
     assert rows == 6
+
+
+@pytest.mark.parametrize("backend", ["sqlite", "postgres"])
+async def test_a_ledger_that_is_not_set_up_says_so_not_how_to_recover(
+    backend: str, tmp_path: Path
+) -> None:
+    """PostgreSQL before `migrate`, or a file that is not a ledger: the error names the set-up
+    and gives no recovery advice (none applies), and nothing is invoked."""
+    from dataoad import LedgerUnusableError, NothingInvokedError
+    from stateful_tests.services import PostgresTestTable
+
+    if backend == "postgres":
+        ledger: Any = PostgresTestTable().client()  # its table was never migrated
+    else:
+        (tmp_path / "notes.sqlite3").write_text("not a ledger")
+        ledger = SQLiteLedger(tmp_path / "notes.sqlite3")
+    calls: list[int] = []
+    try:
+        with pytest.raises(NothingInvokedError) as raised:
+            await ActionRunner(ledger).execute(
+                "charge", lambda: calls.append(1), request={}, idempotency_key="k"
+            )
+    finally:
+        await ledger.close()
+    assert calls == []
+    assert raised.value.operation_invoked is False
+    assert isinstance(raised.value.__cause__, LedgerUnusableError)
+    message = str(raised.value)
+    assert "cannot be used as set up" in message
+    assert "recover_pending" not in message
+    assert "takeover" not in message
+    if backend == "postgres":
+        assert "migrate" in message

@@ -5,6 +5,7 @@ files it runs, and ``mkdocs build --strict`` passes (the docs extra).
 from __future__ import annotations
 
 import asyncio
+import html
 import os
 import re
 import shlex
@@ -107,6 +108,33 @@ def test_the_tutorials_claim_outlasts_any_readers_pace(tmp_path: Path) -> None:
     assert "lease=3600" in TUTORIAL.read_text(encoding="utf-8")
 
 
+def public_names() -> list[tuple[str, str]]:
+    """(module, name) for every name in the ``__all__`` of dataoad, dataoad.testing and each
+    dataoad.integrations module."""
+    import importlib
+    import pkgutil
+
+    import dataoad.integrations
+
+    modules = ["dataoad", "dataoad.testing"] + [
+        f"dataoad.integrations.{m.name}"
+        for m in pkgutil.iter_modules(dataoad.integrations.__path__)
+        if not m.name.startswith("_")
+    ]
+    found = []
+    for module in modules:
+        names = getattr(importlib.import_module(module), "__all__", [])
+        found += [(module, name) for name in names if not name.startswith("__")]
+    return found
+
+
+def test_public_names_are_found_in_every_module() -> None:
+    names = public_names()
+    assert ("dataoad", "ActionRunner") in names
+    assert ("dataoad.testing", "check_adapter") in names
+    assert ("dataoad.integrations.langgraph", "guarded_node") in names
+
+
 def test_the_tutorials_excerpts_are_the_files_it_runs() -> None:
     excerpts = list(EXCERPT.finditer(TUTORIAL.read_text(encoding="utf-8")))
     assert excerpts
@@ -152,6 +180,23 @@ def _build_and_check(tmp_path: Path) -> None:
     index = (site / "index.html").read_text(encoding="utf-8")
     assert 'href="tutorial.html"' in index
     assert not list(site.rglob("*.sqlite3")), "the tutorial's ledger was published"
+    # Every public name has its entry in the built API reference.
+    anchors = set(
+        re.findall(r'id="(dataoad[\w.]*)"', (site / "reference" / "api.html").read_text())
+    )
+    missing = [
+        f"{module}.{name}"
+        for module, name in public_names()
+        if f"{module}.{name}" not in anchors
+        and not any(a.endswith(f".{name}") and a.startswith(f"{module}._") for a in anchors)
+    ]
+    assert not missing, f"public names missing from the API reference: {missing}"
+    # Signatures are wrapped (one parameter a line), never one cut-off line.
+    api = (site / "reference" / "api.html").read_text(encoding="utf-8")
+    signatures = re.findall(r'<div class="doc-signature[^"]*"[^>]*>(.*?)</div>', api, re.S)
+    assert signatures
+    text = html.unescape(re.sub(r"<[^>]+>", "", "\n".join(signatures)))
+    assert max(len(line) for line in text.splitlines()) <= 100
     assert not (site / "tutorial" / "dataoad-tutorial").exists()
 
 

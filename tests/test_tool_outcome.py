@@ -179,6 +179,21 @@ def test_positional_only_tools_are_refused() -> None:
         tool_function(guard, positional)
 
 
+def test_a_guarded_tool_refuses_what_it_cannot_await_when_built() -> None:
+    from dataoad import GuardedTool, InvalidArgumentError, SyncActionRunner
+
+    keyed = (lambda **k: "k", lambda **k: {})
+    with (
+        SyncActionRunner(InMemoryLedger()) as sync_runner,
+        pytest.raises(InvalidArgumentError, match="not SyncActionRunner"),
+    ):
+        GuardedTool(sync_runner, "a", *keyed)  # type: ignore[arg-type]
+    with pytest.raises(InvalidArgumentError, match="idempotency_key must be a callable"):
+        GuardedTool(ActionRunner(InMemoryLedger()), "a", "k", keyed[1])  # type: ignore[arg-type]
+    with pytest.raises(InvalidArgumentError, match="provider_reference"):
+        GuardedTool(ActionRunner(InMemoryLedger()), "a", *keyed, provider_reference="r")  # type: ignore[arg-type]
+
+
 @pytest.mark.parametrize(
     ("module", "framework", "extra"),
     [

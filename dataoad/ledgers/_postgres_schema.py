@@ -8,7 +8,7 @@ from __future__ import annotations
 import re
 from typing import Any, Final
 
-from dataoad._errors import DataoadError, InvalidArgumentError
+from dataoad._errors import InvalidArgumentError, LedgerUnusableError
 
 __all__ = [
     "MIGRATIONS",
@@ -24,7 +24,7 @@ __all__ = [
 SCHEMA_VERSION: Final = 4
 
 
-class LedgerSchemaError(DataoadError):
+class LedgerSchemaError(LedgerUnusableError):
     """The database has no ledger schema yet, or a newer one; nothing was changed."""
 
 

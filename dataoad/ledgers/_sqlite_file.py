@@ -9,7 +9,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Final, NoReturn
 
-from dataoad._errors import DataoadError
+from dataoad._errors import LedgerUnusableError
 
 __all__ = [
     "APPLICATION_ID",
@@ -29,7 +29,7 @@ APPLICATION_ID: Final = 0x44414F44
 SCHEMA_VERSION: Final = 5
 
 
-class LedgerFileError(DataoadError):
+class LedgerFileError(LedgerUnusableError):
     """The file is not a usable Dataoad ledger; it was left unchanged."""
 
 
