@@ -205,3 +205,18 @@ def _build_and_check(tmp_path: Path) -> None:
 )
 def test_every_page_is_in_the_navigation(page: str) -> None:
     assert page in (ROOT / "mkdocs.yml").read_text(encoding="utf-8")
+
+
+def test_the_see_your_metrics_snippet_prints_the_metrics(tmp_path: Path) -> None:
+    text = (ROOT / "docs" / "how-to" / "monitoring.md").read_text(encoding="utf-8")
+    section = text[text.index("## See your metrics") :]
+    start = section.index("```python\n") + len("```python\n")
+    code = section[start : section.index("\n```", start)]
+    script = tmp_path / "metrics.py"
+    script.write_text(code, encoding="utf-8")
+    done = subprocess.run(
+        [sys.executable, str(script)], capture_output=True, text=True, timeout=120, check=False
+    )
+    assert done.returncode == 0, done.stderr
+    for name in ("dataoad.actions", "dataoad.execute.duration", "dataoad.receipts.unknown"):
+        assert f'"name": "{name}"' in done.stdout, name
