@@ -21,7 +21,7 @@ from typing import Any
 
 import pytest
 
-import dataoad.ledgers.sqlite as sqlite_module
+import dataoad.ledgers._sqlite_live as sqlite_live
 from dataoad import SQLiteLedger
 
 EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "payment_timeout_after_commit.py"
@@ -52,7 +52,7 @@ def test_concurrent_duplicate_check_passes_whatever_the_loop_stalls(
             time.sleep(stall)  # ...but the loop's thread loses the CPU right after queueing
         return await future
 
-    monkeypatch.setattr(sqlite_module, "_on_thread", stalling_on_thread)
+    monkeypatch.setattr(sqlite_live, "on_thread", stalling_on_thread)
 
     async def scenario(run: int) -> Any:
         # Opened lazily by the check's first call, as the report's ledgers are.
@@ -65,4 +65,5 @@ def test_concurrent_duplicate_check_passes_whatever_the_loop_stalls(
     for run in range(3):
         armed["claim"] = True
         check = asyncio.run(scenario(run))
+        assert not armed["claim"], "the claim never went through the stalled hand-off"
         assert check.passed, check
