@@ -41,6 +41,9 @@ __all__ = ["add_commands", "run_ledger_command"]
 DEFAULT_TABLE = "public.dataoad_receipts"
 _URL_SCHEME = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*)://")
 _ID_PREFIX = re.compile(r"^[0-9a-f]{1,32}$")
+#: The shortest id prefix a verb that writes accepts: one character would act on
+#: whichever receipt happens to be alone with it today.
+WRITE_PREFIX = 8
 
 
 def add_commands(commands: Any, parser_class: type[argparse.ArgumentParser]) -> None:
@@ -110,7 +113,12 @@ def add_commands(commands: Any, parser_class: type[argparse.ArgumentParser]) -> 
         "UNKNOWN after read-back, 1 error, 2 usage",
     )
     ledger_option(recover)
-    recover.add_argument("action_id", metavar="ACTION_ID", nargs="?")
+    recover.add_argument(
+        "action_id", metavar="ACTION_ID", nargs="?", help=f"the id or a {WRITE_PREFIX}+ prefix"
+    )
+    recover.add_argument("--key", metavar="KEY", help="find the receipt by its idempotency key")
+    recover.add_argument("--action", metavar="NAME", help="with --key: the action name")
+    recover.add_argument("--json", action="store_true", help="machine-readable output")
     recover.add_argument(
         "--stale",
         action="store_true",
@@ -123,7 +131,11 @@ def add_commands(commands: Any, parser_class: type[argparse.ArgumentParser]) -> 
         "release-unstarted", help="remove a PENDING claim that never started an attempt"
     )
     ledger_option(release)
-    release.add_argument("action_id", metavar="ACTION_ID")
+    release.add_argument(
+        "action_id", metavar="ACTION_ID", nargs="?", help=f"the id or a {WRITE_PREFIX}+ prefix"
+    )
+    release.add_argument("--key", metavar="KEY", help="find the receipt by its idempotency key")
+    release.add_argument("--action", metavar="NAME", help="with --key: the action name")
     release.add_argument("--yes", action="store_true", help="do not ask for confirmation")
     add_lifecycle_commands(commands, sub, ledger_option)
 
@@ -217,6 +229,12 @@ async def _find_one(ledger: InspectableLedger, args: argparse.Namespace) -> Acti
     if args.action_id is None:
         raise UsageError("name the receipt: ACTION_ID (or a unique prefix), or --key KEY")
     wanted = args.action_id.lower()
+    writes = args.command != "receipts"
+    if writes and _ID_PREFIX.match(wanted) and len(wanted) < WRITE_PREFIX:
+        raise UsageError(
+            f"give at least {WRITE_PREFIX} characters of the id (or --key) to a command that "
+            f"changes the ledger, not {args.action_id!r}"
+        )
     if not _ID_PREFIX.match(wanted):
         # Not a runner's id or a prefix of one: only an exact id can match.
         exact = await ledger.get(args.action_id)
@@ -310,9 +328,12 @@ async def _run(args: argparse.Namespace) -> int:
                 "name a subcommand: receipts list | receipts show ACTION_ID | receipts prune"
             )
         if args.command == "recover":
-            if args.stale == (args.action_id is not None):
-                raise UsageError("name one ACTION_ID, or --stale for every expired claim")
-            if args.action_id is not None and args.verifier is None:
+            named = args.action_id is not None or args.key is not None
+            if args.stale == named:
+                raise UsageError(
+                    "name one ACTION_ID (or --key), or --stale for every expired claim"
+                )
+            if named and args.verifier is None:
                 raise UsageError("recover ACTION_ID needs --verifier MODULE:ATTRIBUTE")
         verifier = (
             _load_verifier(args.verifier)
@@ -362,12 +383,26 @@ async def _recover(
         )
     _confirm(question, args.yes)
     result = await runner.recover_pending(receipt.action_id, verifier)
-    print(render_receipt(result.receipt))
     observations = result.receipt.observations
-    if observations:
-        last = observations[-1]
-        said = last.reason or last.error
-        print(f"Verifier: counted as {last.status.value}" + (f" ({said})" if said else ""))
+    last = observations[-1] if observations else None
+    said = None if last is None else (last.reason or last.error)
+    if args.json:
+        print(
+            json.dumps(
+                {
+                    "status": result.status.value,
+                    "verifier": None
+                    if last is None
+                    else {"counted_as": last.status.value, "said": said},
+                    "receipt": receipt_dict(result.receipt),
+                },
+                indent=2,
+            )
+        )
+    else:
+        print(render_receipt(result.receipt))
+        if last is not None:
+            print(f"Verifier: counted as {last.status.value}" + (f" ({said})" if said else ""))
     if result.status is ActionStatus.UNKNOWN:
         print(
             f"Still UNKNOWN: the read-back proved nothing either way (exit status "

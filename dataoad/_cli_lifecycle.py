@@ -117,12 +117,20 @@ def add_lifecycle_commands(commands: Any, receipts: Any, ledger_option: Any) -> 
         "--batch-size", type=int, default=500, metavar="N", help="receipts per batch (500)"
     )
     pruning.add_argument("--yes", action="store_true", help="do not ask for confirmation")
+    pruning.add_argument("--json", action="store_true", help="machine-readable output")
 
 
 async def reopen(
     runner: Any, receipt: ActionReceipt, args: argparse.Namespace, confirm: Confirm
 ) -> int:
     """``dataoad reopen ACTION_ID``."""
+    if receipt.retired_at is not None:
+        # Nothing to do, and saying "reopened" again would not be true.
+        print(
+            f"action {receipt.action_id} already gave up its key "
+            f"{receipt.idempotency_key!r} at {receipt.retired_at.isoformat()}; nothing changed"
+        )
+        return EXIT_OK
     confirm(
         f"Reopen action {receipt.action_id} ({receipt.action_name}, key "
         f"{receipt.idempotency_key}, now {status_text(receipt.final_status)}) so the key "
@@ -186,11 +194,23 @@ async def prune(ledger: Any, args: argparse.Namespace, confirm: Confirm) -> int:
     count = await ledger.prune(
         older_than=older_than, statuses=statuses, namespace=namespace, dry_run=True
     )
-    if args.dry_run:
-        print(f"would delete {count} {named} receipt(s){where} {age} (dry run: nothing deleted)")
-        return EXIT_OK
-    if count == 0:
-        print(f"nothing to prune: no {named} receipt{where} {age}")
+    summary: dict[str, Any] = {
+        "statuses": [s.value for s in ActionStatus if s in statuses],
+        "namespace": namespace,
+        "older_than_seconds": older_than,
+        "dry_run": bool(args.dry_run),
+        "matching": count,
+        "deleted": 0,
+    }
+    if args.dry_run or count == 0:
+        if args.json:
+            print(json.dumps(summary, indent=2))
+        elif args.dry_run:
+            print(
+                f"would delete {count} {named} receipt(s){where} {age} (dry run: nothing deleted)"
+            )
+        else:
+            print(f"nothing to prune: no {named} receipt{where} {age}")
         return EXIT_OK
     confirm(f"Delete {count} {named} receipt(s){where} {age}?", args.yes)
     export = None if args.export is None else _Export(args.export)
@@ -205,6 +225,13 @@ async def prune(ledger: Any, args: argparse.Namespace, confirm: Confirm) -> int:
     finally:
         if export is not None:
             export.close()
+    if args.json:
+        summary["deleted"] = deleted
+        if export is not None:
+            summary["exported"] = export.written
+            summary["export"] = str(args.export)
+        print(json.dumps(summary, indent=2))
+        return EXIT_OK
     print(f"deleted {deleted} receipt(s){where}")
     if export is not None:
         print(

@@ -197,6 +197,57 @@ def test_show_recover_and_release(store: Store) -> None:
     assert "only a claim that never invoked" in again.stderr
 
 
+def test_recover_by_key_with_json_and_writes_need_eight_characters_of_an_id(
+    store: Store,
+) -> None:
+    env, cwd = store.env, store.cwd
+    unknown_id = str(listing(store, "--status", "UNKNOWN")[0]["action_id"])
+    for short in (unknown_id[:1], unknown_id[:7]):
+        refused = dataoad(
+            "recover", short, "--verifier", "ops_verifier:Confirms", "--yes", cwd=cwd, env=env
+        )
+        assert refused.returncode == 2, refused.stderr
+        assert "at least 8 characters" in refused.stderr
+        released = dataoad("release-unstarted", short, "--yes", cwd=cwd, env=env)
+        assert released.returncode == 2
+    assert listing(store, "--status", "UNKNOWN"), "a refused verb changed something"
+    # Reading may still use any unique prefix.
+    assert dataoad("receipts", "show", unknown_id[:1], cwd=cwd, env=env).returncode in (0, 1)
+    done = dataoad(
+        "recover",
+        "--key",
+        "order-1",
+        "--action",
+        "charge",
+        "--verifier",
+        "ops_verifier:Confirms",
+        "--yes",
+        "--json",
+        cwd=cwd,
+        env=env,
+    )
+    assert done.returncode == 0, done.stderr
+    answer = json.loads(done.stdout)
+    assert answer["status"] == "CONFIRMED"
+    assert answer["verifier"]["counted_as"] == "CONFIRMED"
+    assert answer["receipt"]["action_id"] == unknown_id
+    both = dataoad(
+        "recover",
+        unknown_id,
+        "--key",
+        "order-1",
+        "--verifier",
+        "ops_verifier:Confirms",
+        "--yes",
+        cwd=cwd,
+        env=env,
+    )
+    assert both.returncode == 2
+    stranded = dataoad("release-unstarted", "--key", "order-3", "--yes", cwd=cwd, env=env)
+    assert stranded.returncode == 0, stranded.stderr
+    assert not listing(store, "--pending")
+
+
 @pytest.mark.parametrize(
     ("args", "code", "message"),
     [

@@ -188,10 +188,39 @@ def test_reopen_a_definitive_failure_only(aged: Store) -> None:
         assert refused.returncode == 1, key
         assert "only a definitive FAILED receipt can be reopened" in refused.stderr
         assert len(refused.stderr.strip().splitlines()) == 1
+    # A second reopen changes nothing, and says so instead of "reopened" again.
+    twice = dataoad("reopen", failed, "--yes", cwd=cwd, env=env)
+    assert twice.returncode == 0, twice.stderr
+    assert "already gave up its key" in twice.stdout
+    assert "nothing changed" in twice.stdout
+    assert "reopened" not in twice.stdout
+    assert (
+        json.loads(dataoad("receipts", "show", failed, "--json", cwd=cwd, env=env).stdout)[
+            "retired_at"
+        ]
+        == json.loads(shown.stdout)["retired_at"]
+    )
     tenant = action_id("tenant-ok")
     elsewhere = dataoad("reopen", tenant, "--namespace", "", "--yes", cwd=cwd, env=env)
     assert elsewhere.returncode == 1
     assert "no action" in elsewhere.stderr
+
+
+def test_prune_speaks_json(aged: Store) -> None:
+    env, cwd = aged.env, aged.cwd
+    dry = dataoad(
+        "receipts", "prune", "--older-than", "30d", "--dry-run", "--json", cwd=cwd, env=env
+    )
+    assert dry.returncode == 0, dry.stderr
+    seen = json.loads(dry.stdout)
+    assert seen["dry_run"] is True
+    assert seen["deleted"] == 0
+    assert seen["matching"] >= 1
+    done = dataoad("receipts", "prune", "--older-than", "30d", "--yes", "--json", cwd=cwd, env=env)
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["deleted"] == seen["matching"]
+    again = dataoad("receipts", "prune", "--older-than", "30d", "--yes", "--json", cwd=cwd, env=env)
+    assert json.loads(again.stdout)["matching"] == 0
 
 
 @pytest.mark.parametrize("aged", ["sqlite"], indirect=True)
