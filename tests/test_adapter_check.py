@@ -86,6 +86,11 @@ def test_each_buggy_adapter_fails_naming_its_invariant(
     assert invariant in steps[-1]["text"]
     # Every contender step says what the provider holds and what the ledger recorded.
     assert all("provider" in s and "ledger" in s for s in steps if s["actor"] != "checker")
+    # A step whose verifier was asked says what it answered; the report says what to fix.
+    asked = [s for s in steps if "verifier" in s]
+    assert all(s["verifier"].startswith(("answered ", "raised ", "returned ")) for s in asked)
+    assert violation["fix"]
+    assert f"What to fix: {violation['fix']}" in done.stdout
     assert report["seconds"] >= 0
     failure = ET.parse(junit).getroot().find("testcase/failure")
     assert failure is not None

@@ -69,9 +69,21 @@ def test_check_draws_every_step_of_its_counterexample(tmp_path: Path) -> None:
     assert drawn == [str(s["number"]) for s in steps]
     assert "Broken: verifier-names-the-receipts-reference" in html
     for lane in ("provider", "verifier", "ledger"):
-        assert f">{lane}</text>" in html
+        assert f">{lane}</tspan></text>" in html
     # The broken property's own step is drawn as a fault.
     assert re.search(rf'class="step fault" data-step="{len(steps)}"', html)
+    # Nothing the trace says is cut: each step's words are all in the picture (wrapped).
+    svg = html[html.index("<svg") : html.index("</svg>")]
+    drawn_words = " ".join(re.sub(r"<[^>]+>", " ", svg).split())
+    for step in steps:
+        asked = step["text"].partition(" -> ")[0]
+        for word in asked.replace("&", "&amp;").replace("'", "&#x27;").split():
+            assert word in drawn_words, (word, step["text"])
+    assert "\u2026" not in svg  # no ellipsis: nothing is cut
+    # Replies come back to their caller, and the verifier's actual answer is shown.
+    assert 'class="reply"' in svg
+    assert "answered confirmed" in svg
+    assert "What to fix:" in html
 
 
 def test_a_page_with_no_violation_states_the_result(tmp_path: Path) -> None:

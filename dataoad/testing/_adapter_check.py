@@ -14,7 +14,7 @@ from __future__ import annotations
 import asyncio
 import time
 import unittest
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any, ClassVar, cast
 
 from dataoad._errors import DataoadError, MissingExtraError
@@ -38,7 +38,6 @@ except ImportError as exc:
 from dataoad._failure import DefinitiveFailure
 from dataoad._policy import RetryPolicy
 from dataoad._receipt import ActionReceipt
-from dataoad._result import ActionResult
 from dataoad._runner import ActionRunner
 from dataoad._status import ActionStatus, VerificationHealth
 from dataoad._verification import VerificationResult
@@ -48,6 +47,9 @@ from dataoad.testing._adapter_report import (
     INVARIANTS,
     AdapterCheckReport,
     AdapterViolation,
+    describe_answer,
+    describe_outcome,
+    describe_receipt,
     write_html,
     write_json,
     write_junit,
@@ -119,28 +121,6 @@ def _label(fault: str) -> str:
     return "no fault" if fault == "none" else fault
 
 
-def _describe(receipt: ActionReceipt | None) -> str:
-    if receipt is None:
-        return "no claim"
-    final = "-" if receipt.final_status is None else receipt.final_status.value
-    return (
-        f"{receipt.claim_state.value}/{final}, {receipt.attempts} attempt"
-        f"{'s' if receipt.attempts != 1 else ''}"
-    )
-
-
-def _outcome(outcome: object) -> str:
-    if isinstance(outcome, ActionResult):
-        return (
-            f"{outcome.status.value}"
-            f"{' (replayed)' if outcome.replayed else ''}, execution="
-            f"{'-' if outcome.receipt.execution_status is None else outcome.receipt.execution_status.value}"
-        )
-    if isinstance(outcome, BaseException):
-        return f"raised {type(outcome).__name__}: {str(outcome)[:120]}"
-    return repr(outcome)
-
-
 class AdapterMachine(RuleBasedStateMachine):
     """Contenders, faults and reconciliation over one adapter; see the module docstring."""
 
@@ -181,12 +161,14 @@ class AdapterMachine(RuleBasedStateMachine):
         flight = ", a request in flight" if self.adapter.in_flight(ref) else ""
         return f"{ref} has {effects} effect{'s' if effects != 1 else ''}{flight}"
 
-    def _step(self, actor: str, text: str, key: str | None) -> None:
+    def _step(self, actor: str, text: str, key: str | None, answers: Sequence[str] = ()) -> None:
         entry: dict[str, Any] = {"number": len(self.steps) + 1, "actor": actor, "text": text}
+        if answers:
+            entry["verifier"] = "; ".join(answers)
         if key is not None:
             entry["provider"] = self._provider_state(key)
             stored = self.loop.run(self.ledger.find(self.adapter.action_name, key))
-            entry["ledger"] = _describe(stored)
+            entry["ledger"] = describe_receipt(stored)
         self.steps.append(entry)
         note(f"{entry['number']}. {actor}: {text}")
 
@@ -223,14 +205,20 @@ class AdapterMachine(RuleBasedStateMachine):
 
         return operation
 
-    def _verifier(self, read: str) -> Callable[[ActionReceipt], Any]:
+    def _verifier(self, read: str, answers: list[str]) -> Callable[[ActionReceipt], Any]:
         async def verify(receipt: ActionReceipt) -> VerificationResult:
             if read == "verifier outage":
+                answers.append("raised ConnectionError: the read path is down (injected)")
                 raise ConnectionError("injected: the verifier's read path is down")
             staged = read in ReadFault.__members__
             if staged:
                 self.adapter.stage_read_fault(ReadFault[read])
-            result = await self.adapter.verify(receipt)
+            try:
+                result = await self.adapter.verify(receipt)
+            except BaseException as exc:
+                answers.append(describe_answer(exc))
+                raise
+            answers.append(describe_answer(result))
             self._judge(receipt, result, staged)
             return result
 
@@ -295,6 +283,7 @@ class AdapterMachine(RuleBasedStateMachine):
         )
         runner = ActionRunner(self.ledger, policy=POLICIES[policy])
         names = [next(self.names) for _ in plans]
+        answers: list[list[str]] = [[] for _ in plans]
 
         async def run_all() -> list[Any]:
             outcomes: list[Any] = await asyncio.gather(
@@ -305,21 +294,24 @@ class AdapterMachine(RuleBasedStateMachine):
                         request=self.adapter.request_for(key),
                         idempotency_key=key,
                         provider_reference=self._reference(key),
-                        verifier=self._verifier(read),
+                        verifier=self._verifier(read, heard),
                     )
-                    for fault, read in plans
+                    for (fault, read), heard in zip(plans, answers, strict=True)
                 ),
                 return_exceptions=True,
             )
             return outcomes
 
         outcomes = self.loop.run(run_all())
-        for name, (fault, read), outcome in zip(names, plans, outcomes, strict=True):
+        for name, (fault, read), outcome, heard in zip(
+            names, plans, outcomes, answers, strict=True
+        ):
             self._step(
                 f"contender {name}",
                 f"execute {key} (policy {policy}; provider: {_label(fault)}; verifier read: "
-                f"{_label(read)}) -> {_outcome(outcome)}",
+                f"{_label(read)}) -> {describe_outcome(outcome)}",
                 key,
+                heard,
             )
             if isinstance(outcome, BaseException) and not isinstance(outcome, DataoadError):
                 raise outcome
@@ -336,18 +328,20 @@ class AdapterMachine(RuleBasedStateMachine):
             return
         how = read.draw(st.sampled_from(self._read_names()), label="verifier read")
         runner = ActionRunner(self.ledger)
+        heard: list[str] = []
 
         async def reconcile() -> Any:
             try:
-                return await runner.recover_pending(receipt.action_id, self._verifier(how))
+                return await runner.recover_pending(receipt.action_id, self._verifier(how, heard))
             except DataoadError as exc:
                 return exc
 
         outcome = self.loop.run(reconcile())
         self._step(
             "operator",
-            f"reconciles {key} read-only (verifier read: {_label(how)}) -> {_outcome(outcome)}",
+            f"reconciles {key} read-only (verifier read: {_label(how)}) -> {describe_outcome(outcome)}",
             key,
+            heard,
         )
 
     @rule(key=st.sampled_from(KEYS))

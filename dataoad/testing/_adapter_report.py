@@ -10,10 +10,18 @@ import dataclasses
 import json
 from typing import Any
 
+from dataoad._receipt import ActionReceipt
+from dataoad._result import ActionResult
+from dataoad._status import ActionStatus
+
 __all__ = [
+    "FIXES",
     "INVARIANTS",
     "AdapterCheckReport",
     "AdapterViolation",
+    "describe_answer",
+    "describe_outcome",
+    "describe_receipt",
     "write_html",
     "write_json",
     "write_junit",
@@ -33,6 +41,71 @@ INVARIANTS: dict[str, str] = {
     "definitive-failure-only-when-nothing-committed": "perform raises DefinitiveFailure only "
     "when the call left no effect and nothing in flight",
 }
+
+
+#: What to change in the adapter when each invariant breaks.
+FIXES: dict[str, str] = {
+    "confirmed-only-with-the-effect": "answer confirmed only after reading the provider's own "
+    "record of the effect for this reference; never report a success nobody saw",
+    "failed-only-when-nothing-can-appear": "answer absent (retry-safe) only from a read proving "
+    "nothing is stored and nothing is in flight for the reference; raise DefinitiveFailure only "
+    "when the provider refused the request",
+    "at-most-one-effect-per-claim": "send the receipt's provider reference (and the attempt's "
+    "fencing token) with every request so the provider deduplicates; never retry inside perform",
+    "retry-safe-absence-only-when-final": "on a read error, a stale or partial read, or a request "
+    "that may still be in flight, answer unknown (or unhealthy), never absent with retry_safe=True",
+    "verifier-names-the-receipts-reference": "look the effect up by receipt.provider_reference "
+    "and return that same reference as verified_provider_reference",
+    "definitive-failure-only-when-nothing-committed": "raise DefinitiveFailure only for an answer "
+    "proving the provider did not act (a validation refusal); let timeouts, resets and server "
+    "errors propagate as they are",
+}
+
+
+def describe_answer(answer: object) -> str:
+    """A verifier's answer in words, as the checker saw it (for the trace)."""
+    from dataoad._status import VerificationHealth
+    from dataoad._verification import VerificationResult
+
+    if isinstance(answer, BaseException):
+        return f"raised {type(answer).__name__}: {str(answer)[:120]}"
+    if not isinstance(answer, VerificationResult):
+        return f"returned {type(answer).__name__}, not a VerificationResult"
+    absent = answer.outcome is ActionStatus.FAILED and answer.conclusive_absence
+    words = ["absent" if absent else answer.outcome.value.lower()]
+    if answer.retry_safe:
+        words.append("retry-safe")
+    if answer.health is not VerificationHealth.HEALTHY:
+        words.append(answer.health.value.lower())
+    if answer.verified_provider_reference is not None:
+        words.append(f"for {answer.verified_provider_reference}")
+    if answer.reason:
+        words.append(f"({answer.reason[:80]})")
+    return "answered " + " ".join(words)
+
+
+def describe_receipt(receipt: ActionReceipt | None) -> str:
+    """A receipt in a few words (claim state, outcome, attempts), for the trace."""
+    if receipt is None:
+        return "no claim"
+    final = "-" if receipt.final_status is None else receipt.final_status.value
+    return (
+        f"{receipt.claim_state.value}/{final}, {receipt.attempts} attempt"
+        f"{'s' if receipt.attempts != 1 else ''}"
+    )
+
+
+def describe_outcome(outcome: object) -> str:
+    """What a call returned or raised, in a few words, for the trace."""
+    if isinstance(outcome, ActionResult):
+        return (
+            f"{outcome.status.value}"
+            f"{' (replayed)' if outcome.replayed else ''}, execution="
+            f"{'-' if outcome.receipt.execution_status is None else outcome.receipt.execution_status.value}"
+        )
+    if isinstance(outcome, BaseException):
+        return f"raised {type(outcome).__name__}: {str(outcome)[:120]}"
+    return repr(outcome)
 
 
 class AdapterViolation(AssertionError):
@@ -74,9 +147,13 @@ class AdapterCheckReport:
         v = self.violation
         lines.append(f"VIOLATION of {v.invariant}: {INVARIANTS.get(v.invariant, '')}")
         lines.append(f"  {v.detail}")
+        if v.invariant in FIXES:
+            lines.append(f"What to fix: {FIXES[v.invariant]}")
         lines.append(f"Shrunk trace ({len(v.steps)} steps, found in {self.seconds:.1f} s):")
         for step in v.steps:
             lines.append(f"  {step['number']:>2}. {step['actor']}: {step['text']}")
+            if step.get("verifier"):
+                lines.append(f"      verifier: {step['verifier']}")
             if step.get("provider"):
                 lines.append(f"      provider: {step['provider']}")
             if step.get("ledger"):
@@ -95,6 +172,7 @@ class AdapterCheckReport:
             else {
                 "invariant": self.violation.invariant,
                 "meaning": INVARIANTS.get(self.violation.invariant, ""),
+                "fix": FIXES.get(self.violation.invariant, ""),
                 "detail": self.violation.detail,
                 "steps": self.violation.steps,
             },
@@ -143,10 +221,12 @@ def write_html(report: AdapterCheckReport, path: str) -> None:
         )
     else:
         broken = f"{violation.invariant}: {INVARIANTS.get(violation.invariant, '')}"
+        if violation.invariant in FIXES:
+            broken += f". What to fix: {FIXES[violation.invariant]}"
         steps = steps_from_adapter(violation.steps)
         summary = (
             f"A violation, found in {report.seconds:.1f} s; the shrunk trace has "
-            f"{len(steps)} steps. {violation.detail}"
+            f"{len(steps)} steps. {violation.detail[:1].upper()}{violation.detail[1:]}"
         )
     page = render_html(f"dataoad check {report.adapter}", steps, broken, summary)
     with open(path, "w", encoding="utf-8") as handle:

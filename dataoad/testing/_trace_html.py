@@ -12,6 +12,7 @@ from __future__ import annotations
 import dataclasses
 import html
 import re
+import textwrap
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
@@ -25,7 +26,9 @@ _FAULT_WORDS = re.compile(
     r"degraded|raise|declin|reject|gives up|broken|down|sandbox|staged|refus",
     re.I,
 )
-_LANE_WIDTH, _TOP, _ROW = 170, 96, 54
+_LANE_WIDTH, _TOP, _LINE = 150, 96, 14
+#: Steps are labelled, wrapped, right of the lanes; notes and replies wrap under arrows.
+_LABEL_WIDTH, _LABEL_CHARS, _NOTE_CHARS = 330, 46, 22
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -37,6 +40,8 @@ class TraceStep:
     text: str
     touches: Mapping[str, str] = dataclasses.field(default_factory=dict)
     fault: bool = False
+    #: What came back to the actor (drawn as a dashed reply), if the trace says.
+    reply: str | None = None
 
 
 def _is_fault(text: str) -> bool:
@@ -51,19 +56,24 @@ def steps_from_adapter(steps: Iterable[Mapping[str, Any]]) -> list[TraceStep]:
         touches: dict[str, str] = {}
         if step.get("provider"):
             touches["provider"] = str(step["provider"])
-        read = re.search(r"verifier read: ([^;)]+)", text)
-        if read:
-            touches["verifier"] = read.group(1)
+        if step.get("verifier"):
+            touches["verifier"] = str(step["verifier"])  # what it actually answered
+        else:
+            read = re.search(r"verifier read: ([^;)]+)", text)
+            if read:
+                touches["verifier"] = read.group(1)
         if step.get("ledger"):
             touches["ledger"] = str(step["ledger"])
         actor = str(step["actor"])
+        asked, arrow, answer = text.partition(" -> ")
         found.append(
             TraceStep(
                 int(step["number"]),
                 actor,
-                text,
+                asked if arrow else text,
                 touches,
-                fault=actor == "checker" or _is_fault(text.split("->")[0]),
+                fault=actor == "checker" or _is_fault(asked),
+                reply=answer if arrow else None,
             )
         )
     return found
@@ -89,15 +99,33 @@ def _lanes(steps: Sequence[TraceStep]) -> list[str]:
     return actors + list(SYSTEM_LANES)
 
 
-def _short(text: str, limit: int) -> str:
-    return text if len(text) <= limit else text[: limit - 1] + "\u2026"
+def _wrap(text: str, width: int) -> list[str]:
+    """``text`` in lines of at most ``width`` characters (long words split): never cut."""
+    return textwrap.wrap(text, width, break_long_words=True, break_on_hyphens=False) or [""]
+
+
+def _lines(x: int, y: int, lines: Sequence[str], css: str, anchor: str = "start") -> str:
+    e = html.escape
+    spans = "".join(
+        f'<tspan x="{x}" dy="{0 if i == 0 else _LINE}">{e(line)}</tspan>'
+        for i, line in enumerate(lines)
+    )
+    return f'<text x="{x}" y="{y}" class="{css}" text-anchor="{anchor}">{spans}</text>'
 
 
 def _svg(steps: Sequence[TraceStep]) -> str:
     lanes = _lanes(steps)
     x = {lane: 90 + i * _LANE_WIDTH for i, lane in enumerate(lanes)}
-    width = 90 + len(lanes) * _LANE_WIDTH
-    height = _TOP + len(steps) * _ROW + 30
+    width = 90 + len(lanes) * _LANE_WIDTH + _LABEL_WIDTH
+    # Each row is as tall as its longest wrapped text: the label, a note, the reply.
+    rows = []
+    for step in steps:
+        label = _wrap(f"{step.actor}: {step.text}", _LABEL_CHARS)
+        notes = {lane: _wrap(note, _NOTE_CHARS) for lane, note in step.touches.items()}
+        reply = _wrap(f"\u21a9 {step.reply}", _NOTE_CHARS * 2) if step.reply else []
+        tallest = max([len(label), *(len(n) + 1 for n in notes.values())])
+        rows.append((step, label, notes, reply, tallest * _LINE + len(reply) * _LINE + 34))
+    height = _TOP + sum(r[4] for r in rows) + 30
     e = html.escape
     parts = [
         f'<svg width="{width}" height="{height}" '
@@ -107,31 +135,42 @@ def _svg(steps: Sequence[TraceStep]) -> str:
         cx = x[lane]
         kind = "system" if lane in SYSTEM_LANES else "actor"
         parts.append(
-            f'<g class="lane {kind}"><rect x="{cx - 70}" y="20" width="140" height="34" rx="6"/>'
-            f'<text x="{cx}" y="42" class="lane-name">{e(_short(lane, 20))}</text>'
-            f'<line x1="{cx}" y1="54" x2="{cx}" y2="{height - 10}"/></g>'
+            f'<g class="lane {kind}"><rect x="{cx - 65}" y="20" width="130" height="34" rx="6"/>'
+            + _lines(cx, 42, _wrap(lane, 20)[:1], "lane-name", "middle")
+            + f'<line x1="{cx}" y1="54" x2="{cx}" y2="{height - 10}"/></g>'
         )
-    for row, step in enumerate(steps):
-        y = _TOP + row * _ROW
+    label_x = 90 + len(lanes) * _LANE_WIDTH - 40
+    y = _TOP
+    for step, label, notes, reply, row_height in rows:
         ax = x.get(step.actor, x["provider"])
         css = "step fault" if step.fault else "step"
         parts.append(f'<g class="{css}" data-step="{step.number}">')
         parts.append(f"<title>{step.number}. {e(step.actor)}: {e(step.text)}</title>")
-        for lane, note in step.touches.items():
+        answered_from = None
+        for lane, note in notes.items():
             tx = x[lane]
             if tx == ax:
                 continue
+            answered_from = answered_from or tx
             parts.append(
                 f'<line class="arrow" x1="{ax}" y1="{y}" x2="{tx}" y2="{y}" '
+                'marker-end="url(#head)"/>' + _lines(tx, y + 17, note, "note", "middle")
+            )
+        if reply:
+            ry = y + (max(len(n) for n in notes.values()) + 1) * _LINE + 10 if notes else y + 24
+            back_from = answered_from if answered_from is not None else ax + 60
+            parts.append(
+                f'<line class="reply" x1="{back_from}" y1="{ry}" x2="{ax}" y2="{ry}" '
                 'marker-end="url(#head)"/>'
-                f'<text x="{tx}" y="{y + 17}" class="note">{e(_short(note, 26))}</text>'
+                + _lines(min(back_from, ax) + 6, ry - 5, reply, "reply-text")
             )
         parts.append(
             f'<circle cx="{ax}" cy="{y}" r="13"/>'
             f'<text x="{ax}" y="{y + 4}" class="number">{step.number}</text>'
-            f'<text x="{ax + 18}" y="{y - 8}" class="label">{e(_short(step.text, 44))}</text>'
-            "</g>"
+            + _lines(label_x, y - 4, label, "label")
+            + "</g>"
         )
+        y += row_height
     parts.insert(
         1,
         '<defs><marker id="head" viewBox="0 0 10 10" refX="10" refY="5" markerWidth="7" '
@@ -156,6 +195,8 @@ h1 { font-size: 20px; margin: 0 0 4px; }
 .step .label { font-size: 12px; }
 .step.fault .label { fill: #a01818; }
 .arrow { stroke: #2b5ea7; stroke-width: 1.5; }
+.reply { stroke: #5a6b85; stroke-width: 1.2; stroke-dasharray: 5 3; }
+.reply-text { font-size: 11px; fill: #2f3b4f; }
 .step.fault .arrow { stroke: #c81e1e; }
 .note { font-size: 11px; text-anchor: middle; fill: #4a5568; }
 marker path { fill: #2b5ea7; }
@@ -175,6 +216,7 @@ def render_html(
     items = "".join(
         f'<li value="{s.number}" class="{"fault" if s.fault else ""}">'
         f"<b>{e(s.actor)}</b>: {e(s.text)}"
+        + (f" &rarr; {e(s.reply)}" if s.reply else "")
         + "".join(f"<br><small>{e(lane)}: {e(note)}</small>" for lane, note in s.touches.items())
         + "</li>"
         for s in steps
