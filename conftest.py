@@ -7,9 +7,30 @@ laptop and in CI.
 
 from __future__ import annotations
 
+import time
+from collections.abc import Iterator
+
 import pytest
 
 import stateful_tests.profiles  # noqa: F401  (registers and loads the Hypothesis profiles)
+from dataoad._in_flight import calls_in_flight
+
+#: How long a test's runner calls may take to wind down after it, in seconds.
+CALLS_WIND_DOWN = 10.0
+
+
+@pytest.fixture(autouse=True)
+def no_call_left_in_flight() -> Iterator[None]:
+    """Every test ends its runner calls: the process-wide count of calls in flight is
+    what the exit hook waits for, so a call left running would hold every later exit
+    (and the close machine's exit rule) for a minute."""
+    before = calls_in_flight.count
+    yield
+    deadline = time.monotonic() + CALLS_WIND_DOWN
+    while calls_in_flight.count > before and time.monotonic() < deadline:
+        time.sleep(0.01)
+    left = calls_in_flight.count - before
+    assert left <= 0, f"the test left {left} runner call(s) in flight"
 
 
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
