@@ -18,9 +18,11 @@ from dataoad._errors import (
     IdempotencyConflictError,
     InvalidArgumentError,
     InvalidRequestError,
+    LedgerClosedError,
     LedgerUnusableError,
     MissingExtraError,
     NothingInvokedError,
+    NotInStepError,
     OutcomeNotRecordedError,
     RecoveryRefusedError,
     ReservedMetadataError,
@@ -30,6 +32,7 @@ from dataoad._errors import (
 from dataoad._events import EventKind, RunnerEvent, RunnerObserver
 from dataoad._failure import DefinitiveFailure
 from dataoad._guard import guarded
+from dataoad._intent import intent_key
 from dataoad._ledger import LeasingLedger, Ledger, LifecycleLedger
 from dataoad._policy import RetryPolicy
 from dataoad._receipt import ActionReceipt, AttemptRecord
@@ -68,6 +71,7 @@ __all__ = [
     "GuardedTool",
     "ToolOutcome",
     "describe_result",
+    "intent_key",
     "run_tool",
     # observing the runner
     "RunnerObserver",
@@ -90,6 +94,7 @@ __all__ = [
     "ActionInProgressError",
     "IdempotencyConflictError",
     "ActionPersistenceError",
+    "NotInStepError",
     "NothingInvokedError",
     "OutcomeNotRecordedError",
     "UnresolvedActionError",
@@ -102,6 +107,7 @@ __all__ = [
     "LedgerFileError",
     "LedgerBusyError",
     "LedgerSchemaError",
+    "LedgerClosedError",
     "LedgerUnusableError",
     "MissingExtraError",
     "__version__",

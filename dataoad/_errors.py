@@ -10,6 +10,8 @@ if TYPE_CHECKING:
     from dataoad._status import ActionStatus
 
 __all__ = [
+    "LedgerClosedError",
+    "NotInStepError",
     "LedgerUnusableError",
     "MissingExtraError",
     "ActionInProgressError",
@@ -110,7 +112,28 @@ class ActionNotFoundError(DataoadError, LookupError):
 
 
 class UnresolvedActionError(DataoadError):
-    """``ActionResult.value`` was read for a FAILED or UNKNOWN result."""
+    """The action is not CONFIRMED: ``ActionResult.value`` was read for a FAILED or UNKNOWN
+    result, or an engine step's outcome is UNKNOWN. ``receipt`` says which and why (an
+    engine that carries only the id across a process, Temporal's, gives ``action_id``)."""
+
+    def __init__(
+        self, message: str, *, receipt: ActionReceipt | None = None, action_id: str | None = None
+    ) -> None:
+        super().__init__(message)
+        self.receipt = receipt
+        self._action_id = action_id
+
+    @property
+    def action_id(self) -> str | None:
+        """The unresolved action's id (None when it is not known)."""
+        return self._action_id if self.receipt is None else self.receipt.action_id
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        # Engines store a step's exception (DBOS pickles it) and raise it again.
+        return (
+            _rebuild,
+            (type(self), self.args, {"receipt": self.receipt, "action_id": self._action_id}),
+        )
 
 
 class ResultValueUnavailableError(DataoadError):
@@ -201,6 +224,15 @@ class ClaimFencedError(ActionPersistenceError):
 class LedgerUnusableError(DataoadError):
     """The ledger cannot be used as configured (not a ledger file, no schema yet, a newer
     schema); it was left unchanged and no statement of the call ran."""
+
+
+class NotInStepError(DataoadError, RuntimeError):
+    """An engine-guarded step ran where the engine gives it no identity (outside a workflow,
+    activity or graph task), so it has no stable key; nothing was recorded or invoked."""
+
+
+class LedgerClosedError(LedgerUnusableError):
+    """The ledger was closed; nothing was read or written. Open a new one."""
 
 
 class MissingExtraError(DataoadError, ImportError):

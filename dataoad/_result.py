@@ -62,7 +62,8 @@ class ActionResult(Generic[T]):
         if status is not ActionStatus.CONFIRMED:
             raise UnresolvedActionError(
                 f"action {self.receipt.action_id} is {status.value}; its value cannot be read "
-                "because the side effect is not confirmed"
+                "because the side effect is not confirmed",
+                receipt=self.receipt,
             )
         if self._value is MISSING:
             raise ResultValueUnavailableError(

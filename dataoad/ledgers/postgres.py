@@ -35,7 +35,7 @@ from types import TracebackType
 from typing import Any, Final, cast
 
 from dataoad._clock import LedgerClock
-from dataoad._errors import DataoadError, InvalidArgumentError, MissingExtraError
+from dataoad._errors import InvalidArgumentError, LedgerClosedError, MissingExtraError
 from dataoad._ledger_rules import check_ledger_clock
 from dataoad._lifecycle import DEFAULT_PRUNE_STATUSES
 from dataoad._receipt import ActionReceipt
@@ -187,7 +187,7 @@ class PostgresLedger:
 
     async def _raw_pool(self) -> Any:
         if self._closed:
-            raise DataoadError(f"{self!r} is closed")
+            raise LedgerClosedError(f"{self!r} is closed")
         if self._pool is not None:
             return self._pool
         if self._open_lock is None:

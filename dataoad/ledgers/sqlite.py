@@ -37,7 +37,7 @@ from typing import Any, Final, Literal
 import aiosqlite
 
 from dataoad._clock import LedgerClock
-from dataoad._errors import DataoadError, InvalidArgumentError
+from dataoad._errors import InvalidArgumentError, LedgerClosedError
 from dataoad._ledger_rules import check_ledger_clock
 from dataoad._lifecycle import DEFAULT_PRUNE_STATUSES
 from dataoad._receipt import ActionReceipt
@@ -160,7 +160,7 @@ class SQLiteLedger:
         if self._conn is not None:
             return self._conn
         if self._closed:
-            raise DataoadError(f"{self!r} is closed")
+            raise LedgerClosedError(f"{self!r} is closed")
         if self._open_lock is None:
             self._open_lock = asyncio.Lock()
         async with self._open_lock:

@@ -1,0 +1,78 @@
+"""Run one crash scenario: a worker killed at a point, then a new worker's recovery.
+
+Both are real processes (``python -m <worker> CONFIG start|recover``); the
+first gets ``DATAOAD_CRASH_AT``. The charges are read from the provider's
+file afterwards, so what the test sees is what a customer's card saw.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+from tests.engines.payments_file import FilePayments
+
+__all__ = ["CrashRun", "run_crash"]
+
+#: Longest a worker may take (imports, engine start, a lease to run out).
+WORKER_TIMEOUT = 120.0
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@dataclasses.dataclass(frozen=True)
+class CrashRun:
+    """What one scenario did: the first worker's end, the recovered outcome, the charges."""
+
+    point: str
+    first_returncode: int
+    outcome: dict[str, Any]
+    charges: list[tuple[str, str, int]]
+
+    @property
+    def killed(self) -> bool:
+        """Whether the first worker died by SIGKILL (it reached its crash point)."""
+        return self.first_returncode == -signal.SIGKILL
+
+
+def _worker(
+    module: str, config: Path, phase: str, env: dict[str, str]
+) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", module, str(config), phase],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=WORKER_TIMEOUT,
+        check=False,
+    )
+
+
+def run_crash(module: str, folder: Path, point: str, **config: Any) -> CrashRun:
+    """Start the workflow in ``module`` dying at ``point``, recover it, count the charges."""
+    settings = {
+        "payments": str(folder / "payments.sqlite3"),
+        "ledger": str(folder / "ledger.sqlite3"),
+        "lease": 1.0,
+        "workflow_id": "checkout-1",
+        "order": "o-1",
+        **config,
+    }
+    path = folder / "config.json"
+    path.write_text(json.dumps(settings))
+    env = {k: v for k, v in os.environ.items() if k != "DATAOAD_CRASH_AT"}
+    first = _worker(module, path, "start", {**env, "DATAOAD_CRASH_AT": point})
+    second = _worker(module, path, "recover", env)
+    if second.returncode != 0 or not second.stdout.strip():
+        raise AssertionError(
+            f"the recovering worker failed ({second.returncode}):\n{second.stderr[-4000:]}\n"
+            f"(the first worker: {first.returncode}, {first.stderr[-2000:]})"
+        )
+    outcome = json.loads(second.stdout.strip().splitlines()[-1])
+    return CrashRun(point, first.returncode, outcome, FilePayments(settings["payments"]).charges())

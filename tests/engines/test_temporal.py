@@ -1,0 +1,259 @@
+"""Temporal (the real ``temporalio``): a guarded activity under Temporal's own retries,
+through ``temporalio.testing.ActivityEnvironment`` (no server needed), in one process and
+across a killed worker."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+from temporalio import activity
+from temporalio.exceptions import ApplicationError
+from temporalio.testing import ActivityEnvironment
+
+from dataoad import (
+    ActionRunner,
+    DefinitiveFailure,
+    InMemoryLedger,
+    InvalidArgumentError,
+    NotInStepError,
+    SyncActionRunner,
+    UnresolvedActionError,
+    VerificationResult,
+)
+from dataoad.integrations.temporal import (
+    FAILED_TYPE,
+    UNRESOLVED_TYPE,
+    activity_key,
+    guarded_activity,
+    unresolved,
+)
+from tests.engines.crash_harness import run_crash
+from tests.engines.crash_points import POINTS
+from tests.engines.ledger_view import stored_receipts
+
+WORKER = "tests.engines.temporal_worker"
+
+
+def environment(attempt: int = 1, **info: Any) -> ActivityEnvironment:
+    """An activity environment for attempt ``attempt`` of activity 1 of workflow wf-1."""
+    env = ActivityEnvironment()
+    fields = {"workflow_id": "wf-1", "activity_id": "1", "attempt": attempt, **info}
+    env.info = dataclasses.replace(env.info, **fields)
+    return env
+
+
+async def test_the_key_is_the_same_on_every_attempt_and_differs_per_activity() -> None:
+    @activity.defn
+    async def key() -> str:
+        return activity_key()
+
+    keys = [await environment(attempt).run(key) for attempt in (1, 2, 7)]
+    assert keys == ["temporal:default:wf-1:1"] * 3
+    others = {
+        await environment(activity_id="2").run(key),
+        await environment(workflow_id="wf-2").run(key),
+        await environment(namespace="prod").run(key),
+        await environment(workflow_run_id="another-run").run(key),
+    }
+    assert others == {
+        "temporal:default:wf-1:2",
+        "temporal:default:wf-2:1",
+        "temporal:prod:wf-1:1",
+        "temporal:default:wf-1:1",  # a new run of the same workflow is the same intent
+    }
+
+
+async def test_outside_an_activity_nothing_is_recorded_or_invoked() -> None:
+    ledger = InMemoryLedger()
+    calls: list[int] = []
+
+    @guarded_activity(ActionRunner(ledger), "charge", request={"order": "o1"})
+    async def charge() -> str:
+        calls.append(1)
+        return "ch"
+
+    with pytest.raises(NotInStepError, match="no Temporal activity is running"):
+        await charge()
+    with pytest.raises(NotInStepError):
+        activity_key()
+    assert calls == []
+    assert ledger.snapshot() == []
+
+
+async def test_an_ambiguous_attempt_is_not_retried_and_a_retry_anyway_charges_nothing() -> None:
+    ledger = InMemoryLedger()
+    charges: list[str] = []
+
+    @guarded_activity(ActionRunner(ledger), "charge", request={"order": "o1"})
+    async def charge() -> str:
+        charges.append("ch")
+        raise ConnectionResetError("reset after the provider committed")
+
+    errors = []
+    for attempt in (1, 2, 3):  # Temporal would stop at 1; a heartbeat timeout retries anyway
+        with pytest.raises(ApplicationError) as info:
+            await environment(attempt).run(charge)
+        errors.append(info.value)
+    assert charges == ["ch"]
+    assert all(e.type == UNRESOLVED_TYPE and e.non_retryable for e in errors)
+    (receipt,) = ledger.snapshot()
+    assert errors[0].details[0]["action_id"] == receipt.action_id
+    assert errors[0].details[0]["status"] == "UNKNOWN"
+    # In the workflow, the failure turns back into UnresolvedActionError.
+    wrapped = RuntimeError("activity failed")
+    wrapped.__cause__ = errors[0]
+    error = unresolved(wrapped)
+    assert isinstance(error, UnresolvedActionError)
+    assert error.action_id == receipt.action_id
+    assert unresolved(RuntimeError("something else")) is None
+
+
+class LaggingPayments:
+    """Charges in memory; its read path is behind at the first look only."""
+
+    def __init__(self) -> None:
+        self.charges = 0
+        self.looks = 0
+
+    def charge(self) -> None:
+        self.charges += 1
+
+    def verify(self, receipt: Any) -> VerificationResult:
+        self.looks += 1
+        if self.looks == 1:
+            return VerificationResult.unknown(reason="the read replica is behind")
+        return VerificationResult.confirmed(verified_provider_reference="order-o1")
+
+
+async def test_a_retry_after_an_unknown_settles_it_read_only_with_the_verifier() -> None:
+    ledger = InMemoryLedger()
+    payments = LaggingPayments()
+
+    @guarded_activity(
+        ActionRunner(ledger),
+        "charge",
+        request={"order": "o1"},
+        provider_reference="order-o1",
+        verifier=payments.verify,
+    )
+    async def charge() -> str:
+        payments.charge()
+        raise TimeoutError("the response was lost")
+
+    with pytest.raises(ApplicationError) as info:
+        await environment(1).run(charge)
+    assert info.value.type == UNRESOLVED_TYPE
+    assert await environment(2).run(charge) is None  # verified, not charged again
+    assert payments.charges == 1
+    (receipt,) = ledger.snapshot()
+    assert receipt.final_status.value == "CONFIRMED"
+
+
+async def test_an_attempt_overlapping_a_timed_out_one_waits_and_replays() -> None:
+    ledger = InMemoryLedger()
+    started = asyncio.Event()
+    gate = asyncio.Event()
+    charges: list[int] = []
+
+    @guarded_activity(ActionRunner(ledger), "charge", request={"order": "o1"})
+    async def charge() -> str:
+        charges.append(1)
+        started.set()
+        await gate.wait()
+        return "ch_1"
+
+    first = asyncio.create_task(environment(1).run(charge))
+    await started.wait()
+    # Past its start-to-close timeout, Temporal starts attempt 2 while 1 still runs.
+    second = asyncio.create_task(environment(2).run(charge))
+    await asyncio.sleep(0.05)
+    assert not second.done()
+    gate.set()
+    assert await first == "ch_1"
+    assert await second is None  # a replay: CONFIRMED, its value not stored
+    assert charges == [1]
+
+
+async def test_failed_and_bad_arguments_are_not_retryable() -> None:
+    runner = ActionRunner(InMemoryLedger())
+
+    @guarded_activity(runner, "charge", request={"order": "o1"})
+    async def declined() -> str:
+        raise DefinitiveFailure("card declined")
+
+    @guarded_activity(runner, "refund", request=lambda amount: {"amount": amount})
+    async def refund(amount: object) -> str:
+        raise AssertionError("never called")
+
+    with pytest.raises(ApplicationError) as info:
+        await environment().run(declined)
+    assert info.value.type == FAILED_TYPE
+    assert info.value.non_retryable
+    assert "card declined" in str(info.value)
+    with pytest.raises(ApplicationError) as info:
+        await environment(activity_id="2").run(refund, float("inf"))
+    assert info.value.type == "InvalidRequestError"
+    assert info.value.non_retryable
+
+
+def test_bad_options_are_refused_when_decorating() -> None:
+    sync_runner = SyncActionRunner(InMemoryLedger())
+    try:
+        with pytest.raises(InvalidArgumentError, match="must be an ActionRunner"):
+            guarded_activity(sync_runner, "charge", request={})
+    finally:
+        sync_runner.close()
+    decorate = guarded_activity(ActionRunner(InMemoryLedger()), "charge", request={})
+    with pytest.raises(InvalidArgumentError, match="is not async"):
+        decorate(lambda: "ch")  # type: ignore[arg-type,return-value]
+
+
+@pytest.mark.parametrize(
+    ("point", "verifier"),
+    [
+        pytest.param(
+            p,
+            v,
+            marks=[] if (p, v) == ("after_commit", True) else [pytest.mark.slow],
+            id=f"{p}-{'verifier' if v else 'no-verifier'}",
+        )
+        for p in POINTS
+        for v in (True, False)
+    ],
+)
+def test_worker_killed_then_temporal_retries_the_activity(
+    tmp_path: Path, point: str, verifier: bool
+) -> None:
+    run = run_crash(WORKER, tmp_path, point, mode="guarded", verifier=verifier)
+    assert run.killed, f"the worker never reached {point}"
+    assert len(run.charges) <= 1, run.charges
+    (receipt,) = stored_receipts(tmp_path / "ledger.sqlite3")
+    assert receipt.idempotency_key == "temporal:default:checkout-1:1"
+    assert not receipt.is_pending
+    status = receipt.final_status.value
+    if verifier or point in ("before_claim", "after_outcome"):
+        assert run.outcome["outcome"] == "returned"
+        assert status == "CONFIRMED"
+        assert len(run.charges) == 1
+    else:
+        assert run.outcome["type"] == UNRESOLVED_TYPE
+        assert run.outcome["non_retryable"]
+        assert run.outcome["details"]["status"] == status == "UNKNOWN"
+
+
+def test_without_dataoad_temporal_s_retry_charges_twice(
+    tmp_path: Path, record_property: Callable[[str, object], None]
+) -> None:
+    run = run_crash(WORKER, tmp_path, "after_commit", mode="plain", verifier=False)
+    assert run.killed
+    assert len(run.charges) == 2, run.charges
+    record_property(
+        "without_dataoad",
+        f"Temporal, plain activity, worker killed after the provider committed, attempt 2: "
+        f"{len(run.charges)} charges for one order",
+    )
