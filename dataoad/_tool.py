@@ -28,6 +28,7 @@ from dataoad._errors import (
     InvalidArgumentError,
 )
 from dataoad._policy import RetryPolicy
+from dataoad._receipt import ActionReceipt
 from dataoad._result import ActionResult
 from dataoad._runner import ActionRunner
 from dataoad._status import ActionStatus
@@ -50,6 +51,8 @@ class ToolOutcome:
     replayed: bool = False
     #: The operation's return value, only for a fresh CONFIRMED result.
     value: Any = None
+    #: The receipt the outcome was read from, when there is one.
+    receipt: ActionReceipt | None = dataclasses.field(default=None, repr=False, compare=False)
 
     def __str__(self) -> str:
         return self.message
@@ -81,6 +84,7 @@ def describe_result(
                 "repeat it. Do not call again for the same request.",
                 receipt.action_id,
                 replayed=True,
+                receipt=receipt,
             )
         value = result.value if result.value_available else None
         shown = f" Result: {_render_value(value)}" if result.value_available else ""
@@ -89,6 +93,7 @@ def describe_result(
             f"CONFIRMED: {action} happened ({ref}).{shown}",
             receipt.action_id,
             value=value,
+            receipt=receipt,
         )
     if result.status is ActionStatus.FAILED:
         reason = f" Reason: {receipt.error}." if receipt.error else ""
@@ -99,6 +104,7 @@ def describe_result(
             "this same answer.",
             receipt.action_id,
             replayed=result.replayed,
+            receipt=receipt,
         )
     checked = (
         "It will be verified read-only; tell the user the outcome is being checked."
@@ -112,6 +118,7 @@ def describe_result(
         f"NOT call this tool again for the same request: that could do it twice. {checked}",
         receipt.action_id,
         replayed=result.replayed,
+        receipt=receipt,
     )
 
 
@@ -126,6 +133,7 @@ def describe_error(exc: Exception, action: str) -> ToolOutcome:
             f"IN PROGRESS: {action} is already running for this request{ref}. Do NOT call "
             "again; its outcome will be recorded and can be checked later.",
             action_id,
+            receipt=receipt,
         )
     if isinstance(exc, IdempotencyConflictError):
         return ToolOutcome(
@@ -133,6 +141,7 @@ def describe_error(exc: Exception, action: str) -> ToolOutcome:
             f"CONFLICT: this request's key was already used for a different request{ref}. "
             "Nothing was done. Check the arguments; do not reuse the key for another request.",
             action_id,
+            receipt=receipt,
         )
     # The receipt the error carries is evidence too: a claim that counted an
     # attempt may have done it, whichever call this was (a replay's read-only
@@ -146,6 +155,7 @@ def describe_error(exc: Exception, action: str) -> ToolOutcome:
             "not be recorded or checked. Do NOT call this tool again for the same request; "
             "that could do it twice. An operator must check it.",
             action_id,
+            receipt=receipt,
         )
     if isinstance(exc, ActionPersistenceError):
         return ToolOutcome(
@@ -153,6 +163,7 @@ def describe_error(exc: Exception, action: str) -> ToolOutcome:
             f"NOT ATTEMPTED: {action} was not run, because it could not be recorded safely"
             f"{ref}. Nothing was changed; it may be tried again later.",
             action_id,
+            receipt=receipt,
         )
     raise exc
 
@@ -197,11 +208,13 @@ class GuardedTool:
 
     ``idempotency_key`` and ``request`` (and ``provider_reference``) receive
     the tool's keyword arguments. Framework adapters build on this.
+    ``idempotency_key=None`` is for a framework that knows where the call
+    runs (LangGraph: the thread and task); the others refuse it.
     """
 
     runner: ActionRunner
     action_name: str
-    idempotency_key: Callable[..., str]
+    idempotency_key: Callable[..., str] | None
     request: Callable[..., dict[str, Any]]
     provider_reference: Callable[..., str | None] | None = None
     verifier: AnyVerifier | None = None
@@ -216,22 +229,52 @@ class GuardedTool:
                 f"runner must be an ActionRunner, not {type(self.runner).__name__}: framework "
                 "tools are awaited (a SyncActionRunner is for sync code, with @guarded)"
             )
-        for name in ("idempotency_key", "request"):
-            if not callable(getattr(self, name)):
-                raise InvalidArgumentError(f"{name} must be a callable of the tool's arguments")
+        if not callable(self.request):
+            raise InvalidArgumentError("request must be a callable of the tool's arguments")
+        if self.idempotency_key is not None and not callable(self.idempotency_key):
+            raise InvalidArgumentError(
+                "idempotency_key must be a callable of the tool's arguments (or None where the "
+                "framework derives it)"
+            )
         if self.provider_reference is not None and not callable(self.provider_reference):
             raise InvalidArgumentError("provider_reference must be a callable or None")
 
-    async def call(self, fn: Callable[..., Any], arguments: Mapping[str, Any]) -> ToolOutcome:
-        """Run ``fn(**arguments)`` under the runner and describe the outcome."""
+    def key_function(self, framework: str) -> Callable[..., str]:
+        """The key callable; a framework that derives no key of its own refuses None."""
+        if self.idempotency_key is None:
+            raise InvalidArgumentError(
+                f"{framework} tools need an idempotency_key: a callable of the tool's "
+                "arguments that names the business intent (an order id, or "
+                "dataoad.intent_key(scope, action, request)), never the model's call id"
+            )
+        return self.idempotency_key
+
+    async def call(
+        self,
+        fn: Callable[..., Any],
+        arguments: Mapping[str, Any],
+        *,
+        default_key: Callable[[dict[str, Any]], str] | None = None,
+    ) -> ToolOutcome:
+        """Run ``fn(**arguments)`` under the runner and describe the outcome.
+
+        ``default_key(request)`` gives the key when ``idempotency_key`` is None.
+        """
         kwargs = dict(arguments)
+        request = self.request(**kwargs)
+        if self.idempotency_key is not None:
+            key = self.idempotency_key(**kwargs)
+        elif default_key is not None:
+            key = default_key(request)
+        else:
+            key = self.key_function("framework")(**kwargs)
         return await run_tool(
             self.runner,
             self.action_name,
             # A partial, not a lambda: an async tool then runs on the loop directly.
             functools.partial(fn, **kwargs),
-            request=self.request(**kwargs),
-            idempotency_key=self.idempotency_key(**kwargs),
+            request=request,
+            idempotency_key=key,
             provider_reference=None
             if self.provider_reference is None
             else self.provider_reference(**kwargs),

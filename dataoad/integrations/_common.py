@@ -6,10 +6,12 @@ import functools
 import importlib
 import inspect
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import Any, TypeVar
 
 from dataoad._tool import GuardedTool
 from dataoad.ledgers.postgres import MissingExtraError
+
+T = TypeVar("T")
 
 
 def require(module: str, extra: str) -> Any:
@@ -20,27 +22,47 @@ def require(module: str, extra: str) -> Any:
         raise MissingExtraError.for_extra("this adapter", module, extra) from exc
 
 
-def tool_function(guard: GuardedTool, fn: Callable[..., Any]) -> Callable[..., Awaitable[str]]:
+def tool_function(
+    guard: GuardedTool,
+    fn: Callable[..., Any],
+    *,
+    framework: str = "this framework's",
+    default_key: Callable[[dict[str, Any]], str] | None = None,
+) -> Callable[..., Awaitable[str]]:
     """An async function with ``fn``'s name, docstring and parameters that returns the message.
 
     Frameworks build the tool's schema from the signature, so it must be
     ``fn``'s own; the return annotation becomes ``str`` (what the model reads).
+    Without ``default_key`` the guard must name its own key.
     """
+    if default_key is None:
+        guard.key_function(framework)
+    signature = tool_signature(fn)
+
+    @functools.wraps(fn)
+    async def tool(*args: Any, **kwargs: Any) -> str:
+        bound = signature.bind(*args, **kwargs)
+        bound.apply_defaults()
+        outcome = await guard.call(fn, bound.arguments, default_key=default_key)
+        return outcome.message
+
+    return with_signature(tool, fn, signature)
+
+
+def tool_signature(fn: Callable[..., Any]) -> inspect.Signature:
+    """``fn``'s signature; refused unless every parameter can be passed by keyword."""
     signature = inspect.signature(fn)
     if any(
         p.kind in (inspect.Parameter.VAR_POSITIONAL, inspect.Parameter.POSITIONAL_ONLY)
         for p in signature.parameters.values()
     ):
         raise TypeError("a guarded tool takes keyword-compatible parameters only")
+    return signature
 
-    @functools.wraps(fn)
-    async def tool(*args: Any, **kwargs: Any) -> str:
-        bound = signature.bind(*args, **kwargs)
-        bound.apply_defaults()
-        outcome = await guard.call(fn, bound.arguments)
-        return outcome.message
 
+def with_signature(tool: T, fn: Callable[..., Any], signature: inspect.Signature) -> T:
+    """``tool`` showing ``fn``'s parameters and a ``str`` result (what the model reads)."""
     tool.__signature__ = signature.replace(return_annotation=str)  # type: ignore[attr-defined]
     tool.__annotations__ = {**getattr(fn, "__annotations__", {}), "return": str}
-    del tool.__wrapped__  # frameworks must see this function's signature, not fn's
+    del tool.__wrapped__  # type: ignore[attr-defined]  # frameworks must see this signature
     return tool

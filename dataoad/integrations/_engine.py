@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import functools
 import hashlib
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from typing import Any, Final, TypeAlias
 
 import rfc8785
@@ -132,14 +132,14 @@ class EngineStep:
                 "is an async function (ActionRunner awaits it on the step's event loop)"
             )
 
-    async def run(
+    async def execute(
         self,
         key: str,
-        fn: Callable[..., Awaitable[Any]],
+        fn: Callable[..., Any],
         args: tuple[Any, ...],
         kwargs: dict[str, Any],
     ) -> ActionResult[Any]:
-        """Execute ``fn(*args, **kwargs)`` under ``key``; an UNKNOWN outcome is raised."""
+        """``runner.execute`` of ``fn(*args, **kwargs)`` under ``key``, whatever the outcome."""
         spec: Any = self.request
         request: dict[str, Any] = spec(*args, **kwargs) if callable(spec) else spec
         given: Any = self.provider_reference
@@ -154,6 +154,17 @@ class EngineStep:
             policy=self.policy,
             wait_in_progress=self.wait_in_progress,
         )
+        return result
+
+    async def run(
+        self,
+        key: str,
+        fn: Callable[..., Any],
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+    ) -> ActionResult[Any]:
+        """Execute ``fn(*args, **kwargs)`` under ``key``; an UNKNOWN outcome is raised."""
+        result = await self.execute(key, fn, args, kwargs)
         if result.status is ActionStatus.UNKNOWN:
             raise unresolved(result, self.engine)
         return result

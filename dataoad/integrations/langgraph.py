@@ -1,35 +1,128 @@
 """LangGraph: a guarded tool for ``ToolNode`` and a guarded node. Needs ``dataoad[langgraph]``.
 
-LangGraph re-runs a whole node after an interrupt is resumed, and again
-under a node ``RetryPolicy``; a side effect inside the node would repeat.
-Inside ``guarded_node`` (or a ``guarded_tool`` run by ``ToolNode``) the
-re-run finds the stored receipt and replays it instead of acting again.
+LangGraph runs a node again from its start: when a run is resumed from a
+checkpoint (after an interrupt, or after the process died), and under a
+node ``RetryPolicy``. A side effect inside the node would repeat. Inside
+``guarded_node`` (or a ``guarded_tool`` run by ``ToolNode``) the re-run
+finds the stored receipt and replays it instead of acting again.
+
+Both work under ``invoke``/``stream`` and ``ainvoke``/``astream``, with a
+sync or an async function. A sync call runs the runner on Dataoad's own
+event loop thread (``_bridge``), so it never needs one of the caller's.
+
+A node's default key is ``task_key()``: the thread and the task's place in
+the run (its step and path), which LangGraph gives the task again when it
+re-executes it from a checkpoint, whether or not the last checkpoint before
+the crash was written (``durability="async"``, the default, may lose it; the
+graph then re-runs from the one before, through the same steps). A task's
+``checkpoint_ns`` id is not used: it changes when that happens. Resume with
+``invoke(None, config)``: sending the input again on a thread that has a
+checkpoint starts a new run, whose tasks are new. A tool's default key is
+``thread_intent_key``: the request within the thread, so a model that asks
+again for the same thing replays, whichever turn it asks in.
 """
 
 from __future__ import annotations
 
 import functools
 import inspect
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from typing import Any
 
+from dataoad._bridge import run_blocking
+from dataoad._errors import NotInStepError, UnresolvedActionError
+from dataoad._intent import intent_key
 from dataoad._policy import RetryPolicy
 from dataoad._runner import ActionRunner
-from dataoad._tool import GuardedTool, run_tool
+from dataoad._tool import GuardedTool, describe_result
 from dataoad._verification import AnyVerifier
-from dataoad.integrations._common import require, tool_function
+from dataoad.integrations._common import require, tool_function, tool_signature, with_signature
+from dataoad.integrations._engine import LEASE_WAIT, EngineStep, engine_key
 
 _tools = require("langchain_core.tools", "langgraph")
+_runnables = require("langchain_core.runnables", "langgraph")
+_config = require("langgraph.config", "langgraph")
 
-__all__ = ["guarded_node", "guarded_tool"]
+__all__ = ["GuardedNode", "guarded_node", "guarded_tool", "task_key", "thread_intent_key"]
+
+
+def _graph_config() -> tuple[str, dict[str, Any]]:
+    """The running graph's thread id and the task's metadata; NotInStepError without them."""
+    try:
+        config = _config.get_config()
+    except RuntimeError:
+        config = None
+    if not config:
+        raise NotInStepError(
+            "no LangGraph task is running: the default key comes from the graph's thread and "
+            "task; call this inside a node, or pass idempotency_key. Nothing was recorded"
+        )
+    thread = (config.get("configurable") or {}).get("thread_id")
+    if thread is None:
+        raise NotInStepError(
+            "this graph run has no thread_id (no checkpointer): a re-run would be a new run, so "
+            "there is no stable default key; compile with a checkpointer and pass a thread_id, "
+            "or pass idempotency_key. Nothing was recorded"
+        )
+    return str(thread), dict(config.get("metadata") or {})
+
+
+def task_key() -> str:
+    """The running LangGraph task's key: ``langgraph:<thread>:<step>:<path>``.
+
+    Raises ``NotInStepError`` outside a graph run, in a graph without a
+    checkpointer (no thread: a re-run is a new run), and inside a subgraph
+    (whose place depends on its parent task's id): pass an explicit key there.
+    """
+    thread, metadata = _graph_config()
+    namespace = str(metadata.get("langgraph_checkpoint_ns") or "")
+    if "|" in namespace:
+        raise NotInStepError(
+            "inside a subgraph the task's place depends on its parent task's id, which changes "
+            "when a lost checkpoint is re-run: pass idempotency_key (for example "
+            "dataoad.intent_key(thread, action, request)). Nothing was recorded"
+        )
+    step = metadata.get("langgraph_step")
+    path = metadata.get("langgraph_path")
+    if step is None or not path:
+        raise NotInStepError("LangGraph gave this task no step and path; pass idempotency_key")
+    return engine_key("langgraph", thread, str(step), "/".join(str(p) for p in path))
+
+
+def thread_intent_key(action_name: str, request: dict[str, Any]) -> str:
+    """A tool call's default key: ``intent_key("langgraph:<thread>", action, request)``.
+
+    A model that asks again for the same thing in the same conversation (a
+    new tool-call id, a later turn, a re-run after a crash) gets a replay.
+    """
+    thread, _ = _graph_config()
+    return intent_key(engine_key("langgraph", thread), action_name, request)
 
 
 def guarded_tool(fn: Callable[..., Any], guard: GuardedTool, *, name: str | None = None) -> Any:
-    """A LangChain ``StructuredTool`` (for ``ToolNode``) running ``fn`` under ``guard``."""
-    tool = tool_function(guard, fn)
+    """A LangChain ``StructuredTool`` (for ``ToolNode``) running ``fn`` under ``guard``.
+
+    Sync and async both: ``invoke`` and ``ainvoke`` of the graph. Without an
+    ``idempotency_key`` in ``guard`` the key is ``thread_intent_key``: the
+    same request in the same thread (conversation) replays.
+    """
+    action_name = guard.action_name
+
+    def default_key(request: dict[str, Any]) -> str:
+        return thread_intent_key(action_name, request)
+
+    coroutine = tool_function(guard, fn, framework="LangGraph", default_key=default_key)
+    signature = tool_signature(fn)
+    label = name or fn.__name__
+
+    @functools.wraps(fn)
+    def sync_tool(*args: Any, **kwargs: Any) -> str:
+        return run_blocking(lambda: coroutine(*args, **kwargs), caller=f"tool {label!r}")
+
     return _tools.StructuredTool.from_function(
-        coroutine=tool,
-        name=name or fn.__name__,
+        func=with_signature(sync_tool, fn, signature),
+        coroutine=coroutine,
+        name=label,
         description=inspect.getdoc(fn) or fn.__name__,
     )
 
@@ -39,31 +132,45 @@ def guarded_node(
     *,
     runner: ActionRunner,
     action_name: str,
-    idempotency_key: Callable[[Any], str],
     request: Callable[[Any], dict[str, Any]],
+    idempotency_key: Callable[[Any], str] | None = None,
     provider_reference: Callable[[Any], str | None] | None = None,
     verifier: AnyVerifier | None = None,
     policy: RetryPolicy | None = None,
     output_key: str = "dataoad",
-) -> Callable[[Any], Awaitable[dict[str, Any]]]:
-    """A graph node running ``operation(state)`` under ``runner``.
+    wait_in_progress: float | str | None = LEASE_WAIT,
+) -> Any:
+    """A graph node (a LangChain ``Runnable``) running ``operation(state)`` under ``runner``.
 
-    The key, request and reference are derived from the state by the given
-    callables; the node's update is ``{output_key: {"status", "message",
-    "action_id", "replayed"}}``.
+    ``operation`` may be sync or async; the graph may be run with ``invoke``
+    or ``ainvoke`` (and their streams). The key is ``idempotency_key(state)``
+    or, by default, ``task_key()``; request and reference are derived from
+    the state. The node's update is ``{output_key: {"status", "message",
+    "action_id", "replayed"}}`` for CONFIRMED and FAILED; an UNKNOWN outcome
+    raises ``UnresolvedActionError`` with the receipt (add it to a node
+    ``RetryPolicy``'s exclusions: a retry only replays it). A claim another
+    run holds is waited for (``wait_in_progress``, by default long enough for
+    a dead worker's lease to run out), then ``ActionInProgressError``; a
+    conflict or a ledger that cannot be written raises as from ``execute``.
+    Inside another node, ``await node(state)`` or ``node.invoke(state)``.
     """
+    step = EngineStep(
+        "LangGraph",
+        runner,
+        action_name,
+        request=request,
+        provider_reference=provider_reference,
+        verifier=verifier,
+        policy=policy,
+        wait_in_progress=wait_in_progress,
+    )
 
     async def node(state: Any) -> dict[str, Any]:
-        outcome = await run_tool(
-            runner,
-            action_name,
-            functools.partial(operation, state),
-            request=request(state),
-            idempotency_key=idempotency_key(state),
-            provider_reference=None if provider_reference is None else provider_reference(state),
-            verifier=verifier,
-            policy=policy,
-        )
+        key = task_key() if idempotency_key is None else idempotency_key(state)
+        result = await step.execute(key, operation, (state,), {})
+        outcome = describe_result(result, action_name, verifier_set=verifier is not None)
+        if outcome.status == "UNKNOWN":
+            raise UnresolvedActionError(outcome.message, receipt=result.receipt)
         return {
             output_key: {
                 "status": outcome.status,
@@ -73,5 +180,17 @@ def guarded_node(
             }
         }
 
-    node.__name__ = action_name
-    return node
+    def sync_node(state: Any) -> dict[str, Any]:
+        return run_blocking(lambda: node(state), caller=f"node {action_name!r}")
+
+    return GuardedNode(sync_node, afunc=node, name=action_name)
+
+
+_RunnableLambda: Any = _runnables.RunnableLambda
+
+
+class GuardedNode(_RunnableLambda):  # type: ignore[misc]
+    """A node runnable both ways by LangGraph; ``await node(state)`` still works (v0.2)."""
+
+    async def __call__(self, state: Any) -> Any:
+        return await self.ainvoke(state)

@@ -31,7 +31,7 @@ def add_guarded_tool(
     if not callable(getattr(server, "add_tool", None)):
         raise TypeError("server must be an MCP SDK server with add_tool (MCPServer or FastMCP)")
     server.add_tool(
-        tool_function(guard, fn),
+        tool_function(guard, fn, framework="MCP"),
         name=name or fn.__name__,
         description=inspect.getdoc(fn) or fn.__name__,
     )

@@ -21,4 +21,6 @@ def guarded_function_tool(
     fn: Callable[..., Any], guard: GuardedTool, *, name: str | None = None
 ) -> Any:
     """A ``FunctionTool`` running ``fn`` under ``guard``; the model reads the evidence message."""
-    return _agents.function_tool(tool_function(guard, fn), name_override=name)
+    return _agents.function_tool(
+        tool_function(guard, fn, framework="OpenAI Agents"), name_override=name
+    )

@@ -20,4 +20,6 @@ __all__ = ["guarded_tool"]
 
 def guarded_tool(fn: Callable[..., Any], guard: GuardedTool, *, name: str | None = None) -> Any:
     """A ``pydantic_ai.Tool`` running ``fn`` under ``guard``; the model reads the evidence message."""
-    return _pydantic_ai.Tool(tool_function(guard, fn), takes_ctx=False, name=name)
+    return _pydantic_ai.Tool(
+        tool_function(guard, fn, framework="Pydantic AI"), takes_ctx=False, name=name
+    )

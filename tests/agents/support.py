@@ -21,10 +21,11 @@ ARGS = {"order_id": "order-7", "amount_cents": 2500}
 class ChargeScenario:
     """A provider, a verifier, a runner, and the guard's argument mapping."""
 
-    def __init__(self) -> None:
+    def __init__(self, *, lookup_down: int = 2) -> None:
+        """The first charge commits and times out; the lookup is down ``lookup_down`` times."""
         self.provider = FakePaymentProvider(
             charge_faults=[ChargeFault.TIMEOUT_AFTER_COMMIT],
-            lookup_faults=[LookupFault.UNAVAILABLE, LookupFault.UNAVAILABLE],
+            lookup_faults=[LookupFault.UNAVAILABLE] * lookup_down,
         )
         self.verifier = PaymentVerifier(self.provider)
         self.runner = ActionRunner(InMemoryLedger())

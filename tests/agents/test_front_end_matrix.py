@@ -21,7 +21,18 @@ from typing import Any
 
 import pytest
 
-from dataoad import ActionRunner, GuardedTool, InMemoryLedger, RetryPolicy, run_tool
+from dataoad import (
+    ActionInProgressError,
+    ActionPersistenceError,
+    ActionRunner,
+    GuardedTool,
+    IdempotencyConflictError,
+    InMemoryLedger,
+    RetryPolicy,
+    UnresolvedActionError,
+    run_tool,
+)
+from dataoad._tool import describe_error
 from dataoad.testing import ChargeFault, FakePaymentProvider, LookupFault, PaymentVerifier
 from tests.agents.support import framework
 
@@ -148,10 +159,20 @@ def via_langgraph_node(shop: Shop) -> Invoke:
         provider_reference=lambda state: state["order_id"],
         verifier=PaymentVerifier(shop.provider),
         policy=POLICY,
+        wait_in_progress=0,  # tell a concurrent duplicate at once, as a tool would
     )
 
     async def invoke(args: dict[str, Any]) -> str:
-        return str((await node(dict(args)))["dataoad"]["message"])
+        try:
+            return str((await node.ainvoke(dict(args)))["dataoad"]["message"])
+        except (ActionInProgressError, IdempotencyConflictError, ActionPersistenceError) as exc:
+            # An engine step raises what a tool would tell the model.
+            return describe_error(exc, "charge_order").message
+        except UnresolvedActionError as exc:
+            # A node's UNKNOWN is raised, with the receipt and the same words.
+            if exc.receipt is None:
+                raise AssertionError("an UNKNOWN node outcome came without its receipt") from exc
+            return str(exc)
 
     return invoke
 

@@ -5,6 +5,8 @@ from __future__ import annotations
 import asyncio
 from typing import Any, TypedDict
 
+import pytest
+
 from tests.agents.support import framework
 
 framework("langgraph", "langgraph")
@@ -15,6 +17,7 @@ from langgraph.graph import END, START, MessagesState, StateGraph
 from langgraph.prebuilt import ToolNode
 from langgraph.types import Command, RetryPolicy, interrupt
 
+from dataoad import UnresolvedActionError
 from dataoad.integrations.langgraph import guarded_node, guarded_tool
 from tests.agents.support import ARGS, ChargeScenario
 
@@ -76,7 +79,7 @@ def charge_node(scenario: ChargeScenario) -> Any:
 
 
 def test_a_node_rerun_after_interrupt_and_resume_replays() -> None:
-    scenario = ChargeScenario()
+    scenario = ChargeScenario(lookup_down=0)  # the lost answer is found: CONFIRMED
     charge = charge_node(scenario)
 
     async def charge_then_ask(state: OrderState) -> dict[str, Any]:
@@ -101,11 +104,33 @@ def test_a_node_rerun_after_interrupt_and_resume_replays() -> None:
     assert len(scenario.provider.charges) == 1
     assert final["approved"] is True
     assert final["charge"]["replayed"] is True
-    assert final["charge"]["status"] == "UNKNOWN"
+    assert final["charge"]["status"] == "CONFIRMED"
+
+
+def test_an_unknown_node_raises_and_its_rerun_raises_again_without_charging() -> None:
+    scenario = ChargeScenario()
+    charge = charge_node(scenario)
+    graph = StateGraph(OrderState)
+    graph.add_node("charge", charge)
+    graph.add_edge(START, "charge")
+    graph.add_edge("charge", END)
+    app = graph.compile(checkpointer=InMemorySaver())
+    config = {"configurable": {"thread_id": "order-7"}}
+    errors = []
+    # The second call resumes: LangGraph runs the failed node again.
+    for given in ({"order_id": "order-7", "amount_cents": 2500}, None):
+        with pytest.raises(UnresolvedActionError) as info:
+            app.invoke(given, config)
+        errors.append(info.value)
+    assert scenario.provider.charge_calls == 1
+    assert errors[0].receipt is not None
+    assert errors[0].action_id == errors[1].action_id
+    assert errors[0].receipt.final_status is not None
+    assert errors[0].receipt.final_status.value == "UNKNOWN"
 
 
 def test_a_node_rerun_by_retry_policy_replays() -> None:
-    scenario = ChargeScenario()
+    scenario = ChargeScenario(lookup_down=0)
     charge = charge_node(scenario)
     runs = 0
 
@@ -129,3 +154,4 @@ def test_a_node_rerun_by_retry_policy_replays() -> None:
     assert runs == 2
     assert scenario.provider.charge_calls == 1
     assert final["charge"]["replayed"] is True
+    assert final["charge"]["status"] == "CONFIRMED"

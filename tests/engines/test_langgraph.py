@@ -1,0 +1,323 @@
+"""LangGraph (the real ``langgraph`` and ``langgraph-checkpoint-sqlite``): guarded nodes and
+tools under ``invoke``/``stream`` and ``ainvoke``/``astream``, the default key from the
+thread and the task, and a worker killed at every point then resumed from its checkpoint."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, TypedDict
+
+import pytest
+from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
+from langgraph.checkpoint.memory import InMemorySaver
+from langgraph.graph import END, START, MessagesState, StateGraph
+from langgraph.prebuilt import ToolNode
+
+from dataoad import (
+    ActionRunner,
+    DataoadError,
+    GuardedTool,
+    InMemoryLedger,
+    InvalidArgumentError,
+    NotInStepError,
+    intent_key,
+)
+from dataoad.integrations.langgraph import guarded_node, guarded_tool, task_key
+from tests.engines.crash_harness import run_crash
+from tests.engines.crash_points import POINTS
+from tests.engines.ledger_view import stored_receipts
+
+WORKER = "tests.engines.langgraph_worker"
+
+
+class Order(TypedDict, total=False):
+    order_id: str
+    charge: dict[str, Any]
+
+
+def order_graph(node: Any) -> Any:
+    graph = StateGraph(Order)
+    graph.add_node("charge", node)
+    graph.add_edge(START, "charge")
+    graph.add_edge("charge", END)
+    return graph
+
+
+def charge_node(ledger: InMemoryLedger, calls: list[str], *, asynchronous: bool) -> Any:
+    if asynchronous:
+
+        async def operation(state: Order) -> str:
+            calls.append(state["order_id"])
+            return f"ch-{state['order_id']}"
+
+    else:
+
+        def operation(state: Order) -> str:  # type: ignore[misc]
+            calls.append(state["order_id"])
+            return f"ch-{state['order_id']}"
+
+    return guarded_node(
+        operation,
+        runner=ActionRunner(ledger),
+        action_name="charge",
+        request=lambda state: {"order": state["order_id"]},
+        output_key="charge",
+    )
+
+
+def run_graph(app: Any, given: Any, config: Any, how: str) -> dict[str, Any]:
+    if how == "invoke":
+        return app.invoke(given, config)  # type: ignore[no-any-return]
+    if how == "ainvoke":
+        return asyncio.run(app.ainvoke(given, config))  # type: ignore[no-any-return]
+    if how == "stream":
+        return list(app.stream(given, config, stream_mode="values"))[-1]  # type: ignore[no-any-return]
+
+    async def astream() -> Any:
+        return [chunk async for chunk in app.astream(given, config, stream_mode="values")][-1]
+
+    return asyncio.run(astream())  # type: ignore[no-any-return]
+
+
+def flaky_after(node: Any, *, asynchronous: bool) -> Any:
+    """A node that runs ``node`` and then fails once, so LangGraph re-runs the whole task."""
+    failures = [ConnectionError("the confirmation e-mail failed after the charge")]
+    if asynchronous:
+
+        async def task(state: Order) -> Any:
+            update = await node(state)
+            if failures:
+                raise failures.pop()
+            return update
+
+        return task
+
+    def sync_task(state: Order) -> Any:
+        update = node.invoke(state)
+        if failures:
+            raise failures.pop()
+        return update
+
+    return sync_task
+
+
+@pytest.mark.parametrize("how", ["invoke", "ainvoke", "stream", "astream"])
+@pytest.mark.parametrize("asynchronous", [False, True], ids=["sync-fn", "async-fn"])
+def test_a_node_runs_every_way_and_its_task_rerun_on_resume_replays(
+    how: str, asynchronous: bool
+) -> None:
+    ledger = InMemoryLedger()
+    calls: list[str] = []
+    node = charge_node(ledger, calls, asynchronous=asynchronous)
+    task = flaky_after(node, asynchronous=how in ("ainvoke", "astream"))
+    app = order_graph(task).compile(checkpointer=InMemorySaver())
+    config = {"configurable": {"thread_id": "t-1"}}
+    with pytest.raises(ConnectionError):
+        run_graph(app, {"order_id": "o1"}, config, how)
+    # Resume: LangGraph runs the failed task again from its start.
+    final = run_graph(app, None, config, how)
+    assert final["charge"]["status"] == "CONFIRMED"
+    assert final["charge"]["replayed"] is True
+    assert calls == ["o1"]
+    (receipt,) = ledger.snapshot()
+    assert receipt.idempotency_key == "langgraph:t-1:1:__pregel_pull/charge"
+    # Another thread is another run: its own key.
+    fresh = order_graph(node).compile(checkpointer=InMemorySaver())
+    run_graph(fresh, {"order_id": "o1"}, {"configurable": {"thread_id": "t-2"}}, how)
+    assert calls == ["o1", "o1"]
+
+
+@pytest.mark.parametrize("how", ["invoke", "ainvoke"])
+@pytest.mark.parametrize("asynchronous", [False, True], ids=["sync-fn", "async-fn"])
+def test_a_tool_runs_under_invoke_and_ainvoke_and_a_repeated_intent_replays(
+    how: str, asynchronous: bool
+) -> None:
+    ledger = InMemoryLedger()
+    charged: list[str] = []
+
+    if asynchronous:
+
+        async def charge_order(order_id: str) -> str:
+            """Charge an order."""
+            charged.append(order_id)
+            return f"ch-{order_id}"
+
+    else:
+
+        def charge_order(order_id: str) -> str:  # type: ignore[misc]
+            """Charge an order."""
+            charged.append(order_id)
+            return f"ch-{order_id}"
+
+    guard = GuardedTool(
+        ActionRunner(ledger), "charge_order", None, request=lambda order_id: {"order": order_id}
+    )
+    tool = guarded_tool(charge_order, guard)
+    turns: list[int] = []
+
+    def agent(state: MessagesState) -> dict[str, Any]:
+        turns.append(1)
+        if len(turns) <= 2:  # the model asks again in a later turn, with a new call id
+            call = {"name": "charge_order", "args": {"order_id": "o7"}, "id": f"call_{len(turns)}"}
+            return {"messages": [AIMessage(content="", tool_calls=[call])]}
+        return {"messages": [AIMessage(content="done")]}
+
+    graph = StateGraph(MessagesState)
+    graph.add_node("agent", agent)
+    graph.add_node("tools", ToolNode([tool]))
+    graph.add_edge(START, "agent")
+    graph.add_conditional_edges(
+        "agent", lambda s: "tools" if s["messages"][-1].tool_calls else END, ["tools", END]
+    )
+    graph.add_edge("tools", "agent")
+    app = graph.compile(checkpointer=InMemorySaver())
+    final = run_graph(
+        app, {"messages": [HumanMessage("charge o7")]}, {"configurable": {"thread_id": "t"}}, how
+    )
+    replies = [str(m.content) for m in final["messages"] if isinstance(m, ToolMessage)]
+    assert charged == ["o7"]
+    assert replies[0].startswith("CONFIRMED: charge_order happened")
+    assert "already happened earlier" in replies[1]
+    (receipt,) = ledger.snapshot()
+    assert receipt.idempotency_key == intent_key("langgraph:t", "charge_order", {"order": "o7"})
+
+
+def test_no_checkpointer_means_no_default_key_and_nothing_happens() -> None:
+    ledger = InMemoryLedger()
+    calls: list[str] = []
+    app = order_graph(charge_node(ledger, calls, asynchronous=False)).compile()
+    with pytest.raises(NotInStepError, match="no thread_id"):
+        app.invoke({"order_id": "o1"})
+    assert calls == []
+    assert ledger.snapshot() == []
+
+
+def test_inside_a_subgraph_the_default_key_is_refused() -> None:
+    ledger = InMemoryLedger()
+    calls: list[str] = []
+    inner = order_graph(charge_node(ledger, calls, asynchronous=False)).compile()
+    outer = StateGraph(Order)
+    outer.add_node("inner", inner)
+    outer.add_edge(START, "inner")
+    outer.add_edge("inner", END)
+    app = outer.compile(checkpointer=InMemorySaver())
+    with pytest.raises(NotInStepError, match="subgraph"):
+        app.invoke({"order_id": "o1"}, {"configurable": {"thread_id": "t"}})
+    assert calls == []
+    assert ledger.snapshot() == []
+
+
+def test_outside_a_graph_there_is_no_task_key() -> None:
+    with pytest.raises(NotInStepError, match="no LangGraph task"):
+        task_key()
+
+
+def test_a_sync_call_from_inside_an_event_loop_is_refused() -> None:
+    ledger = InMemoryLedger()
+    node = charge_node(ledger, [], asynchronous=False)
+
+    async def inside_a_loop() -> None:
+        node.invoke({"order_id": "o1"})
+
+    with pytest.raises(DataoadError, match="block that loop"):
+        asyncio.run(inside_a_loop())
+    assert ledger.snapshot() == []
+
+
+@pytest.mark.parametrize("adapter", ["pydantic_ai", "openai_agents", "mcp"])
+def test_frameworks_that_derive_no_key_refuse_a_guard_without_one(adapter: str) -> None:
+    guard = GuardedTool(ActionRunner(InMemoryLedger()), "charge", None, request=dict)
+
+    def charge() -> str:
+        return "ch"
+
+    with pytest.raises(InvalidArgumentError, match="need an idempotency_key"):
+        build_adapter(adapter, charge, guard)
+
+
+def build_adapter(adapter: str, fn: Callable[..., Any], guard: GuardedTool) -> None:
+    """Build ``fn`` as a tool of ``adapter`` with ``guard``."""
+    if adapter == "pydantic_ai":
+        from dataoad.integrations.pydantic_ai import guarded_tool as pydantic_tool
+
+        pydantic_tool(fn, guard)
+    elif adapter == "openai_agents":
+        from dataoad.integrations.openai_agents import guarded_function_tool
+
+        guarded_function_tool(fn, guard)
+    else:
+        from mcp.server.mcpserver import MCPServer
+
+        from dataoad.integrations.mcp import add_guarded_tool
+
+        add_guarded_tool(MCPServer("billing"), fn, guard)
+
+
+def check_guarded(run: Any, ledger: Path, *, verifier: bool) -> None:
+    assert run.killed, f"the worker never reached {run.point}"
+    assert len(run.charges) <= 1, f"charged {len(run.charges)} times: {run.charges}"
+    (receipt,) = stored_receipts(ledger)
+    assert receipt.idempotency_key == "langgraph:checkout-1:2:__pregel_pull/charge"
+    assert not receipt.is_pending
+    status = receipt.final_status.value
+    if verifier or run.point in ("before_claim", "after_outcome"):
+        assert run.outcome["outcome"] == status == "CONFIRMED"
+        assert run.outcome["confirmed"] is True
+        assert len(run.charges) == 1
+    else:
+        assert run.outcome == {"outcome": "unresolved", "receipt": "UNKNOWN"}
+        assert status == "UNKNOWN"
+
+
+@pytest.mark.parametrize(
+    ("point", "verifier", "asynchronous"),
+    [
+        pytest.param(
+            p,
+            v,
+            a,
+            marks=[] if (p, v, a) == ("after_commit", True, False) else [pytest.mark.slow],
+            id=f"{p}-{'verifier' if v else 'no-verifier'}-{'ainvoke' if a else 'invoke'}",
+        )
+        for p in POINTS
+        for v in (True, False)
+        for a in (False, True)
+    ],
+)
+def test_worker_killed_then_resumed_from_the_sqlite_checkpoint(
+    tmp_path: Path, point: str, verifier: bool, asynchronous: bool
+) -> None:
+    run = run_crash(
+        WORKER,
+        tmp_path,
+        point,
+        mode="guarded",
+        verifier=verifier,
+        checkpoints=str(tmp_path / "checkpoints.sqlite"),
+        **{"async": asynchronous},
+    )
+    check_guarded(run, tmp_path / "ledger.sqlite3", verifier=verifier)
+
+
+@pytest.mark.parametrize("asynchronous", [False, True], ids=["invoke", "ainvoke"])
+def test_without_dataoad_langgraph_charges_twice(
+    tmp_path: Path, asynchronous: bool, record_property: Callable[[str, object], None]
+) -> None:
+    run = run_crash(
+        WORKER,
+        tmp_path,
+        "after_commit",
+        mode="plain",
+        verifier=False,
+        checkpoints=str(tmp_path / "checkpoints.sqlite"),
+        **{"async": asynchronous},
+    )
+    assert run.killed
+    assert len(run.charges) == 2, run.charges
+    record_property(
+        "without_dataoad",
+        f"LangGraph ({'ainvoke' if asynchronous else 'invoke'}), plain node, killed after the "
+        f"provider committed, resumed from its SQLite checkpoint: {len(run.charges)} charges",
+    )
