@@ -1,0 +1,77 @@
+"""Pydantic AI's DBOS-durable agent (``DBOSAgent``, the real packages): a Dataoad-guarded
+tool, the agent's worker killed at every point of the tool's step, DBOS's recovery running
+the agent again with the model's answers replayed from its checkpoints."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from tests.engines.crash_harness import run_crash
+from tests.engines.crash_points import POINTS
+from tests.engines.ledger_view import stored_receipts
+
+WORKER = "tests.engines.pydantic_dbos_worker"
+
+
+@pytest.mark.parametrize(
+    ("point", "verifier"),
+    [
+        pytest.param(
+            p,
+            v,
+            marks=[] if (p, v) == ("after_commit", True) else [pytest.mark.slow],
+            id=f"{p}-{'verifier' if v else 'no-verifier'}",
+        )
+        for p in POINTS
+        for v in (True, False)
+    ],
+)
+def test_guarded_tool_of_a_durable_agent_killed_and_recovered(
+    tmp_path: Path, point: str, verifier: bool
+) -> None:
+    run = run_crash(
+        WORKER,
+        tmp_path,
+        point,
+        mode="guarded",
+        verifier=verifier,
+        system_database=f"sqlite:///{tmp_path / 'dbos.sqlite'}",
+    )
+    assert run.killed, f"the worker never reached {point}"
+    assert len(run.charges) <= 1, f"charged {len(run.charges)} times: {run.charges}"
+    (receipt,) = stored_receipts(tmp_path / "ledger.sqlite3")
+    assert receipt.idempotency_key.startswith("dbos:checkout-1:")
+    assert not receipt.is_pending
+    status = receipt.final_status.value
+    if verifier or point in ("before_claim", "after_outcome"):
+        assert status == "CONFIRMED"
+        assert len(run.charges) == 1
+        # The model read the evidence, with the action id the receipt has.
+        assert run.outcome["answer"].startswith("tool said: CONFIRMED")
+        assert receipt.action_id in run.outcome["answer"]
+    else:
+        assert run.outcome == {"outcome": "unresolved", "receipt": "UNKNOWN"}
+        assert status == "UNKNOWN"
+
+
+def test_without_dataoad_the_durable_agent_charges_twice(
+    tmp_path: Path, record_property: Callable[[str, object], None]
+) -> None:
+    run = run_crash(
+        WORKER,
+        tmp_path,
+        "after_commit",
+        mode="plain",
+        verifier=False,
+        system_database=f"sqlite:///{tmp_path / 'dbos.sqlite'}",
+    )
+    assert run.killed
+    assert len(run.charges) == 2, run.charges
+    record_property(
+        "without_dataoad",
+        f"Pydantic AI DBOSAgent, plain tool, killed after the provider committed: "
+        f"{len(run.charges)} charges",
+    )
