@@ -255,10 +255,12 @@ class GuardedTool:
         arguments: Mapping[str, Any],
         *,
         default_key: Callable[[dict[str, Any]], str] | None = None,
+        check_key: Callable[[str, dict[str, Any]], None] | None = None,
     ) -> ToolOutcome:
         """Run ``fn(**arguments)`` under the runner and describe the outcome.
 
-        ``default_key(request)`` gives the key when ``idempotency_key`` is None.
+        ``default_key(request)`` gives the key when ``idempotency_key`` is None;
+        ``check_key(key, arguments)`` may refuse it (before anything happens).
         """
         kwargs = dict(arguments)
         request = self.request(**kwargs)
@@ -268,6 +270,8 @@ class GuardedTool:
             key = default_key(request)
         else:
             key = self.key_function("framework")(**kwargs)
+        if check_key is not None:
+            check_key(key, kwargs)
         return await run_tool(
             self.runner,
             self.action_name,

@@ -28,12 +28,14 @@ def tool_function(
     *,
     framework: str = "this framework's",
     default_key: Callable[[dict[str, Any]], str] | None = None,
+    check_key: Callable[[str, dict[str, Any]], None] | None = None,
 ) -> Callable[..., Awaitable[str]]:
     """An async function with ``fn``'s name, docstring and parameters that returns the message.
 
     Frameworks build the tool's schema from the signature, so it must be
     ``fn``'s own; the return annotation becomes ``str`` (what the model reads).
-    Without ``default_key`` the guard must name its own key.
+    Without ``default_key`` the guard must name its own key; ``check_key`` may
+    refuse a key (see ``GuardedTool.call``).
     """
     if default_key is None:
         guard.key_function(framework)
@@ -43,7 +45,9 @@ def tool_function(
     async def tool(*args: Any, **kwargs: Any) -> str:
         bound = signature.bind(*args, **kwargs)
         bound.apply_defaults()
-        outcome = await guard.call(fn, bound.arguments, default_key=default_key)
+        outcome = await guard.call(
+            fn, bound.arguments, default_key=default_key, check_key=check_key
+        )
         return outcome.message
 
     return with_signature(tool, fn, signature)
@@ -51,7 +55,12 @@ def tool_function(
 
 def tool_signature(fn: Callable[..., Any]) -> inspect.Signature:
     """``fn``'s signature; refused unless every parameter can be passed by keyword."""
-    signature = inspect.signature(fn)
+    try:
+        # Resolved: the tool's wrappers live in another module, where a string
+        # annotation of ``fn`` (``from __future__ import annotations``) means nothing.
+        signature = inspect.signature(fn, eval_str=True)
+    except Exception:  # an annotation that does not resolve: leave them all as written
+        signature = inspect.signature(fn)
     if any(
         p.kind in (inspect.Parameter.VAR_POSITIONAL, inspect.Parameter.POSITIONAL_ONLY)
         for p in signature.parameters.values()
@@ -63,6 +72,13 @@ def tool_signature(fn: Callable[..., Any]) -> inspect.Signature:
 def with_signature(tool: T, fn: Callable[..., Any], signature: inspect.Signature) -> T:
     """``tool`` showing ``fn``'s parameters and a ``str`` result (what the model reads)."""
     tool.__signature__ = signature.replace(return_annotation=str)  # type: ignore[attr-defined]
-    tool.__annotations__ = {**getattr(fn, "__annotations__", {}), "return": str}
+    tool.__annotations__ = {
+        **{
+            name: p.annotation
+            for name, p in signature.parameters.items()
+            if p.annotation is not p.empty
+        },
+        "return": str,
+    }
     del tool.__wrapped__  # type: ignore[attr-defined]  # frameworks must see this signature
     return tool

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import functools
 import inspect
+import typing
 from collections.abc import Callable
 from typing import Any
 
@@ -37,7 +38,7 @@ from dataoad._runner import ActionRunner
 from dataoad._tool import GuardedTool, describe_result
 from dataoad._verification import AnyVerifier
 from dataoad.integrations._common import require, tool_function, tool_signature, with_signature
-from dataoad.integrations._engine import LEASE_WAIT, EngineStep, engine_key
+from dataoad.integrations._engine import LEASE_WAIT, EngineStep, engine_key, refuse_volatile
 
 _tools = require("langchain_core.tools", "langgraph")
 _runnables = require("langchain_core.runnables", "langgraph")
@@ -89,6 +90,48 @@ def task_key() -> str:
     return engine_key("langgraph", thread, str(step), "/".join(str(p) for p in path))
 
 
+def _volatile_ids() -> dict[str, object]:
+    """This execution's own identifiers: a key holding one is new when the task runs again."""
+    try:
+        config = _config.get_config()
+    except RuntimeError:
+        return {}
+    metadata = config.get("metadata") or {}
+    namespace = str(metadata.get("langgraph_checkpoint_ns") or "")
+    return {
+        "task id": namespace.rpartition(":")[2] or None,
+        "run id": config.get("run_id"),
+        "checkpoint id": (config.get("configurable") or {}).get("checkpoint_id"),
+    }
+
+
+def _injected_call_ids(fn: Callable[..., Any]) -> tuple[str, ...]:
+    """The parameters of ``fn`` LangChain fills with the model's tool-call id."""
+    try:
+        hints = typing.get_type_hints(fn, include_extras=True)
+    except Exception:  # an unresolvable annotation: no injected id can be found either
+        return ()
+    injected = _tools.InjectedToolCallId
+    return tuple(
+        name
+        for name, hint in hints.items()
+        if typing.get_origin(hint) is typing.Annotated
+        and any(m is injected or isinstance(m, injected) for m in hint.__metadata__)
+    )
+
+
+def _checker(fn: Callable[..., Any] | None) -> Callable[[str, dict[str, Any]], None]:
+    call_ids = () if fn is None else _injected_call_ids(fn)
+
+    def check(key: str, arguments: dict[str, Any]) -> None:
+        volatile = _volatile_ids()
+        for name in call_ids:
+            volatile[f"model's tool-call id ({name})"] = arguments.get(name)
+        refuse_volatile(key, volatile)
+
+    return check
+
+
 def thread_intent_key(action_name: str, request: dict[str, Any]) -> str:
     """A tool call's default key: ``intent_key("langgraph:<thread>", action, request)``.
 
@@ -111,7 +154,9 @@ def guarded_tool(fn: Callable[..., Any], guard: GuardedTool, *, name: str | None
     def default_key(request: dict[str, Any]) -> str:
         return thread_intent_key(action_name, request)
 
-    coroutine = tool_function(guard, fn, framework="LangGraph", default_key=default_key)
+    coroutine = tool_function(
+        guard, fn, framework="LangGraph", default_key=default_key, check_key=_checker(fn)
+    )
     signature = tool_signature(fn)
     label = name or fn.__name__
 
@@ -165,8 +210,14 @@ def guarded_node(
         wait_in_progress=wait_in_progress,
     )
 
+    check = _checker(None)
+
     async def node(state: Any) -> dict[str, Any]:
-        key = task_key() if idempotency_key is None else idempotency_key(state)
+        if idempotency_key is None:
+            key = task_key()
+        else:
+            key = idempotency_key(state)
+            check(key, {})
         result = await step.execute(key, operation, (state,), {})
         outcome = describe_result(result, action_name, verifier_set=verifier is not None)
         if outcome.status == "UNKNOWN":

@@ -7,10 +7,11 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, TypedDict
+from typing import Annotated, Any, TypedDict
 
 import pytest
 from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
+from langchain_core.tools import InjectedToolCallId
 from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.graph import END, START, MessagesState, StateGraph
 from langgraph.prebuilt import ToolNode
@@ -321,3 +322,65 @@ def test_without_dataoad_langgraph_charges_twice(
         f"LangGraph ({'ainvoke' if asynchronous else 'invoke'}), plain node, killed after the "
         f"provider committed, resumed from its SQLite checkpoint: {len(run.charges)} charges",
     )
+
+
+def test_a_tool_key_drawn_from_the_model_s_call_id_is_refused_before_anything() -> None:
+    ledger = InMemoryLedger()
+    charged: list[str] = []
+
+    def charge_order(order_id: str, tool_call_id: Annotated[str, InjectedToolCallId]) -> str:
+        """Charge an order."""
+        charged.append(order_id)
+        return "ch"
+
+    guard = GuardedTool(
+        ActionRunner(ledger),
+        "charge_order",
+        idempotency_key=lambda order_id, tool_call_id: f"charge-{tool_call_id}",
+        request=lambda order_id, tool_call_id: {"order": order_id},
+    )
+    call = {"name": "charge_order", "args": {"order_id": "o7"}, "id": "call_Zk3pQ9xY"}
+    graph = StateGraph(MessagesState)
+    graph.add_node("agent", lambda state: {"messages": [AIMessage("", tool_calls=[call])]})
+    graph.add_node("tools", ToolNode([guarded_tool(charge_order, guard)]))
+    graph.add_edge(START, "agent")
+    graph.add_edge("agent", "tools")
+    graph.add_edge("tools", END)
+    app = graph.compile(checkpointer=InMemorySaver())
+    with pytest.raises(InvalidArgumentError, match="tool-call id"):
+        app.invoke({"messages": [HumanMessage("charge o7")]}, {"configurable": {"thread_id": "t"}})
+    assert charged == []
+    assert ledger.snapshot() == []
+
+
+def test_a_node_key_drawn_from_the_task_id_is_refused_before_anything() -> None:
+    from langgraph.config import get_config
+
+    ledger = InMemoryLedger()
+    calls: list[str] = []
+
+    def from_the_task(state: Order) -> str:
+        return str(get_config()["metadata"]["langgraph_checkpoint_ns"])
+
+    node = guarded_node(
+        lambda state: calls.append(state["order_id"]),
+        runner=ActionRunner(ledger),
+        action_name="charge",
+        request=lambda state: {"order": state["order_id"]},
+        idempotency_key=from_the_task,
+    )
+    app = order_graph(node).compile(checkpointer=InMemorySaver())
+    with pytest.raises(InvalidArgumentError, match="task id"):
+        app.invoke({"order_id": "o1"}, {"configurable": {"thread_id": "t"}})
+    assert calls == []
+    assert ledger.snapshot() == []
+    # A key from the business intent is taken.
+    fine = guarded_node(
+        lambda state: calls.append(state["order_id"]),
+        runner=ActionRunner(ledger),
+        action_name="charge",
+        request=lambda state: {"order": state["order_id"]},
+        idempotency_key=lambda state: f"order-{state['order_id']}",
+    )
+    order_graph(fine).compile().invoke({"order_id": "o1"})
+    assert calls == ["o1"]
