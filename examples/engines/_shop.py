@@ -1,0 +1,51 @@
+"""What every engine example shares: the payment provider's adapter, its faults, a ledger.
+
+The step's provider call is ``PaymentAdapter.perform`` and its read-only
+check is ``PaymentAdapter.verify``: the adapter ``dataoad check`` tests
+(``dataoad check examples/engines/dbos_checkout.py:PaymentAdapter``) is the
+code the engine's step runs.
+"""
+
+from __future__ import annotations
+
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from dataoad import ActionRunner, SQLiteLedger
+from dataoad.testing import ReadFault, SandboxFault
+from examples.adapters.payment_adapter import PaymentAdapter
+
+__all__ = ["ORDER", "PaymentAdapter", "Shop"]
+
+ORDER = {"customer_id": "cus_7", "amount_cents": 2500}
+
+
+class Shop:
+    """A provider whose first charge commits and then times out, and a ledger in a temp folder.
+
+    ``lookup_down`` reads of the provider fail first (the verifier then cannot
+    tell, and the outcome stays UNKNOWN).
+    """
+
+    def __init__(self, *, lookup_down: int = 0) -> None:
+        self.adapter = PaymentAdapter()
+        self.adapter.reset()
+        self.adapter.stage_sandbox_fault(SandboxFault.TIMEOUT_AFTER_COMMIT)
+        for _ in range(lookup_down):
+            self.adapter.stage_read_fault(ReadFault.UNAVAILABLE)
+        self.folder = Path(tempfile.mkdtemp(prefix="dataoad-engine-"))
+        self.ledger = SQLiteLedger(self.folder / "ledger.sqlite3")
+        self.runner = ActionRunner(self.ledger)
+
+    def options(self) -> dict[str, Any]:
+        """The guard's request, reference and verifier: the step takes (request, reference)."""
+        return {
+            "request": lambda request, reference: request,
+            "provider_reference": lambda request, reference: reference,
+            "verifier": self.adapter.verify,
+        }
+
+    def charges(self, reference: str) -> int:
+        """How many charges the provider holds for ``reference``."""
+        return self.adapter.effects(reference)
