@@ -135,8 +135,18 @@ def test_public_names_are_found_in_every_module() -> None:
     assert ("dataoad.integrations.langgraph", "guarded_node") in names
 
 
-def test_the_tutorials_excerpts_are_the_files_it_runs() -> None:
-    excerpts = list(EXCERPT.finditer(TUTORIAL.read_text(encoding="utf-8")))
+@pytest.mark.parametrize(
+    "page",
+    [
+        TUTORIAL,
+        *sorted(
+            p for p in (ROOT / "docs" / "how-to" / "engines").glob("*.md") if p.name != "index.md"
+        ),
+    ],
+    ids=lambda p: p.name,
+)
+def test_excerpts_are_the_files_they_name(page: Path) -> None:
+    excerpts = list(EXCERPT.finditer(page.read_text(encoding="utf-8")))
     assert excerpts
     for m in excerpts:
         source = (ROOT / m["file"]).read_text(encoding="utf-8")
