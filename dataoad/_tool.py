@@ -255,23 +255,26 @@ class GuardedTool:
         arguments: Mapping[str, Any],
         *,
         default_key: Callable[[dict[str, Any]], str] | None = None,
-        check_key: Callable[[str, dict[str, Any]], None] | None = None,
+        check_key: Callable[[Callable[[], str], dict[str, Any]], str] | None = None,
     ) -> ToolOutcome:
         """Run ``fn(**arguments)`` under the runner and describe the outcome.
 
-        ``default_key(request)`` gives the key when ``idempotency_key`` is None;
-        ``check_key(key, arguments)`` may refuse it (before anything happens).
+        ``default_key(request)`` gives the key when ``idempotency_key`` is None.
+        ``check_key(derive, arguments)`` derives the key with ``derive`` and may
+        refuse it (before anything happens): it returns the key to use.
         """
         kwargs = dict(arguments)
         request = self.request(**kwargs)
-        if self.idempotency_key is not None:
-            key = self.idempotency_key(**kwargs)
-        elif default_key is not None:
-            key = default_key(request)
-        else:
-            key = self.key_function("framework")(**kwargs)
-        if check_key is not None:
-            check_key(key, kwargs)
+        given = self.idempotency_key
+
+        def derive() -> str:
+            if given is not None:
+                return given(**kwargs)
+            if default_key is not None:
+                return default_key(request)
+            return self.key_function("framework")(**kwargs)
+
+        key = derive() if check_key is None else check_key(derive, kwargs)
         return await run_tool(
             self.runner,
             self.action_name,

@@ -31,7 +31,7 @@ from collections.abc import Callable
 from typing import Any
 
 from dataoad._bridge import run_blocking
-from dataoad._errors import NotInStepError, UnresolvedActionError
+from dataoad._errors import InvalidArgumentError, NotInStepError, UnresolvedActionError
 from dataoad._intent import intent_key
 from dataoad._policy import RetryPolicy
 from dataoad._runner import ActionRunner
@@ -43,6 +43,10 @@ from dataoad.integrations._engine import LEASE_WAIT, EngineStep, engine_key, ref
 _tools = require("langchain_core.tools", "langgraph")
 _runnables = require("langchain_core.runnables", "langgraph")
 _config = require("langgraph.config", "langgraph")
+_runnable_config = require("langchain_core.runnables.config", "langgraph")
+
+#: Where LangGraph keeps a task's runtime in its config.
+_RUNTIME_KEY = "__pregel_runtime"
 
 __all__ = ["GuardedNode", "guarded_node", "guarded_tool", "task_key", "thread_intent_key"]
 
@@ -120,14 +124,55 @@ def _injected_call_ids(fn: Callable[..., Any]) -> tuple[str, ...]:
     )
 
 
-def _checker(fn: Callable[..., Any] | None) -> Callable[[str, dict[str, Any]], None]:
+def _as_next_attempt(derive: Callable[[], str]) -> str | None:
+    """``derive()`` as LangGraph's next attempt of this task would run it (None: no way to).
+
+    A node ``RetryPolicy`` runs the task again with ``node_attempt`` + 1 in
+    its runtime; a key that reads it would change.
+    """
+    try:
+        config = _config.get_config()
+    except RuntimeError:
+        return None
+    configurable = config.get("configurable") or {}
+    runtime: Any = configurable.get(_RUNTIME_KEY)
+    info = getattr(runtime, "execution_info", None)
+    if info is None or not callable(getattr(runtime, "patch_execution_info", None)):
+        return None
+    patched = runtime.patch_execution_info(node_attempt=info.node_attempt + 1)
+    token = _runnable_config.var_child_runnable_config.set(
+        {**config, "configurable": {**configurable, _RUNTIME_KEY: patched}}
+    )
+    try:
+        return derive()
+    finally:
+        _runnable_config.var_child_runnable_config.reset(token)
+
+
+def _checker(fn: Callable[..., Any] | None) -> Callable[[Callable[[], str], dict[str, Any]], str]:
+    """Derive a caller's key, refusing one that would differ when the task runs again."""
     call_ids = () if fn is None else _injected_call_ids(fn)
 
-    def check(key: str, arguments: dict[str, Any]) -> None:
+    def check(derive: Callable[[], str], arguments: dict[str, Any]) -> str:
+        key = derive()
+        again = derive()
+        if again != key:
+            raise InvalidArgumentError(
+                f"the idempotency key changed between two derivations ({key!r}, {again!r}): "
+                "a key drawn from the clock or at random is new when the step runs again. "
+                "Derive it from the business intent. Nothing was recorded or invoked"
+            )
+        if _as_next_attempt(derive) not in (None, key):
+            raise InvalidArgumentError(
+                f"the idempotency key {key!r} depends on the attempt number: LangGraph's next "
+                "attempt of this task would get another key and act twice. Derive it from the "
+                "business intent. Nothing was recorded or invoked"
+            )
         volatile = _volatile_ids()
         for name in call_ids:
             volatile[f"model's tool-call id ({name})"] = arguments.get(name)
         refuse_volatile(key, volatile)
+        return key
 
     return check
 
@@ -216,8 +261,8 @@ def guarded_node(
         if idempotency_key is None:
             key = task_key()
         else:
-            key = idempotency_key(state)
-            check(key, {})
+            given = idempotency_key
+            key = check(lambda: given(state), {})
         result = await step.execute(key, operation, (state,), {})
         outcome = describe_result(result, action_name, verifier_set=verifier is not None)
         if outcome.status == "UNKNOWN":

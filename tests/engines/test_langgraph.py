@@ -362,25 +362,55 @@ def test_a_node_key_drawn_from_the_task_id_is_refused_before_anything() -> None:
     def from_the_task(state: Order) -> str:
         return str(get_config()["metadata"]["langgraph_checkpoint_ns"])
 
-    node = guarded_node(
-        lambda state: calls.append(state["order_id"]),
-        runner=ActionRunner(ledger),
-        action_name="charge",
-        request=lambda state: {"order": state["order_id"]},
-        idempotency_key=from_the_task,
-    )
+    node = keyed_node(ledger, calls, from_the_task)
     app = order_graph(node).compile(checkpointer=InMemorySaver())
     with pytest.raises(InvalidArgumentError, match="task id"):
         app.invoke({"order_id": "o1"}, {"configurable": {"thread_id": "t"}})
     assert calls == []
     assert ledger.snapshot() == []
     # A key from the business intent is taken.
-    fine = guarded_node(
+    fine = keyed_node(ledger, calls, lambda state: f"order-{state['order_id']}")
+    order_graph(fine).compile().invoke({"order_id": "o1"})
+    assert calls == ["o1"]
+
+
+@pytest.mark.parametrize("how", ["invoke", "ainvoke"])
+def test_a_node_key_drawn_from_the_attempt_number_is_refused_before_anything(how: str) -> None:
+    from langgraph.runtime import get_runtime
+
+    ledger = InMemoryLedger()
+    calls: list[str] = []
+
+    def from_the_attempt(state: Order) -> str:
+        info = get_runtime().execution_info
+        return f"order-{state['order_id']}-try-{info.node_attempt}"
+
+    node = keyed_node(ledger, calls, from_the_attempt)
+    app = order_graph(node).compile(checkpointer=InMemorySaver())
+    with pytest.raises(InvalidArgumentError, match="attempt number"):
+        run_graph(app, {"order_id": "o1"}, {"configurable": {"thread_id": "t"}}, how)
+    assert calls == []
+    assert ledger.snapshot() == []
+
+
+def test_a_key_drawn_at_random_is_refused_before_anything() -> None:
+    import uuid
+
+    ledger = InMemoryLedger()
+    calls: list[str] = []
+    node = keyed_node(ledger, calls, lambda state: f"order-{uuid.uuid4().hex}")
+    with pytest.raises(InvalidArgumentError, match="changed between two derivations"):
+        order_graph(node).compile().invoke({"order_id": "o1"})
+    assert calls == []
+    assert ledger.snapshot() == []
+
+
+def keyed_node(ledger: InMemoryLedger, calls: list[str], key: Callable[[Order], str]) -> Any:
+    """A node that records the order it charges, under the caller's ``key``."""
+    return guarded_node(
         lambda state: calls.append(state["order_id"]),
         runner=ActionRunner(ledger),
         action_name="charge",
         request=lambda state: {"order": state["order_id"]},
-        idempotency_key=lambda state: f"order-{state['order_id']}",
+        idempotency_key=key,
     )
-    order_graph(fine).compile().invoke({"order_id": "o1"})
-    assert calls == ["o1"]
