@@ -189,4 +189,52 @@ PLANTED_EXAMPLES = [
             "::test_a_reused_key_with_another_request_is_a_conflict[GuardedTool.call-sync]",
         ),
     ),
+    PlantedExample(
+        "temporal-key-from-the-attempt",
+        "an activity's key is the same on every attempt (never the attempt number)",
+        "dataoad/integrations/temporal.py",
+        'return engine_key("temporal", info.namespace, info.workflow_id or "", info.activity_id)',
+        'return engine_key("temporal", info.namespace, info.workflow_id or "", info.activity_id,'
+        " str(info.attempt))",
+        (
+            "tests/engines/test_temporal.py"
+            "::test_worker_killed_then_temporal_retries_the_activity[after_commit-verifier]",
+        ),
+    ),
+    PlantedExample(
+        "dbos-step-retries-on",
+        "DBOS never retries a guarded step: an UNKNOWN is not a transient error",
+        "dataoad/integrations/dbos.py",
+        "retries_allowed=False",
+        "retries_allowed=True, interval_seconds=0.01",
+        (
+            "tests/engines/test_dbos_step.py"
+            "::test_unknown_reaches_the_workflow_as_unresolved_and_dbos_does_not_retry",
+        ),
+    ),
+    PlantedExample(
+        "engine-unknown-returned",
+        "an engine step's UNKNOWN reaches the workflow as UnresolvedActionError, never a value",
+        "dataoad/integrations/_engine.py",
+        "            raise unresolved(result, self.engine)\n",
+        "            pass\n",
+        (
+            "tests/engines/test_dbos_crashes.py"
+            "::test_guarded_step_on_dbos_postgres_system_database[False]",
+            "tests/engines/test_dbos_step.py"
+            "::test_unknown_reaches_the_workflow_as_unresolved_and_dbos_does_not_retry",
+        ),
+        needs_postgres=True,
+    ),
+    PlantedExample(
+        "langgraph-key-from-the-task-id",
+        "a node's key survives a checkpoint lost in the crash (the task's id does not)",
+        "dataoad/integrations/langgraph.py",
+        'return engine_key("langgraph", thread, str(step), "/".join(str(p) for p in path))',
+        'return engine_key("langgraph", thread, namespace)',
+        (
+            "tests/engines/test_langgraph.py"
+            "::test_a_checkpoint_lost_in_the_crash_leaves_the_key_unchanged[True]",
+        ),
+    ),
 ]

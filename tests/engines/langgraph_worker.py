@@ -75,6 +75,8 @@ def main(config_path: str, phase: str) -> None:
     graph.add_edge("charge", "confirm")
     graph.add_edge("confirm", END)
     thread = {"configurable": {"thread_id": config["workflow_id"]}}
+    # "async" is LangGraph's default; "exit" writes no checkpoint until the run ends.
+    durability = config.get("durability", "async")
     order = {"order_id": config["order"], "cents": 1250}
 
     def given(saved: Any) -> Any:
@@ -87,7 +89,9 @@ def main(config_path: str, phase: str) -> None:
     async def run_async() -> Any:
         async with AsyncSqliteSaver.from_conn_string(config["checkpoints"]) as saver:
             app = graph.compile(checkpointer=saver)
-            return await app.ainvoke(given(await app.aget_state(thread)), thread)
+            return await app.ainvoke(
+                given(await app.aget_state(thread)), thread, durability=durability
+            )
 
     try:
         if config.get("async"):
@@ -95,7 +99,7 @@ def main(config_path: str, phase: str) -> None:
         else:
             db = sqlite3.connect(config["checkpoints"], check_same_thread=False)
             app = graph.compile(checkpointer=SqliteSaver(db))
-            final = app.invoke(given(app.get_state(thread)), thread)
+            final = app.invoke(given(app.get_state(thread)), thread, durability=durability)
         charged = final["charge"]
         outcome: dict[str, Any] = (
             {"outcome": "value", "charge": charged}

@@ -302,6 +302,25 @@ def test_worker_killed_then_resumed_from_the_sqlite_checkpoint(
     check_guarded(run, tmp_path / "ledger.sqlite3", verifier=verifier)
 
 
+@pytest.mark.slow
+@pytest.mark.parametrize("verifier", [True, False])
+def test_a_checkpoint_lost_in_the_crash_leaves_the_key_unchanged(
+    tmp_path: Path, verifier: bool
+) -> None:
+    """With durability="exit" the killed run wrote no checkpoint: the recovery sends the
+    order again, and the charge runs as a task with a new id, at the same step and path."""
+    run = run_crash(
+        WORKER,
+        tmp_path,
+        "after_commit",
+        mode="guarded",
+        verifier=verifier,
+        checkpoints=str(tmp_path / "checkpoints.sqlite"),
+        durability="exit",
+    )
+    check_guarded(run, tmp_path / "ledger.sqlite3", verifier=verifier)
+
+
 @pytest.mark.parametrize("asynchronous", [False, True], ids=["invoke", "ainvoke"])
 def test_without_dataoad_langgraph_charges_twice(
     tmp_path: Path, asynchronous: bool, record_property: Callable[[str, object], None]
