@@ -22,9 +22,10 @@ stores provider values: read the system of record by the reference). A FAILED
 outcome and an UNKNOWN one are raised as non-retryable ``ApplicationError``
 (types ``"ActionFailed"`` and ``"UnresolvedActionError"``) so Temporal never
 retries them as transient; ``unresolved(error)`` in the workflow turns the
-latter back into ``UnresolvedActionError``. A bad argument is non-retryable
-too; other Dataoad errors (a claim in progress, a ledger that could not be
-written) are retried by Temporal and meet the same receipt.
+latter back into ``UnresolvedActionError``. A bad argument and a ledger that
+cannot be used (closed, not set up) are non-retryable too; other Dataoad
+errors (a claim in progress, a ledger that could not be written this time)
+are retried by Temporal and meet the same receipt.
 """
 
 from __future__ import annotations
@@ -36,6 +37,8 @@ from typing import Any, ParamSpec, TypeVar
 from dataoad._errors import (
     InvalidArgumentError,
     InvalidRequestError,
+    LedgerUnusableError,
+    NothingInvokedError,
     NotInStepError,
     ReservedMetadataError,
     UnresolvedActionError,
@@ -158,6 +161,13 @@ def guarded_activity(
                 # A bad argument is the same on every retry.
                 raise _exceptions.ApplicationError(
                     str(exc), type=type(exc).__name__, non_retryable=True
+                ) from exc
+            except NothingInvokedError as exc:
+                if not isinstance(exc.__cause__, LedgerUnusableError):
+                    raise  # a ledger that could not be written now: Temporal may retry
+                # A closed ledger, or one set up wrong, stays so on every retry.
+                raise _exceptions.ApplicationError(
+                    str(exc), type=type(exc.__cause__).__name__, non_retryable=True
                 ) from exc
             if result.status is ActionStatus.FAILED:
                 receipt = result.receipt

@@ -21,6 +21,7 @@ from dataoad import (
     InMemoryLedger,
     InvalidArgumentError,
     NotInStepError,
+    SQLiteLedger,
     SyncActionRunner,
     UnresolvedActionError,
     VerificationResult,
@@ -199,6 +200,24 @@ async def test_failed_and_bad_arguments_are_not_retryable() -> None:
         await environment(activity_id="2").run(refund, float("inf"))
     assert info.value.type == "InvalidRequestError"
     assert info.value.non_retryable
+
+
+async def test_a_closed_ledger_is_not_retryable_and_nothing_is_invoked(tmp_path: Path) -> None:
+    ledger = SQLiteLedger(tmp_path / "ledger.sqlite3")
+    runner = ActionRunner(ledger)
+    await ledger.close()
+    calls: list[int] = []
+
+    @guarded_activity(runner, "charge", request={"order": "o1"})
+    async def charge() -> str:
+        calls.append(1)
+        return "ch"
+
+    with pytest.raises(ApplicationError) as info:
+        await environment().run(charge)
+    assert info.value.type == "LedgerClosedError"
+    assert info.value.non_retryable
+    assert calls == []
 
 
 def test_bad_options_are_refused_when_decorating() -> None:
