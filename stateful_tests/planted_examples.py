@@ -182,8 +182,8 @@ PLANTED_EXAMPLES = [
         "guarded-tool-key-from-every-argument",
         "a tool's key comes from the intent the caller declares, so a changed request conflicts",
         "dataoad/_tool.py",
-        "key = self.idempotency_key(**kwargs)\n",
-        "key = self.idempotency_key(**kwargs) + str(sorted(kwargs.items()))[:40]\n",
+        "return given(**kwargs)\n",
+        "return given(**kwargs) + str(sorted(kwargs.items()))[:40]\n",
         (
             "tests/agents/test_front_end_matrix.py"
             "::test_a_reused_key_with_another_request_is_a_conflict[GuardedTool.call-sync]",
