@@ -157,6 +157,27 @@ class EngineStep:
                 "is an async function (ActionRunner awaits it on the step's event loop)"
             )
 
+    def arguments(
+        self,
+        key: str,
+        fn: Callable[..., Any],
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+    ) -> dict[str, Any]:
+        """``execute``'s arguments for ``fn(*args, **kwargs)`` under ``key``."""
+        spec: Any = self.request
+        given: Any = self.provider_reference
+        return {
+            "action_name": self.action_name,
+            "operation": functools.partial(fn, *args, **kwargs),
+            "request": spec(*args, **kwargs) if callable(spec) else spec,
+            "idempotency_key": key,
+            "provider_reference": given(*args, **kwargs) if callable(given) else given,
+            "verifier": self.verifier,
+            "policy": self.policy,
+            "wait_in_progress": self.wait_in_progress,
+        }
+
     async def execute(
         self,
         key: str,
@@ -165,19 +186,8 @@ class EngineStep:
         kwargs: dict[str, Any],
     ) -> ActionResult[Any]:
         """``runner.execute`` of ``fn(*args, **kwargs)`` under ``key``, whatever the outcome."""
-        spec: Any = self.request
-        request: dict[str, Any] = spec(*args, **kwargs) if callable(spec) else spec
-        given: Any = self.provider_reference
-        reference: str | None = given(*args, **kwargs) if callable(given) else given
         result: ActionResult[Any] = await self.runner.execute(
-            self.action_name,
-            functools.partial(fn, *args, **kwargs),
-            request=request,
-            idempotency_key=key,
-            provider_reference=reference,
-            verifier=self.verifier,
-            policy=self.policy,
-            wait_in_progress=self.wait_in_progress,
+            **self.arguments(key, fn, args, kwargs)
         )
         return result
 

@@ -24,6 +24,7 @@ again for the same thing replays, whichever turn it asks in.
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import inspect
 import typing
@@ -34,7 +35,9 @@ from dataoad._bridge import run_blocking
 from dataoad._errors import InvalidArgumentError, NotInStepError, UnresolvedActionError
 from dataoad._intent import intent_key
 from dataoad._policy import RetryPolicy
+from dataoad._result import ActionResult
 from dataoad._runner import ActionRunner
+from dataoad._sync import SyncActionRunner
 from dataoad._tool import GuardedTool, describe_result
 from dataoad._verification import AnyVerifier
 from dataoad.integrations._common import require, tool_function, tool_signature, with_signature
@@ -220,7 +223,7 @@ def guarded_tool(fn: Callable[..., Any], guard: GuardedTool, *, name: str | None
 def guarded_node(
     operation: Callable[[Any], Any],
     *,
-    runner: ActionRunner,
+    runner: ActionRunner | SyncActionRunner,
     action_name: str,
     request: Callable[[Any], dict[str, Any]],
     idempotency_key: Callable[[Any], str] | None = None,
@@ -243,10 +246,12 @@ def guarded_node(
     a dead worker's lease to run out), then ``ActionInProgressError``; a
     conflict or a ledger that cannot be written raises as from ``execute``.
     Inside another node, ``await node(state)`` or ``node.invoke(state)``.
+    ``runner`` may be a ``SyncActionRunner`` too (it then runs on its own loop).
     """
+    sync_runner = runner if isinstance(runner, SyncActionRunner) else None
     step = EngineStep(
         "LangGraph",
-        runner,
+        runner if sync_runner is None else sync_runner.runner,
         action_name,
         request=request,
         provider_reference=provider_reference,
@@ -254,16 +259,17 @@ def guarded_node(
         policy=policy,
         wait_in_progress=wait_in_progress,
     )
-
     check = _checker(None)
 
-    async def node(state: Any) -> dict[str, Any]:
+    def arguments(state: Any) -> dict[str, Any]:
         if idempotency_key is None:
             key = task_key()
         else:
             given = idempotency_key
             key = check(lambda: given(state), {})
-        result = await step.execute(key, operation, (state,), {})
+        return step.arguments(key, operation, (state,), {})
+
+    def update(result: ActionResult[Any]) -> dict[str, Any]:
         outcome = describe_result(result, action_name, verifier_set=verifier is not None)
         if outcome.status == "UNKNOWN":
             raise UnresolvedActionError(outcome.message, receipt=result.receipt)
@@ -276,8 +282,28 @@ def guarded_node(
             }
         }
 
-    def sync_node(state: Any) -> dict[str, Any]:
-        return run_blocking(lambda: node(state), caller=f"node {action_name!r}")
+    if sync_runner is None:
+
+        async def node(state: Any) -> dict[str, Any]:
+            return update(await step.runner.execute(**arguments(state)))
+
+        def sync_node(state: Any) -> dict[str, Any]:
+            return run_blocking(lambda: node(state), caller=f"node {action_name!r}")
+
+    else:
+        # A SyncActionRunner runs on its own loop: called directly from sync
+        # code, and from a worker thread under ainvoke (never blocking the loop).
+        blocking = sync_runner
+
+        def sync_node(state: Any) -> dict[str, Any]:
+            return update(blocking.execute(**arguments(state)))
+
+        async def node(state: Any) -> dict[str, Any]:
+            execute_arguments = arguments(state)
+            result: ActionResult[Any] = await asyncio.to_thread(
+                lambda: blocking.execute(**execute_arguments)
+            )
+            return update(result)
 
     return GuardedNode(sync_node, afunc=node, name=action_name)
 

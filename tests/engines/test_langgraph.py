@@ -22,7 +22,12 @@ from dataoad import (
     GuardedTool,
     InMemoryLedger,
     InvalidArgumentError,
+    InvalidRequestError,
+    LedgerClosedError,
+    NothingInvokedError,
     NotInStepError,
+    SQLiteLedger,
+    SyncActionRunner,
     intent_key,
 )
 from dataoad.integrations.langgraph import guarded_node, guarded_tool, task_key
@@ -433,3 +438,62 @@ def keyed_node(ledger: InMemoryLedger, calls: list[str], key: Callable[[Order], 
         request=lambda state: {"order": state["order_id"]},
         idempotency_key=key,
     )
+
+
+@pytest.mark.parametrize("how", ["invoke", "ainvoke"])
+def test_a_node_on_a_sync_action_runner_runs_both_ways_and_replays(how: str) -> None:
+    runner = SyncActionRunner(InMemoryLedger())
+    calls: list[str] = []
+    try:
+        node = guarded_node(
+            lambda state: calls.append(state["order_id"]) or "ch",
+            runner=runner,
+            action_name="charge",
+            request=lambda state: {"order": state["order_id"]},
+            output_key="charge",
+        )
+        task = flaky_after(node, asynchronous=how == "ainvoke")
+        app = order_graph(task).compile(checkpointer=InMemorySaver())
+        config = {"configurable": {"thread_id": "t"}}
+        with pytest.raises(ConnectionError):
+            run_graph(app, {"order_id": "o1"}, config, how)
+        final = run_graph(app, None, config, how)
+        assert final["charge"]["replayed"] is True
+        assert calls == ["o1"]
+    finally:
+        runner.close()
+
+
+@pytest.mark.parametrize("how", ["invoke", "ainvoke"])
+def test_a_node_refuses_a_request_that_is_not_json_and_a_closed_ledger_first(
+    how: str, tmp_path: Path
+) -> None:
+    ledger = InMemoryLedger()
+    calls: list[str] = []
+    nan = guarded_node(
+        lambda state: calls.append("nan"),
+        runner=ActionRunner(ledger),
+        action_name="charge",
+        request=lambda state: {"amount": float("nan")},
+    )
+    config = {"configurable": {"thread_id": "t"}}
+    with pytest.raises(InvalidRequestError):
+        run_graph(
+            order_graph(nan).compile(checkpointer=InMemorySaver()), {"order_id": "o1"}, config, how
+        )
+    closed = SQLiteLedger(tmp_path / "ledger.sqlite3")
+    runner = ActionRunner(closed)
+    asyncio.run(closed.close())
+    shut = guarded_node(
+        lambda state: calls.append("closed"),
+        runner=runner,
+        action_name="charge",
+        request=lambda state: {"order": state["order_id"]},
+    )
+    with pytest.raises(NothingInvokedError) as info:
+        run_graph(
+            order_graph(shut).compile(checkpointer=InMemorySaver()), {"order_id": "o1"}, config, how
+        )
+    assert isinstance(info.value.__cause__, LedgerClosedError)
+    assert calls == []
+    assert ledger.snapshot() == []
