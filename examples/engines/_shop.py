@@ -8,6 +8,9 @@ code the engine's step runs.
 
 from __future__ import annotations
 
+import os
+import sqlite3
+import sys
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -45,6 +48,22 @@ class Shop:
             "provider_reference": lambda request, reference: reference,
             "verifier": self.adapter.verify,
         }
+
+    def dbos_system_database(self) -> str:
+        """Where DBOS keeps its workflows: ``DATAOAD_EXAMPLE_DBOS_URL``, else a SQLite file here.
+
+        DBOS's SQLite system database needs SQLite 3.42+ on Python 3.12+;
+        with an older SQLite, point the variable at a PostgreSQL database.
+        """
+        url = os.environ.get("DATAOAD_EXAMPLE_DBOS_URL")
+        if url:
+            return url
+        if sys.version_info >= (3, 12) and sqlite3.sqlite_version_info < (3, 42):
+            raise SystemExit(
+                f"DBOS's SQLite system database needs SQLite 3.42+ on Python 3.12+ (this one "
+                f"has {sqlite3.sqlite_version}): set DATAOAD_EXAMPLE_DBOS_URL to a PostgreSQL URL"
+            )
+        return f"sqlite:///{self.folder}/dbos.sqlite"
 
     def charges(self, reference: str) -> int:
         """How many charges the provider holds for ``reference``."""

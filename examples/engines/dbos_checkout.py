@@ -54,7 +54,7 @@ async def main() -> None:
         DBOS(
             config={
                 "name": "dataoad-example",
-                "system_database_url": f"sqlite:///{shop.folder}/dbos.sqlite",
+                "system_database_url": shop.dbos_system_database(),
             }
         )
         try:

@@ -70,6 +70,7 @@ def main() -> None:
     state = "replayed" if final["charge"]["replayed"] else "ran again"
     print(f"resumed: {final['charge']['status']}, {state}, key {receipt.idempotency_key}")
     print(f"charges at the provider: {shop.charges('order-1')}")
+    checkpoints.close()
     asyncio.run(shop.ledger.close())
 
 

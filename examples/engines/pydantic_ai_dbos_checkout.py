@@ -51,7 +51,7 @@ async def main() -> None:
     DBOS(
         config={
             "name": "dataoad-agent-example",
-            "system_database_url": f"sqlite:///{shop.folder}/dbos.sqlite",
+            "system_database_url": shop.dbos_system_database(),
         }
     )
 

@@ -3,7 +3,19 @@ report the double charges they show in the terminal summary."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from pathlib import Path
+
 import pytest
+
+from tests.engines.dbos_support import system_database
+
+
+@pytest.fixture
+def dbos_system_database(tmp_path: Path) -> Iterator[str]:
+    """DBOS's system database for one test: SQLite where DBOS supports it, else PostgreSQL."""
+    with system_database(tmp_path) as url:
+        yield url
 
 
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:

@@ -98,8 +98,11 @@ def main(config_path: str, phase: str) -> None:
             final = asyncio.run(run_async())
         else:
             db = sqlite3.connect(config["checkpoints"], check_same_thread=False)
-            app = graph.compile(checkpointer=SqliteSaver(db))
-            final = app.invoke(given(app.get_state(thread)), thread, durability=durability)
+            try:
+                app = graph.compile(checkpointer=SqliteSaver(db))
+                final = app.invoke(given(app.get_state(thread)), thread, durability=durability)
+            finally:
+                db.close()
         charged = final["charge"]
         outcome: dict[str, Any] = (
             {"outcome": "value", "charge": charged}

@@ -8,8 +8,10 @@ provider that takes no idempotency key.
 
 from __future__ import annotations
 
+import contextlib
 import sqlite3
 import uuid
+from collections.abc import Iterator
 from pathlib import Path
 
 from dataoad import ActionReceipt, VerificationResult
@@ -27,11 +29,16 @@ class FilePayments:
                 "CREATE TABLE IF NOT EXISTS charges (id TEXT PRIMARY KEY, reference TEXT, cents INT)"
             )
 
-    def _connect(self) -> sqlite3.Connection:
+    @contextlib.contextmanager
+    def _connect(self) -> Iterator[sqlite3.Connection]:
+        # Closed on the way out: a connection's own ``with`` only commits.
         db = sqlite3.connect(self.path, timeout=30, isolation_level=None)
-        db.execute("PRAGMA journal_mode=WAL")
-        db.execute("PRAGMA synchronous=FULL")
-        return db
+        try:
+            db.execute("PRAGMA journal_mode=WAL")
+            db.execute("PRAGMA synchronous=FULL")
+            yield db
+        finally:
+            db.close()
 
     def charge(self, reference: str, cents: int) -> str:
         """Charge ``cents`` for ``reference``; the charge is durable when this returns."""

@@ -4,15 +4,14 @@ one charge and the receipt says how the step ended; without it, DBOS charges twi
 
 from __future__ import annotations
 
-import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 
-from stateful_tests.services import postgres_dsn
 from tests.engines.crash_harness import CrashRun, run_crash
 from tests.engines.crash_points import POINTS
+from tests.engines.dbos_support import postgres_database
 from tests.engines.ledger_view import stored_receipts
 
 WORKER = "tests.engines.dbos_worker"
@@ -53,7 +52,7 @@ def check_guarded(run: CrashRun, ledger: Path, *, verifier: bool) -> None:
     ],
 )
 def test_guarded_step_killed_and_recovered_by_dbos(
-    tmp_path: Path, point: str, verifier: bool
+    tmp_path: Path, point: str, verifier: bool, dbos_system_database: str
 ) -> None:
     run = run_crash(
         WORKER,
@@ -61,7 +60,7 @@ def test_guarded_step_killed_and_recovered_by_dbos(
         point,
         mode="guarded",
         verifier=verifier,
-        system_database=f"sqlite:///{tmp_path / 'dbos.sqlite'}",
+        system_database=dbos_system_database,
     )
     check_guarded(run, tmp_path / "ledger.sqlite3", verifier=verifier)
     # How it ended, point by point: the evidence, not only the count.
@@ -77,22 +76,8 @@ def test_guarded_step_killed_and_recovered_by_dbos(
 @pytest.fixture
 def dbos_postgres_database() -> Iterator[str]:
     """A fresh database for DBOS's system tables on the test server, dropped afterwards."""
-    import asyncio
-
-    import asyncpg
-
-    dsn = postgres_dsn()
-    name = f"dbos_{uuid.uuid4().hex[:16]}"
-    yield dsn.rsplit("/", 1)[0] + "/" + name
-
-    async def drop() -> None:
-        conn = await asyncpg.connect(dsn)
-        try:
-            await conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-        finally:
-            await conn.close()
-
-    asyncio.run(drop())
+    with postgres_database() as url:
+        yield url
 
 
 @pytest.mark.parametrize("verifier", [True, False])
@@ -111,7 +96,7 @@ def test_guarded_step_on_dbos_postgres_system_database(
 
 
 def test_without_dataoad_dbos_charges_twice(
-    tmp_path: Path, record_property: Callable[[str, object], None]
+    tmp_path: Path, record_property: Callable[[str, object], None], dbos_system_database: str
 ) -> None:
     run = run_crash(
         WORKER,
@@ -119,7 +104,7 @@ def test_without_dataoad_dbos_charges_twice(
         "after_commit",
         mode="plain",
         verifier=False,
-        system_database=f"sqlite:///{tmp_path / 'dbos.sqlite'}",
+        system_database=dbos_system_database,
     )
     assert run.killed
     # DBOS re-ran the plain step on recovery: the customer paid twice.

@@ -34,9 +34,9 @@ from dataoad.integrations.dbos import guarded_step, step_key
 
 
 @pytest.fixture
-async def dbos_app(tmp_path: Path) -> AsyncIterator[Callable[[], None]]:
-    """A DBOS app on a fresh SQLite system database; call the result to launch it."""
-    DBOS(config={"name": "dataoad-test", "system_database_url": f"sqlite:///{tmp_path}/s.db"})
+async def dbos_app(dbos_system_database: str) -> AsyncIterator[Callable[[], None]]:
+    """A DBOS app on a fresh system database; call the result to launch it."""
+    DBOS(config={"name": "dataoad-test", "system_database_url": dbos_system_database})
     yield DBOS.launch
     DBOS.destroy(destroy_registry=True)
 

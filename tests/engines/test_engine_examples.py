@@ -3,12 +3,16 @@
 
 from __future__ import annotations
 
+import contextlib
+import os
 import re
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+
+from tests.engines.dbos_support import postgres_database, sqlite_fits_dbos
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = sorted(p.stem for p in (ROOT / "examples" / "engines").glob("[!_]*.py"))
@@ -31,17 +35,26 @@ def test_there_is_one_example_per_engine() -> None:
 
 @pytest.mark.parametrize("name", EXAMPLES)
 def test_example_prints_its_documented_output(name: str) -> None:
-    done = subprocess.run(
+    env = {**os.environ}
+    with contextlib.ExitStack() as stack:
+        if not sqlite_fits_dbos():
+            env["DATAOAD_EXAMPLE_DBOS_URL"] = stack.enter_context(postgres_database())
+        done = run_example(name, env)
+    assert done.returncode == 0, done.stderr
+    normalised = re.sub(r"\b[0-9a-f]{32}\b", "<action-id>", done.stdout)
+    assert normalised.strip() == expected_output(ROOT / "examples" / "engines" / f"{name}.py")
+
+
+def run_example(name: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
         [sys.executable, "-m", f"examples.engines.{name}"],
+        env=env,
         cwd=ROOT,
         capture_output=True,
         text=True,
         timeout=120,
         check=False,
     )
-    assert done.returncode == 0, done.stderr
-    normalised = re.sub(r"\b[0-9a-f]{32}\b", "<action-id>", done.stdout)
-    assert normalised.strip() == expected_output(ROOT / "examples" / "engines" / f"{name}.py")
 
 
 @pytest.mark.parametrize("name", EXAMPLES)

@@ -30,7 +30,7 @@ WORKER = "tests.engines.pydantic_dbos_worker"
     ],
 )
 def test_guarded_tool_of_a_durable_agent_killed_and_recovered(
-    tmp_path: Path, point: str, verifier: bool
+    tmp_path: Path, point: str, verifier: bool, dbos_system_database: str
 ) -> None:
     run = run_crash(
         WORKER,
@@ -38,7 +38,7 @@ def test_guarded_tool_of_a_durable_agent_killed_and_recovered(
         point,
         mode="guarded",
         verifier=verifier,
-        system_database=f"sqlite:///{tmp_path / 'dbos.sqlite'}",
+        system_database=dbos_system_database,
     )
     assert run.killed, f"the worker never reached {point}"
     assert len(run.charges) <= 1, f"charged {len(run.charges)} times: {run.charges}"
@@ -58,7 +58,7 @@ def test_guarded_tool_of_a_durable_agent_killed_and_recovered(
 
 
 def test_without_dataoad_the_durable_agent_charges_twice(
-    tmp_path: Path, record_property: Callable[[str, object], None]
+    tmp_path: Path, record_property: Callable[[str, object], None], dbos_system_database: str
 ) -> None:
     run = run_crash(
         WORKER,
@@ -66,7 +66,7 @@ def test_without_dataoad_the_durable_agent_charges_twice(
         "after_commit",
         mode="plain",
         verifier=False,
-        system_database=f"sqlite:///{tmp_path / 'dbos.sqlite'}",
+        system_database=dbos_system_database,
     )
     assert run.killed
     assert len(run.charges) == 2, run.charges
