@@ -19,6 +19,7 @@ from dataoad._errors import (
     InvalidArgumentError,
     InvalidRequestError,
     LedgerClosedError,
+    LedgerDurabilityError,
     LedgerUnusableError,
     MissingExtraError,
     NothingInvokedError,
@@ -44,6 +45,7 @@ from dataoad._sync import SyncActionRunner
 from dataoad._tool import GuardedTool, ToolOutcome, describe_result, run_tool
 from dataoad._verification import VerificationResult, Verifier
 from dataoad._version import __version__
+from dataoad.ledgers._durability import DurabilityReport
 from dataoad.ledgers.memory import InMemoryLedger
 from dataoad.ledgers.postgres import LedgerSchemaError, PostgresLedger
 from dataoad.ledgers.sqlite import LedgerBusyError, LedgerFileError, SQLiteLedger
@@ -108,6 +110,8 @@ __all__ = [
     "LedgerBusyError",
     "LedgerSchemaError",
     "LedgerClosedError",
+    "LedgerDurabilityError",
+    "DurabilityReport",
     "LedgerUnusableError",
     "MissingExtraError",
     "__version__",

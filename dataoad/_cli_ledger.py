@@ -26,6 +26,7 @@ from dataoad._cli_common import (
     UsageError,
 )
 from dataoad._cli_common import confirm as _confirm
+from dataoad._cli_doctor import add_doctor_command, doctor
 from dataoad._cli_lifecycle import add_lifecycle_commands, check_cli_namespace, prune, reopen
 from dataoad._cli_listing import add_list_command, list_receipts
 from dataoad._cli_loading import import_attribute
@@ -75,7 +76,9 @@ def add_commands(commands: Any, parser_class: type[argparse.ArgumentParser]) -> 
             "namespace (a command on one receipt then acts in that receipt's own)",
         )
 
-    ledger = commands.add_parser("ledger", help="create or upgrade a ledger's schema")
+    ledger = commands.add_parser(
+        "ledger", help="create or upgrade a ledger's schema, or check that it is durable"
+    )
     ledger_sub = ledger.add_subparsers(
         dest="ledger_command", metavar="COMMAND", parser_class=parser_class
     )
@@ -91,6 +94,7 @@ def add_commands(commands: Any, parser_class: type[argparse.ArgumentParser]) -> 
         help="postgresql://... or a SQLite file path; default: $DATAOAD_LEDGER",
     )
     table_option(migrate)
+    add_doctor_command(ledger_sub, table_option)
 
     receipts = commands.add_parser("receipts", help="inspect stored receipts")
     sub = receipts.add_subparsers(
@@ -299,8 +303,14 @@ async def _run(args: argparse.Namespace) -> int:
     from dataoad._runner import ActionRunner
 
     if args.command == "ledger":
+        if args.ledger_command == "doctor":
+            url = _ledger_url(args.ledger, args.table)
+            sqlite_path = None if _is_postgres(url) else _sqlite_path(url)
+            return await doctor(
+                args, url, lambda: _postgres_ledger(url, _table(args.table)), sqlite_path
+            )
         if args.ledger_command != "migrate":
-            raise UsageError("name a subcommand: ledger migrate URL")
+            raise UsageError("name a subcommand: ledger migrate URL, or ledger doctor")
         return await _migrate(args)
     inspecting = args.command == "receipts"
     # A prune's dry run only counts: like list and show it never opens a

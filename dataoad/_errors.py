@@ -11,6 +11,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "LedgerClosedError",
+    "LedgerDurabilityError",
     "NotInStepError",
     "LedgerUnusableError",
     "MissingExtraError",
@@ -233,6 +234,18 @@ class NotInStepError(DataoadError, RuntimeError):
 
 class LedgerClosedError(LedgerUnusableError):
     """The ledger was closed; nothing was read or written. Open a new one."""
+
+
+class LedgerDurabilityError(LedgerUnusableError):
+    """The ledger could lose a claim it acknowledged (``require_durable=True``); ``report``
+    says how and what to set. No claim was written (the ledger is closed)."""
+
+    def __init__(self, message: str, *, report: Any = None) -> None:
+        super().__init__(message)
+        self.report = report
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (_rebuild, (type(self), self.args, {"report": self.report}))
 
 
 class MissingExtraError(DataoadError, ImportError):

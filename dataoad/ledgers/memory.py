@@ -24,6 +24,7 @@ from dataoad._lifecycle import (
 )
 from dataoad._receipt import ActionReceipt
 from dataoad._status import ActionStatus, ClaimState
+from dataoad.ledgers._durability import DurabilityReport, judge_memory
 from dataoad.ledgers._pruning import (
     DEFAULT_BATCH_SIZE,
     BeforeDelete,
@@ -288,6 +289,10 @@ class InMemoryLedger:
 
     async def _ledger_now(self) -> datetime:
         return self._now()
+
+    async def durability(self) -> DurabilityReport:
+        """Never durable: the receipts live and die with this process."""
+        return judge_memory()
 
     async def close(self) -> None:
         """Nothing to release; kept for symmetry with durable ledgers."""

@@ -41,6 +41,7 @@ from dataoad._lifecycle import DEFAULT_PRUNE_STATUSES
 from dataoad._receipt import ActionReceipt
 from dataoad._status import ActionStatus, ClaimState
 from dataoad.ledgers._codec import COLUMNS, receipt_of, values_of
+from dataoad.ledgers._durability import DurabilityReport, opened, postgres_durability
 from dataoad.ledgers._postgres_lane import (
     ConnectionLane,
     no_reset,
@@ -223,6 +224,21 @@ class PostgresLedger:
         pool, self._pool = self._pool, None
         if pool is not None and self._owns_pool:
             await pool.close()
+
+    @classmethod
+    async def open(
+        cls, dsn: str | None = None, *, require_durable: bool = False, **options: Any
+    ) -> PostgresLedger:
+        """``PostgresLedger(dsn, **options)``, connected; with ``require_durable``,
+        LedgerDurabilityError (the ledger closed) unless ``durability()`` is safe."""
+        return await opened(cls(dsn, **options), require_durable)  # type: ignore[no-any-return]
+
+    async def durability(self) -> DurabilityReport:
+        """Whether the server keeps every claim it acknowledged, through a crash or a
+        failover: ``synchronous_commit``, ``fsync``, ``full_page_writes``, the standbys."""
+        lane = self._lane_of(await self._raw_pool())
+        timeout, driver = self._command_timeout, self._driver
+        return await postgres_durability(lambda sql: read_once_more(lane, sql, (), timeout, driver))
 
     # -- schema ----------------------------------------------------------------
 

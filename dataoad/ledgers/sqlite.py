@@ -44,6 +44,7 @@ from dataoad._receipt import ActionReceipt
 from dataoad._status import ActionStatus, ClaimState
 from dataoad.ledgers import _sqlite_live as live
 from dataoad.ledgers._codec import receipt_of, values_of
+from dataoad.ledgers._durability import DurabilityReport, opened, sqlite_durability
 from dataoad.ledgers._pruning import (
     DEFAULT_BATCH_SIZE,
     BeforeDelete,
@@ -190,6 +191,19 @@ class SQLiteLedger:
                 await conn.close()
             raise
         return conn
+
+    @classmethod
+    async def open(
+        cls, path: str | os.PathLike[str], *, require_durable: bool = False, **options: Any
+    ) -> SQLiteLedger:
+        """``SQLiteLedger(path, **options)``, opened; with ``require_durable``,
+        LedgerDurabilityError (the ledger closed) unless ``durability()`` is safe."""
+        return await opened(cls(path, **options), require_durable)  # type: ignore[no-any-return]
+
+    async def durability(self) -> DurabilityReport:
+        """Whether the file keeps every claim it acknowledged, through a crash or a power
+        loss: the journal mode, ``synchronous`` and the file system."""
+        return await sqlite_durability(lambda sql: self._read(sql, ()), self.path)
 
     async def close(self) -> None:
         """Close the connection. Safe to call more than once."""

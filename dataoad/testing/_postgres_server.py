@@ -216,6 +216,9 @@ class PostgresServer:
             with contextlib.suppress(OSError):
                 guard.stdin.write(b"done\n")
                 guard.stdin.close()
+            # Reaped here: a Popen collected while its child runs warns (ResourceWarning).
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                guard.wait(timeout=10)
 
     def guard_against_abandonment(self) -> None:
         """Delete the server and its data even if this process dies without cleaning up.
