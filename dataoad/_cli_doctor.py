@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sqlite3
 from collections.abc import Callable
 from pathlib import Path
@@ -26,22 +25,15 @@ LEDGER_SYNCHRONOUS = "FULL"
 
 
 def add_doctor_command(
-    ledger_sub: Any, ledger_url: Callable[[argparse.ArgumentParser], None]
+    ledger_sub: Any, url_option: Callable[[argparse.ArgumentParser], None]
 ) -> None:
-    """Register ``ledger doctor --ledger URL [--json]``."""
+    """Register ``ledger doctor --ledger URL [--table T] [--json]``."""
     doctor = ledger_sub.add_parser(
         "doctor",
         help="say whether the ledger keeps every acknowledged claim through a crash or a "
         "failover, and what to set if not (exit 0 safe, 1 not)",
     )
-    doctor.add_argument(
-        "--ledger",
-        metavar="URL",
-        default=os.environ.get("DATAOAD_LEDGER"),
-        help="sqlite:///path/to/file (or a plain path) or postgresql://...; default: "
-        "$DATAOAD_LEDGER",
-    )
-    ledger_url(doctor)
+    url_option(doctor)
     doctor.add_argument("--json", action="store_true", help="print the report as JSON")
 
 

@@ -59,7 +59,7 @@ def add_commands(commands: Any, parser_class: type[argparse.ArgumentParser]) -> 
             f"{DEFAULT_TABLE})",
         )
 
-    def ledger_option(p: argparse.ArgumentParser) -> None:
+    def url_option(p: argparse.ArgumentParser) -> None:
         p.add_argument(
             "--ledger",
             metavar="URL",
@@ -68,6 +68,9 @@ def add_commands(commands: Any, parser_class: type[argparse.ArgumentParser]) -> 
             "default: $DATAOAD_LEDGER",
         )
         table_option(p)
+
+    def ledger_option(p: argparse.ArgumentParser) -> None:
+        url_option(p)
         p.add_argument(
             "--namespace",
             metavar="NS",
@@ -94,7 +97,7 @@ def add_commands(commands: Any, parser_class: type[argparse.ArgumentParser]) -> 
         help="postgresql://... or a SQLite file path; default: $DATAOAD_LEDGER",
     )
     table_option(migrate)
-    add_doctor_command(ledger_sub, table_option)
+    add_doctor_command(ledger_sub, url_option)
 
     receipts = commands.add_parser("receipts", help="inspect stored receipts")
     sub = receipts.add_subparsers(
