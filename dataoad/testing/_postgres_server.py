@@ -76,7 +76,13 @@ class PostgresServer:
     client's protocol, not PostgreSQL's crash safety. Benchmarks keep it on.
     """
 
-    def __init__(self, *, durable: bool = False, max_connections: int = 100) -> None:
+    def __init__(
+        self,
+        *,
+        durable: bool = False,
+        max_connections: int = 100,
+        settings: dict[str, str] | None = None,
+    ) -> None:
         bindir = find_server_binaries()
         if bindir is None:
             raise PostgresUnavailableError(
@@ -86,6 +92,8 @@ class PostgresServer:
         self.bindir = bindir
         self.durable = durable
         self.max_connections = max_connections
+        #: More ``-c name=value`` settings for the server (replication, say).
+        self.settings = dict(settings or {})
         self.port = _free_port()
         self.user = _server_user()
         self._root = Path(tempfile.mkdtemp(prefix="dataoad-pg-"))
@@ -118,16 +126,7 @@ class PostgresServer:
         if self.user is not None:
             os.chown(self._root, self.user.pw_uid, self.user.pw_gid)
         if not self.datadir.exists():
-            self._run(
-                str(self.bindir / "initdb"),
-                "-D",
-                str(self.datadir),
-                "-U",
-                "postgres",
-                "--auth=trust",
-                "--encoding=UTF8",
-                "--no-sync",
-            )
+            self._initialise()
         options = [
             "-c",
             "listen_addresses=127.0.0.1",
@@ -140,6 +139,8 @@ class PostgresServer:
             "-c",
             f"full_page_writes={'on' if self.durable else 'off'}",
         ]
+        for name, value in self.settings.items():
+            options += ["-c", f"{name}={value}"]
         log = open(self._log, "ab")  # noqa: SIM115 - handed to the child
         try:
             self._process = subprocess.Popen(
@@ -160,6 +161,19 @@ class PostgresServer:
             log.close()
         self._wait_ready()
         return self
+
+    def _initialise(self) -> None:
+        """Create the data directory (a new cluster; a standby copies its primary instead)."""
+        self._run(
+            str(self.bindir / "initdb"),
+            "-D",
+            str(self.datadir),
+            "-U",
+            "postgres",
+            "--auth=trust",
+            "--encoding=UTF8",
+            "--no-sync",
+        )
 
     def _wait_ready(self, timeout: float = 60.0) -> None:
         deadline = time.monotonic() + timeout
