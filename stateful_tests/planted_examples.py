@@ -237,4 +237,15 @@ PLANTED_EXAMPLES = [
             "::test_a_checkpoint_lost_in_the_crash_leaves_the_key_unchanged[True]",
         ),
     ),
+    PlantedExample(
+        "postgres-commit-local-under-failover",
+        "a claim acknowledged by a primary with a synchronous standby survives its failover",
+        "dataoad/ledgers/postgres.py",
+        'settings = {"application_name": "dataoad"}',
+        'settings = {"application_name": "dataoad", "synchronous_commit": "local"}',
+        (
+            "tests/test_postgres_failover.py"
+            "::test_with_synchronous_replication_a_failover_loses_nothing_and_charges_nothing_twice",
+        ),
+    ),
 ]

@@ -6,6 +6,8 @@ the primary, streaming through one physical replication slot; with
 ``synchronous=True`` the primary names it in ``synchronous_standby_names``,
 so every commit waits until the standby has flushed it. ``kill_primary()``
 crashes the primary (SIGKILL: no shutdown checkpoint, nothing sent after);
+``pause_replication()`` freezes the primary's WAL sender first, as a
+partition would (an asynchronous primary goes on acknowledging);
 ``promote()`` makes the standby the new primary. ``dsn`` names both hosts
 with ``target_session_attrs=read-write``, so a client finds whichever is
 the primary.
@@ -13,6 +15,8 @@ the primary.
 
 from __future__ import annotations
 
+import contextlib
+import os
 import shutil
 import signal
 import subprocess
@@ -73,6 +77,7 @@ class ReplicatedPostgres:
         )
         self.standby = StandbyServer(self.primary, max_connections=max_connections)
         self.promoted = False
+        self._sender = 0
 
     @property
     def dsn(self) -> str:
@@ -118,8 +123,24 @@ class ReplicatedPostgres:
             time.sleep(0.1)
         raise PostgresUnavailableError(f"the standby never streamed ({state!r})")
 
+    def pause_replication(self) -> None:
+        """Freeze the primary's WAL sender (SIGSTOP), as a partition would: nothing more
+        reaches the standby, and an asynchronous primary goes on acknowledging commits."""
+        self._sender = int(
+            self._query(
+                self.primary,
+                f"SELECT pid FROM pg_stat_replication WHERE application_name = '{STANDBY_NAME}'",
+            )
+        )
+        os.kill(self._sender, signal.SIGSTOP)
+
     def kill_primary(self) -> None:
-        """Crash the primary: SIGKILL, so nothing more reaches the standby."""
+        """Crash the primary: SIGKILL, so nothing more reaches the standby (a frozen WAL
+        sender is killed too, before it could send what it holds)."""
+        if self._sender:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(self._sender, signal.SIGKILL)
+            self._sender = 0
         process, self.primary._process = self.primary._process, None
         if process is not None and process.poll() is None:
             process.send_signal(signal.SIGKILL)
