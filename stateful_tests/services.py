@@ -7,6 +7,8 @@ up to run. Importing this module imports no test module.
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
 from typing import Any, NoReturn
 
 __all__ = ["PostgresTestTable", "postgres_dsn", "unavailable", "unique_table"]
@@ -97,3 +99,24 @@ class PostgresTestTable:
             await conn.execute(f'DROP TABLE IF EXISTS "{self.table}", "{self.table}_schema"')
         finally:
             await conn.close()
+
+
+@contextlib.contextmanager
+def replicated_postgres(*, synchronous: bool, max_connections: int = 30) -> Iterator[Any]:
+    """A started ``ReplicatedPostgres`` (primary and streaming standby), cleaned up after;
+    skips without PostgreSQL's binaries, fails under CI=true."""
+    from dataoad.testing._postgres_server import PostgresUnavailableError
+    from dataoad.testing._postgres_standby import ReplicatedPostgres
+
+    pair = ReplicatedPostgres(synchronous=synchronous, max_connections=max_connections)
+    try:
+        pair.primary.guard_against_abandonment()
+        pair.standby.guard_against_abandonment()
+        pair.start()
+    except (PostgresUnavailableError, OSError) as exc:
+        pair.cleanup()
+        unavailable(f"PostgreSQL unavailable: {exc}")
+    try:
+        yield pair
+    finally:
+        pair.cleanup()

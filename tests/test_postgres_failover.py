@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 
 from dataoad import PostgresLedger
-from stateful_tests.services import unavailable
+from stateful_tests.services import replicated_postgres
 from tests.engines.payments_file import FilePayments
 
 pytestmark = pytest.mark.slow
@@ -35,21 +35,8 @@ ROOT = Path(__file__).resolve().parents[1]
 
 def run_failover(tmp_path: Path, *, synchronous: bool) -> dict[str, Any]:
     """Run the workers through a failover; what they were told, and what the world holds."""
-    from dataoad.testing._postgres_server import PostgresUnavailableError
-    from dataoad.testing._postgres_standby import ReplicatedPostgres
-
-    pair = ReplicatedPostgres(synchronous=synchronous, max_connections=60)
-    try:
-        pair.primary.guard_against_abandonment()
-        pair.standby.guard_against_abandonment()
-        pair.start()
-    except (PostgresUnavailableError, OSError) as exc:
-        pair.cleanup()
-        unavailable(f"PostgreSQL unavailable: {exc}")
-    try:
+    with replicated_postgres(synchronous=synchronous, max_connections=60) as pair:
         return _run(pair, tmp_path)
-    finally:
-        pair.cleanup()
 
 
 def _run(pair: Any, tmp_path: Path) -> dict[str, Any]:

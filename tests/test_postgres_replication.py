@@ -12,23 +12,12 @@ from collections.abc import Iterator
 import pytest
 
 from dataoad import ActionPersistenceError, ActionRunner, LedgerDurabilityError, PostgresLedger
-from stateful_tests.services import unavailable
+from stateful_tests.services import replicated_postgres
 
 
 def replicated(synchronous: bool) -> Iterator[object]:
-    from dataoad.testing._postgres_server import PostgresUnavailableError
-    from dataoad.testing._postgres_standby import ReplicatedPostgres
-
-    pair = ReplicatedPostgres(synchronous=synchronous, max_connections=30)
-    try:
-        pair.primary.guard_against_abandonment()
-        pair.standby.guard_against_abandonment()
-        pair.start()
-    except (PostgresUnavailableError, OSError) as exc:
-        pair.cleanup()
-        unavailable(f"PostgreSQL unavailable: {exc}")
-    yield pair
-    pair.cleanup()
+    with replicated_postgres(synchronous=synchronous) as pair:
+        yield pair
 
 
 @pytest.fixture
