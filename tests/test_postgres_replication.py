@@ -8,6 +8,7 @@ import json
 import subprocess
 import sys
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 
@@ -115,3 +116,24 @@ async def test_after_a_failover_the_ledger_writes_to_the_new_primary_and_lost_no
             assert not (await fresh.durability()).settings["in_recovery"]
     finally:
         await ledger.close()
+
+
+async def test_a_role_that_may_not_read_the_standbys_is_told_what_to_grant(
+    asynchronous_pair: object,
+) -> None:
+    pair: Any = asynchronous_pair
+    pair._query(pair.primary, "CREATE ROLE app LOGIN")
+    dsn = pair.dsn.replace("postgres@", "app@")
+    async with PostgresLedger(dsn, min_size=1, max_size=1) as ledger:
+        report = await ledger.durability()
+    assert not report.safe
+    assert report.settings["standbys_unreadable"] is True
+    (reason,) = report.reasons
+    assert "grant pg_monitor" in reason
+    done = doctor(dsn)
+    assert done.returncode == 1
+    assert json.loads(done.stdout)["reasons"] == [reason]
+    pair._query(pair.primary, "GRANT pg_monitor TO app")
+    async with PostgresLedger(dsn, min_size=1, max_size=1) as ledger:
+        report = await ledger.durability()
+    assert "none synchronous" in report.reasons[0]
