@@ -28,14 +28,13 @@ Design notes (the why):
 from __future__ import annotations
 
 import asyncio
-import math
 from collections.abc import Sequence
 from datetime import datetime
 from types import TracebackType
 from typing import Any, Final, cast
 
 from dataoad._clock import LedgerClock
-from dataoad._errors import InvalidArgumentError, LedgerClosedError, MissingExtraError
+from dataoad._errors import LedgerClosedError, MissingExtraError
 from dataoad._ledger_rules import check_ledger_clock
 from dataoad._lifecycle import DEFAULT_PRUNE_STATUSES
 from dataoad._receipt import ActionReceipt
@@ -48,6 +47,7 @@ from dataoad.ledgers._postgres_lane import (
     read_once_more,
     write_conditionally,
 )
+from dataoad.ledgers._postgres_options import check_options
 from dataoad.ledgers._postgres_schema import MIGRATIONS as MIGRATIONS
 from dataoad.ledgers._postgres_schema import (
     SCHEMA_VERSION,
@@ -96,7 +96,9 @@ class PostgresLedger:
     holding the call, and a connection left in doubt by a time-out or a
     cancellation is terminated, never reused. ``statement_timeout``
     (seconds) also bounds every statement on the server, on connections the
-    ledger opens; ``connect_timeout`` bounds opening one. A write that the server rolls back with a
+    ledger opens; ``connect_timeout`` bounds opening one. Behind PgBouncer in
+    transaction mode pass ``transaction_pooling=True``: no named prepared
+    statement and no startup setting, which such a pooler cannot keep. A write that the server rolls back with a
     serialization failure or deadlock is re-run up to ``serialization_retries``
     times (it changed nothing, and it re-checks its condition); after that
     the error reaches the runner. Leases are judged by the server's clock
@@ -118,34 +120,24 @@ class PostgresLedger:
         connect_timeout: float = 10.0,
         clock: LedgerClock | None = None,
         command_timeout: float | None = DEFAULT_COMMAND_TIMEOUT,
+        transaction_pooling: bool = False,
     ) -> None:
-        if (dsn is None) == (pool is None):
-            raise InvalidArgumentError("PostgresLedger needs exactly one of dsn or pool")
-        if dsn is not None and (type(dsn) is not str or not dsn):
-            raise InvalidArgumentError("dsn must be a non-empty str (postgresql://...)")
-        for name, size in (("min_size", min_size), ("max_size", max_size)):
-            if type(size) is not int or not 0 <= size <= 1000:
-                raise InvalidArgumentError(f"{name} must be an int in [0, 1000]")
-        if max_size < 1 or min_size > max_size:
-            raise InvalidArgumentError("need 1 <= max_size and min_size <= max_size")
-        if statement_timeout is not None and (
-            type(statement_timeout) not in (int, float) or not 0 < statement_timeout <= 86_400
-        ):
-            raise InvalidArgumentError("statement_timeout must be seconds in (0, 86400] or None")
-        if type(connect_timeout) not in (int, float) or not 0 < connect_timeout <= 600:
-            raise InvalidArgumentError("connect_timeout must be seconds in (0, 600]")
-        if command_timeout is not None and (
-            type(command_timeout) not in (int, float)
-            or not math.isfinite(command_timeout)
-            or not 0 < command_timeout <= 3600
-        ):
-            raise InvalidArgumentError("command_timeout must be seconds in (0, 3600] or None")
+        check_options(
+            dsn=dsn,
+            pool=pool,
+            min_size=min_size,
+            max_size=max_size,
+            statement_timeout=statement_timeout,
+            connect_timeout=connect_timeout,
+            command_timeout=command_timeout,
+            serialization_retries=serialization_retries,
+            transaction_pooling=transaction_pooling,
+        )
+        self._transaction_pooling = transaction_pooling
         self._command_timeout = None if command_timeout is None else float(command_timeout)
         self._connect_timeout = float(connect_timeout)
         # None: the server's clock, read inside each statement (the default).
         self._clock = None if clock is None else check_ledger_clock(clock)
-        if type(serialization_retries) is not int or not 0 <= serialization_retries <= 100:
-            raise InvalidArgumentError("serialization_retries must be an int in [0, 100]")
         self._serialization_retries = serialization_retries
         self._driver = _asyncpg()
         self.schema = check_name("schema", schema)
@@ -195,7 +187,10 @@ class PostgresLedger:
             self._open_lock = asyncio.Lock()
         async with self._open_lock:
             if self._pool is None:
-                settings = {"application_name": "dataoad"}
+                # Behind a transaction pooler no session outlives a transaction:
+                # no named prepared statement, no startup setting (PgBouncer refuses them).
+                pooled = self._transaction_pooling
+                settings = {} if pooled else {"application_name": "dataoad"}
                 if self._statement_timeout is not None:
                     settings["statement_timeout"] = str(int(self._statement_timeout * 1000))
                 self._pool = await self._driver.create_pool(
@@ -205,6 +200,7 @@ class PostgresLedger:
                     reset=no_reset,
                     server_settings=settings,
                     timeout=self._connect_timeout,
+                    **({"statement_cache_size": 0} if pooled else {}),
                 )
         assert self._pool is not None
         return self._pool
