@@ -102,8 +102,8 @@ PLANTED_EXAMPLES = [
         "postgres-asynchronous-commit",
         "the PostgreSQL ledger never lowers synchronous_commit",
         "dataoad/ledgers/postgres.py",
-        'settings = {"application_name": "dataoad"}',
-        'settings = {"application_name": "dataoad", "synchronous_commit": "off"}',
+        'settings = {} if pooled else {"application_name": "dataoad"}',
+        'settings = {} if pooled else {"application_name": "dataoad", "synchronous_commit": "off"}',
         (
             "tests/test_postgres_faults.py"
             "::test_each_step_is_one_autocommit_statement_and_commits_are_synchronous",
@@ -241,8 +241,8 @@ PLANTED_EXAMPLES = [
         "postgres-commit-local-under-failover",
         "a claim acknowledged by a primary with a synchronous standby survives its failover",
         "dataoad/ledgers/postgres.py",
-        'settings = {"application_name": "dataoad"}',
-        'settings = {"application_name": "dataoad", "synchronous_commit": "local"}',
+        'settings = {} if pooled else {"application_name": "dataoad"}',
+        'settings = {} if pooled else {"application_name": "dataoad", "synchronous_commit": "local"}',
         (
             "tests/test_postgres_failover.py"
             "::test_with_synchronous_replication_a_failover_loses_nothing_and_charges_nothing_twice",
