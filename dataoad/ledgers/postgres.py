@@ -225,8 +225,7 @@ class PostgresLedger:
     async def open(
         cls, dsn: str | None = None, *, require_durable: bool = False, **options: Any
     ) -> PostgresLedger:
-        """``PostgresLedger(dsn, **options)``, connected; with ``require_durable``,
-        LedgerDurabilityError (the ledger closed) unless ``durability()`` is safe."""
+        """Connected; ``require_durable``: LedgerDurabilityError unless durable (then closed)."""
         return await opened(cls(dsn, **options), require_durable)  # type: ignore[no-any-return]
 
     async def durability(self) -> DurabilityReport:

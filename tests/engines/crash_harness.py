@@ -16,13 +16,33 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import pytest
+
+from tests.engines.crash_points import POINTS
 from tests.engines.payments_file import FilePayments
 
-__all__ = ["CrashRun", "run_crash"]
+__all__ = ["QUICK", "CrashRun", "crash_matrix", "run_crash"]
+
+#: The one scenario per engine the quick loop keeps; the others are marked slow.
+QUICK = ("after_commit", True)
 
 #: Longest a worker may take (imports, engine start, a lease to run out).
 WORKER_TIMEOUT = 120.0
 ROOT = Path(__file__).resolve().parents[2]
+
+
+def crash_matrix() -> list[Any]:
+    """Every (point, verifier) scenario as pytest parameters; all but ``QUICK`` are slow."""
+    return [
+        pytest.param(
+            point,
+            verifier,
+            marks=[] if (point, verifier) == QUICK else [pytest.mark.slow],
+            id=f"{point}-{'verifier' if verifier else 'no-verifier'}",
+        )
+        for point in POINTS
+        for verifier in (True, False)
+    ]
 
 
 @dataclasses.dataclass(frozen=True)

@@ -9,18 +9,11 @@ from pathlib import Path
 
 import pytest
 
-from tests.engines.crash_harness import CrashRun, run_crash
-from tests.engines.crash_points import POINTS
+from tests.engines.crash_harness import CrashRun, crash_matrix, run_crash
 from tests.engines.dbos_support import postgres_database
 from tests.engines.ledger_view import stored_receipts
 
 WORKER = "tests.engines.dbos_worker"
-#: One scenario per engine stays in the quick loop; the rest are slow.
-QUICK = ("after_commit", True)
-
-
-def _marks(point: str, verifier: bool) -> list[pytest.MarkDecorator]:
-    return [] if (point, verifier) == QUICK else [pytest.mark.slow]
 
 
 def check_guarded(run: CrashRun, ledger: Path, *, verifier: bool) -> None:
@@ -43,14 +36,7 @@ def check_guarded(run: CrashRun, ledger: Path, *, verifier: bool) -> None:
         assert run.outcome == {"outcome": "unresolved", "receipt": "UNKNOWN"}
 
 
-@pytest.mark.parametrize(
-    ("point", "verifier"),
-    [
-        pytest.param(p, v, marks=_marks(p, v), id=f"{p}-{'verifier' if v else 'no-verifier'}")
-        for p in POINTS
-        for v in (True, False)
-    ],
-)
+@pytest.mark.parametrize(("point", "verifier"), crash_matrix())
 def test_guarded_step_killed_and_recovered_by_dbos(
     tmp_path: Path, point: str, verifier: bool, dbos_system_database: str
 ) -> None:

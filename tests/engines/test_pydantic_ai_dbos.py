@@ -9,26 +9,13 @@ from pathlib import Path
 
 import pytest
 
-from tests.engines.crash_harness import run_crash
-from tests.engines.crash_points import POINTS
+from tests.engines.crash_harness import crash_matrix, run_crash
 from tests.engines.ledger_view import stored_receipts
 
 WORKER = "tests.engines.pydantic_dbos_worker"
 
 
-@pytest.mark.parametrize(
-    ("point", "verifier"),
-    [
-        pytest.param(
-            p,
-            v,
-            marks=[] if (p, v) == ("after_commit", True) else [pytest.mark.slow],
-            id=f"{p}-{'verifier' if v else 'no-verifier'}",
-        )
-        for p in POINTS
-        for v in (True, False)
-    ],
-)
+@pytest.mark.parametrize(("point", "verifier"), crash_matrix())
 def test_guarded_tool_of_a_durable_agent_killed_and_recovered(
     tmp_path: Path, point: str, verifier: bool, dbos_system_database: str
 ) -> None:

@@ -33,8 +33,7 @@ from dataoad.integrations.temporal import (
     guarded_activity,
     unresolved,
 )
-from tests.engines.crash_harness import run_crash
-from tests.engines.crash_points import POINTS
+from tests.engines.crash_harness import crash_matrix, run_crash
 from tests.engines.ledger_view import stored_receipts
 
 WORKER = "tests.engines.temporal_worker"
@@ -232,19 +231,7 @@ def test_bad_options_are_refused_when_decorating() -> None:
         decorate(lambda: "ch")  # type: ignore[arg-type,return-value]
 
 
-@pytest.mark.parametrize(
-    ("point", "verifier"),
-    [
-        pytest.param(
-            p,
-            v,
-            marks=[] if (p, v) == ("after_commit", True) else [pytest.mark.slow],
-            id=f"{p}-{'verifier' if v else 'no-verifier'}",
-        )
-        for p in POINTS
-        for v in (True, False)
-    ],
-)
+@pytest.mark.parametrize(("point", "verifier"), crash_matrix())
 def test_worker_killed_then_temporal_retries_the_activity(
     tmp_path: Path, point: str, verifier: bool
 ) -> None:
