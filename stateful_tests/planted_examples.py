@@ -105,7 +105,7 @@ PLANTED_EXAMPLES = [
         'settings = {} if pooled else {"application_name": "dataoad"}',
         'settings = {} if pooled else {"application_name": "dataoad", "synchronous_commit": "off"}',
         (
-            "tests/test_postgres_faults.py"
+            "tests/test_postgres_schema.py"
             "::test_each_step_is_one_autocommit_statement_and_commits_are_synchronous",
         ),
         needs_postgres=True,

@@ -9,9 +9,17 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Iterator
+from dataclasses import dataclass, field
 from typing import Any, NoReturn
 
-__all__ = ["PostgresTestTable", "postgres_dsn", "unavailable", "unique_table"]
+__all__ = [
+    "PostgresRoute",
+    "PostgresTestTable",
+    "pgbouncer_in_front_of",
+    "postgres_dsn",
+    "unavailable",
+    "unique_table",
+]
 
 
 def tool(module: str, *, extra: str = "dev", required: bool = True) -> list[str]:
@@ -120,3 +128,50 @@ def replicated_postgres(*, synchronous: bool, max_connections: int = 30) -> Iter
         yield pair
     finally:
         pair.cleanup()
+
+
+@contextlib.contextmanager
+def pgbouncer_in_front_of(server_dsn: str, *, pool_size: int = 10) -> Iterator[Any]:
+    """Debian's started ``PgBouncer`` in transaction mode in front of ``server_dsn``.
+
+    Skips without the binary, fails under CI=true.
+    """
+    from dataoad.testing._pgbouncer import PgBouncer
+    from dataoad.testing._postgres_server import PostgresUnavailableError
+
+    bouncer = PgBouncer(server_dsn, pool_size=pool_size)
+    try:
+        bouncer.start()
+    except (PostgresUnavailableError, OSError) as exc:
+        bouncer.cleanup()
+        unavailable(f"PgBouncer unavailable: {exc}")
+    try:
+        yield bouncer
+    finally:
+        bouncer.cleanup()
+
+
+@dataclass(frozen=True)
+class PostgresRoute:
+    """How a ledger reaches the server: straight, or through a transaction pooler.
+
+    ``dsn`` is what the ledger connects to, ``server_dsn`` the server itself
+    (a test's own admin and blocking sessions), ``options`` what the ledger
+    needs on this route (``transaction_pooling=True`` behind PgBouncer).
+    """
+
+    name: str
+    dsn: str
+    server_dsn: str
+    options: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def pooled(self) -> bool:
+        """Whether a transaction pooler sits between the ledger and the server."""
+        return bool(self.options.get("transaction_pooling"))
+
+    def ledger(self, dsn: str | None = None, **options: Any) -> Any:
+        """A PostgresLedger on this route (``dsn`` replaces the route's, e.g. a proxy's)."""
+        from dataoad import PostgresLedger
+
+        return PostgresLedger(dsn or self.dsn, **{**self.options, **options})

@@ -14,7 +14,12 @@ from dataoad import (
     Ledger,
     SQLiteLedger,
 )
-from stateful_tests.services import PostgresTestTable
+from stateful_tests.services import (
+    PostgresRoute,
+    PostgresTestTable,
+    pgbouncer_in_front_of,
+    postgres_dsn,
+)
 from tests.support import BACKENDS
 
 
@@ -41,3 +46,20 @@ def caplog(caplog: pytest.LogCaptureFixture) -> pytest.LogCaptureFixture:
     """Every test here reads the dataoad logger's records at INFO and above."""
     caplog.set_level(logging.INFO, logger="dataoad")
     return caplog
+
+
+@pytest.fixture(scope="session")
+def pgbouncer() -> Iterator[str]:
+    """PgBouncer in transaction mode in front of the shared test server; its DSN."""
+    with pgbouncer_in_front_of(postgres_dsn()) as bouncer:
+        yield bouncer.dsn
+
+
+@pytest.fixture(params=["direct", "pgbouncer"])
+def route(request: pytest.FixtureRequest) -> PostgresRoute:
+    """The shared test server reached straight, then through PgBouncer in transaction mode."""
+    server = postgres_dsn()
+    if request.param == "direct":
+        return PostgresRoute("direct", server, server)
+    bouncer = request.getfixturevalue("pgbouncer")
+    return PostgresRoute("pgbouncer", bouncer, server, {"transaction_pooling": True})

@@ -7,13 +7,12 @@ pools (separate connections), as contenders on separate hosts would be.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterator
 
 import pytest
 
 from dataoad import Ledger, PostgresLedger
 from dataoad.testing import DurableLedgerContract, LeaseContract, LifecycleContract, ManualClock
-from stateful_tests.services import postgres_dsn, unavailable, unique_table
+from stateful_tests.services import postgres_dsn, unique_table
 
 
 class TestPostgresLedger(DurableLedgerContract, LeaseContract, LifecycleContract):
@@ -54,22 +53,6 @@ class TestPostgresLedgerSerializable(TestPostgresLedger):
     """The same contract when every statement runs SERIALIZABLE."""
 
     isolation = "serializable"
-
-
-@pytest.fixture(scope="module")
-def pgbouncer() -> Iterator[str]:
-    """PgBouncer in transaction mode in front of the shared test server; its DSN."""
-    from dataoad.testing._pgbouncer import PgBouncer
-    from dataoad.testing._postgres_server import PostgresUnavailableError
-
-    bouncer = PgBouncer(postgres_dsn(), pool_size=10)
-    try:
-        bouncer.start()
-    except (PostgresUnavailableError, OSError) as exc:
-        bouncer.cleanup()
-        unavailable(f"PgBouncer unavailable: {exc}")
-    yield bouncer.dsn
-    bouncer.cleanup()
 
 
 class TestPostgresLedgerThroughPgBouncer(TestPostgresLedger):

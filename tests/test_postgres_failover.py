@@ -1,6 +1,7 @@
 """The failover test (Jepsen-style): eight worker processes run first calls and duplicates
-over a small key set through a multi-host DSN while the primary is SIGKILLed and its standby
-promoted. Then every key is checked against the provider's own record of invocations and
+over a small key set through a multi-host DSN (and once through PgBouncer in transaction
+mode, repointed to the promoted standby as a failover script does) while the primary is
+SIGKILLed and its standby promoted. Then every key is checked against the provider's own record of invocations and
 against every result the workers were given."""
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from typing import Any
 import pytest
 
 from dataoad import PostgresLedger
-from stateful_tests.services import replicated_postgres
+from stateful_tests.services import pgbouncer_in_front_of, replicated_postgres
 from tests.engines.payments_file import FilePayments
 
 pytestmark = pytest.mark.slow
@@ -33,13 +34,18 @@ PARTITION = 1.0
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def run_failover(tmp_path: Path, *, synchronous: bool) -> dict[str, Any]:
+def run_failover(
+    tmp_path: Path, *, synchronous: bool, through_pgbouncer: bool = False
+) -> dict[str, Any]:
     """Run the workers through a failover; what they were told, and what the world holds."""
     with replicated_postgres(synchronous=synchronous, max_connections=60) as pair:
-        return _run(pair, tmp_path)
+        if not through_pgbouncer:
+            return _run(pair, tmp_path, None)
+        with pgbouncer_in_front_of(pair.primary.dsn, pool_size=20) as bouncer:
+            return _run(pair, tmp_path, bouncer)
 
 
-def _run(pair: Any, tmp_path: Path) -> dict[str, Any]:
+def _run(pair: Any, tmp_path: Path, bouncer: Any) -> dict[str, Any]:
     async def prepare() -> bool:
         async with PostgresLedger(pair.dsn, min_size=1, max_size=1) as ledger:
             await ledger.migrate()
@@ -47,7 +53,8 @@ def _run(pair: Any, tmp_path: Path) -> dict[str, Any]:
 
     durable_before = asyncio.run(prepare())
     config = {
-        "dsn": pair.dsn,
+        "dsn": pair.dsn if bouncer is None else bouncer.dsn,
+        "transaction_pooling": bouncer is not None,
         "payments": str(tmp_path / "payments.sqlite3"),
         "folder": str(tmp_path),
         "keys": KEYS,
@@ -74,6 +81,9 @@ def _run(pair: Any, tmp_path: Path) -> dict[str, Any]:
     time.sleep(PARTITION)
     pair.kill_primary()
     pair.promote()
+    if bouncer is not None:
+        bouncer.repoint(pair.standby.dsn)
+    promoted_at = time.time()
     for worker in workers:
         _, err = worker.communicate(timeout=RUN_SECONDS + 120)
         assert worker.returncode == 0, err.decode(errors="replace")[-3000:]
@@ -97,6 +107,7 @@ def _run(pair: Any, tmp_path: Path) -> dict[str, Any]:
 
     return {
         "durable_before": durable_before,
+        "promoted_at": promoted_at,
         "told": told,
         "stored": asyncio.run(stored()),
         "charges": charges,
@@ -119,6 +130,8 @@ def check(outcome: dict[str, Any]) -> dict[str, int]:
     return {
         "calls": len(told),
         "results": len(results),
+        # Results the workers got once the standby was promoted: they went on there.
+        "results_after_promotion": sum(1 for t in results if t["at"] > outcome["promoted_at"]),
         "errors": len(told) - len(results),
         "double_invocations": doubles,
         "lost_acknowledged": lost,
@@ -134,14 +147,30 @@ def test_with_synchronous_replication_a_failover_loses_nothing_and_charges_nothi
     counts = check(outcome)
     record_property("failover_synchronous", json.dumps(counts))
     print(f"synchronous replication through a failover: {counts}")
+    assert_nothing_lost_or_doubled(outcome, counts)
+
+
+def assert_nothing_lost_or_doubled(outcome: dict[str, Any], counts: dict[str, int]) -> None:
     assert outcome["durable_before"]
-    assert counts["results"] > 0
+    assert counts["results_after_promotion"] > 0, counts
     assert counts["double_invocations"] == 0, counts
     assert counts["lost_acknowledged"] == 0, counts
     # Every CONFIRMED result is backed by exactly one charge at the provider.
     for t in outcome["told"]:
         if t.get("status") == "CONFIRMED":
             assert outcome["charges"][t["key"]] == 1, t
+
+
+def test_through_pgbouncer_with_synchronous_replication_a_failover_loses_nothing(
+    tmp_path: Path, record_property: Callable[[str, object], None]
+) -> None:
+    """The same run through PgBouncer in transaction mode: the workers stay connected
+    to PgBouncer, which is repointed to the promoted standby."""
+    outcome = run_failover(tmp_path, synchronous=True, through_pgbouncer=True)
+    counts = check(outcome)
+    record_property("failover_synchronous_pgbouncer", json.dumps(counts))
+    print(f"synchronous replication through a failover, via PgBouncer: {counts}")
+    assert_nothing_lost_or_doubled(outcome, counts)
 
 
 def test_with_asynchronous_replication_acknowledged_claims_are_lost_as_reported_beforehand(
@@ -151,7 +180,7 @@ def test_with_asynchronous_replication_acknowledged_claims_are_lost_as_reported_
     counts = check(outcome)
     record_property("failover_asynchronous", json.dumps(counts))
     assert not outcome["durable_before"]  # durability() said so before the run
-    assert counts["results"] > 0
+    assert counts["results_after_promotion"] > 0, counts
     # What the partition cost: claims the old primary acknowledged that the new one never
     # got, and the second charges of the keys claimed afresh (both counted, shown).
     assert counts["lost_acknowledged"] > 0, counts

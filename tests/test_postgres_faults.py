@@ -10,15 +10,19 @@
   (A new claim counts attempt 1 itself, so the attempt start that is a
   call's first write of its own is the one after taking over an expired
   claim a v0.1 runner left unstarted: that is the start these tests break.)
-* Schema handling, the missing-extra error, and bad arguments.
+
+Every test runs twice (the ``route`` fixture): straight to the server, and
+through Debian's PgBouncer in transaction pooling mode, where each
+transaction may get another server connection and a server connection's
+death reaches the client as PgBouncer's error. Settings the tests need on
+the server side (a statement timeout, SERIALIZABLE) are set on a database
+of their own, as a pooler requires (it drops session settings).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import subprocess
-import sys
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
@@ -30,22 +34,50 @@ from dataoad import (
     ActionRunner,
     ActionStatus,
     ClaimState,
-    InvalidArgumentError,
-    LedgerSchemaError,
     PostgresLedger,
 )
-from dataoad.ledgers.postgres import SCHEMA_VERSION as PG_SCHEMA
 from dataoad.testing import ManualClock
 from dataoad.testing._postgres_server import PostgresServer, PostgresUnavailableError
-from stateful_tests.services import postgres_dsn, unavailable, unique_table
+from stateful_tests.services import (
+    PostgresRoute,
+    pgbouncer_in_front_of,
+    postgres_dsn,
+    unavailable,
+    unique_table,
+)
 from tests.support import REQUEST, CountingOperation, unstarted
 
 
-async def fresh_ledger(dsn: str, **options: Any) -> PostgresLedger:
+async def fresh_ledger(route: PostgresRoute, dsn: str | None = None, **options: Any) -> Any:
     table = options.pop("table", None) or unique_table()
-    ledger = PostgresLedger(dsn, table=table, **options)
+    ledger = route.ledger(dsn, table=table, **options)
     await ledger.migrate()
     return ledger
+
+
+@contextlib.asynccontextmanager
+async def database_with(route: PostgresRoute, **settings: str) -> AsyncIterator[PostgresRoute]:
+    """``route`` to a fresh database whose every session runs with ``settings``.
+
+    ``ALTER DATABASE ... SET`` reaches sessions a pooler opens, unlike a
+    client's startup settings, which PgBouncer drops.
+    """
+    import asyncpg
+
+    name = unique_table()
+    admin = await asyncpg.connect(route.server_dsn)
+    try:
+        await admin.execute(f'CREATE DATABASE "{name}"')
+        for key, value in settings.items():
+            await admin.execute(f'ALTER DATABASE "{name}" SET {key} = {value}')
+
+        def to(dsn: str) -> str:
+            return dsn.rsplit("/", 1)[0] + "/" + name
+
+        yield PostgresRoute(route.name, to(route.dsn), to(route.server_dsn), route.options)
+    finally:
+        await admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        await admin.close()
 
 
 async def leave_legacy_claim(ledger: PostgresLedger, clock: ManualClock) -> None:
@@ -130,14 +162,12 @@ async def proxied(dsn: str) -> AsyncIterator[tuple[LossyProxy, str]]:
     ],
 )
 def test_lost_acknowledgement_is_read_back_and_the_operation_runs_once(
-    step: str, tag: bytes
+    route: PostgresRoute, step: str, tag: bytes
 ) -> None:
-    dsn = postgres_dsn()
-
     async def scenario() -> None:
-        async with proxied(dsn) as (proxy, proxy_dsn):
+        async with proxied(route.dsn) as (proxy, proxy_dsn):
             clock = ManualClock()
-            ledger = await fresh_ledger(proxy_dsn, clock=clock)
+            ledger = await fresh_ledger(route, proxy_dsn, clock=clock)
             # Check the schema now: its query's answer carries a SELECT tag too.
             assert await ledger.find("charge", "k") is None
             if step == "start_attempt":
@@ -181,9 +211,21 @@ class PausingLedger(PostgresLedger):
         return await super().start_attempt(receipt, **lease)
 
 
+def waiting_on_lock(table: str) -> str:
+    """SQL: the other sessions whose statement on ``table`` waits for a lock.
+
+    Found by the table's unique name, not by application_name, which a
+    ledger behind a pooler does not set.
+    """
+    return (
+        "SELECT pid FROM pg_stat_activity WHERE pid <> pg_backend_pid() "
+        f"AND wait_event_type = 'Lock' AND query LIKE '%{table}%'"
+    )
+
+
 async def attempt_start_under_row_lock(
-    dsn: str,
-    interfere: Callable[[Any, PausingLedger], Awaitable[None]],
+    route: PostgresRoute,
+    interfere: Callable[[Any, str], Awaitable[None]],
     *,
     commit_lock: bool = False,
     **options: Any,
@@ -194,7 +236,7 @@ async def attempt_start_under_row_lock(
 
     table = unique_table()
     clock = ManualClock()
-    setup = await fresh_ledger(dsn, table=table, clock=clock)
+    setup = await fresh_ledger(route, table=table, clock=clock)
     await leave_legacy_claim(setup, clock)
     await setup.close()
     # The blocker connects before the ledger's pool opens (at the runner's first
@@ -202,8 +244,8 @@ async def attempt_start_under_row_lock(
     # backend first, so the waiting start ends before the blocker's lock does.
     # The other way round the start can get the lock and commit before its own
     # termination (the runner then proves it by read-back and rightly invokes).
-    ledger = PausingLedger(dsn, table=table, clock=clock, **options)
-    blocker = await asyncpg.connect(dsn)
+    ledger = PausingLedger(route.dsn, table=table, clock=clock, **{**route.options, **options})
+    blocker = await asyncpg.connect(route.server_dsn)
     lock = blocker.transaction()
 
     locked = asyncio.Event()
@@ -222,17 +264,13 @@ async def attempt_start_under_row_lock(
     # the runner's task has finished taking the lock with it.
     await asyncio.wait_for(locked.wait(), timeout=30)
     # Wait until the attempt start is blocked on the row lock, then interfere.
-    for _ in range(500):
-        waiting = await blocker.fetchval(
-            "SELECT count(*) FROM pg_stat_activity WHERE application_name = 'dataoad' "
-            "AND wait_event_type = 'Lock'"
-        )
-        if waiting:
-            break
+    deadline = asyncio.get_running_loop().time() + 30  # a loaded CI machine is slow
+    while not await blocker.fetch(waiting_on_lock(table)):
+        if task.done() or asyncio.get_running_loop().time() > deadline:
+            ended = task.exception() if task.done() else "still running"
+            raise AssertionError(f"the attempt start never waited on the row lock: {ended!r}")
         await asyncio.sleep(0.01)
-    else:
-        raise AssertionError("the attempt start never waited on the row lock")
-    await interfere(blocker, ledger)
+    await interfere(blocker, table)
     with contextlib.suppress(Exception):
         await (lock.commit() if commit_lock else lock.rollback())
     outcome: BaseException | Any
@@ -265,23 +303,23 @@ async def check_barrier(ledger: PostgresLedger) -> None:
     assert op.calls == 0
 
 
-def test_terminated_backend_during_attempt_start_reruns_it_on_a_fresh_connection() -> None:
+def test_terminated_backend_during_attempt_start_reruns_it_on_a_fresh_connection(
+    route: PostgresRoute,
+) -> None:
     """The server ended the connection mid-statement: nothing of it committed.
 
     The conditional start runs once more on a fresh connection (once the
     row lock is gone) and is proven before the operation runs, once.
     """
-    dsn = postgres_dsn()
 
-    async def terminate(blocker: Any, ledger: PausingLedger) -> None:
+    async def terminate(blocker: Any, table: str) -> None:
         killed = await blocker.fetchval(
-            "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
-            "WHERE application_name = 'dataoad' AND wait_event_type = 'Lock'"
+            f"SELECT count(pg_terminate_backend(pid)) FROM ({waiting_on_lock(table)}) AS w"
         )
         assert killed == 1
 
     async def scenario() -> None:
-        ledger, op, outcome = await attempt_start_under_row_lock(dsn, terminate)
+        ledger, op, outcome = await attempt_start_under_row_lock(route, terminate)
         assert not isinstance(outcome, BaseException), outcome
         assert outcome.status is ActionStatus.CONFIRMED
         assert op.calls == 1
@@ -295,64 +333,72 @@ def test_terminated_backend_during_attempt_start_reruns_it_on_a_fresh_connection
     asyncio.run(scenario())
 
 
-def test_statement_timeout_during_attempt_start_does_not_invoke() -> None:
-    dsn = postgres_dsn()
+def test_statement_timeout_during_attempt_start_does_not_invoke(route: PostgresRoute) -> None:
+    """Straight to the server the ledger's own ``statement_timeout`` applies; behind
+    a pooler, which refuses that session setting, the database's."""
 
-    async def wait_for_timeout(blocker: Any, ledger: PausingLedger) -> None:
-        await asyncio.sleep(0.5)  # longer than the ledger's 0.2 s statement timeout
+    async def wait_for_timeout(blocker: Any, table: str) -> None:
+        await asyncio.sleep(0.5)  # longer than the 0.2 s statement timeout
 
     async def scenario() -> None:
-        ledger, op, outcome = await attempt_start_under_row_lock(
-            dsn, wait_for_timeout, statement_timeout=0.2
-        )
+        if route.pooled:
+            async with database_with(route, statement_timeout="'200ms'") as timed:
+                ledger, op, outcome = await attempt_start_under_row_lock(timed, wait_for_timeout)
+                await check_timed_out(ledger, op, outcome)
+        else:
+            ledger, op, outcome = await attempt_start_under_row_lock(
+                route, wait_for_timeout, statement_timeout=0.2
+            )
+            await check_timed_out(ledger, op, outcome)
+
+    asyncio.run(scenario())
+
+
+async def check_timed_out(ledger: PausingLedger, op: CountingOperation, outcome: object) -> None:
+    try:
         assert_not_invoked(ledger, op, outcome)
         assert "QueryCanceled" in str(outcome) or "statement timeout" in str(outcome)
         await check_barrier(ledger)
+    finally:
         await ledger.close()
 
-    asyncio.run(scenario())
+
+async def nothing(blocker: Any, table: str) -> None:
+    return None
 
 
-def serializable(dsn: str) -> str:
-    return f"{dsn}?default_transaction_isolation=serializable"
+def serializable(route: PostgresRoute) -> Any:
+    return database_with(route, default_transaction_isolation="serializable")
 
 
-def test_serialization_failure_without_retries_does_not_invoke() -> None:
-    dsn = postgres_dsn()
-
-    async def nothing(blocker: Any, ledger: PausingLedger) -> None:
-        return None
-
+def test_serialization_failure_without_retries_does_not_invoke(route: PostgresRoute) -> None:
     async def scenario() -> None:
         # The blocker's UPDATE commits while the attempt start waits: under
         # SERIALIZABLE the waiting statement fails with a serialization error.
-        ledger, op, outcome = await attempt_start_under_row_lock(
-            serializable(dsn), nothing, commit_lock=True, serialization_retries=0
-        )
-        assert_not_invoked(ledger, op, outcome)
-        assert "SerializationError" in str(outcome)
-        await check_barrier(ledger)
-        await ledger.close()
+        async with serializable(route) as strict:
+            ledger, op, outcome = await attempt_start_under_row_lock(
+                strict, nothing, commit_lock=True, serialization_retries=0
+            )
+            assert_not_invoked(ledger, op, outcome)
+            assert "SerializationError" in str(outcome)
+            await check_barrier(ledger)
+            await ledger.close()
 
     asyncio.run(scenario())
 
 
-def test_serialization_failure_is_rerun_by_the_ledger() -> None:
-    dsn = postgres_dsn()
-
-    async def nothing(blocker: Any, ledger: PausingLedger) -> None:
-        return None
-
+def test_serialization_failure_is_rerun_by_the_ledger(route: PostgresRoute) -> None:
     async def scenario() -> None:
-        ledger, op, outcome = await attempt_start_under_row_lock(
-            serializable(dsn), nothing, commit_lock=True
-        )
-        # The server rolled the statement back, so re-running it was safe;
-        # the version did not change, so it applied the second time.
-        assert not isinstance(outcome, BaseException), outcome
-        assert outcome.status is ActionStatus.CONFIRMED
-        assert op.calls == 1
-        await ledger.close()
+        async with serializable(route) as strict:
+            ledger, op, outcome = await attempt_start_under_row_lock(
+                strict, nothing, commit_lock=True
+            )
+            # The server rolled the statement back, so re-running it was safe;
+            # the version did not change, so it applied the second time.
+            assert not isinstance(outcome, BaseException), outcome
+            assert outcome.status is ActionStatus.CONFIRMED
+            assert op.calls == 1
+            await ledger.close()
 
     asyncio.run(scenario())
 
@@ -360,26 +406,59 @@ def test_serialization_failure_is_rerun_by_the_ledger() -> None:
 # -- a server of its own: restarts and crashes ---------------------------------------------
 
 
-@pytest.fixture
-def own_server() -> Any:
+@pytest.fixture(params=["direct", "pgbouncer"])
+def own_server(request: pytest.FixtureRequest) -> Any:
+    """A private server (to restart and crash) and the route to it: straight or through
+    a PgBouncer of its own."""
     postgres_dsn()  # skip or fail the same way as every PostgreSQL test
     try:
         server = PostgresServer().start()
     except PostgresUnavailableError as exc:
         unavailable(f"a private PostgreSQL server cannot start: {exc}")
-    yield server
-    server.cleanup()
+    try:
+        if request.param == "direct":
+            yield server, PostgresRoute("direct", server.dsn, server.dsn)
+        else:
+            with pgbouncer_in_front_of(server.dsn) as bouncer:
+                options = {"transaction_pooling": True}
+                yield server, PostgresRoute("pgbouncer", bouncer.dsn, server.dsn, options)
+    finally:
+        server.cleanup()
 
 
-def test_server_restart_during_attempt_start_does_not_invoke(own_server: PostgresServer) -> None:
-    async def restart(blocker: Any, ledger: PausingLedger) -> None:
-        await asyncio.to_thread(own_server.restart)
+def test_server_restart_during_attempt_start_never_invokes_unproven(
+    own_server: tuple[PostgresServer, PostgresRoute],
+) -> None:
+    """Straight to the server the restart ends every connection: the start is not
+    proven and nothing runs. Behind PgBouncer the re-run start may instead wait in
+    the pooler for the restarted server and commit there: then it is proven, and
+    the operation runs once. Either way nothing runs unproven or twice."""
+    server, route = own_server
+
+    async def restart(blocker: Any, table: str) -> None:
+        await asyncio.to_thread(server.restart)
 
     async def scenario() -> None:
-        ledger, op, outcome = await attempt_start_under_row_lock(own_server.dsn, restart)
-        assert_not_invoked(ledger, op, outcome)
-        # The pool's connections died with the server; later calls reconnect.
-        await check_barrier(ledger)
+        ledger, op, outcome = await attempt_start_under_row_lock(route, restart)
+        await until_reachable(ledger)
+        stored = await ledger.find("charge", "k")
+        assert stored is not None
+        if op.calls == 0:
+            assert_not_invoked(ledger, op, outcome)
+            # The pool's connections died with the server; later calls reconnect.
+            await check_barrier(ledger)
+        else:
+            assert route.pooled, "straight to the server the restart must end the start"
+            assert op.calls == 1
+            assert stored.attempts == 1  # the start was proven before the call
+            if isinstance(outcome, ActionPersistenceError):
+                assert outcome.operation_invoked is True
+            again = CountingOperation("charged")
+            with contextlib.suppress(ActionInProgressError):
+                await ActionRunner(ledger).execute(
+                    "charge", again, request=REQUEST, idempotency_key="k"
+                )
+            assert again.calls == 0
         result = await ActionRunner(ledger).execute(
             "charge", CountingOperation("ok"), request=REQUEST, idempotency_key="after"
         )
@@ -389,11 +468,28 @@ def test_server_restart_during_attempt_start_does_not_invoke(own_server: Postgre
     asyncio.run(scenario())
 
 
-def test_server_crash_keeps_every_acknowledged_receipt(own_server: PostgresServer) -> None:
+async def until_reachable(ledger: PostgresLedger, within: float = 30) -> None:
+    """Wait until a read gets through again (a pooler refuses logins for a while
+    after the server was down: ``server_login_retry``)."""
+    deadline = asyncio.get_running_loop().time() + within
+    while True:
+        try:
+            await ledger.find("charge", "nothing")
+            return
+        except Exception:
+            if asyncio.get_running_loop().time() > deadline:
+                raise
+            await asyncio.sleep(0.2)
+
+
+def test_server_crash_keeps_every_acknowledged_receipt(
+    own_server: tuple[PostgresServer, PostgresRoute],
+) -> None:
     """Acknowledged transitions survive an immediate shutdown (crash recovery from WAL)."""
+    server, route = own_server
 
     async def scenario() -> None:
-        ledger = await fresh_ledger(own_server.dsn)
+        ledger = await fresh_ledger(route)
         runner = ActionRunner(ledger)
         results = [
             await runner.execute(
@@ -401,185 +497,11 @@ def test_server_crash_keeps_every_acknowledged_receipt(own_server: PostgresServe
             )
             for n in range(20)
         ]
-        await asyncio.to_thread(own_server.kill)
-        await asyncio.to_thread(own_server.start)
+        await asyncio.to_thread(server.kill)
+        await asyncio.to_thread(server.start)
+        await until_reachable(ledger)
         for result in results:
             assert await ledger.get(result.receipt.action_id) == result.receipt
-        await ledger.close()
-
-    asyncio.run(scenario())
-
-
-# -- schema ---------------------------------------------------------------------------------
-
-
-def test_ledger_refuses_a_database_without_the_schema() -> None:
-    dsn = postgres_dsn()
-
-    async def scenario() -> None:
-        ledger = PostgresLedger(dsn, table=unique_table())
-        op = CountingOperation("ok")
-        with pytest.raises(LedgerSchemaError, match="ledger migrate"):
-            await ledger.find("a", "k")
-        with pytest.raises(ActionPersistenceError, match="ledger migrate") as info:
-            await ActionRunner(ledger).execute("a", op, request=REQUEST, idempotency_key="k")
-        assert isinstance(info.value.__cause__, LedgerSchemaError)
-        assert op.calls == 0
-        assert await ledger.schema_version() is None  # nothing was created
-        await ledger.close()
-
-    asyncio.run(scenario())
-
-
-def test_concurrent_migrations_from_many_clients_apply_once() -> None:
-    dsn = postgres_dsn()
-    table = unique_table()
-
-    async def scenario() -> None:
-        ledgers = [PostgresLedger(dsn, table=table) for _ in range(8)]
-        found = await asyncio.gather(*(ledger.migrate() for ledger in ledgers))
-        assert sorted(found) == [0] + [PG_SCHEMA] * 7
-        assert await ledgers[0].schema_version() == PG_SCHEMA
-        assert await ledgers[0].migrate() == PG_SCHEMA  # idempotent
-        for ledger in ledgers:
-            await ledger.close()
-
-    asyncio.run(scenario())
-
-
-def test_newer_schema_is_refused_and_left_alone() -> None:
-    dsn = postgres_dsn()
-
-    async def scenario() -> None:
-        ledger = await fresh_ledger(dsn)
-        pool = await ledger._raw_pool()
-        await pool.execute(f'INSERT INTO "public"."{ledger.table}_schema" (version) VALUES (99)')
-        other = PostgresLedger(dsn, table=ledger.table)
-        with pytest.raises(LedgerSchemaError, match="newer"):
-            await other.find("a", "k")
-        with pytest.raises(LedgerSchemaError, match="newer"):
-            await other.migrate()
-        assert await other.schema_version() == 99
-        await other.close()
-        await ledger.close()
-
-    asyncio.run(scenario())
-
-
-def test_schema_and_table_names_isolate_ledgers() -> None:
-    dsn = postgres_dsn()
-
-    async def scenario() -> None:
-        schema = unique_table()
-        a = await fresh_ledger(dsn, schema=schema, table="receipts")
-        b = await fresh_ledger(dsn, table=unique_table())
-        op = CountingOperation("ok")
-        await ActionRunner(a).execute("a", op, request=REQUEST, idempotency_key="k")
-        await ActionRunner(b).execute("a", op, request=REQUEST, idempotency_key="k")
-        assert op.calls == 2
-        assert len(await a.receipts()) == len(await b.receipts()) == 1
-        await a.close()
-        await b.close()
-
-    asyncio.run(scenario())
-
-
-def test_given_pool_is_used_and_not_closed() -> None:
-    dsn = postgres_dsn()
-
-    async def scenario() -> None:
-        import asyncpg
-
-        await (await fresh_ledger(dsn, table="given_pool_table")).close()
-        pool = await asyncpg.create_pool(dsn, min_size=1, max_size=2)
-        async with PostgresLedger(pool=pool, table="given_pool_table") as ledger:
-            result = await ActionRunner(ledger).execute(
-                "a", CountingOperation("ok"), request=REQUEST, idempotency_key=unique_table()
-            )
-            assert result.status is ActionStatus.CONFIRMED
-        assert await pool.fetchval("SELECT 1") == 1
-        await pool.close()
-
-    asyncio.run(scenario())
-
-
-@pytest.mark.parametrize(
-    "kwargs",
-    [
-        {},
-        {"dsn": ""},
-        {"dsn": "postgresql://x", "pool": object()},
-        {"dsn": "postgresql://x", "table": "Bad-Name"},
-        {"dsn": "postgresql://x", "schema": 'x"; DROP TABLE y; --'},
-        {"dsn": "postgresql://x", "min_size": 5, "max_size": 2},
-        {"dsn": "postgresql://x", "statement_timeout": 0},
-        {"dsn": "postgresql://x", "serialization_retries": -1},
-    ],
-)
-def test_bad_arguments_are_refused(kwargs: dict[str, Any]) -> None:
-    with pytest.raises(InvalidArgumentError):
-        PostgresLedger(**kwargs)
-
-
-def test_without_the_extra_import_works_and_the_error_names_the_extra() -> None:
-    code = (
-        "import sys; sys.modules['asyncpg'] = None\n"
-        "import dataoad\n"
-        "try:\n"
-        "    dataoad.PostgresLedger('postgresql://localhost/x')\n"
-        "except dataoad.MissingExtraError as exc:\n"
-        "    print(exc)\n"
-    )
-    done = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60
-    )
-    assert "'postgres' extra" in done.stdout
-    assert 'pip install -e ".[postgres]"' in done.stdout
-
-
-def test_each_step_is_one_autocommit_statement_and_commits_are_synchronous(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    """README: one autocommit statement per ledger step, no BEGIN/COMMIT; synchronous_commit never lowered."""
-    import asyncpg
-
-    dsn = postgres_dsn()
-    calls: list[tuple[str, str]] = []
-    connection = asyncpg.connection.Connection
-
-    def recorded(name: str) -> Callable[..., Any]:
-        real = getattr(connection, name)
-
-        def call(self: Any, *args: Any, **kwargs: Any) -> Any:
-            calls.append((name, args[0] if args and isinstance(args[0], str) else ""))
-            return real(self, *args, **kwargs)
-
-        return call
-
-    async def scenario() -> None:
-        ledger = await fresh_ledger(dsn)
-        runner = ActionRunner(ledger)
-        await runner.execute(
-            "charge", CountingOperation("ok"), request=REQUEST, idempotency_key="w"
-        )
-        # Whatever reaches the server goes through one of these.
-        for name in ("fetch", "fetchrow", "fetchval", "execute", "executemany", "transaction"):
-            monkeypatch.setattr(connection, name, recorded(name))
-        try:
-            await runner.execute(
-                "charge", CountingOperation("ok"), request=REQUEST, idempotency_key="k"
-            )
-        finally:
-            monkeypatch.undo()
-        assert {name for name, _ in calls} == {"fetch"}, calls
-        statements = [sql.lstrip().split(None, 1)[0].upper() for _, sql in calls]
-        # Two writes now: the claim (a data-modifying WITH, with the key's lookup
-        # folded in) counting attempt 1, and the outcome; no lookup before them.
-        assert statements == ["WITH", "UPDATE"], statements
-        assert "INSERT INTO" in calls[0][1]
-        assert not {"BEGIN", "COMMIT", "START", "SET"} & set(statements), statements
-        pool = await ledger._raw_pool()
-        assert await pool.fetchval("SHOW synchronous_commit") == "on"
         await ledger.close()
 
     asyncio.run(scenario())

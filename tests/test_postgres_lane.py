@@ -20,7 +20,12 @@ from dataoad.ledgers import _postgres_lane
 from dataoad.ledgers._postgres_lane import ConnectionLane, no_reset
 from stateful_tests.services import postgres_dsn, unique_table
 from tests.support import REQUEST, CountingOperation
-from tests.test_postgres_faults import fresh_ledger
+
+
+async def fresh_ledger(dsn: str, **options: Any) -> PostgresLedger:
+    ledger = PostgresLedger(dsn, table=unique_table(), **options)
+    await ledger.migrate()
+    return ledger
 
 
 def _count_checkouts(monkeypatch: pytest.MonkeyPatch) -> list[int]:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
 import socket
 import subprocess
 import tempfile
@@ -57,8 +58,7 @@ class PgBouncer:
         """The DSN a client uses to go through PgBouncer."""
         return f"postgresql://postgres@127.0.0.1:{self.port}/postgres"
 
-    def start(self) -> PgBouncer:
-        """Write the configuration, start PgBouncer, wait until it accepts connections."""
+    def _write_config(self) -> None:
         (self._root / "users.txt").write_text('"postgres" ""\n')
         (self._root / "pgbouncer.ini").write_text(
             "[databases]\n"
@@ -72,9 +72,15 @@ class PgBouncer:
             "pool_mode = transaction\n"
             "max_client_conn = 500\n"
             f"default_pool_size = {self.pool_size}\n"
+            # A test restarts servers: try a failed login again after 1 s, not 15 s.
+            "server_login_retry = 1\n"
             "ignore_startup_parameters = extra_float_digits,default_transaction_isolation\n"
             f"logfile = {self._root / 'pgbouncer.log'}\n"
         )
+
+    def start(self) -> PgBouncer:
+        """Write the configuration, start PgBouncer, wait until it accepts connections."""
+        self._write_config()
         command = [self.binary, str(self._root / "pgbouncer.ini")]
         if self.user is not None:
             # PgBouncer will not run as root.
@@ -94,6 +100,24 @@ class PgBouncer:
                     return self
             time.sleep(0.05)
         raise PostgresUnavailableError(f"pgbouncer did not start: {self.log_tail()}")
+
+    def repoint(self, upstream_dsn: str) -> None:
+        """Send new transactions to another server (a promoted standby), as an operator's
+        failover script does: rewrite the configuration and reload it (SIGHUP).
+
+        PgBouncer closes its connections to the old server and opens new ones
+        to this one; clients stay connected to PgBouncer throughout.
+        """
+        upstream = urlsplit(upstream_dsn)
+        self.upstream_host = upstream.hostname or "127.0.0.1"
+        self.upstream_port = upstream.port or 5432
+        self._write_config()
+        if self.user is not None:
+            for item in self._root.iterdir():
+                os.chown(item, self.user.pw_uid, self.user.pw_gid)
+        if self._process is None or self._process.poll() is not None:
+            raise PostgresUnavailableError("pgbouncer is not running")
+        self._process.send_signal(signal.SIGHUP)
 
     def log_tail(self, size: int = 2000) -> str:
         """The end of PgBouncer's log."""

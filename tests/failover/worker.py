@@ -1,7 +1,7 @@
 """One worker of the failover test: first calls and duplicates over a moving key set.
 
 ``python -m tests.failover.worker CONFIG.json N``: runs until the config's
-deadline through the multi-host DSN, charging the file-backed provider, and
+deadline through the multi-host DSN (or PgBouncer), charging the file-backed provider, and
 writes one JSON line per finished call (result or error) to ``out-N.jsonl``.
 A call refused while the primary is down is tried again after a pause.
 """
@@ -23,7 +23,13 @@ from tests.engines.payments_file import FilePayments
 async def main(config_path: str, number: int) -> None:
     config = json.loads(Path(config_path).read_text())
     payments = FilePayments(config["payments"])
-    ledger = PostgresLedger(config["dsn"], min_size=1, max_size=2, command_timeout=3)
+    ledger = PostgresLedger(
+        config["dsn"],
+        min_size=1,
+        max_size=2,
+        command_timeout=3,
+        transaction_pooling=config.get("transaction_pooling", False),
+    )
     runner = ActionRunner(ledger, lease=config["lease"], owner=f"worker-{number}")
     rng = random.Random(number)
     out = Path(config["folder"]) / f"out-{number}.jsonl"
@@ -62,6 +68,7 @@ async def main(config_path: str, number: int) -> None:
             except OSError as exc:
                 entry.update(error=type(exc).__name__)
                 await asyncio.sleep(0.2)
+            entry["at"] = time.time()
             log.write(json.dumps(entry) + "\n")
             log.flush()
     await ledger.close()
