@@ -54,7 +54,6 @@ def _run(pair: Any, tmp_path: Path, bouncer: Any) -> dict[str, Any]:
     durable_before = asyncio.run(prepare())
     config = {
         "dsn": pair.dsn if bouncer is None else bouncer.dsn,
-        "transaction_pooling": bouncer is not None,
         "payments": str(tmp_path / "payments.sqlite3"),
         "folder": str(tmp_path),
         "keys": KEYS,

@@ -136,6 +136,8 @@ def test_given_pool_is_used_and_not_closed() -> None:
         {"dsn": "postgresql://x", "min_size": 5, "max_size": 2},
         {"dsn": "postgresql://x", "statement_timeout": 0},
         {"dsn": "postgresql://x", "serialization_retries": -1},
+        {"dsn": "postgresql://x", "transaction_pooling": "yes"},
+        {"dsn": "postgresql://x", "transaction_pooling": True, "statement_timeout": 5},
     ],
 )
 def test_bad_arguments_are_refused(kwargs: dict[str, Any]) -> None:

@@ -7,7 +7,17 @@ from typing import Any
 
 from dataoad._errors import InvalidArgumentError
 
-__all__ = ["check_options"]
+__all__ = ["check_options", "check_pooled"]
+
+
+def check_pooled(statement_timeout: Any) -> None:
+    """Raise InvalidArgumentError for an option a transaction pooler cannot keep."""
+    if statement_timeout is not None:
+        raise InvalidArgumentError(
+            "statement_timeout is a session setting, which a transaction pooler does not "
+            "keep: set it on the role (ALTER ROLE ... SET statement_timeout); "
+            "command_timeout still bounds every statement"
+        )
 
 
 def check_options(
@@ -44,13 +54,9 @@ def check_options(
         or not 0 < command_timeout <= 3600
     ):
         raise InvalidArgumentError("command_timeout must be seconds in (0, 3600] or None")
-    if type(transaction_pooling) is not bool:
-        raise InvalidArgumentError("transaction_pooling must be a bool")
-    if transaction_pooling and statement_timeout is not None:
-        raise InvalidArgumentError(
-            "statement_timeout is a session setting, which a transaction pooler does not "
-            "keep: set it on the role (ALTER ROLE ... SET statement_timeout); "
-            "command_timeout still bounds every statement"
-        )
+    if transaction_pooling is not None and type(transaction_pooling) is not bool:
+        raise InvalidArgumentError("transaction_pooling must be a bool or None (find out)")
+    if transaction_pooling:
+        check_pooled(statement_timeout)
     if type(serialization_retries) is not int or not 0 <= serialization_retries <= 100:
         raise InvalidArgumentError("serialization_retries must be an int in [0, 100]")

@@ -48,6 +48,7 @@ from dataoad.ledgers._postgres_lane import (
     write_conditionally,
 )
 from dataoad.ledgers._postgres_options import check_options
+from dataoad.ledgers._postgres_pooler import behind_transaction_pooler
 from dataoad.ledgers._postgres_schema import MIGRATIONS as MIGRATIONS
 from dataoad.ledgers._postgres_schema import (
     SCHEMA_VERSION,
@@ -85,25 +86,18 @@ def _asyncpg() -> Any:
 class PostgresLedger:
     """A ledger in a PostgreSQL table, for contenders on several hosts.
 
-    ``PostgresLedger(dsn)`` builds its own asyncpg pool lazily on first use;
-    ``PostgresLedger(pool=pool)`` uses an existing one (which it never
-    closes; create it with ``reset=`` a no-op to save a round trip per call).
-    The table (``schema.table``, default ``public.dataoad_receipts``) must
-    be created first with ``await ledger.migrate()`` or ``dataoad ledger
-    migrate DSN``. ``command_timeout`` (seconds, default 5; None for none)
-    bounds every statement on the client's side, so a server that stops
-    answering (a silent partition) fails the statement in time instead of
-    holding the call, and a connection left in doubt by a time-out or a
-    cancellation is terminated, never reused. ``statement_timeout``
-    (seconds) also bounds every statement on the server, on connections the
-    ledger opens; ``connect_timeout`` bounds opening one. Behind PgBouncer in
-    transaction mode pass ``transaction_pooling=True``: no named prepared
-    statement and no startup setting, which such a pooler cannot keep. A write that the server rolls back with a
-    serialization failure or deadlock is re-run up to ``serialization_retries``
-    times (it changed nothing, and it re-checks its condition); after that
-    the error reaches the runner. Leases are judged by the server's clock
-    inside each statement, never by a client's; ``clock`` replaces it for
-    tests only. Needs the ``postgres`` extra.
+    ``PostgresLedger(dsn)`` builds its own asyncpg pool on first use;
+    ``PostgresLedger(pool=pool)`` uses yours and never closes it. Create the
+    table first (``await ledger.migrate()`` or ``dataoad ledger migrate``).
+    ``command_timeout`` (seconds; None for none) bounds every statement on
+    the client, so a silent partition fails in time and a connection left in
+    doubt is terminated, never reused; ``statement_timeout`` bounds it on the
+    server, ``connect_timeout`` a new connection. ``transaction_pooling``
+    None finds a transaction pooler (PgBouncer) when the ledger connects and
+    then keeps nothing in a session; True or False says so. A write rolled
+    back by a serialization failure or deadlock re-runs up to
+    ``serialization_retries`` times. Leases are judged by the server's clock
+    (``clock`` replaces it, for tests only). Needs the ``postgres`` extra.
     """
 
     def __init__(
@@ -120,7 +114,7 @@ class PostgresLedger:
         connect_timeout: float = 10.0,
         clock: LedgerClock | None = None,
         command_timeout: float | None = DEFAULT_COMMAND_TIMEOUT,
-        transaction_pooling: bool = False,
+        transaction_pooling: bool | None = None,
     ) -> None:
         check_options(
             dsn=dsn,
@@ -190,6 +184,12 @@ class PostgresLedger:
                 # Behind a transaction pooler no session outlives a transaction:
                 # no named prepared statement, no startup setting (PgBouncer refuses them).
                 pooled = self._transaction_pooling
+                if pooled is None:
+                    assert self._dsn is not None  # a given pool returned above
+                    pooled = await behind_transaction_pooler(
+                        self._driver, self._dsn, self._statement_timeout, self._connect_timeout
+                    )
+                    self._transaction_pooling = pooled
                 settings = {} if pooled else {"application_name": "dataoad"}
                 if self._statement_timeout is not None:
                     settings["statement_timeout"] = str(int(self._statement_timeout * 1000))

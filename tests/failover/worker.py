@@ -28,8 +28,7 @@ async def main(config_path: str, number: int) -> None:
         min_size=1,
         max_size=2,
         command_timeout=3,
-        transaction_pooling=config.get("transaction_pooling", False),
-    )
+    )  # behind PgBouncer it finds the pooler itself
     runner = ActionRunner(ledger, lease=config["lease"], owner=f"worker-{number}")
     rng = random.Random(number)
     out = Path(config["folder"]) / f"out-{number}.jsonl"
