@@ -248,7 +248,9 @@ async def run_attempts(
                     execution = await _invoke(operation, verifying=verify is not None)
                 observation = None
                 if verify is not None and execution.status is ActionStatus.UNKNOWN:
-                    observation = await observe(verify, durable, ObservationSource.EXECUTE, number)
+                    observation = await observe(
+                        verify, durable, ObservationSource.EXECUTE, number, events
+                    )
         except asyncio.CancelledError:
             # The operation may have run. Record UNKNOWN if we still can,
             # then let the cancellation through; a PENDING claim is safe too.

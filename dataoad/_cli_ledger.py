@@ -29,12 +29,11 @@ from dataoad._cli_common import confirm as _confirm
 from dataoad._cli_doctor import add_doctor_command, doctor
 from dataoad._cli_lifecycle import add_lifecycle_commands, check_cli_namespace, prune, reopen
 from dataoad._cli_listing import add_list_command, list_receipts
-from dataoad._cli_loading import import_attribute
-from dataoad._cli_render import receipt_dict, render_receipt, render_table, status_text
+from dataoad._cli_recover import NoAnswer, load_verifier, recover, recover_stale
+from dataoad._cli_render import receipt_dict, render_receipt
 from dataoad._errors import ActionNotFoundError, DataoadError
 from dataoad._ledger import InspectableLedger
 from dataoad._receipt import ActionReceipt
-from dataoad._status import ActionStatus, ClaimState
 from dataoad.ledgers.postgres import PostgresLedger
 
 __all__ = ["add_commands", "run_ledger_command"]
@@ -290,18 +289,6 @@ async def _migrate(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def _load_verifier(spec: str) -> Any:
-    try:
-        verifier = import_attribute(spec)
-    except ValueError as problem:
-        raise UsageError(f"--verifier {problem}") from None
-    except LookupError as problem:
-        raise CommandError(str(problem)) from None
-    if isinstance(verifier, type):
-        verifier = verifier()  # a verifier class with no arguments
-    return verifier
-
-
 async def _run(args: argparse.Namespace) -> int:
     from dataoad._runner import ActionRunner
 
@@ -349,19 +336,20 @@ async def _run(args: argparse.Namespace) -> int:
             if named and args.verifier is None:
                 raise UsageError("recover ACTION_ID needs --verifier MODULE:ATTRIBUTE")
         verifier = (
-            _load_verifier(args.verifier)
+            load_verifier(args.verifier)
             if args.command == "recover" and args.verifier is not None
             else None
         )
         if args.command == "recover" and args.stale:
-            return await _recover_stale(ledger, verifier, args)
+            return await recover_stale(ledger, verifier, args)
         receipt = await _find_one(ledger, args)
+        no_answer = NoAnswer()
         # Verbs act in the receipt's own namespace (a runner sees only its own).
-        runner = ActionRunner(ledger, namespace=receipt.namespace)
+        runner = ActionRunner(ledger, namespace=receipt.namespace, observers=[no_answer])
         if args.command == "reopen":
             return await reopen(runner, receipt, args, _confirm)
         if args.command == "recover":
-            return await _recover(runner, receipt, verifier, args)
+            return await recover(runner, receipt, verifier, args, no_answer)
         if args.command == "release-unstarted":
             _confirm(
                 f"Release claim {receipt.action_id} ({receipt.action_name}, key "
@@ -374,86 +362,6 @@ async def _run(args: argparse.Namespace) -> int:
         raise UsageError(f"unknown command {args.command!r}")
     finally:
         await ledger.close()
-
-
-async def _recover(
-    runner: Any, receipt: ActionReceipt, verifier: Any, args: argparse.Namespace
-) -> int:
-    if receipt.claim_state is ClaimState.PENDING and receipt.attempts == 0:
-        raise CommandError(
-            f"action {receipt.action_id} never started an attempt, so nothing ran and there "
-            f"is nothing to verify; free its key with: dataoad release-unstarted {receipt.action_id}"
-        )
-    question = (
-        f"Verify action {receipt.action_id} ({receipt.action_name}, key "
-        f"{receipt.idempotency_key}, now {status_text(receipt.final_status)}/"
-        f"{receipt.claim_state.value}) read-only and record the result?"
-    )
-    if receipt.claim_state is ClaimState.PENDING:
-        question = (
-            f"Action {receipt.action_id} is PENDING: make sure the worker that claimed it has "
-            "stopped (a live worker may still be calling the provider). " + question
-        )
-    _confirm(question, args.yes)
-    result = await runner.recover_pending(receipt.action_id, verifier)
-    observations = result.receipt.observations
-    last = observations[-1] if observations else None
-    said = None if last is None else (last.reason or last.error)
-    if args.json:
-        print(
-            json.dumps(
-                {
-                    "status": result.status.value,
-                    "verifier": None
-                    if last is None
-                    else {"counted_as": last.status.value, "said": said},
-                    "receipt": receipt_dict(result.receipt),
-                },
-                indent=2,
-            )
-        )
-    else:
-        print(render_receipt(result.receipt))
-        if last is not None:
-            print(f"Verifier: counted as {last.status.value}" + (f" ({said})" if said else ""))
-    if result.status is ActionStatus.UNKNOWN:
-        print(
-            f"Still UNKNOWN: the read-back proved nothing either way (exit status "
-            f"{EXIT_STILL_UNKNOWN}); try again later with dataoad recover {receipt.action_id}",
-            file=sys.stderr,
-        )
-        return EXIT_STILL_UNKNOWN
-    return EXIT_OK
-
-
-async def _recover_stale(ledger: Any, verifier: Any, args: argparse.Namespace) -> int:
-    from dataoad._runner import ActionRunner
-
-    stale = await ledger.receipts(stale=True, namespace=check_cli_namespace(args.namespace))
-    if not stale:
-        print("no stale claims: every PENDING claim's lease still holds")
-        return EXIT_OK
-    print(render_table(stale))
-    how = "with the verifier" if verifier is not None else "as UNKNOWN (no --verifier)"
-    _confirm(
-        f"Take over these {len(stale)} expired claim(s): release the unstarted ones and "
-        f"settle the others read-only {how}?",
-        args.yes,
-    )
-    results = []
-    # A runner sweeps its own namespace only: one per namespace found.
-    for namespace in sorted({r.namespace for r in stale}):
-        runner = ActionRunner(ledger, namespace=namespace)
-        results += await runner.recover_stale(verifier, limit=max(len(stale), 1))
-    settled = {r.receipt.action_id for r in results}
-    for result in results:
-        print(f"{result.receipt.action_id}: {result.status.value}")
-    released = [r.action_id for r in stale if r.attempts == 0 and r.action_id not in settled]
-    for action_id in released:
-        if await ledger.get(action_id) is None:
-            print(f"{action_id}: released (never started)")
-    unknown = any(r.status is ActionStatus.UNKNOWN for r in results)
-    return EXIT_STILL_UNKNOWN if unknown else EXIT_OK
 
 
 def run_ledger_command(args: argparse.Namespace) -> int:

@@ -40,6 +40,10 @@ class EventKind(enum.Enum):
     OUTCOME_ACKNOWLEDGEMENT_RECOVERED = "outcome_acknowledgement_recovered"
     OUTCOME_NOT_RECORDED = "outcome_not_recorded"
     RECONCILED = "reconciled"
+    #: A verifier raised or gave no usable answer: no evidence. Its message is
+    #: logged here only (it may carry a provider's values); a receipt stores
+    #: the exception's type, and a completed receipt is not written at all.
+    VERIFICATION_FAILED = "verification_failed"
     RECOVERED = "recovered"
     RELEASED = "released"
     #: An expired claim passed to this runner (fencing token + 1).

@@ -160,7 +160,7 @@ async def settle_started(
         return await merge_observation(
             store, taken, None, source, events, replayed=False, method=_TAKE_OVER, taken_over=True
         )
-    observation = await observe(verify, taken, source, taken.attempts)
+    observation = await observe(verify, taken, source, taken.attempts, events)
     if observation.status is ActionStatus.FAILED:
         records = list(taken.attempt_records)
         stranded = records[-1]

@@ -13,11 +13,13 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import inspect
+import logging
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any, Final, cast
 
 from dataoad._blocking import call_blocking, is_async_callable
 from dataoad._errors import InvalidArgumentError
+from dataoad._events import EventKind, EventSink
 from dataoad._evidence import Settlement, keep_observations
 from dataoad._frozen import FrozenDict, freeze
 from dataoad._receipt import ActionReceipt, AttemptRecord, bound_text, bounded_error, utc_now
@@ -59,11 +61,17 @@ class Observation:
 
     result: VerificationResult | None
     record: VerificationObservation
+    #: Without a usable answer: what went wrong, in full (bounded), for the caller.
+    said: str | None = None
 
     @property
     def status(self) -> ActionStatus:
         """What the runner judged the answer to be worth."""
         return self.record.status
+
+
+class _NoAnswerInTime(TimeoutError):
+    """The runner's own time limit ran out (its message is the runner's, safe to store)."""
 
 
 def resolve_verifier(verifier: object, time_limit: float | None = None) -> VerifyFn:
@@ -101,7 +109,7 @@ def resolve_verifier(verifier: object, time_limit: float | None = None) -> Verif
             if not scope.expired():
                 raise  # the verifier's own TimeoutError
             # A sync verifier's thread finishes on its own: it only reads.
-            raise TimeoutError(f"no answer within {time_limit:g} s") from None
+            raise _NoAnswerInTime(f"no answer within {time_limit:g} s") from None
 
     return bounded
 
@@ -175,17 +183,25 @@ def _storable_identifiers(result: VerificationResult) -> bool:
 
 
 async def observe(
-    verify: VerifyFn, receipt: ActionReceipt, source: ObservationSource, attempt: int
+    verify: VerifyFn,
+    receipt: ActionReceipt,
+    source: ObservationSource,
+    attempt: int,
+    events: EventSink,
 ) -> Observation:
     """Ask the verifier about ``receipt`` and judge its answer; never raises an Exception."""
     try:
         result = await verify(receipt)
     except Exception as exc:
-        raised = f"verifier raised {bounded_error(exc)}"
-        return Observation(None, _record(source, attempt, ActionStatus.UNKNOWN, None, raised))
+        # Only the type is stored: the message may carry a provider's values
+        # (a URL, a response body). The event logs it, bounded.
+        raised = f"verifier raised {type(exc).__name__}"
+        if isinstance(exc, _NoAnswerInTime):
+            raised = f"verifier raised TimeoutError: {exc}"
+        return _no_answer(events, receipt, source, attempt, raised, bounded_error(exc))
     if type(result) is not VerificationResult:
         invalid = f"verifier returned {type(result).__qualname__}, not a VerificationResult"
-        return Observation(None, _record(source, attempt, ActionStatus.UNKNOWN, None, invalid))
+        return _no_answer(events, receipt, source, attempt, invalid, invalid)
     status = classify_verification(result, receipt.provider_reference)
     problem: str | None = None
     if (
@@ -201,8 +217,27 @@ async def observe(
         # Whatever it was, an answer no ledger can store must not leave an
         # invoked outcome unrecordable: it counts as no evidence at all.
         unstorable = "verifier returned a VerificationResult that no ledger can store"
-        return Observation(None, _record(source, attempt, ActionStatus.UNKNOWN, None, unstorable))
+        return _no_answer(events, receipt, source, attempt, unstorable, unstorable)
     return Observation(result, record)
+
+
+def _no_answer(
+    events: EventSink,
+    receipt: ActionReceipt,
+    source: ObservationSource,
+    attempt: int,
+    stored: str,
+    said: str,
+) -> Observation:
+    """No evidence: an UNKNOWN record saying ``stored``; ``said`` goes to the log only."""
+    events.emit(
+        EventKind.VERIFICATION_FAILED,
+        receipt,
+        level=logging.WARNING,
+        source=source.value,
+        said=said,
+    )
+    return Observation(None, _record(source, attempt, ActionStatus.UNKNOWN, None, stored), said)
 
 
 def with_observation(

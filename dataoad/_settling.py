@@ -126,8 +126,16 @@ async def observe_and_merge(
     *,
     replayed: bool,
 ) -> ActionResult[Any]:
-    """Ask the verifier once, then merge its observation into the stored receipt."""
-    observation = await observe(verify, receipt, source, receipt.attempts)
+    """Ask the verifier once, then merge its observation into the stored receipt.
+
+    A verifier that gives no usable answer (it raised, timed out, returned
+    something else) proves nothing: a completed receipt is left as it is
+    (the VERIFICATION_FAILED event says why); a PENDING claim is still
+    settled, as UNKNOWN.
+    """
+    observation = await observe(verify, receipt, source, receipt.attempts, events)
+    if observation.result is None and receipt.claim_state is ClaimState.COMPLETED:
+        return ActionResult(receipt, replayed=replayed)
     return await merge_observation(store, receipt, observation, source, events, replayed=replayed)
 
 

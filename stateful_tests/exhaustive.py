@@ -280,6 +280,8 @@ OUT_OF_REACH = {
     "non-atomic-claim": "the race is inside one ledger call; the scheduler gates between calls",
     "first-writer-wins-merge": "losing an observation is judged by the merge machine's model",
     "latest-observation-wins": "losing an observation is judged by the merge machine's model",
+    "no-answer-written-as-an-observation": "it needs a reconcile of a completed receipt: the "
+    "merge machine's",
     "memory-record-ignores-version": "a ledger-level bug: the ledger machine compares with the model",
     "memory-starts-attempts-on-completed-claims": "a ledger-level bug (the ledger machine)",
     "memory-claim-always-created": "a ledger-level bug (the ledger machine)",

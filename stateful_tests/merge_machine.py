@@ -84,7 +84,15 @@ ANSWERS: dict[str, tuple[Any, Evidence | None]] = {
         lambda: VerificationResult.confirmed(verified_provider_reference="elsewhere"),
         Evidence("CONFIRMED", bound=False),
     ),
+    # No answer at all: no evidence, so nothing to write on a completed receipt.
+    "raises": (lambda: _raise_connection_error(), None),
 }
+#: What the raising verifier says: a provider's value no receipt may store.
+PROVIDER_VALUE = "cus_42"
+
+
+def _raise_connection_error() -> VerificationResult:
+    raise ConnectionError(f"GET /v1/charges?customer={PROVIDER_VALUE}: connection refused")
 
 
 class MergeMachineBase(RuleBasedStateMachine):
@@ -223,8 +231,19 @@ class MergeMachineBase(RuleBasedStateMachine):
         writers = [
             c
             for c in self.reconcilers
-            if c.finished and isinstance(c.outcome, ActionResult) and c.verifier_answers
+            if c.finished
+            and isinstance(c.outcome, ActionResult)
+            and c.verifier_answers
+            and ANSWERS[self.answers[c.name]][1] is not None
         ]
+        no_answer = [o for o in recorded if str(o.get("error") or "").startswith("verifier raised")]
+        if no_answer or PROVIDER_VALUE in repr(receipt):
+            raise violation(
+                self.history,
+                "no-answer-is-not-evidence",
+                "a verifier that raised left a record on a completed receipt "
+                f"({no_answer or 'its message'}); it proves nothing and must write nothing",
+            )
         # Only observations nothing depends on may be dropped past the bound;
         # the status and provider-id checks below catch a wrong drop.
         dropped_below_the_bound = counted <= OBSERVATION_LIMIT and len(recorded) != counted

@@ -116,7 +116,7 @@ async def _first_writer_wins_merge(
     replayed: bool,
 ) -> ActionResult[Any]:
     """On losing a reconciliation race, keeps the other writer's receipt as is."""
-    observation = await observing_module.observe(verify, receipt, source, receipt.attempts)
+    observation = await observing_module.observe(verify, receipt, source, receipt.attempts, events)
     proposed, _ = settling_module._merged(receipt, observation.record, source, "recover_pending")
     if await store.ledger.record(proposed):
         return ActionResult(proposed, replayed=replayed)
@@ -331,6 +331,27 @@ def _accepts_degraded_evidence(mp: pytest.MonkeyPatch) -> dict[str, Any]:
     return {}
 
 
+async def _no_answer_merged(
+    store: ProvenLedger,
+    receipt: ActionReceipt,
+    verify: Any,
+    source: Any,
+    events: EventSink,
+    *,
+    replayed: bool,
+) -> ActionResult[Any]:
+    """Merges a verifier's failure to answer into a completed receipt like an answer."""
+    observation = await observing_module.observe(verify, receipt, source, receipt.attempts, events)
+    return await settling_module.merge_observation(
+        store, receipt, observation, source, events, replayed=replayed
+    )
+
+
+def _no_answer_written(mp: pytest.MonkeyPatch) -> dict[str, Any]:
+    mp.setattr(settling_module, "observe_and_merge", _no_answer_merged)
+    return {}
+
+
 def _latest_observation_wins(mp: pytest.MonkeyPatch) -> dict[str, Any]:
     def buggy(statuses: Any) -> tuple[ActionStatus | None, bool]:
         statuses = list(statuses)
@@ -539,8 +560,8 @@ def _trusts_return_when_verifier_fails(mp: pytest.MonkeyPatch) -> dict[str, Any]
         returned[0] = execution.error is None  # no exception: a normal return
         return execution
 
-    async def observe(verify: Any, receipt: Any, source: Any, attempt: int) -> Any:
-        seen = await real_observe(verify, receipt, source, attempt)
+    async def observe(verify: Any, receipt: Any, source: Any, attempt: int, events: Any) -> Any:
+        seen = await real_observe(verify, receipt, source, attempt, events)
         if seen.result is None and returned[0]:
             trusted = dataclasses.replace(seen.record, status=ActionStatus.CONFIRMED)
             return dataclasses.replace(seen, record=trusted)
@@ -712,6 +733,13 @@ PLANTED_BUGS = [
         "merge",
         names("merge-is-order-independent", "every-observation-is-kept"),
         _latest_observation_wins,
+    ),
+    PlantedBug(
+        "no-answer-written-as-an-observation",
+        "a reconciler whose verifier raises",
+        "merge",
+        names("no-answer-is-not-evidence"),
+        _no_answer_written,
     ),
     PlantedBug(
         "hash-depends-on-key-order",

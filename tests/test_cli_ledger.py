@@ -31,6 +31,10 @@ class Confirms:
         return VerificationResult.confirmed(
             verified_provider_reference=receipt.provider_reference, provider_request_id="ch_1"
         )
+
+class Down:
+    def verify(self, receipt):
+        raise ConnectionError("GET https://api.example/charges?customer=cus_42: refused")
 """
 
 
@@ -195,6 +199,41 @@ def test_show_recover_and_release(store: Store) -> None:
     again = dataoad("release-unstarted", unknown_id, "--yes", cwd=cwd, env=env)
     assert again.returncode == 1
     assert "only a claim that never invoked" in again.stderr
+
+
+def test_recover_with_a_verifier_that_raises_records_nothing_and_says_why(store: Store) -> None:
+    env, cwd = store.env, store.cwd
+    unknown_id = str(listing(store, "--status", "UNKNOWN")[0]["action_id"])
+    before = dataoad("receipts", "show", unknown_id, "--json", cwd=cwd, env=env)
+    for flags in ((), ("--json",)):
+        done = dataoad(
+            "recover",
+            unknown_id,
+            "--verifier",
+            "ops_verifier:Down",
+            "--yes",
+            *flags,
+            cwd=cwd,
+            env=env,
+        )
+        assert done.returncode == 3, done.stderr  # still UNKNOWN
+        assert "cus_42" in done.stdout  # the operator sees the message ...
+        if flags:
+            answer = json.loads(done.stdout)["verifier"]
+            assert answer == {
+                "counted_as": "UNKNOWN",
+                "said": "ConnectionError: GET https://api.example/charges?customer=cus_42: refused",
+                "recorded": False,
+            }
+        else:
+            assert "nothing was recorded: the receipt is unchanged" in done.stdout
+    after = dataoad("receipts", "show", unknown_id, "--json", cwd=cwd, env=env)
+    assert after.stdout == before.stdout  # ... and the ledger does not keep it
+    stranded_pending = dataoad(
+        "recover", "--key", "order-3", "--verifier", "ops_verifier:Down", "--yes", cwd=cwd, env=env
+    )
+    assert stranded_pending.returncode == 1  # never started: release it instead
+    assert "release-unstarted" in stranded_pending.stderr
 
 
 def test_recover_by_key_with_json_and_writes_need_eight_characters_of_an_id(

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -9,12 +11,23 @@ import pytest
 from dataoad import (
     ActionRunner,
     ActionStatus,
+    ClaimState,
     InMemoryLedger,
     InvalidArgumentError,
+    Ledger,
     VerificationHealth,
     VerificationResult,
 )
-from tests.support import REF, CountingOperation, confirmed, execute, fixed_verifier, stranded
+from tests.support import (
+    REF,
+    CountingOperation,
+    closing,
+    confirmed,
+    execute,
+    fixed_verifier,
+    stranded,
+    unknown,
+)
 
 C, F, U = ActionStatus.CONFIRMED, ActionStatus.FAILED, ActionStatus.UNKNOWN
 
@@ -83,10 +96,18 @@ async def test_details_exactly_at_the_bound_are_kept() -> None:
     await scenario()
 
 
-async def test_a_raising_or_malformed_verifier_is_recorded_as_an_unknown_observation() -> None:
+async def test_a_raising_or_malformed_verifier_is_recorded_as_an_unknown_observation(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """The receipt stores the exception's type only (its message may carry a provider's
+    values, e.g. a URL with a customer id); the log gets the message, bounded."""
+
     async def scenario() -> None:
         for answer, problem in [
-            (RuntimeError("read path down"), "verifier raised RuntimeError: read path down"),
+            (
+                RuntimeError("GET /v1/charges?customer=cus_42 failed"),
+                "verifier raised RuntimeError",
+            ),
             ("not a result", "verifier returned str, not a VerificationResult"),
         ]:
             result = await execute(
@@ -100,7 +121,11 @@ async def test_a_raising_or_malformed_verifier_is_recorded_as_an_unknown_observa
             assert observation["status"] == "UNKNOWN"
             assert observation["provider_request_id"] is None
             assert observation["error"] == problem
+            assert "cus_42" not in repr(result.receipt)
             assert result.receipt.verification_status is ActionStatus.UNKNOWN
+        said = [r.getMessage() for r in caplog.records if "verification_failed" in r.getMessage()]
+        assert len(said) == 2
+        assert "RuntimeError: GET /v1/charges?customer=cus_42 failed" in said[0]
 
     await scenario()
 
@@ -394,3 +419,53 @@ async def test_a_forged_reference_that_equals_everything_binds_nothing() -> None
         verifier=fixed_verifier(_forged(verified_provider_reference=EqualsAnything("other"))),
     )
     assert result.status is U  # and the runner, which also refuses to store it
+
+
+async def test_a_verifier_with_no_answer_leaves_a_completed_receipt_as_it_was(
+    new_ledger: Callable[[], Ledger], caplog: pytest.LogCaptureFixture
+) -> None:
+    """ "Could not verify" is not an observation of the provider: reconciling or recovering
+    a completed UNKNOWN receipt with a verifier that raises, times out or answers with
+    something else writes nothing (the log says why), however often it is tried; a
+    real answer afterwards still settles it."""
+    ledger = new_ledger()
+    first = await unknown(ledger)
+    before = await ledger.get(first.receipt.action_id)
+    runner = ActionRunner(ledger, verifier_timeout=0.05)
+
+    async def too_slow(receipt: Any) -> Any:
+        await asyncio.sleep(1)
+
+    for verifier in (
+        fixed_verifier(ConnectionError("GET https://api.example/charges?c=cus_42")),
+        fixed_verifier("not a result"),
+        too_slow,
+    ):
+        for verb in (runner.reconcile, runner.recover_pending):
+            result = await verb(first.receipt.action_id, verifier)
+            assert result.status is ActionStatus.UNKNOWN
+            assert result.receipt == before
+            assert await ledger.get(first.receipt.action_id) == before
+    failed = [r.getMessage() for r in caplog.records if "verification_failed" in r.getMessage()]
+    assert len(failed) == 6
+    assert "cus_42" in failed[0]
+    settled = await runner.reconcile(first.receipt.action_id, fixed_verifier(confirmed()))
+    assert settled.status is ActionStatus.CONFIRMED
+    assert len(settled.receipt.observations) == len(before.observations) + 1
+    await closing(ledger)
+
+
+async def test_a_verifier_with_no_answer_still_settles_a_stranded_claim_as_unknown(
+    new_ledger: Callable[[], Ledger],
+) -> None:
+    """A PENDING claim must be completed: it is, as UNKNOWN, with the exception's type."""
+    ledger = new_ledger()
+    receipt = await stranded(ledger)
+    result = await ActionRunner(ledger).recover_pending(
+        receipt.action_id, fixed_verifier(ConnectionError("cus_42"))
+    )
+    assert result.status is ActionStatus.UNKNOWN
+    assert result.receipt.claim_state is ClaimState.COMPLETED
+    assert result.receipt.observations[-1].error == "verifier raised ConnectionError"
+    assert "cus_42" not in repr(await ledger.get(receipt.action_id))
+    await closing(ledger)
