@@ -13,6 +13,7 @@ from dataoad._errors import (
     ActionInProgressError,
     ActionNotFoundError,
     ActionPersistenceError,
+    AuditNotRecordedError,
     ClaimFencedError,
     DataoadError,
     IdempotencyConflictError,
@@ -35,6 +36,7 @@ from dataoad._failure import DefinitiveFailure
 from dataoad._guard import guarded
 from dataoad._intent import intent_key
 from dataoad._ledger import LeasingLedger, Ledger, LifecycleLedger
+from dataoad._operator import OperatorRecord
 from dataoad._policy import RetryPolicy
 from dataoad._receipt import ActionReceipt, AttemptRecord
 from dataoad._records import ObservationSource, RecoveryRecord, VerificationObservation
@@ -69,6 +71,7 @@ __all__ = [
     "VerificationObservation",
     "ObservationSource",
     "RecoveryRecord",
+    "OperatorRecord",
     # agent tools
     "GuardedTool",
     "ToolOutcome",
@@ -106,6 +109,7 @@ __all__ = [
     "ReservedMetadataError",
     "RecoveryRefusedError",
     "ActionNotFoundError",
+    "AuditNotRecordedError",
     "LedgerFileError",
     "LedgerBusyError",
     "LedgerSchemaError",

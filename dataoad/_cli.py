@@ -204,7 +204,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command is None:
         parser.print_help(sys.stderr)
         return EXIT_USAGE
-    if args.command in ("receipts", "recover", "release-unstarted", "reopen", "ledger"):
+    if args.command in ("receipts", "recover", "release-unstarted", "reopen", "ledger", "audit"):
         return run_ledger_command(args)
     if args.command == "check":
         return run_check_command(args)

@@ -16,6 +16,13 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from dataoad._cli_audit import (
+    add_audit_command,
+    operator_options,
+    records_of,
+    render_records,
+    show_audit,
+)
 from dataoad._cli_common import (
     EXIT_ERROR,
     EXIT_OK,
@@ -133,6 +140,7 @@ def add_commands(commands: Any, parser_class: type[argparse.ArgumentParser]) -> 
     )
     recover.add_argument("--verifier", metavar="MODULE:ATTRIBUTE")
     recover.add_argument("--yes", action="store_true", help="do not ask for confirmation")
+    operator_options(recover)
     release = commands.add_parser(
         "release-unstarted", help="remove a PENDING claim that never started an attempt"
     )
@@ -143,7 +151,9 @@ def add_commands(commands: Any, parser_class: type[argparse.ArgumentParser]) -> 
     release.add_argument("--key", metavar="KEY", help="find the receipt by its idempotency key")
     release.add_argument("--action", metavar="NAME", help="with --key: the action name")
     release.add_argument("--yes", action="store_true", help="do not ask for confirmation")
+    operator_options(release)
     add_lifecycle_commands(commands, sub, ledger_option)
+    add_audit_command(commands, ledger_option)
 
 
 def _is_postgres(url: str) -> bool:
@@ -305,21 +315,32 @@ async def _run(args: argparse.Namespace) -> int:
     inspecting = args.command == "receipts"
     # A prune's dry run only counts: like list and show it never opens a
     # SQLite file for writing (no writer lock, no schema, no journal).
-    read_only = inspecting and (
-        args.receipts_command in ("list", "show")
-        or (args.receipts_command == "prune" and args.dry_run)
+    read_only = args.command == "audit" or (
+        inspecting
+        and (
+            args.receipts_command in ("list", "show")
+            or (args.receipts_command == "prune" and args.dry_run)
+        )
     )
     ledger = _open_ledger(args.ledger, args.table, read_only=read_only)
     try:
+        if args.command == "audit":
+            return await show_audit(ledger, args, check_cli_namespace(args.namespace))
         if args.command == "receipts" and args.receipts_command == "list":
             return await list_receipts(ledger, args)
         if args.command == "receipts" and args.receipts_command == "show":
             receipt = await _find_one(ledger, args)
-            print(
-                json.dumps(receipt_dict(receipt), indent=2)
-                if args.json
-                else render_receipt(receipt)
-            )
+            records = await records_of(ledger, action_id=receipt.action_id)
+            if args.json:
+                shown = {
+                    **receipt_dict(receipt),
+                    "operator_records": [r.to_json() for r in records],
+                }
+                print(json.dumps(shown, indent=2))
+            else:
+                print(render_receipt(receipt))
+                if records:
+                    print(f"operator records (newest first):\n{render_records(records)}")
             return EXIT_OK
         if args.command == "receipts" and args.receipts_command == "prune":
             return await prune(ledger, args, _confirm)
@@ -356,7 +377,9 @@ async def _run(args: argparse.Namespace) -> int:
                 f"{receipt.idempotency_key}) so the key can be claimed again?",
                 args.yes,
             )
-            await runner.release_unstarted(receipt.action_id)
+            await runner.release_unstarted(
+                receipt.action_id, operator=args.operator, reason=args.reason
+            )
             print(f"released {receipt.action_id}; key {receipt.idempotency_key!r} is free again")
             return EXIT_OK
         raise UsageError(f"unknown command {args.command!r}")

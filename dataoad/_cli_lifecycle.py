@@ -18,6 +18,7 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any, Final
 
+from dataoad._cli_audit import operator_options, stamp_of
 from dataoad._cli_common import EXIT_OK, CommandError, UsageError
 from dataoad._cli_render import receipt_dict, render_receipt, status_text
 from dataoad._errors import InvalidArgumentError
@@ -79,6 +80,7 @@ def add_lifecycle_commands(commands: Any, receipts: Any, ledger_option: Any) -> 
     ledger_option(reopening)
     reopening.add_argument("action_id", metavar="ACTION_ID")
     reopening.add_argument("--yes", action="store_true", help="do not ask for confirmation")
+    operator_options(reopening)
 
     pruning = receipts.add_parser(
         "prune",
@@ -88,6 +90,7 @@ def add_lifecycle_commands(commands: Any, receipts: Any, ledger_option: Any) -> 
         "change. Run it from cron or a deploy job with --yes.",
     )
     ledger_option(pruning)
+    operator_options(pruning)
     pruning.add_argument(
         "--older-than",
         type=parse_age,
@@ -137,7 +140,7 @@ async def reopen(
         "can be claimed afresh?",
         args.yes,
     )
-    await runner.reopen(receipt.action_id)
+    await runner.reopen(receipt.action_id, operator=args.operator, reason=args.reason)
     print(
         f"reopened {receipt.action_id}; key {receipt.idempotency_key!r} is free again "
         "(the old receipt stays readable)"
@@ -212,6 +215,7 @@ async def prune(ledger: Any, args: argparse.Namespace, confirm: Confirm) -> int:
         else:
             print(f"nothing to prune: no {named} receipt{where} {age}")
         return EXIT_OK
+    stamp = stamp_of("prune", args, namespace)  # a bad name refused before anything is deleted
     confirm(f"Delete {count} {named} receipt(s){where} {age}?", args.yes)
     export = None if args.export is None else _Export(args.export)
     try:
@@ -225,6 +229,7 @@ async def prune(ledger: Any, args: argparse.Namespace, confirm: Confirm) -> int:
     finally:
         if export is not None:
             export.close()
+    await stamp.note(ledger, None, f"deleted {deleted} {named} receipt(s){where} {age}")
     if args.json:
         summary["deleted"] = deleted
         if export is not None:

@@ -69,7 +69,9 @@ async def recover(
             "stopped (a live worker may still be calling the provider). " + question
         )
     _confirm(question, args.yes)
-    result = await runner.recover_pending(receipt.action_id, verifier)
+    result = await runner.recover_pending(
+        receipt.action_id, verifier, operator=args.operator, reason=args.reason
+    )
     observations = result.receipt.observations
     last = observations[-1] if observations else None
     said = None if last is None else (last.reason or last.error)
@@ -126,7 +128,9 @@ async def recover_stale(ledger: Any, verifier: Any, args: argparse.Namespace) ->
     # A runner sweeps its own namespace only: one per namespace found.
     for namespace in sorted({r.namespace for r in stale}):
         runner = ActionRunner(ledger, namespace=namespace)
-        results += await runner.recover_stale(verifier, limit=max(len(stale), 1))
+        results += await runner.recover_stale(
+            verifier, limit=max(len(stale), 1), operator=args.operator, reason=args.reason
+        )
     settled = {r.receipt.action_id for r in results}
     for result in results:
         print(f"{result.receipt.action_id}: {result.status.value}")

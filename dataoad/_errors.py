@@ -18,6 +18,7 @@ __all__ = [
     "ActionInProgressError",
     "ActionNotFoundError",
     "ActionPersistenceError",
+    "AuditNotRecordedError",
     "ClaimFencedError",
     "NothingInvokedError",
     "OutcomeNotRecordedError",
@@ -99,6 +100,21 @@ class RecoveryRefusedError(DataoadError):
 
     def __reduce__(self) -> tuple[Any, ...]:
         return (_rebuild, (type(self), self.args, {"receipt": self.receipt}))
+
+
+class AuditNotRecordedError(DataoadError):
+    """An operator verb was done, but its OperatorRecord could not be appended to the audit.
+
+    ``record`` is the record that is missing; ``result`` what the verb returned.
+    """
+
+    def __init__(self, message: str, *, record: Any = None, result: Any = None) -> None:
+        super().__init__(message)
+        self.record = record
+        self.result = result
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (_rebuild, (type(self), self.args, {"record": self.record, "result": self.result}))
 
 
 class ActionNotFoundError(DataoadError, LookupError):

@@ -24,7 +24,7 @@ import logging
 import os
 import secrets
 import socket
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any, Final
 
 from dataoad._clock import Clock
@@ -325,12 +325,14 @@ async def recover_stale(
     tenure: Tenure,
     events: EventSink,
     limit: int,
+    note: Callable[[str, str], Awaitable[None]] | None = None,
 ) -> list[ActionResult[Any]]:
     """Settle up to ``limit`` claims whose lease ran out, never invoking anything.
 
     Each is first taken over (so a worker that renewed meanwhile keeps it);
     one that never started an attempt is then released, one that did is
-    settled read-only like any takeover. Returns the settled results.
+    settled read-only like any takeover. Returns the settled results;
+    ``note(action_id, outcome)`` hears of each released or settled claim.
     """
     listing = getattr(store.ledger, "receipts", None)
     if not callable(listing):
@@ -346,11 +348,12 @@ async def recover_stale(
             taken = await take_over(store, stale, sweeper, events)
             if taken is None:
                 continue  # renewed, completed or taken over meanwhile
+            settled: Any = None
             if taken.attempts == 0:
                 await store.release(taken, events)
-                continue
-            # The sweep has no operation to run, so its policy never retries.
-            settled = await settle_started(store, taken, verify, RetryPolicy(), events)
+            else:
+                # The sweep has no operation to run, so its policy never retries.
+                settled = await settle_started(store, taken, verify, RetryPolicy(), events)
         except DataoadError as exc:
             events.emit(
                 EventKind.STALE_CLAIM_NOT_SETTLED,
@@ -360,6 +363,14 @@ async def recover_stale(
                 reason=bound_text(str(exc)),
             )
             continue
+        # Outside the try: an audit that could not be appended is not a
+        # claim that could not be settled.
+        if settled is None:
+            if note is not None:
+                await note(taken.action_id, "released (never started)")
+            continue
         assert isinstance(settled, ActionResult)
         results.append(settled)
+        if note is not None:
+            await note(settled.receipt.action_id, settled.status.value)
     return results

@@ -230,23 +230,43 @@ class SyncActionRunner:
         """Blocking ``ActionRunner.reconcile``."""
         return self._run(self._runner.reconcile(action_id, verifier))
 
-    def recover_pending(self, action_id: str, verifier: AnyVerifier) -> ActionResult[Any]:
+    def recover_pending(
+        self,
+        action_id: str,
+        verifier: AnyVerifier,
+        *,
+        operator: str | None = None,
+        reason: str | None = None,
+    ) -> ActionResult[Any]:
         """Blocking ``ActionRunner.recover_pending``."""
-        return self._run(self._runner.recover_pending(action_id, verifier))
+        return self._run(
+            self._runner.recover_pending(action_id, verifier, operator=operator, reason=reason)
+        )
 
     def recover_stale(
-        self, verifier: AnyVerifier | None = None, *, limit: int = 100
+        self,
+        verifier: AnyVerifier | None = None,
+        *,
+        limit: int = 100,
+        operator: str | None = None,
+        reason: str | None = None,
     ) -> list[ActionResult[Any]]:
         """Blocking ``ActionRunner.recover_stale``."""
-        return self._run(self._runner.recover_stale(verifier, limit=limit))
+        return self._run(
+            self._runner.recover_stale(verifier, limit=limit, operator=operator, reason=reason)
+        )
 
-    def reopen(self, action_id: str) -> None:
+    def reopen(
+        self, action_id: str, *, operator: str | None = None, reason: str | None = None
+    ) -> None:
         """Blocking ``ActionRunner.reopen``."""
-        self._run(self._runner.reopen(action_id))
+        self._run(self._runner.reopen(action_id, operator=operator, reason=reason))
 
-    def release_unstarted(self, action_id: str) -> None:
+    def release_unstarted(
+        self, action_id: str, *, operator: str | None = None, reason: str | None = None
+    ) -> None:
         """Blocking ``ActionRunner.release_unstarted``."""
-        self._run(self._runner.release_unstarted(action_id))
+        self._run(self._runner.release_unstarted(action_id, operator=operator, reason=reason))
 
     def receipt(self, action_id: str) -> ActionReceipt:
         """Blocking ``ActionRunner.receipt``."""

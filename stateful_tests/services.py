@@ -104,7 +104,9 @@ class PostgresTestTable:
 
         conn = await asyncpg.connect(self.dsn)
         try:
-            await conn.execute(f'DROP TABLE IF EXISTS "{self.table}", "{self.table}_schema"')
+            await conn.execute(
+                f'DROP TABLE IF EXISTS "{self.table}", "{self.table}_schema", "{self.table}_audit"'
+            )
         finally:
             await conn.close()
 

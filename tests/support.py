@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from datetime import datetime
 from typing import Any
 
 import pytest
@@ -310,3 +311,34 @@ class Unlisted:
         if name == "receipts":
             raise AttributeError(name)
         return getattr(self.inner, name)
+
+
+async def old_postgres_table(
+    conn: Any, table: str, steps: Sequence[int], rows: Sequence[dict[str, Any]]
+) -> None:
+    """``public.table`` exactly as the code of schema ``steps[-1]`` migrated and filled it.
+
+    ``rows`` come from that code's SQLite fixture (times as ISO text).
+    """
+    from dataoad.ledgers.postgres import MIGRATIONS
+
+    qualified = f'"public"."{table}"'
+    for step in steps:
+        for statement in MIGRATIONS[step]:
+            await conn.execute(statement.format(table=qualified, key_index=f"{table}_key"))
+    await conn.execute(
+        f'CREATE TABLE "public"."{table}_schema" (version integer PRIMARY KEY, '
+        "applied_at timestamptz NOT NULL DEFAULT now())"
+    )
+    for step in steps:
+        await conn.execute(f'INSERT INTO "public"."{table}_schema" (version) VALUES ($1)', step)
+    for row in rows:
+        values = {
+            name: datetime.fromisoformat(value)
+            if name.endswith("_at") and value is not None
+            else value
+            for name, value in row.items()
+        }
+        names = ", ".join(values)
+        marks = ", ".join(f"${i + 1}" for i in range(len(values)))
+        await conn.execute(f"INSERT INTO {qualified} ({names}) VALUES ({marks})", *values.values())

@@ -223,6 +223,17 @@ def waiting_on_lock(table: str) -> str:
     )
 
 
+async def waiting(blocker: Any, table: str) -> bool:
+    """Whether the attempt start waits on the lock now.
+
+    The blocker polls inside its open transaction, and PostgreSQL shows a
+    transaction one snapshot of pg_stat_activity: clear it each time, or a
+    start that began waiting after the first poll is never seen.
+    """
+    await blocker.execute("SELECT pg_stat_clear_snapshot()")
+    return bool(await blocker.fetch(waiting_on_lock(table)))
+
+
 async def attempt_start_under_row_lock(
     route: PostgresRoute,
     interfere: Callable[[Any, str], Awaitable[None]],
@@ -265,9 +276,11 @@ async def attempt_start_under_row_lock(
     await asyncio.wait_for(locked.wait(), timeout=30)
     # Wait until the attempt start is blocked on the row lock, then interfere.
     deadline = asyncio.get_running_loop().time() + 30  # a loaded CI machine is slow
-    while not await blocker.fetch(waiting_on_lock(table)):
+    while not await waiting(blocker, table):
         if task.done() or asyncio.get_running_loop().time() > deadline:
             ended = task.exception() if task.done() else "still running"
+            await ledger.close()
+            await blocker.close()
             raise AssertionError(f"the attempt start never waited on the row lock: {ended!r}")
         await asyncio.sleep(0.01)
     await interfere(blocker, table)

@@ -14,21 +14,19 @@ import contextlib
 import shutil
 import sqlite3
 import uuid
-from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 from dataoad import ActionRunner, ActionStatus, PostgresLedger, SQLiteLedger
 from dataoad.ledgers._codec import COLUMNS
-from dataoad.ledgers.postgres import MIGRATIONS as PG_MIGRATIONS
 from dataoad.ledgers.postgres import SCHEMA_VERSION as PG_SCHEMA
 from dataoad.ledgers.sqlite import SCHEMA_VERSION
 from dataoad.ledgers.sqlite_reader import SQLiteReader
 from stateful_tests.services import postgres_dsn
+from tests.support import old_postgres_table
 
 V4 = Path(__file__).parent / "data" / "ledger-schema4.sqlite3"
 V4_COLUMNS = [c for c in COLUMNS if c != "stored_at"]
-TIMES = ("created_at", "updated_at", "lease_expires_at", "retired_at")
 
 
 def v4_rows() -> list[dict[str, Any]]:
@@ -114,27 +112,7 @@ def test_a_schema_3_postgres_table_is_migrated_keeping_every_receipt(tmp_path: P
             pool = await ledger._raw_pool()
             async with pool.acquire() as conn:
                 # Exactly what the schema-3 code's migrate() created, and its rows.
-                for step in (1, 2, 3):
-                    for statement in PG_MIGRATIONS[step]:
-                        await conn.execute(
-                            statement.format(table=qualified, key_index=f"{table}_key")
-                        )
-                await conn.execute(
-                    f'CREATE TABLE "public"."{table}_schema" (version integer PRIMARY KEY, '
-                    "applied_at timestamptz NOT NULL DEFAULT now())"
-                )
-                await conn.execute(
-                    f'INSERT INTO "public"."{table}_schema" (version) VALUES (1), (2), (3)'
-                )
-                for row in v4_rows():
-                    for name in TIMES:
-                        if row[name] is not None:
-                            row[name] = datetime.fromisoformat(row[name])
-                    names = ", ".join(row)
-                    marks = ", ".join(f"${i + 1}" for i in range(len(row)))
-                    await conn.execute(
-                        f"INSERT INTO {qualified} ({names}) VALUES ({marks})", *row.values()
-                    )
+                await old_postgres_table(conn, table, (1, 2, 3), v4_rows())
             assert await ledger.migrate() == 3
             assert await ledger.schema_version() == PG_SCHEMA
             await _check_migrated(ledger, expected)

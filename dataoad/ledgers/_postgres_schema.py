@@ -15,13 +15,14 @@ __all__ = [
     "SCHEMA_VERSION",
     "LedgerSchemaError",
     "apply_migrations",
+    "audit_table",
     "check_name",
     "check_schema_version",
     "read_schema_version",
 ]
 
 #: The schema version this code writes and understands.
-SCHEMA_VERSION: Final = 4
+SCHEMA_VERSION: Final = 5
 
 
 class LedgerSchemaError(LedgerUnusableError):
@@ -102,6 +103,24 @@ MIGRATIONS: Final[dict[int, tuple[str, ...]]] = {
         "ALTER TABLE {table} ADD COLUMN stored_at timestamptz",
         "UPDATE {table} SET stored_at = updated_at",
     ),
+    # The operator audit (v0.3): append-only, stamped by the server's clock,
+    # outliving the receipts it names (retention never touches it).
+    5: (
+        """
+        CREATE TABLE {audit_table} (
+            seq bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+            operator text NOT NULL,
+            host text NOT NULL,
+            verb text NOT NULL,
+            action_id text,
+            namespace text,
+            reason text,
+            outcome text NOT NULL,
+            at timestamptz NOT NULL
+        )
+        """,
+        "CREATE INDEX {audit_index} ON {audit_table} (action_id)",
+    ),
 }
 
 
@@ -116,6 +135,11 @@ def check_name(kind: str, value: object) -> str:
             f"([a-z_][a-z0-9_]*), not {value!r}"
         )
     return value
+
+
+def audit_table(schema: str, table: str) -> str:
+    """The quoted name of the ledger's operator audit table."""
+    return f'"{schema}"."{table}_audit"'
 
 
 def _version_table(schema: str, table: str) -> str:
@@ -151,7 +175,12 @@ async def apply_migrations(conn: Any, schema: str, table: str) -> int:
         for step in range(found + 1, SCHEMA_VERSION + 1):
             for statement in MIGRATIONS[step]:
                 await conn.execute(
-                    statement.format(table=qualified, key_index=f'"{table}_live_key"')
+                    statement.format(
+                        table=qualified,
+                        key_index=f'"{table}_live_key"',
+                        audit_table=audit_table(schema, table),
+                        audit_index=f'"{table}_audit_ix"',
+                    )
                 )
             await conn.execute(f"INSERT INTO {versions} (version) VALUES ($1)", step)
     return found

@@ -26,7 +26,7 @@ _EPOCH: Final = datetime(1970, 1, 1, tzinfo=UTC)
 #: ``PRAGMA application_id`` of a Dataoad ledger file ("DAOD").
 APPLICATION_ID: Final = 0x44414F44
 #: The schema version this code writes; older files are migrated on open.
-SCHEMA_VERSION: Final = 5
+SCHEMA_VERSION: Final = 6
 
 
 class LedgerFileError(LedgerUnusableError):

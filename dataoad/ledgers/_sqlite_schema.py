@@ -102,4 +102,22 @@ MIGRATIONS: Final[dict[int, tuple[str, ...]]] = {
         "DROP INDEX receipts_by_age",
         "CREATE INDEX receipts_by_age ON receipts (claim_state, stored_at, action_id)",
     ),
+    # The operator audit (v0.3): append-only, stamped by the ledger's clock,
+    # outliving the receipts it names (retention never touches it).
+    6: (
+        """
+        CREATE TABLE operator_audit (
+            seq INTEGER PRIMARY KEY AUTOINCREMENT,
+            operator TEXT NOT NULL,
+            host TEXT NOT NULL,
+            verb TEXT NOT NULL,
+            action_id TEXT,
+            namespace TEXT,
+            reason TEXT,
+            outcome TEXT NOT NULL,
+            at TEXT NOT NULL
+        )
+        """,
+        "CREATE INDEX operator_audit_by_action ON operator_audit (action_id)",
+    ),
 }

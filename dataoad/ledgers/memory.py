@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 from collections.abc import Callable, Sequence
 from datetime import datetime
@@ -22,8 +23,10 @@ from dataoad._lifecycle import (
     prunable,
     stored_before,
 )
+from dataoad._operator import OperatorRecord
 from dataoad._receipt import ActionReceipt
 from dataoad._status import ActionStatus, ClaimState
+from dataoad.ledgers._audit import check_audit_filters, check_new_record, listed
 from dataoad.ledgers._durability import DurabilityReport, judge_memory
 from dataoad.ledgers._pruning import (
     DEFAULT_BATCH_SIZE,
@@ -53,6 +56,7 @@ class InMemoryLedger:
         self._by_id: dict[str, ActionReceipt] = {}
         # Only receipts that hold their key (never retired) are here.
         self._by_key: dict[tuple[str, str, str], str] = {}
+        self._audit: list[OperatorRecord] = []
 
     async def __aenter__(self) -> InMemoryLedger:
         return self
@@ -293,6 +297,36 @@ class InMemoryLedger:
     async def durability(self) -> DurabilityReport:
         """Never durable: the receipts live and die with this process."""
         return judge_memory()
+
+    async def append_audit(self, record: OperatorRecord) -> OperatorRecord:
+        """Append ``record`` to the audit, stamped with this ledger's clock."""
+        check_new_record(record)
+        with self._lock:
+            stored = dataclasses.replace(record, at=self._now())
+            self._audit.append(stored)
+            return stored
+
+    async def audit(
+        self,
+        *,
+        since: datetime | None = None,
+        operator: str | None = None,
+        namespace: str | None = None,
+        action_id: str | None = None,
+        limit: int | None = None,
+    ) -> list[OperatorRecord]:
+        """The operator records, newest first, filtered; pruning receipts keeps them."""
+        check_audit_filters(since, operator, namespace, action_id, limit)
+        with self._lock:
+            records = list(self._audit)
+        return listed(
+            records,
+            since=since,
+            operator=operator,
+            namespace=namespace,
+            action_id=action_id,
+            limit=limit,
+        )
 
     async def close(self) -> None:
         """Nothing to release; kept for symmetry with durable ledgers."""

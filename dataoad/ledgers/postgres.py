@@ -2,9 +2,8 @@
 
 Design notes (the why):
 
-* Built on asyncpg. Measured with the ledger's three statements on one
-  connection against pgbench's C client (``benchmarks/postgres_drivers.py``):
-  asyncpg reached 56-69 % of pgbench's rate, psycopg 3 48-61 %.
+* Built on asyncpg: 56-69 % of pgbench's rate, psycopg 3 48-61 %
+  (``benchmarks/postgres_drivers.py``).
 * Every transition is one autocommit statement whose returned row says
   whether it applied (``INSERT ... ON CONFLICT DO NOTHING RETURNING``,
   ``UPDATE ... WHERE version = $n RETURNING``): one round trip, no
@@ -12,17 +11,15 @@ Design notes (the why):
   makes the condition false on re-check) and under SERIALIZABLE (where the
   loser gets a serialization failure instead, which the runner treats like
   any unproven write).
-* No reset query on release (these statements leave no session state),
-  and consecutive statements share one held connection (``_postgres_lane``).
-* ``synchronous_commit`` is never lowered: the runner invokes the provider
-  only after the attempt start is durable.
+* No reset query on release; consecutive statements share one held
+  connection (``_postgres_lane``). ``synchronous_commit`` is never lowered.
 * Schema changes are explicit (``await ledger.migrate()`` or ``dataoad
   ledger migrate DSN``), serialised across hosts by a transaction-scoped
   advisory lock. A ledger refuses a database whose schema is missing or
   newer than it understands.
-* Reads are retried once on a broken connection (a restarted server leaves
-  dead connections in the pool); writes never are, because the runner must
-  see an unacknowledged write and read back.
+* Reads are retried once on a broken connection; writes never are: the
+  runner must see an unacknowledged write and read back.
+* The operator audit is a table beside the receipts (``_postgres_audit``).
 """
 
 from __future__ import annotations
@@ -39,8 +36,10 @@ from dataoad._ledger_rules import check_ledger_clock
 from dataoad._lifecycle import DEFAULT_PRUNE_STATUSES
 from dataoad._receipt import ActionReceipt
 from dataoad._status import ActionStatus, ClaimState
+from dataoad.ledgers._audit import AuditStatements
 from dataoad.ledgers._codec import COLUMNS, receipt_of, values_of
 from dataoad.ledgers._durability import DurabilityReport, opened, postgres_durability
+from dataoad.ledgers._postgres_audit import PostgresAudit
 from dataoad.ledgers._postgres_lane import (
     ConnectionLane,
     no_reset,
@@ -54,6 +53,7 @@ from dataoad.ledgers._postgres_schema import (
     SCHEMA_VERSION,
     LedgerSchemaError,
     apply_migrations,
+    audit_table,
     check_name,
     check_schema_version,
     read_schema_version,
@@ -83,7 +83,7 @@ def _asyncpg() -> Any:
     return asyncpg
 
 
-class PostgresLedger:
+class PostgresLedger(PostgresAudit):
     """A ledger in a PostgreSQL table, for contenders on several hosts.
 
     ``PostgresLedger(dsn)`` builds its own asyncpg pool on first use;
@@ -149,6 +149,7 @@ class PostgresLedger:
         qualified = f'"{self.schema}"."{self.table}"'
         self._qualified = qualified
         self._sql = Statements(qualified, POSTGRES)
+        self._audit_sql = AuditStatements(audit_table(self.schema, self.table), POSTGRES)
 
     def __repr__(self) -> str:
         state = "closed" if self._closed else ("open" if self._pool else "not yet opened")

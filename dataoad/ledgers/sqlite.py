@@ -25,6 +25,7 @@ Design notes (the why):
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import functools
 import os
 import weakref
@@ -40,9 +41,17 @@ from dataoad._clock import LedgerClock
 from dataoad._errors import InvalidArgumentError, LedgerClosedError
 from dataoad._ledger_rules import check_ledger_clock
 from dataoad._lifecycle import DEFAULT_PRUNE_STATUSES
+from dataoad._operator import OperatorRecord
 from dataoad._receipt import ActionReceipt
 from dataoad._status import ActionStatus, ClaimState
 from dataoad.ledgers import _sqlite_live as live
+from dataoad.ledgers._audit import (
+    AuditStatements,
+    check_audit_filters,
+    check_new_record,
+    insert_values,
+    record_of,
+)
 from dataoad.ledgers._codec import receipt_of, values_of
 from dataoad.ledgers._durability import DurabilityReport, opened, sqlite_durability
 from dataoad.ledgers._pruning import (
@@ -66,6 +75,8 @@ from dataoad.ledgers._statements import SQLITE, Statement, Statements
 from dataoad.ledgers._writer_lock import LedgerBusyError, WriterLock
 
 __all__ = ["SCHEMA_VERSION", "LedgerBusyError", "LedgerFileError", "SQLiteLedger"]
+
+_AUDIT: Final = AuditStatements("operator_audit", SQLITE)
 
 
 _SQL: Final = Statements("receipts", SQLITE)
@@ -204,6 +215,34 @@ class SQLiteLedger:
         """Whether the file keeps every claim it acknowledged, through a crash or a power
         loss: the journal mode, ``synchronous`` and the file system."""
         return await sqlite_durability(lambda sql: self._read(sql, ()), self.path)
+
+    async def append_audit(self, record: OperatorRecord) -> OperatorRecord:
+        """Append ``record`` to the audit, stamped with the file's clock."""
+        rows = await self._write(
+            _AUDIT.insert, {**insert_values(check_new_record(record)), "now": 0}
+        )
+        return dataclasses.replace(record, at=datetime.fromisoformat(rows[0][0]))
+
+    async def audit(
+        self,
+        *,
+        since: datetime | None = None,
+        operator: str | None = None,
+        namespace: str | None = None,
+        action_id: str | None = None,
+        limit: int | None = None,
+    ) -> list[OperatorRecord]:
+        """The operator records, newest first, filtered; pruning receipts keeps them."""
+        check_audit_filters(since, operator, namespace, action_id, limit)
+        statement, values = _AUDIT.listing(
+            since=None if since is None else clock_text(since),
+            operator=operator,
+            namespace=namespace,
+            action_id=action_id,
+            limit=limit,
+        )
+        rows = await self._read(statement.sql, statement.bind(values))
+        return [record_of(row, datetime.fromisoformat) for row in rows]
 
     async def close(self) -> None:
         """Close the connection. Safe to call more than once."""

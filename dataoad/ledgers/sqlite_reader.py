@@ -23,8 +23,10 @@ from typing import Any, Final
 from dataoad._clock import utc_now
 from dataoad._errors import InvalidArgumentError
 from dataoad._lifecycle import DEFAULT_PRUNE_STATUSES
+from dataoad._operator import OperatorRecord
 from dataoad._receipt import ActionReceipt
 from dataoad._status import ActionStatus
+from dataoad.ledgers._audit import AuditStatements, check_audit_filters, record_of
 from dataoad.ledgers._codec import receipt_of
 from dataoad.ledgers._pruning import DEFAULT_BATCH_SIZE, DeleteExact, NextBatch
 from dataoad.ledgers._pruning import prune as run_prune
@@ -55,6 +57,9 @@ _SQL_BEFORE_LEASES: Final = Statements(
 _LEASES: Final = 3
 _NAMESPACES: Final = 4
 _STORED_AT: Final = 5
+#: The first schema with the operator audit.
+_AUDIT_SCHEMA: Final = 6
+_AUDIT: Final = AuditStatements("operator_audit", SQLITE)
 
 
 def _missing_permission(path: Path) -> str | None:
@@ -81,6 +86,7 @@ class SQLiteReader:
         self.path = Path(path)
         self._conn: sqlite3.Connection | None = None
         self._sql = _SQL
+        self._user_version = 0
         self._lock = asyncio.Lock()
 
     def __repr__(self) -> str:
@@ -135,6 +141,7 @@ class SQLiteReader:
                 f"{path}: written with ledger schema {user_version}, newer than the "
                 f"{SCHEMA_VERSION} this Dataoad understands; upgrade Dataoad to read it"
             )
+        self._user_version = user_version
         if user_version >= _STORED_AT:
             self._sql = _SQL
         elif user_version >= _NAMESPACES:
@@ -250,6 +257,30 @@ class SQLiteReader:
             dry_run=True,
             before_delete=None,
         )
+
+    async def audit(
+        self,
+        *,
+        since: datetime | None = None,
+        operator: str | None = None,
+        namespace: str | None = None,
+        action_id: str | None = None,
+        limit: int | None = None,
+    ) -> list[OperatorRecord]:
+        """The operator records, newest first, filtered; pruning receipts keeps them."""
+        check_audit_filters(since, operator, namespace, action_id, limit)
+        await self._statements()
+        if self._user_version < _AUDIT_SCHEMA:
+            return []  # written before the audit: it holds no record
+        statement, values = _AUDIT.listing(
+            since=None if since is None else clock_text(since),
+            operator=operator,
+            namespace=namespace,
+            action_id=action_id,
+            limit=limit,
+        )
+        rows = await self._rows(statement, values)
+        return [record_of(row, datetime.fromisoformat) for row in rows]
 
     async def close(self) -> None:
         """Close the file. Safe to call more than once."""
