@@ -21,6 +21,7 @@ from typing import Any
 from dataoad._cli_check import add_check_command, run_check_command
 from dataoad._cli_ledger import add_commands, run_ledger_command
 from dataoad._cli_loading import UsageProblem, importable_from, load_module
+from dataoad._cli_serve import run_serve_command
 from dataoad._version import __version__
 
 __all__ = ["main"]
@@ -208,6 +209,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return run_ledger_command(args)
     if args.command == "check":
         return run_check_command(args)
+    if args.command == "serve":
+        return run_serve_command(args)
     try:
         if args.command == "test":
             return command_test(args)

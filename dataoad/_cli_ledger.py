@@ -13,7 +13,6 @@ import json
 import os
 import re
 import sys
-from pathlib import Path
 from typing import Any
 
 from dataoad._cli_audit import (
@@ -36,17 +35,24 @@ from dataoad._cli_common import confirm as _confirm
 from dataoad._cli_doctor import add_doctor_command, doctor
 from dataoad._cli_lifecycle import add_lifecycle_commands, check_cli_namespace, prune, reopen
 from dataoad._cli_listing import add_list_command, list_receipts
+from dataoad._cli_open import (
+    DEFAULT_TABLE,
+    is_postgres,
+    ledger_url,
+    open_ledger,
+    postgres_ledger,
+    sqlite_path,
+    table_name,
+)
 from dataoad._cli_recover import NoAnswer, load_verifier, recover, recover_stale
 from dataoad._cli_render import receipt_dict, render_receipt
+from dataoad._cli_serve import add_serve_command
 from dataoad._errors import ActionNotFoundError, DataoadError
 from dataoad._ledger import InspectableLedger
 from dataoad._receipt import ActionReceipt
-from dataoad.ledgers.postgres import PostgresLedger
 
 __all__ = ["add_commands", "run_ledger_command"]
 
-DEFAULT_TABLE = "public.dataoad_receipts"
-_URL_SCHEME = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*)://")
 _ID_PREFIX = re.compile(r"^[0-9a-f]{1,32}$")
 #: The shortest id prefix a verb that writes accepts: one character would act on
 #: whichever receipt happens to be alone with it today.
@@ -154,61 +160,7 @@ def add_commands(commands: Any, parser_class: type[argparse.ArgumentParser]) -> 
     operator_options(release)
     add_lifecycle_commands(commands, sub, ledger_option)
     add_audit_command(commands, ledger_option)
-
-
-def _is_postgres(url: str) -> bool:
-    return url.startswith(("postgresql://", "postgres://"))
-
-
-def _sqlite_path(url: str) -> Path:
-    # sqlite:///abs/path and sqlite:////abs/path both mean /abs/path.
-    rest = url.removeprefix("sqlite://")
-    return Path("/" + rest.lstrip("/")) if rest.startswith("/") else Path(rest)
-
-
-def _postgres_ledger(url: str, table: str) -> PostgresLedger:
-    schema, _, name = table.rpartition(".")
-    return PostgresLedger(url, schema=schema or "public", table=name, min_size=1, max_size=2)
-
-
-def _ledger_url(url: str | None, table: str | None) -> str:
-    """The URL, checked: a known scheme, and --table only where it means something."""
-    if not url:
-        raise UsageError(
-            "no ledger given: pass --ledger sqlite:///path or postgresql://..., "
-            "or set DATAOAD_LEDGER"
-        )
-    scheme = _URL_SCHEME.match(url)
-    if scheme and not _is_postgres(url) and scheme.group(1).lower() != "sqlite":
-        raise UsageError(
-            f"unsupported ledger URL scheme {scheme.group(1)!r}: use sqlite:///path/to/file, "
-            "a file path, or postgresql://..."
-        )
-    if table is not None and not _is_postgres(url):
-        raise UsageError("--table applies to PostgreSQL ledgers only; a SQLite ledger has one")
-    return url
-
-
-def _table(table: str | None) -> str:
-    return table or os.environ.get("DATAOAD_LEDGER_TABLE") or DEFAULT_TABLE
-
-
-def _open_ledger(url: str | None, table: str | None, *, read_only: bool) -> InspectableLedger:
-    from dataoad.ledgers.sqlite import SQLiteLedger
-    from dataoad.ledgers.sqlite_reader import SQLiteReader
-
-    url = _ledger_url(url, table)
-    if _is_postgres(url):
-        return _postgres_ledger(url, _table(table))
-    path = _sqlite_path(url)
-    if path.is_dir():
-        raise CommandError(f"{path} is a folder, not a ledger file")
-    if read_only:
-        return SQLiteReader(path)  # type: ignore[return-value]
-    if not path.is_file():
-        # Inspection must never create an empty ledger where none was.
-        raise CommandError(f"no ledger file at {path}")
-    return SQLiteLedger(path)
+    add_serve_command(commands, url_option)
 
 
 async def _find_one(ledger: InspectableLedger, args: argparse.Namespace) -> ActionReceipt:
@@ -274,16 +226,16 @@ async def _migrate(args: argparse.Namespace) -> int:
     from dataoad.ledgers.sqlite import SCHEMA_VERSION as SQLITE_SCHEMA_VERSION
     from dataoad.ledgers.sqlite import SQLiteLedger
 
-    url = _ledger_url(args.url, args.table)
-    if _is_postgres(url):
-        ledger = _postgres_ledger(url, _table(args.table))
+    url = ledger_url(args.url, args.table)
+    if is_postgres(url):
+        ledger = postgres_ledger(url, table_name(args.table))
         try:
             found = await ledger.migrate()
         finally:
             await ledger.close()
         where, target = f"{ledger.schema}.{ledger.table}", PG_SCHEMA_VERSION
     else:
-        path = _sqlite_path(url)
+        path = sqlite_path(url)
         if path.is_dir():
             raise CommandError(f"{path} is a folder, not a ledger file")
         if not path.parent.is_dir():
@@ -304,10 +256,10 @@ async def _run(args: argparse.Namespace) -> int:
 
     if args.command == "ledger":
         if args.ledger_command == "doctor":
-            url = _ledger_url(args.ledger, args.table)
-            sqlite_path = None if _is_postgres(url) else _sqlite_path(url)
+            url = ledger_url(args.ledger, args.table)
+            file = None if is_postgres(url) else sqlite_path(url)
             return await doctor(
-                args, url, lambda: _postgres_ledger(url, _table(args.table)), sqlite_path
+                args, url, lambda: postgres_ledger(url, table_name(args.table)), file
             )
         if args.ledger_command != "migrate":
             raise UsageError("name a subcommand: ledger migrate URL, or ledger doctor")
@@ -322,7 +274,7 @@ async def _run(args: argparse.Namespace) -> int:
             or (args.receipts_command == "prune" and args.dry_run)
         )
     )
-    ledger = _open_ledger(args.ledger, args.table, read_only=read_only)
+    ledger = open_ledger(args.ledger, args.table, read_only=read_only)
     try:
         if args.command == "audit":
             return await show_audit(ledger, args, check_cli_namespace(args.namespace))
