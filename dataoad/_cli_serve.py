@@ -113,5 +113,15 @@ def run_serve_command(args: argparse.Namespace) -> int:
         return EXIT_ERROR
     mode = "actions allowed" if args.allow_actions else "read-only"
     print(f"dataoad console ({mode}) on http://{args.host}:{args.port}/", file=sys.stderr)
-    uvicorn.run(build_app(settings), host=args.host, port=args.port, log_level="warning")
+    # Named, not "auto": the same modules on every machine, no websockets.
+    uvicorn.run(
+        build_app(settings),
+        host=args.host,
+        port=args.port,
+        log_level="warning",
+        loop="asyncio",
+        http="h11",
+        ws="none",
+        lifespan="on",
+    )
     return EXIT_OK

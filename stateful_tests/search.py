@@ -6,9 +6,10 @@ Shared by ``test_planted_bugs.py`` and ``python -m stateful_tests.detection_rate
 from __future__ import annotations
 
 import time
+from typing import Final
 
 import pytest
-from hypothesis import HealthCheck, Phase, settings
+from hypothesis import HealthCheck, Phase, seed, settings
 from hypothesis.stateful import run_state_machine_as_test
 
 from stateful_tests.invariants import InvariantViolation
@@ -52,9 +53,36 @@ def machine(bug: PlantedBug, overrides: dict[str, object], backend: str = "memor
     return type(f"{base.__name__}_{bug.name}", (base,), dict(overrides))
 
 
+#: When the derandomized search misses, the same budget again from these fixed
+#: seeds: still the same searches on every run, and the bug must still be
+#: found. Contenders' sync operations run on worker threads, so under load a
+#: run's interleaving (and so the path the search takes) can differ; one bug
+#: (owner-outcome-lost-to-zombie-merge) went from found after 2 s to found
+#: only near the end of the budget after an unrelated change, and was then
+#: missed on a loaded CI machine.
+FALLBACK_SEEDS: Final = (20261204, 7)
+
+
 def find_violation(bug: PlantedBug, search: settings = SEARCH) -> tuple[InvariantViolation, float]:
-    """Run the bug's machine until it fails; returns the violation and the seconds taken."""
+    """Run the bug's machine until it fails; returns the violation and the seconds taken.
+
+    A derandomized ``search`` that finds nothing is run again from each of
+    FALLBACK_SEEDS (detection-rate runs, with fresh seeds, get one search).
+    """
     started = time.monotonic()
-    with planted(bug) as overrides, pytest.raises(InvariantViolation) as info:
-        run_state_machine_as_test(machine(bug, overrides, bug.backend or "memory"), settings=search)
-    return info.value, time.monotonic() - started
+    rounds = [None, *FALLBACK_SEEDS] if search.derandomize else [None]
+    for fixed in rounds:
+        with planted(bug) as overrides:
+            factory = machine(bug, overrides, bug.backend or "memory")
+            chosen = search
+            if fixed is not None:
+                factory = seed(fixed)(factory)
+                chosen = settings(search, derandomize=False)
+            try:
+                run_state_machine_as_test(factory, settings=chosen)
+            except InvariantViolation as found:
+                return found, time.monotonic() - started
+    pytest.fail(
+        f"planted bug {bug.name} was not found in {len(rounds)} searches of "
+        f"{search.max_examples} examples"
+    )
