@@ -17,8 +17,7 @@ Design notes (the why):
   ledger migrate DSN``), serialised across hosts by a transaction-scoped
   advisory lock. A ledger refuses a database whose schema is missing or
   newer than it understands.
-* Reads are retried once on a broken connection; writes never are: the
-  runner must see an unacknowledged write and read back.
+* Reads are retried once on a broken connection; writes never are (read back).
 * The operator audit is a table beside the receipts (``_postgres_audit``).
 """
 
