@@ -18,7 +18,6 @@ from typing import Any
 from dataoad._cli_audit import (
     add_audit_command,
     operator_options,
-    records_of,
     render_records,
     show_audit,
 )
@@ -282,7 +281,7 @@ async def _run(args: argparse.Namespace) -> int:
             return await list_receipts(ledger, args)
         if args.command == "receipts" and args.receipts_command == "show":
             receipt = await _find_one(ledger, args)
-            records = await records_of(ledger, action_id=receipt.action_id)
+            records = list(reversed(receipt.operator_records))
             if args.json:
                 shown = {
                     **receipt_dict(receipt),

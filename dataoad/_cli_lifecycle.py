@@ -215,7 +215,7 @@ async def prune(ledger: Any, args: argparse.Namespace, confirm: Confirm) -> int:
         else:
             print(f"nothing to prune: no {named} receipt{where} {age}")
         return EXIT_OK
-    stamp = stamp_of("prune", args, namespace)  # a bad name refused before anything is deleted
+    stamp_of("prune", args, namespace)  # a bad name refused before the question is asked
     confirm(f"Delete {count} {named} receipt(s){where} {age}?", args.yes)
     export = None if args.export is None else _Export(args.export)
     try:
@@ -225,11 +225,12 @@ async def prune(ledger: Any, args: argparse.Namespace, confirm: Confirm) -> int:
             namespace=namespace,
             batch_size=args.batch_size,
             before_delete=export,
+            operator=args.operator,
+            reason=args.reason,
         )
     finally:
         if export is not None:
             export.close()
-    await stamp.note(ledger, None, f"deleted {deleted} {named} receipt(s){where} {age}")
     if args.json:
         summary["deleted"] = deleted
         if export is not None:

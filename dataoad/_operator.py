@@ -9,15 +9,13 @@ is the ledger's own clock, stamped when it is stored.
 
 from __future__ import annotations
 
-import dataclasses
 import getpass
 import socket
-from collections.abc import Mapping
-from datetime import datetime
-from typing import Any, Final
+from typing import Final
 
 from dataoad._errors import InvalidArgumentError
 from dataoad._receipt import bound_text
+from dataoad._records import OperatorRecord
 from dataoad._verification import check_stored_text
 
 __all__ = [
@@ -65,50 +63,3 @@ def check_operator(operator: object, reason: object) -> tuple[str, str | None]:
         raise InvalidArgumentError("operator must not hold control characters")
     check_stored_text("reason", reason, limit=MAX_REASON_LENGTH, optional=True)
     return name, reason  # type: ignore[return-value]
-
-
-@dataclasses.dataclass(frozen=True, slots=True)
-class OperatorRecord:
-    """One operator verb: who, from which host, on what, why, and its outcome.
-
-    ``action_id`` is None for a verb over many receipts (``prune``);
-    ``namespace`` None when it spanned every namespace. ``at`` is when the
-    ledger stored the record, by its own clock (None before it is stored).
-    """
-
-    operator: str
-    host: str
-    verb: str
-    action_id: str | None
-    namespace: str | None
-    reason: str | None
-    outcome: str
-    at: datetime | None = None
-
-    def to_json(self) -> Mapping[str, Any]:
-        """The record as a JSON object."""
-        return {
-            "operator": self.operator,
-            "host": self.host,
-            "verb": self.verb,
-            "action_id": self.action_id,
-            "namespace": self.namespace,
-            "reason": self.reason,
-            "outcome": self.outcome,
-            "at": None if self.at is None else self.at.isoformat(),
-        }
-
-    @classmethod
-    def from_json(cls, raw: Mapping[str, Any]) -> OperatorRecord:
-        """The record ``to_json`` wrote."""
-        at = raw.get("at")
-        return cls(
-            operator=raw["operator"],
-            host=raw["host"],
-            verb=raw["verb"],
-            action_id=raw.get("action_id"),
-            namespace=raw.get("namespace"),
-            reason=raw.get("reason"),
-            outcome=raw["outcome"],
-            at=None if at is None else datetime.fromisoformat(at),
-        )

@@ -10,6 +10,7 @@ from typing import Any, Final, Literal
 from dataoad._clock import utc_now
 from dataoad._frozen import freeze
 from dataoad._records import (
+    OperatorRecord,
     RecoveryRecord,
     VerificationObservation,
     observations_from_metadata,
@@ -130,6 +131,11 @@ class ActionReceipt:
     #: so no decision compares two hosts' clocks. The ledger stamps it, so
     #: equality ignores it.
     stored_at: datetime | None = dataclasses.field(default=None, compare=False)
+    #: The operator verbs run on this receipt, oldest first (the newest
+    #: ``MAX_RECEIPT_OPERATOR_RECORDS``; ``ledger.audit()`` keeps them all).
+    #: The ledger appends them with each audit record, never a writer, so a
+    #: write ignores this field and equality too.
+    operator_records: tuple[OperatorRecord, ...] = dataclasses.field(default=(), compare=False)
 
     def __post_init__(self) -> None:
         # Deep-freeze so no holder of a snapshot can change what others see.

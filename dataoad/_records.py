@@ -1,7 +1,8 @@
-"""Typed evidence on a receipt: verifier observations and recovery records.
+"""Typed evidence on a receipt: verifier observations, recovery and operator records.
 
-A receipt stores these inside its metadata, in the JSON shape v0.1 wrote, so
-every existing SQLite file and PostgreSQL table still reads. The runner and
+A receipt stores observations and its recovery record inside its metadata, in
+the JSON shape v0.1 wrote, so every existing SQLite file and PostgreSQL table
+still reads; operator records the ledger keeps beside it (see ``_codec``). The runner and
 the evidence rules work only with these frozen records; the JSON mapping is
 built and parsed here and nowhere else.
 """
@@ -19,6 +20,8 @@ from dataoad._status import ActionStatus, VerificationHealth
 
 __all__ = [
     "OBSERVATION_KEYS",
+    "MAX_RECEIPT_OPERATOR_RECORDS",
+    "OperatorRecord",
     "PROTOCOL_METADATA_KEYS",
     "ObservationSource",
     "RecoveryRecord",
@@ -38,6 +41,8 @@ OBSERVATION_KEYS: Final = frozenset(
         "provider_request_id_conflict",
     }
 )
+#: The most operator records a receipt carries (the newest; the audit keeps every one).
+MAX_RECEIPT_OPERATOR_RECORDS: Final = 100
 #: Every metadata key the protocol writes: the observation keys and the recovery record.
 PROTOCOL_METADATA_KEYS: Final = OBSERVATION_KEYS | {"recovery"}
 
@@ -191,3 +196,50 @@ def recovery_from_metadata(metadata: Mapping[str, Any]) -> RecoveryRecord | None
     """The typed recovery record a receipt's metadata carries, if any."""
     stored = metadata.get("recovery")
     return None if stored is None else RecoveryRecord.from_json(stored)
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class OperatorRecord:
+    """One operator verb: who, from which host, on what, why, and its outcome.
+
+    ``action_id`` is None for a verb over many receipts (``prune``);
+    ``namespace`` None when it spanned every namespace. ``at`` is when the
+    ledger stored the record, by its own clock (None before it is stored).
+    """
+
+    operator: str
+    host: str
+    verb: str
+    action_id: str | None
+    namespace: str | None
+    reason: str | None
+    outcome: str
+    at: datetime | None = None
+
+    def to_json(self) -> Mapping[str, Any]:
+        """The record as a JSON object."""
+        return {
+            "operator": self.operator,
+            "host": self.host,
+            "verb": self.verb,
+            "action_id": self.action_id,
+            "namespace": self.namespace,
+            "reason": self.reason,
+            "outcome": self.outcome,
+            "at": None if self.at is None else self.at.isoformat(),
+        }
+
+    @classmethod
+    def from_json(cls, raw: Mapping[str, Any]) -> OperatorRecord:
+        """The record ``to_json`` wrote."""
+        at = raw.get("at")
+        return cls(
+            operator=raw["operator"],
+            host=raw["host"],
+            verb=raw["verb"],
+            action_id=raw.get("action_id"),
+            namespace=raw.get("namespace"),
+            reason=raw.get("reason"),
+            outcome=raw["outcome"],
+            at=None if at is None else datetime.fromisoformat(at),
+        )

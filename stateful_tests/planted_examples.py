@@ -101,7 +101,7 @@ PLANTED_EXAMPLES = [
     PlantedExample(
         "postgres-asynchronous-commit",
         "the PostgreSQL ledger never lowers synchronous_commit",
-        "dataoad/ledgers/postgres.py",
+        "dataoad/ledgers/_postgres_pooler.py",
         'settings = {} if pooled else {"application_name": "dataoad"}',
         'settings = {} if pooled else {"application_name": "dataoad", "synchronous_commit": "off"}',
         (
@@ -240,7 +240,7 @@ PLANTED_EXAMPLES = [
     PlantedExample(
         "postgres-commit-local-under-failover",
         "a claim acknowledged by a primary with a synchronous standby survives its failover",
-        "dataoad/ledgers/postgres.py",
+        "dataoad/ledgers/_postgres_pooler.py",
         'settings = {} if pooled else {"application_name": "dataoad"}',
         'settings = {} if pooled else {"application_name": "dataoad", "synchronous_commit": "local"}',
         (

@@ -325,7 +325,14 @@ async def old_postgres_table(
     qualified = f'"public"."{table}"'
     for step in steps:
         for statement in MIGRATIONS[step]:
-            await conn.execute(statement.format(table=qualified, key_index=f"{table}_key"))
+            await conn.execute(
+                statement.format(
+                    table=qualified,
+                    key_index=f"{table}_key",
+                    audit_table=f'"public"."{table}_audit"',
+                    audit_index=f"{table}_audit_ix",
+                )
+            )
     await conn.execute(
         f'CREATE TABLE "public"."{table}_schema" (version integer PRIMARY KEY, '
         "applied_at timestamptz NOT NULL DEFAULT now())"

@@ -27,10 +27,14 @@ from tests.support import confirmed, fixed_verifier, old_postgres_table
 V5 = Path(__file__).parent / "data" / "ledger-schema5.sqlite3"
 
 
+#: The columns of schema 5 and 6: all but each receipt's own operator records.
+V5_COLUMNS = tuple(c for c in COLUMNS if c != "operator_records")
+
+
 def v5_rows() -> list[dict[str, Any]]:
     with contextlib.closing(sqlite3.connect(f"{V5.resolve().as_uri()}?mode=ro", uri=True)) as c:
-        rows = c.execute(f"SELECT {', '.join(COLUMNS)} FROM receipts").fetchall()
-    return [dict(zip(COLUMNS, row, strict=True)) for row in rows]
+        rows = c.execute(f"SELECT {', '.join(V5_COLUMNS)} FROM receipts").fetchall()
+    return [dict(zip(V5_COLUMNS, row, strict=True)) for row in rows]
 
 
 def test_the_fixture_is_what_schema_5_wrote() -> None:
@@ -52,6 +56,9 @@ async def _check_audited(ledger: Any, before: dict[tuple[str, str], Any]) -> Non
     assert result.status is ActionStatus.CONFIRMED
     (record,) = await ledger.audit()
     assert (record.operator, record.verb, record.action_id) == ("ana", "recover", lost.action_id)
+    settled = await ledger.get(lost.action_id)
+    assert settled is not None
+    assert settled.operator_records == (record,)
 
 
 async def test_a_schema_5_sqlite_file_is_read_unchanged_then_gains_the_audit(
@@ -69,7 +76,7 @@ async def test_a_schema_5_sqlite_file_is_read_unchanged_then_gains_the_audit(
     async with SQLiteLedger(path) as ledger:
         await _check_audited(ledger, before)
     with contextlib.closing(sqlite3.connect(path)) as c:
-        assert c.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 6
+        assert c.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 7
     reader = SQLiteReader(path)
     assert [r.operator for r in await reader.audit()] == ["ana"]  # read-only, too
     await reader.close()
@@ -88,7 +95,7 @@ async def test_a_schema_4_postgres_table_is_migrated_keeping_every_receipt() -> 
             # Exactly what the schema-4 code's migrate() created, and its rows.
             await old_postgres_table(conn, table, (1, 2, 3, 4), v5_rows())
         assert await ledger.migrate() == 4
-        assert await ledger.schema_version() == PG_SCHEMA == 5
+        assert await ledger.schema_version() == PG_SCHEMA == 6
         await _check_audited(ledger, expected)
     finally:
         pool = await ledger._raw_pool()

@@ -102,7 +102,8 @@ def test_prune_is_audited_and_its_records_outlive_what_it_deleted(tmp_path: Path
     assert record["verb"] == "prune"
     assert record["action_id"] is None
     assert record["operator"] == "retention-job"
-    assert record["outcome"].startswith("deleted 3 confirmed,failed receipt(s)")
+    assert record["outcome"].startswith("deleted 3 CONFIRMED,FAILED receipt(s) stored before ")
+    assert record["reason"] == "policy: 1 second"
     assert dataoad("receipts", "list", "--json", cwd=tmp_path, env=env).stdout.strip() == "[]"
 
 

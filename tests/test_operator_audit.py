@@ -32,6 +32,7 @@ from dataoad import (
     SQLiteLedger,
     SyncActionRunner,
 )
+from dataoad._records import MAX_RECEIPT_OPERATOR_RECORDS
 from dataoad.testing import ManualClock
 from stateful_tests.services import PostgresTestTable
 from tests.support import (
@@ -109,6 +110,67 @@ async def test_every_operator_verb_leaves_its_record_stamped_by_the_ledger(
         LEDGER_START,
     ]
     assert records[0].reason is None
+    # Each receipt carries its own records, the very ones the audit lists
+    # (the released claim is gone: the audit alone keeps its record).
+    assert await ledger.get(records[0].action_id) is None
+    for record in records[1:]:
+        receipt = await ledger.get(record.action_id)
+        assert receipt is not None
+        assert receipt.operator_records == (record,)
+
+
+async def test_a_receipt_keeps_its_records_whatever_copy_a_writer_holds(
+    clocked: tuple[Any, ManualClock],
+) -> None:
+    ledger, clock = clocked
+    declined = await ActionRunner(ledger).execute(
+        "charge",
+        CountingOperation(DefinitiveFailure("declined")),
+        request={"n": 2},
+        idempotency_key="declined",
+    )
+    held = await ledger.get(declined.receipt.action_id)
+    assert held is not None
+    assert held.operator_records == ()
+    note = await ledger.append_audit(
+        OperatorRecord("ana", "h", "verify", held.action_id, "", "looked", "FAILED")
+    )
+    assert (await ledger.get(held.action_id)).version == held.version  # not a new version
+    # A writer still holding the copy read before the record (a concurrent
+    # runner) writes the next version: the record stays on the receipt.
+    clock.advance(1)
+    now = clock()
+    assert await ledger.retire(
+        held.evolve(version=held.version + 1, retired_at=now, updated_at=now)
+    )
+    after = await ledger.get(held.action_id)
+    assert after is not None
+    assert after.retired_at is not None
+    assert after.operator_records == (note,)
+
+
+async def test_a_receipt_carries_its_newest_records_and_the_audit_all(
+    clocked: tuple[Any, ManualClock],
+) -> None:
+    ledger, clock = clocked
+    lost = await unknown(ledger)
+    action_id = lost.receipt.action_id
+
+    async def note(n: int) -> OperatorRecord:
+        clock.advance(1)
+        return await ledger.append_audit(
+            OperatorRecord("ana", "h", "verify", action_id, "", f"look {n}", "UNKNOWN")
+        )
+
+    written = [await note(n) for n in range(MAX_RECEIPT_OPERATOR_RECORDS)]
+    at_the_bound = await ledger.get(action_id)
+    assert at_the_bound is not None
+    assert list(at_the_bound.operator_records) == written
+    written.append(await note(MAX_RECEIPT_OPERATOR_RECORDS))
+    past_it = await ledger.get(action_id)
+    assert past_it is not None
+    assert list(past_it.operator_records) == written[1:]  # the oldest gives way
+    assert len(await ledger.audit(action_id=action_id)) == MAX_RECEIPT_OPERATOR_RECORDS + 1
 
 
 async def test_the_default_operator_is_the_os_user(new_ledger: Callable[[], Any]) -> None:
@@ -228,6 +290,39 @@ async def test_records_outlive_the_receipts_they_name(clocked: tuple[Any, Manual
     assert await ledger.get(lost.receipt.action_id) is None
     (record,) = await ledger.audit(action_id=lost.receipt.action_id)
     assert record.outcome == "FAILED"
+
+
+async def test_a_prune_through_the_api_is_audited(clocked: tuple[Any, ManualClock]) -> None:
+    ledger, clock = clocked
+    runner = ActionRunner(ledger)
+    for n in range(3):
+        await runner.execute(
+            "charge", CountingOperation("ok"), request={"n": n}, idempotency_key=f"k{n}"
+        )
+    clock.advance(3600)
+    # A dry run deletes nothing and is not an operator verb: no record.
+    assert await ledger.prune(older_than=60, dry_run=True) == 3
+    assert await ledger.audit() == []
+    # A bad name or reason is refused before anything is read or deleted.
+    with pytest.raises(InvalidArgumentError):
+        await ledger.prune(older_than=60, operator="bad\nname")
+    with pytest.raises(InvalidArgumentError):
+        await ledger.prune(older_than=60, reason=7)
+    assert len(await ledger.receipts()) == 3
+    assert await ledger.audit() == []
+    assert await ledger.prune(older_than=60, operator="cy", reason="retention") == 3
+    (record,) = await ledger.audit()
+    assert (record.verb, record.operator, record.reason) == ("prune", "cy", "retention")
+    assert (record.action_id, record.namespace) == (None, None)
+    cutoff = (LEDGER_START + timedelta(seconds=3600 - 60)).isoformat()
+    assert record.outcome == f"deleted 3 CONFIRMED,FAILED receipt(s) stored before {cutoff}"
+    assert record.at == LEDGER_START + timedelta(seconds=3600)
+    # A prune that finds nothing was still run by someone: recorded, with its count.
+    assert await ledger.prune(older_than=60, namespace="tenant") == 0
+    latest = (await ledger.audit(limit=1))[0]
+    assert latest.operator == getpass.getuser()
+    assert latest.namespace == "tenant"
+    assert latest.outcome.startswith("deleted 0 ")
 
 
 async def test_the_listing_filters_at_its_exact_bounds(clocked: tuple[Any, ManualClock]) -> None:

@@ -188,11 +188,9 @@ def build_app(settings: ConsoleSettings) -> Starlette:
             return None
         async with reading() as ledger:
             receipt = await ledger.get(action_id)
-            if receipt is None:
-                return None
-            audit = getattr(ledger, "audit", None)
-            records = [] if audit is None else await audit(action_id=action_id)
-        return receipt, receipt_json(receipt, records)
+        if receipt is None:
+            return None
+        return receipt, receipt_json(receipt)
 
     async def receipt_page(request: Request) -> Response:
         found = await receipt_data(request)

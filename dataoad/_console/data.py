@@ -177,8 +177,9 @@ def timeline(receipt: ActionReceipt, records: list[OperatorRecord]) -> list[dict
     return [{**e, "at": None if e["at"] is None else e["at"].isoformat()} for e in events]
 
 
-def receipt_json(receipt: ActionReceipt, records: list[OperatorRecord]) -> dict[str, Any]:
-    """The receipt, its timeline and its operator records, as JSON."""
+def receipt_json(receipt: ActionReceipt) -> dict[str, Any]:
+    """The receipt, its timeline and its operator records (newest first), as JSON."""
+    records = list(reversed(receipt.operator_records))
     return {
         "receipt": receipt_dict(receipt),
         "timeline": timeline(receipt, records),

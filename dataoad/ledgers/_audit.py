@@ -13,6 +13,7 @@ from typing import Any, Final
 
 from dataoad._errors import InvalidArgumentError
 from dataoad._operator import OperatorRecord
+from dataoad._records import MAX_RECEIPT_OPERATOR_RECORDS
 from dataoad._verification import check_stored_text
 from dataoad.ledgers._statements import Dialect, Statement, compile_sql
 
@@ -24,6 +25,8 @@ __all__ = [
     "insert_values",
     "listed",
     "record_of",
+    "postgres_receipt_records",
+    "sqlite_receipt_records",
 ]
 
 #: The stored fields of a record, besides its time.
@@ -52,16 +55,77 @@ def record_of(row: Sequence[Any], time: Callable[[Any], datetime]) -> OperatorRe
     return OperatorRecord(**fields, at=time(row[len(AUDIT_FIELDS)]))
 
 
-class AuditStatements:
-    """The audit's two statements for one table in one dialect."""
+def _json_object(function: str, source: str) -> str:
+    # The keys and order of OperatorRecord.to_json, so the codec reads it back.
+    pairs = ", ".join(f"'{f}', {source}.{f}" for f in (*AUDIT_FIELDS, "at"))
+    return f"{function}({pairs})"
 
-    def __init__(self, table: str, dialect: Dialect) -> None:
+
+def sqlite_receipt_records(audit: str, receipt_id: str) -> str:
+    """SQLite: the JSON text of the newest records naming ``receipt_id``, oldest first.
+
+    How a receipt's operator records are rebuilt from the audit where the
+    receipt has no stored copy yet (the migration to schema 7, and a reader
+    of an older file).
+    """
+    newest = (
+        f"SELECT * FROM {audit} WHERE action_id = {receipt_id} "
+        f"ORDER BY seq DESC LIMIT {MAX_RECEIPT_OPERATOR_RECORDS}"
+    )
+    return (
+        f"(SELECT json_group_array({_json_object('json_object', 'a')}) "
+        f"FROM (SELECT * FROM ({newest}) ORDER BY seq) AS a)"
+    )
+
+
+def postgres_receipt_records(audit: str, receipt_id: str) -> str:
+    """PostgreSQL: what ``sqlite_receipt_records`` is for SQLite (the migration to schema 6)."""
+    return (
+        f"(SELECT CAST(jsonb_agg(item ORDER BY seq) AS text) FROM ("
+        f"SELECT seq, {_json_object('jsonb_build_object', 'a')} AS item FROM {audit} AS a "
+        f"WHERE a.action_id = {receipt_id} ORDER BY seq DESC "
+        f"LIMIT {MAX_RECEIPT_OPERATOR_RECORDS}) AS kept)"
+    )
+
+
+class AuditStatements:
+    """The audit's statements for one audit table, beside ``receipts``, in one dialect.
+
+    Appending a record that names a receipt also appends it to that receipt's
+    operator records, atomically: PostgreSQL in one statement (below); SQLite
+    in one transaction of the ledger's (the codec builds the JSON).
+    """
+
+    def __init__(self, table: str, dialect: Dialect, receipts: str) -> None:
         self._dialect = dialect
         names = ", ".join(AUDIT_FIELDS)
         placeholders = ", ".join(f":{f}" for f in AUDIT_FIELDS)
-        self.insert = compile_sql(
-            f"INSERT INTO {table} ({names}, at) VALUES ({placeholders}, {dialect.now}) "
-            "RETURNING at",
+        insert = f"INSERT INTO {table} ({names}, at) VALUES ({placeholders}, {dialect.now})"
+        self.insert = compile_sql(f"{insert} RETURNING at", dialect)
+        self.receipt_records = compile_sql(
+            f"SELECT operator_records FROM {receipts} WHERE action_id = :action_id", dialect
+        )
+        self.set_receipt_records = compile_sql(
+            f"UPDATE {receipts} SET operator_records = :records WHERE action_id = :action_id",
+            dialect,
+        )
+        # PostgreSQL: the insert and the receipt's copy in one statement. The
+        # copy keeps the newest records, oldest first, as JSON text; the
+        # update takes the receipt's row lock but leaves its version alone,
+        # so a runner's conditional write still applies after it.
+        appended = (
+            "CAST(r.operator_records AS jsonb) || "
+            f"jsonb_build_array({_json_object('jsonb_build_object', 'made')})"
+        )
+        self.insert_and_append = compile_sql(
+            f"WITH made AS ({insert} RETURNING {names}, at), "
+            f"copied AS (UPDATE {receipts} AS r SET operator_records = ("
+            "SELECT CAST(jsonb_agg(item ORDER BY n) AS text) FROM ("
+            f"SELECT item, n FROM jsonb_array_elements({appended}) "
+            f"WITH ORDINALITY AS e(item, n) ORDER BY n DESC "
+            f"LIMIT {MAX_RECEIPT_OPERATOR_RECORDS}) AS kept) "
+            "FROM made WHERE r.action_id = made.action_id) "
+            "SELECT at FROM made",
             dialect,
         )
         self._select = f"SELECT {names}, at FROM {table}"

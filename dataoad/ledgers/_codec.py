@@ -14,22 +14,26 @@ from typing import Any, Final
 
 from dataoad._frozen import FrozenDict
 from dataoad._receipt import ActionReceipt, AttemptRecord
+from dataoad._records import MAX_RECEIPT_OPERATOR_RECORDS, OperatorRecord
 from dataoad._status import ActionStatus, ClaimState
 
 __all__ = [
     "COLUMNS",
     "IDENTITY",
     "MUTABLE",
+    "NO_OPERATOR_RECORDS",
     "WRITTEN",
     "attempts_from",
     "attempts_json",
     "json_text",
     "metadata_json",
+    "operator_records_from",
     "receipt_of",
     "row_of",
     "status",
     "status_text",
     "values_of",
+    "with_operator_record",
 ]
 
 #: The receipts table's columns, in the order of ``row_of`` and ``receipt_of``.
@@ -58,11 +62,15 @@ COLUMNS: Final = (
     "retired_at",
     "lease_expires_at",
     "stored_at",
+    "operator_records",
 )
 
-#: The columns a write takes from the receipt: all but the lease and the
-#: time of storing, which the ledger stamps from its own clock.
-WRITTEN: Final = COLUMNS[:-2]
+#: The columns a write takes from the receipt: all but the lease, the time
+#: of storing, which the ledger stamps from its own clock, and the operator
+#: records, which only an audit append writes (a writer's copy may be stale).
+WRITTEN: Final = COLUMNS[:-3]
+#: What a new claim stores as its operator records: none.
+NO_OPERATOR_RECORDS: Final = "[]"
 
 #: The claim's identity, which no transition changes.
 IDENTITY: Final = (
@@ -176,6 +184,20 @@ def attempts_from(text: str) -> tuple[AttemptRecord, ...]:
     )
 
 
+def operator_records_from(text: str) -> tuple[OperatorRecord, ...]:
+    """A receipt's operator records from their JSON text (oldest first)."""
+    if text == NO_OPERATOR_RECORDS:  # nearly every receipt: skip the parser
+        return ()
+    return tuple(OperatorRecord.from_json(item) for item in json.loads(text))
+
+
+def with_operator_record(text: str, record: OperatorRecord) -> str:
+    """The JSON text of a receipt's operator records with ``record`` appended (the newest kept)."""
+    items = json.loads(text)
+    items.append(record.to_json())
+    return json_text(items[-MAX_RECEIPT_OPERATOR_RECORDS:])
+
+
 def _same(moment: datetime) -> Any:
     return moment
 
@@ -244,4 +266,5 @@ def receipt_of(row: Sequence[Any], time: Callable[[Any], datetime] = _same) -> A
         if value["lease_expires_at"] is None
         else time(value["lease_expires_at"]),
         stored_at=None if value["stored_at"] is None else time(value["stored_at"]),
+        operator_records=operator_records_from(value["operator_records"]),
     )

@@ -41,8 +41,8 @@ class PostgresAudit:
         raise NotImplementedError
 
     async def append_audit(self, record: OperatorRecord) -> OperatorRecord:
-        """Append ``record`` to the audit, stamped with the server's clock."""
-        insert = self._audit_sql.insert
+        """Append ``record`` to the audit, and to its receipt's records, by the server's clock."""
+        insert = self._audit_sql.insert_and_append
         values = {**insert_values(check_new_record(record)), "now": self._now()}
         rows = await self._write_rows(insert.sql, *insert.bind(values))
         return dataclasses.replace(record, at=rows[0][0])

@@ -13,9 +13,34 @@ from __future__ import annotations
 
 from typing import Any
 
+from dataoad.ledgers._postgres_lane import no_reset
 from dataoad.ledgers._postgres_options import check_pooled
 
-__all__ = ["behind_transaction_pooler"]
+__all__ = ["behind_transaction_pooler", "create_ledger_pool"]
+
+
+async def create_ledger_pool(
+    driver: Any,
+    dsn: str | None,
+    *,
+    pooled: bool,
+    statement_timeout: float | None,
+    sizes: tuple[int, int],
+    connect_timeout: float,
+) -> Any:
+    """The ledger's connection pool; ``pooled``: keeping nothing in a session."""
+    settings = {} if pooled else {"application_name": "dataoad"}
+    if statement_timeout is not None:
+        settings["statement_timeout"] = str(int(statement_timeout * 1000))
+    return await driver.create_pool(
+        dsn,
+        min_size=sizes[0],
+        max_size=sizes[1],
+        reset=no_reset,
+        server_settings=settings,
+        timeout=connect_timeout,
+        **({"statement_cache_size": 0} if pooled else {}),
+    )
 
 
 async def behind_transaction_pooler(

@@ -9,6 +9,7 @@ import re
 from typing import Any, Final
 
 from dataoad._errors import InvalidArgumentError, LedgerUnusableError
+from dataoad.ledgers._audit import postgres_receipt_records
 
 __all__ = [
     "MIGRATIONS",
@@ -22,7 +23,7 @@ __all__ = [
 ]
 
 #: The schema version this code writes and understands.
-SCHEMA_VERSION: Final = 5
+SCHEMA_VERSION: Final = 6
 
 
 class LedgerSchemaError(LedgerUnusableError):
@@ -120,6 +121,15 @@ MIGRATIONS: Final[dict[int, tuple[str, ...]]] = {
         )
         """,
         "CREATE INDEX {audit_index} ON {audit_table} (action_id)",
+    ),
+    # Each receipt's own operator records (v0.3), a copy the ledger appends
+    # to with each audit record; rebuilt here from the audit for receipts
+    # that already have records.
+    6: (
+        "ALTER TABLE {table} ADD COLUMN operator_records text NOT NULL DEFAULT '[]'",
+        "UPDATE {table} AS r SET operator_records = "
+        + postgres_receipt_records("{audit_table}", "r.action_id")
+        + " WHERE EXISTS (SELECT 1 FROM {audit_table} AS b WHERE b.action_id = r.action_id)",
     ),
 }
 

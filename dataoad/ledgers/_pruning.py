@@ -8,6 +8,10 @@ a receipt that changed meanwhile (a reconcile merging into it) is kept.
 Batches follow ``(stored_at, action_id)``, so a kept receipt is never read
 again and the loop always ends.
 
+A prune that deletes (not a dry run) is an operator verb: the ledger's audit
+gets one record of who ran it, why, and how many receipts went (``operator``
+and ``reason``, checked before anything is read).
+
 Ages are the ledger's: ``older_than`` seconds is turned into a cut-off by
 the ledger's own clock, read once when the prune starts, and compared with
 the time the ledger stored each receipt, so a host whose clock runs fast
@@ -17,13 +21,15 @@ as a time is never later than that start either.
 
 from __future__ import annotations
 
+import contextlib
 import inspect
 import math
 from collections.abc import Awaitable, Callable, Sequence
 from datetime import datetime, timedelta
 from typing import Final
 
-from dataoad._errors import InvalidArgumentError
+from dataoad._auditing import OperatorStamp
+from dataoad._errors import AuditNotRecordedError, InvalidArgumentError
 from dataoad._identity import check_namespace
 from dataoad._lifecycle import check_completed_before, check_prune_statuses
 from dataoad._receipt import ActionReceipt
@@ -91,6 +97,9 @@ async def prune(
     before_delete: object,
     older_than: object = None,
     ledger_now: Callable[[], Awaitable[datetime]] | None = None,
+    operator: object = None,
+    reason: object = None,
+    audit_to: object = None,
 ) -> int:
     """Check every argument, then run batches until none is left.
 
@@ -98,7 +107,8 @@ async def prune(
     the ledger's times of storing) and ``older_than`` (seconds before the
     ledger's now, read by ``ledger_now``) says how old is old enough.
     Returns how many receipts were deleted (with ``dry_run``, how many would
-    be). Nothing is read or written before the arguments pass.
+    be). Nothing is read or written before the arguments pass. Unless it
+    is a dry run, ``audit_to`` (the ledger) gets the operator record.
     """
     if (completed_before is None) == (older_than is None):
         raise InvalidArgumentError("prune needs exactly one of completed_before and older_than")
@@ -111,6 +121,7 @@ async def prune(
         raise InvalidArgumentError(f"dry_run must be a bool, not {dry_run!r}")
     if before_delete is not None and not callable(before_delete):
         raise InvalidArgumentError("before_delete must be a callable or None")
+    stamp = OperatorStamp.of("prune", operator, reason, scope)
     if age is not None:
         if ledger_now is None:
             raise InvalidArgumentError("this ledger has no clock to judge older_than by")
@@ -121,7 +132,20 @@ async def prune(
         before = min(before, await ledger_now())  # type: ignore[type-var]
     assert before is not None
     next_batch, delete_exact = steps(before, chosen, scope)
-    return await _batches(next_batch, delete_exact, size, dry_run, before_delete)
+    if dry_run:
+        return await _batches(next_batch, delete_exact, size, dry_run, before_delete, [0])
+    what = f"{','.join(s.value for s in chosen)} receipt(s) stored before {before.isoformat()}"
+    deleted = [0]
+    try:
+        await _batches(next_batch, delete_exact, size, dry_run, before_delete, deleted)
+    except Exception as exc:
+        with contextlib.suppress(AuditNotRecordedError):  # the prune's own error comes first
+            await stamp.note(
+                audit_to, None, f"failed: {type(exc).__name__} after deleting {deleted[0]} {what}"
+            )
+        raise
+    await stamp.note(audit_to, None, f"deleted {deleted[0]} {what}")
+    return deleted[0]
 
 
 async def _batches(
@@ -130,23 +154,23 @@ async def _batches(
     batch_size: int,
     dry_run: bool,
     before_delete: BeforeDelete | None,
+    counted: list[int],
 ) -> int:
     after: tuple[datetime, str] | None = None
-    total = 0
     while True:
         batch = await next_batch(after, batch_size)
         if not batch:
-            return total
+            return counted[0]
         last = batch[-1]
         assert last.stored_at is not None  # every stored receipt has one
         after = (last.stored_at, last.action_id)
         if dry_run:
-            total += len(batch)
+            counted[0] += len(batch)
         else:
             if before_delete is not None:
                 done = before_delete(batch)
                 if inspect.isawaitable(done):
                     await done
-            total += await delete_exact(batch)
+            counted[0] += await delete_exact(batch)
         if len(batch) < batch_size:
-            return total
+            return counted[0]

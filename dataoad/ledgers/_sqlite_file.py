@@ -15,6 +15,7 @@ __all__ = [
     "APPLICATION_ID",
     "SCHEMA_VERSION",
     "LedgerFileError",
+    "clock_text",
     "create_private_file",
     "file_clock",
     "inspect_file",
@@ -26,7 +27,7 @@ _EPOCH: Final = datetime(1970, 1, 1, tzinfo=UTC)
 #: ``PRAGMA application_id`` of a Dataoad ledger file ("DAOD").
 APPLICATION_ID: Final = 0x44414F44
 #: The schema version this code writes; older files are migrated on open.
-SCHEMA_VERSION: Final = 6
+SCHEMA_VERSION: Final = 7
 
 
 class LedgerFileError(LedgerUnusableError):
@@ -129,3 +130,8 @@ def _access_hint(path: Path) -> str:
     if not missing:
         return ""
     return f" (no read and write permission on {' or '.join(missing)}; SQLiteReader needs only read access)"
+
+
+def clock_text(moment: datetime) -> str:
+    """A time as the file stores it: UTC, always with microseconds, so text sorts like time."""
+    return moment.astimezone(UTC).isoformat(timespec="microseconds")

@@ -7,13 +7,14 @@ from __future__ import annotations
 
 from typing import Final
 
+from dataoad.ledgers._audit import sqlite_receipt_records
 from dataoad.ledgers._codec import COLUMNS
 
 __all__ = ["MIGRATIONS"]
 
 #: The columns of a schema 3 file, all kept by the step to schema 4.
 _V3_COLUMNS: Final = ", ".join(
-    c for c in COLUMNS if c not in ("namespace", "retired_at", "stored_at")
+    c for c in COLUMNS if c not in ("namespace", "retired_at", "stored_at", "operator_records")
 )
 
 #: Schema steps: applying MIGRATIONS[v] to a version v-1 file gives version v.
@@ -119,5 +120,14 @@ MIGRATIONS: Final[dict[int, tuple[str, ...]]] = {
         )
         """,
         "CREATE INDEX operator_audit_by_action ON operator_audit (action_id)",
+    ),
+    # Each receipt's own operator records (v0.3), a copy the ledger appends
+    # to with each audit record; rebuilt here from the audit for receipts
+    # that already have records.
+    7: (
+        "ALTER TABLE receipts ADD COLUMN operator_records TEXT NOT NULL DEFAULT '[]'",
+        "UPDATE receipts SET operator_records = "
+        + sqlite_receipt_records("operator_audit", "receipts.action_id")
+        + " WHERE action_id IN (SELECT action_id FROM operator_audit)",
     ),
 }

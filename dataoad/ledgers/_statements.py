@@ -16,7 +16,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any, Final
 
 from dataoad._status import ActionStatus
-from dataoad.ledgers._codec import COLUMNS, MUTABLE, WRITTEN
+from dataoad.ledgers._codec import COLUMNS, MUTABLE, NO_OPERATOR_RECORDS, WRITTEN
 
 __all__ = ["Dialect", "POSTGRES", "SQLITE", "Statement", "Statements"]
 
@@ -102,7 +102,8 @@ class Statements:
         sql = {
             "claim": (
                 f"INSERT INTO {table} ({', '.join(COLUMNS)}) "
-                f"VALUES ({', '.join(f':{c}' for c in WRITTEN)}, {lease_end}, {now}) "
+                f"VALUES ({', '.join(f':{c}' for c in WRITTEN)}, {lease_end}, {now}, "
+                f"'{NO_OPERATOR_RECORDS}') "
                 # Only a receipt that holds its key conflicts (see _lifecycle).
                 "ON CONFLICT (namespace, action_name, idempotency_key) "
                 "WHERE retired_at IS NULL DO NOTHING "
@@ -116,7 +117,8 @@ class Statements:
             # committed after this statement's snapshot; the caller reads again.
             "claim_or_held": (
                 f"WITH made AS (INSERT INTO {table} ({', '.join(COLUMNS)}) "
-                f"VALUES ({', '.join(f':{c}' for c in WRITTEN)}, {lease_end}, {now}) "
+                f"VALUES ({', '.join(f':{c}' for c in WRITTEN)}, {lease_end}, {now}, "
+                f"'{NO_OPERATOR_RECORDS}') "
                 "ON CONFLICT (namespace, action_name, idempotency_key) "
                 f"WHERE retired_at IS NULL DO NOTHING RETURNING {', '.join(COLUMNS)}) "
                 f"SELECT {', '.join(COLUMNS)}, true FROM made UNION ALL "

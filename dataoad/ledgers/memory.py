@@ -25,6 +25,7 @@ from dataoad._lifecycle import (
 )
 from dataoad._operator import OperatorRecord
 from dataoad._receipt import ActionReceipt
+from dataoad._records import MAX_RECEIPT_OPERATOR_RECORDS
 from dataoad._status import ActionStatus, ClaimState
 from dataoad.ledgers._audit import check_audit_filters, check_new_record, listed
 from dataoad.ledgers._durability import DurabilityReport, judge_memory
@@ -69,9 +70,16 @@ class InMemoryLedger:
     ) -> None:
         await self.close()
 
-    def _leased(self, receipt: ActionReceipt, lease: float | None) -> ActionReceipt:
+    def _leased(
+        self, receipt: ActionReceipt, lease: float | None, current: ActionReceipt | None = None
+    ) -> ActionReceipt:
+        # ``current``: the stored version this one replaces (None for a new claim).
         now = self._now()
-        return receipt.evolve(lease_expires_at=lease_until(now, lease), stored_at=now)
+        return receipt.evolve(
+            lease_expires_at=lease_until(now, lease),
+            stored_at=now,
+            operator_records=() if current is None else current.operator_records,
+        )
 
     async def claim(
         self, receipt: ActionReceipt, *, lease: float | None = None
@@ -110,7 +118,7 @@ class InMemoryLedger:
             current = self._by_id.get(receipt.action_id)
             if current is None or not check_start_attempt(current, receipt):
                 return False
-            self._by_id[receipt.action_id] = self._leased(receipt, lease)
+            self._by_id[receipt.action_id] = self._leased(receipt, lease, current)
             return True
 
     async def record(self, receipt: ActionReceipt) -> bool:
@@ -121,8 +129,11 @@ class InMemoryLedger:
                 return False
             # The lease is the ledger's, never the writer's: kept while PENDING
             # (a COMPLETED receipt drops it itself: nobody holds it).
+            # So are the operator records (appended only with the audit).
             self._by_id[receipt.action_id] = receipt.evolve(
-                lease_expires_at=current.lease_expires_at, stored_at=self._now()
+                lease_expires_at=current.lease_expires_at,
+                stored_at=self._now(),
+                operator_records=current.operator_records,
             )
             return True
 
@@ -132,7 +143,7 @@ class InMemoryLedger:
             current = self._by_id.get(receipt.action_id)
             if current is None or not check_take_over(current, receipt, self._now()):
                 return False
-            self._by_id[receipt.action_id] = self._leased(receipt, lease)
+            self._by_id[receipt.action_id] = self._leased(receipt, lease, current)
             return True
 
     async def renew(self, action_id: str, fencing_token: int, lease: float) -> bool:
@@ -175,7 +186,9 @@ class InMemoryLedger:
                 return False
             if older_than is not None and not stored_before(current, older_than, now):
                 return False
-            self._by_id[receipt.action_id] = receipt.evolve(stored_at=now)
+            self._by_id[receipt.action_id] = receipt.evolve(
+                stored_at=now, operator_records=current.operator_records
+            )
             del self._by_key[(current.namespace, current.action_name, current.idempotency_key)]
             return True
 
@@ -189,6 +202,8 @@ class InMemoryLedger:
         batch_size: int = DEFAULT_BATCH_SIZE,
         dry_run: bool = False,
         before_delete: BeforeDelete | None = None,
+        operator: str | None = None,
+        reason: str | None = None,
     ) -> int:
         """Delete completed receipts in ``statuses`` stored before the cut-off.
 
@@ -198,6 +213,8 @@ class InMemoryLedger:
 
         In batches, each receipt only at the version it was read at; returns
         how many were deleted (with ``dry_run``, how many would be).
+        A prune that deletes is audited: ``operator`` (default: the OS
+        user) and ``reason`` go into its OperatorRecord.
         """
         return await prune(
             self._prune_steps,
@@ -209,6 +226,9 @@ class InMemoryLedger:
             batch_size=batch_size,
             dry_run=dry_run,
             before_delete=before_delete,
+            operator=operator,
+            reason=reason,
+            audit_to=self,
         )
 
     def _prune_steps(
@@ -304,6 +324,10 @@ class InMemoryLedger:
         with self._lock:
             stored = dataclasses.replace(record, at=self._now())
             self._audit.append(stored)
+            current = None if record.action_id is None else self._by_id.get(record.action_id)
+            if current is not None:  # the receipt's own copy, the newest kept
+                kept = (*current.operator_records, stored)[-MAX_RECEIPT_OPERATOR_RECORDS:]
+                self._by_id[current.action_id] = current.evolve(operator_records=kept)
             return stored
 
     async def audit(

@@ -24,15 +24,13 @@ Design notes (the why):
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
 from datetime import datetime
 from types import TracebackType
-from typing import Any, Final, cast
+from typing import Any, Final
 
 from dataoad._clock import LedgerClock
 from dataoad._errors import LedgerClosedError, MissingExtraError
 from dataoad._ledger_rules import check_ledger_clock
-from dataoad._lifecycle import DEFAULT_PRUNE_STATUSES
 from dataoad._receipt import ActionReceipt
 from dataoad._status import ActionStatus, ClaimState
 from dataoad.ledgers._audit import AuditStatements
@@ -41,12 +39,12 @@ from dataoad.ledgers._durability import DurabilityReport, opened, postgres_durab
 from dataoad.ledgers._postgres_audit import PostgresAudit
 from dataoad.ledgers._postgres_lane import (
     ConnectionLane,
-    no_reset,
     read_once_more,
     write_conditionally,
 )
 from dataoad.ledgers._postgres_options import check_options
-from dataoad.ledgers._postgres_pooler import behind_transaction_pooler
+from dataoad.ledgers._postgres_pooler import behind_transaction_pooler, create_ledger_pool
+from dataoad.ledgers._postgres_retention import PostgresRetention
 from dataoad.ledgers._postgres_schema import MIGRATIONS as MIGRATIONS
 from dataoad.ledgers._postgres_schema import (
     SCHEMA_VERSION,
@@ -56,13 +54,6 @@ from dataoad.ledgers._postgres_schema import (
     check_name,
     check_schema_version,
     read_schema_version,
-)
-from dataoad.ledgers._pruning import (
-    DEFAULT_BATCH_SIZE,
-    BeforeDelete,
-    DeleteExact,
-    NextBatch,
-    prune,
 )
 from dataoad.ledgers._statements import POSTGRES, Statement, Statements
 
@@ -82,7 +73,7 @@ def _asyncpg() -> Any:
     return asyncpg
 
 
-class PostgresLedger(PostgresAudit):
+class PostgresLedger(PostgresAudit, PostgresRetention):
     """A ledger in a PostgreSQL table, for contenders on several hosts.
 
     ``PostgresLedger(dsn)`` builds its own asyncpg pool on first use;
@@ -148,7 +139,9 @@ class PostgresLedger(PostgresAudit):
         qualified = f'"{self.schema}"."{self.table}"'
         self._qualified = qualified
         self._sql = Statements(qualified, POSTGRES)
-        self._audit_sql = AuditStatements(audit_table(self.schema, self.table), POSTGRES)
+        self._audit_sql = AuditStatements(
+            audit_table(self.schema, self.table), POSTGRES, self._qualified
+        )
 
     def __repr__(self) -> str:
         state = "closed" if self._closed else ("open" if self._pool else "not yet opened")
@@ -190,17 +183,13 @@ class PostgresLedger(PostgresAudit):
                         self._driver, self._dsn, self._statement_timeout, self._connect_timeout
                     )
                     self._transaction_pooling = pooled
-                settings = {} if pooled else {"application_name": "dataoad"}
-                if self._statement_timeout is not None:
-                    settings["statement_timeout"] = str(int(self._statement_timeout * 1000))
-                self._pool = await self._driver.create_pool(
+                self._pool = await create_ledger_pool(
+                    self._driver,
                     self._dsn,
-                    min_size=self._min_size,
-                    max_size=self._max_size,
-                    reset=no_reset,
-                    server_settings=settings,
-                    timeout=self._connect_timeout,
-                    **({"statement_cache_size": 0} if pooled else {}),
+                    pooled=pooled,
+                    statement_timeout=self._statement_timeout,
+                    sizes=(self._min_size, self._max_size),
+                    connect_timeout=self._connect_timeout,
                 )
         assert self._pool is not None
         return self._pool
@@ -404,68 +393,6 @@ class PostgresLedger(PostgresAudit):
         return await self._transition(
             self._sql["retire"], receipt, now=self._now(), older_than=older_than
         )
-
-    async def prune(
-        self,
-        *,
-        completed_before: datetime | None = None,
-        older_than: float | None = None,
-        statuses: Sequence[ActionStatus] = DEFAULT_PRUNE_STATUSES,
-        namespace: str | None = None,
-        batch_size: int = DEFAULT_BATCH_SIZE,
-        dry_run: bool = False,
-        before_delete: BeforeDelete | None = None,
-    ) -> int:
-        """Delete completed receipts in ``statuses`` stored before the cut-off.
-
-        The cut-off is ``completed_before``, or ``older_than`` seconds before
-        now by the ledger's own clock; either is held against the time the
-        ledger stored each receipt (``stored_at``), never a writer's clock.
-
-        In batches of ``batch_size``, each one short statement, and each
-        receipt only at the version it was read at; returns how many were
-        deleted (with ``dry_run``, how many would be).
-        """
-        return await prune(
-            self._prune_steps,
-            completed_before=completed_before,
-            older_than=older_than,
-            ledger_now=self._ledger_now,
-            statuses=statuses,
-            namespace=namespace,
-            batch_size=batch_size,
-            dry_run=dry_run,
-            before_delete=before_delete,
-        )
-
-    async def _ledger_now(self) -> datetime:
-        """The server's clock (or the test's), read for a prune's cut-off."""
-        if self._clock is not None:
-            return self._clock()
-        rows = await self._read("SELECT clock_timestamp()")
-        return cast(datetime, rows[0][0])
-
-    def _prune_steps(
-        self, before: datetime, chosen: tuple[ActionStatus, ...], scope: str | None
-    ) -> tuple[NextBatch, DeleteExact]:
-
-        async def next_batch(after: tuple[datetime, str] | None, limit: int) -> list[ActionReceipt]:
-            statement, values = self._sql.prune_batch(
-                statuses=chosen,
-                namespace=scope,
-                completed_before=before,
-                after=after,
-                limit=limit,
-            )
-            return [
-                receipt_of(row) for row in await self._read(statement.sql, *statement.bind(values))
-            ]
-
-        async def delete_exact(batch: Sequence[ActionReceipt]) -> int:
-            statement, values = self._sql.delete_exact([(r.action_id, r.version) for r in batch])
-            return len(await self._write_rows(statement.sql, *statement.bind(values)))
-
-        return next_batch, delete_exact
 
     # -- inspection ------------------------------------------------------------
 

@@ -25,7 +25,6 @@ Design notes (the why):
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import functools
 import os
 import weakref
@@ -41,17 +40,9 @@ from dataoad._clock import LedgerClock
 from dataoad._errors import InvalidArgumentError, LedgerClosedError
 from dataoad._ledger_rules import check_ledger_clock
 from dataoad._lifecycle import DEFAULT_PRUNE_STATUSES
-from dataoad._operator import OperatorRecord
 from dataoad._receipt import ActionReceipt
 from dataoad._status import ActionStatus, ClaimState
 from dataoad.ledgers import _sqlite_live as live
-from dataoad.ledgers._audit import (
-    AuditStatements,
-    check_audit_filters,
-    check_new_record,
-    insert_values,
-    record_of,
-)
 from dataoad.ledgers._codec import receipt_of, values_of
 from dataoad.ledgers._durability import DurabilityReport, opened, sqlite_durability
 from dataoad.ledgers._pruning import (
@@ -61,12 +52,14 @@ from dataoad.ledgers._pruning import (
     NextBatch,
     prune,
 )
+from dataoad.ledgers._sqlite_audit import SQLiteAudit
 from dataoad.ledgers._sqlite_file import (
     APPLICATION_ID as APPLICATION_ID,
 )
 from dataoad.ledgers._sqlite_file import (
     SCHEMA_VERSION,
     LedgerFileError,
+    clock_text,
     file_clock,
 )
 from dataoad.ledgers._sqlite_schema import MIGRATIONS as MIGRATIONS
@@ -75,8 +68,6 @@ from dataoad.ledgers._statements import SQLITE, Statement, Statements
 from dataoad.ledgers._writer_lock import LedgerBusyError, WriterLock
 
 __all__ = ["SCHEMA_VERSION", "LedgerBusyError", "LedgerFileError", "SQLiteLedger"]
-
-_AUDIT: Final = AuditStatements("operator_audit", SQLITE)
 
 
 _SQL: Final = Statements("receipts", SQLITE)
@@ -96,12 +87,7 @@ def _receipt_of(row: Sequence[Any]) -> ActionReceipt:
     return receipt_of(row, datetime.fromisoformat)
 
 
-def clock_text(moment: datetime) -> str:
-    """A lease time as stored: UTC, always with microseconds, so text sorts like time."""
-    return moment.astimezone(UTC).isoformat(timespec="microseconds")
-
-
-class SQLiteLedger:
+class SQLiteLedger(SQLiteAudit):
     """A durable ledger in one SQLite file (WAL journal), safe across processes.
 
     ``SQLiteLedger(path)`` opens lazily on first use, so it can be handed to
@@ -215,34 +201,6 @@ class SQLiteLedger:
         """Whether the file keeps every claim it acknowledged, through a crash or a power
         loss: the journal mode, ``synchronous`` and the file system."""
         return await sqlite_durability(lambda sql: self._read(sql, ()), self.path)
-
-    async def append_audit(self, record: OperatorRecord) -> OperatorRecord:
-        """Append ``record`` to the audit, stamped with the file's clock."""
-        rows = await self._write(
-            _AUDIT.insert, {**insert_values(check_new_record(record)), "now": 0}
-        )
-        return dataclasses.replace(record, at=datetime.fromisoformat(rows[0][0]))
-
-    async def audit(
-        self,
-        *,
-        since: datetime | None = None,
-        operator: str | None = None,
-        namespace: str | None = None,
-        action_id: str | None = None,
-        limit: int | None = None,
-    ) -> list[OperatorRecord]:
-        """The operator records, newest first, filtered; pruning receipts keeps them."""
-        check_audit_filters(since, operator, namespace, action_id, limit)
-        statement, values = _AUDIT.listing(
-            since=None if since is None else clock_text(since),
-            operator=operator,
-            namespace=namespace,
-            action_id=action_id,
-            limit=limit,
-        )
-        rows = await self._read(statement.sql, statement.bind(values))
-        return [record_of(row, datetime.fromisoformat) for row in rows]
 
     async def close(self) -> None:
         """Close the connection. Safe to call more than once."""
@@ -416,6 +374,8 @@ class SQLiteLedger:
         batch_size: int = DEFAULT_BATCH_SIZE,
         dry_run: bool = False,
         before_delete: BeforeDelete | None = None,
+        operator: str | None = None,
+        reason: str | None = None,
     ) -> int:
         """Delete completed receipts in ``statuses`` stored before the cut-off.
 
@@ -426,6 +386,8 @@ class SQLiteLedger:
         In batches of ``batch_size``, each one write statement under the
         writer lock, and each receipt only at the version it was read at;
         returns how many were deleted (with ``dry_run``, how many would be).
+        A prune that deletes is audited: ``operator`` (default: the OS
+        user) and ``reason`` go into its OperatorRecord.
         """
         return await prune(
             self._prune_steps,
@@ -437,6 +399,9 @@ class SQLiteLedger:
             batch_size=batch_size,
             dry_run=dry_run,
             before_delete=before_delete,
+            operator=operator,
+            reason=reason,
+            audit_to=self,
         )
 
     async def _ledger_now(self) -> datetime:

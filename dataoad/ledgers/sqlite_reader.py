@@ -26,13 +26,17 @@ from dataoad._lifecycle import DEFAULT_PRUNE_STATUSES
 from dataoad._operator import OperatorRecord
 from dataoad._receipt import ActionReceipt
 from dataoad._status import ActionStatus
-from dataoad.ledgers._audit import AuditStatements, check_audit_filters, record_of
-from dataoad.ledgers._codec import receipt_of
+from dataoad.ledgers._audit import (
+    AuditStatements,
+    check_audit_filters,
+    record_of,
+    sqlite_receipt_records,
+)
+from dataoad.ledgers._codec import NO_OPERATOR_RECORDS, receipt_of
 from dataoad.ledgers._pruning import DEFAULT_BATCH_SIZE, DeleteExact, NextBatch
 from dataoad.ledgers._pruning import prune as run_prune
-from dataoad.ledgers._sqlite_file import APPLICATION_ID, SCHEMA_VERSION, LedgerFileError
+from dataoad.ledgers._sqlite_file import APPLICATION_ID, SCHEMA_VERSION, LedgerFileError, clock_text
 from dataoad.ledgers._statements import SQLITE, Statement, Statements
-from dataoad.ledgers.sqlite import clock_text
 
 __all__ = ["SQLiteReader"]
 
@@ -41,16 +45,28 @@ _SQL: Final = Statements("receipts", SQLITE)
 #: namespaces (schema 3) or before leases too (schema 2) is read as if
 #: migrated: it never is, since the reader writes nothing. Migration gives
 #: such rows their ``updated_at`` as the time of storing, and so does this.
+_NO_RECORDS: Final = f"'{NO_OPERATOR_RECORDS}' AS operator_records"
+#: A file of schema 6 keeps its operator records in the audit alone: each
+#: receipt's are rebuilt from it, as the migration to schema 7 does.
+_SQL_BEFORE_RECEIPT_RECORDS: Final = Statements(
+    "(SELECT *, "
+    f"{sqlite_receipt_records('operator_audit', 'receipts.action_id')} AS operator_records "
+    "FROM receipts)",
+    SQLITE,
+)
+_SQL_BEFORE_AUDIT: Final = Statements(f"(SELECT *, {_NO_RECORDS} FROM receipts)", SQLITE)
 _SQL_BEFORE_STORED_AT: Final = Statements(
-    "(SELECT *, updated_at AS stored_at FROM receipts)", SQLITE
+    f"(SELECT *, updated_at AS stored_at, {_NO_RECORDS} FROM receipts)", SQLITE
 )
 _SQL_BEFORE_NAMESPACES: Final = Statements(
-    "(SELECT *, '' AS namespace, NULL AS retired_at, updated_at AS stored_at FROM receipts)",
+    "(SELECT *, '' AS namespace, NULL AS retired_at, updated_at AS stored_at, "
+    f"{_NO_RECORDS} FROM receipts)",
     SQLITE,
 )
 _SQL_BEFORE_LEASES: Final = Statements(
     "(SELECT *, NULL AS owner, 1 AS fencing_token, NULL AS lease_expires_at, "
-    "'' AS namespace, NULL AS retired_at, updated_at AS stored_at FROM receipts)",
+    f"'' AS namespace, NULL AS retired_at, updated_at AS stored_at, {_NO_RECORDS} "
+    "FROM receipts)",
     SQLITE,
 )
 #: The first schemas with leases, with namespaces, and with ``stored_at``.
@@ -59,7 +75,9 @@ _NAMESPACES: Final = 4
 _STORED_AT: Final = 5
 #: The first schema with the operator audit.
 _AUDIT_SCHEMA: Final = 6
-_AUDIT: Final = AuditStatements("operator_audit", SQLITE)
+#: The first schema that keeps each receipt's operator records with it.
+_RECEIPT_RECORDS: Final = 7
+_AUDIT: Final = AuditStatements("operator_audit", SQLITE, "receipts")
 
 
 def _missing_permission(path: Path) -> str | None:
@@ -142,8 +160,12 @@ class SQLiteReader:
                 f"{SCHEMA_VERSION} this Dataoad understands; upgrade Dataoad to read it"
             )
         self._user_version = user_version
-        if user_version >= _STORED_AT:
+        if user_version >= _RECEIPT_RECORDS:
             self._sql = _SQL
+        elif user_version >= _AUDIT_SCHEMA:
+            self._sql = _SQL_BEFORE_RECEIPT_RECORDS
+        elif user_version >= _STORED_AT:
+            self._sql = _SQL_BEFORE_AUDIT
         elif user_version >= _NAMESPACES:
             self._sql = _SQL_BEFORE_STORED_AT
         elif user_version >= _LEASES:
