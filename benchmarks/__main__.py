@@ -28,6 +28,7 @@ from typing import Any
 import rfc8785
 
 from benchmarks import _calls as calls
+from benchmarks import _concurrency as concurrency
 from benchmarks import _contention as contention
 from benchmarks import _growth as growth
 from benchmarks import _postgres as pg
@@ -102,6 +103,22 @@ async def run_first_calls(args: argparse.Namespace, report: dict[str, Any]) -> N
                 results["postgres"] = why
             figures = await calls.run_calls(count, rounds, args.peers, dsn, results)
     ratios.update(calls.call_goals(figures))
+
+
+async def run_many_agents(args: argparse.Namespace, report: dict[str, Any]) -> None:
+    """C = 1, 8, 64 concurrent first calls: throughput, latency and loop stall (``_concurrency``)."""
+    results, ratios = report["results"], report["ratios"]
+    rounds = args.rounds or 3
+    count = 256 if args.quick else 1024
+    report["concurrency"] = {"rounds": rounds, "calls per level": count, "peers": args.peers}
+    if args.no_postgres:
+        figures = await concurrency.run_concurrency(count, rounds, args.peers, None, results)
+    else:
+        async with pg.server() as (dsn, _, why):
+            if dsn is None:
+                results["concurrency on postgres"] = why
+            figures = await concurrency.run_concurrency(count, rounds, args.peers, dsn, results)
+    ratios.update(concurrency.concurrency_goals(figures))
 
 
 async def run_postgres(
@@ -303,7 +320,16 @@ def run_suite_speed(quick: bool, results: dict[str, Any]) -> None:
 
 
 #: The measurements, in order; ``--sections`` picks some.
-SECTIONS = ("calls", "floors", "postgres", "contention", "growth", "retention", "suite")
+SECTIONS = (
+    "calls",
+    "concurrency",
+    "floors",
+    "postgres",
+    "contention",
+    "growth",
+    "retention",
+    "suite",
+)
 
 GOAL = re.compile(r"\(goal (<=|>=) ([0-9.]+)\)")
 
@@ -323,6 +349,8 @@ async def _section(name: str, args: argparse.Namespace, report: dict[str, Any]) 
     count, results, ratios = report["count"], report["results"], report["ratios"]
     if name == "calls":
         await run_first_calls(args, report)
+    elif name == "concurrency":
+        await run_many_agents(args, report)
     elif name == "floors":
         await run_floors(count, results, ratios)
     elif name == "postgres":

@@ -19,7 +19,7 @@ class PlantedBug:
 
     name: str
     trigger: str
-    machine: str  # runner | ledger | merge
+    machine: str  # runner | ledger | merge | group
     expected: frozenset[str]
     plant: Callable[[pytest.MonkeyPatch], dict[str, Any]]
     #: The runner machine's backend when the bug exists on one only (None: any).

@@ -46,6 +46,7 @@ from dataoad._verification import VerificationResult
 from dataoad.ledgers._statements import SQLITE, compile_sql
 from stateful_tests.planted import PlantedBug, ReleasesStartedClaimsLedger, names
 from stateful_tests.planted_claim_bugs import CLAIM_BUGS
+from stateful_tests.planted_group_bugs import GROUP_BUGS
 from stateful_tests.planted_lease_bugs import LEASE_BUGS
 from stateful_tests.planted_lifecycle_bugs import LIFECYCLE_BUGS
 
@@ -868,3 +869,4 @@ def planted(bug: PlantedBug) -> Iterator[dict[str, Any]]:
 PLANTED_BUGS += CLAIM_BUGS
 PLANTED_BUGS += LEASE_BUGS
 PLANTED_BUGS += LIFECYCLE_BUGS
+PLANTED_BUGS += GROUP_BUGS

@@ -79,12 +79,19 @@ PLANTED_EXAMPLES = [
     PlantedExample(
         "sqlite-writes-after-the-lock",
         "every SQLite write statement runs while the cross-process writer lock is held",
-        "dataoad/ledgers/sqlite.py",
-        "        with self._writer.hold(self.busy_timeout):\n"
-        "            return db.execute(statement.sql, self._params(statement, values)).fetchall()",
-        "        with self._writer.hold(self.busy_timeout):\n"
-        "            pass\n"
-        "        return db.execute(statement.sql, self._params(statement, values)).fetchall()",
+        "dataoad/ledgers/_sqlite_group.py",
+        "            with self._writer.hold(self._busy_timeout):\n"
+        "                now = None if self._clock is None else self._clock()\n"
+        "                if len(group) == 1:\n"
+        "                    self._run_alone(db, group[0], now)\n"
+        "                else:\n"
+        "                    self._run_group(db, group, now)",
+        "            with self._writer.hold(self._busy_timeout):\n"
+        "                now = None if self._clock is None else self._clock()\n"
+        "            if len(group) == 1:\n"
+        "                self._run_alone(db, group[0], now)\n"
+        "            else:\n"
+        "                self._run_group(db, group, now)",
         (
             "tests/test_sqlite_lock_and_exit.py"
             "::test_every_write_statement_runs_while_the_writer_lock_is_held",

@@ -12,6 +12,7 @@ import pytest
 from hypothesis import HealthCheck, Phase, seed, settings
 from hypothesis.stateful import run_state_machine_as_test
 
+from stateful_tests.group_machine import GroupMachineBase
 from stateful_tests.invariants import InvariantViolation
 from stateful_tests.ledger_machine import LedgerMachineBase
 from stateful_tests.merge_machine import MergeMachineBase
@@ -49,7 +50,9 @@ def machine(bug: PlantedBug, overrides: dict[str, object], backend: str = "memor
     """
     if bug.machine == "runner":
         return machine_for(backend, **overrides)
-    base = LedgerMachineBase if bug.machine == "ledger" else MergeMachineBase
+    base = {"ledger": LedgerMachineBase, "group": GroupMachineBase}.get(
+        bug.machine, MergeMachineBase
+    )
     return type(f"{base.__name__}_{bug.name}", (base,), dict(overrides))
 
 

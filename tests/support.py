@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import asyncio
+import fcntl
+import os
 from collections.abc import Callable, Sequence
 from datetime import datetime
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -349,3 +352,15 @@ async def old_postgres_table(
         names = ", ".join(values)
         marks = ", ".join(f"${i + 1}" for i in range(len(values)))
         await conn.execute(f"INSERT INTO {qualified} ({names}) VALUES ({marks})", *values.values())
+
+
+def lock_is_free(lock_file: Path) -> bool:
+    """Whether another descriptor (as another process would) can take the writer lock now."""
+    fd = os.open(lock_file, os.O_CREAT | os.O_RDWR, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return False
+    finally:
+        os.close(fd)  # also releases it
+    return True

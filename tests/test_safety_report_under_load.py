@@ -47,7 +47,10 @@ def test_concurrent_duplicate_check_passes_whatever_the_loop_stalls(
         # aiosqlite's own hand-off (Connection._execute): queue the job, await it...
         future = asyncio.get_running_loop().create_future()
         conn._tx.put_nowait((future, fn))
-        if armed["claim"] and getattr(getattr(fn, "func", None), "__name__", "") == "_claim_now":
+        if (
+            armed["claim"]
+            and getattr(getattr(fn, "func", None), "__name__", "") == "_find_or_queue"
+        ):
             armed["claim"] = False
             time.sleep(stall)  # ...but the loop's thread loses the CPU right after queueing
         return await future

@@ -23,21 +23,9 @@ from dataoad import (
     SQLiteLedger,
 )
 from stateful_tests.services import PostgresTestTable
-from tests.support import REQUEST, CountingOperation
+from tests.support import REQUEST, CountingOperation, lock_is_free
 
 ROOT = Path(__file__).resolve().parents[1]
-
-
-def lock_is_free(lock_file: Path) -> bool:
-    """Whether another descriptor (as another process would) can take the writer lock now."""
-    fd = os.open(lock_file, os.O_CREAT | os.O_RDWR, 0o600)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        return False
-    finally:
-        os.close(fd)  # also releases it
-    return True
 
 
 @pytest.mark.asyncio

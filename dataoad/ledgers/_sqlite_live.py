@@ -24,7 +24,7 @@ import aiosqlite
 
 from dataoad._in_flight import EXIT_WAIT, wait_for_calls
 
-__all__ = ["connect", "on_thread", "stop", "stop_live_connections", "take"]
+__all__ = ["connect", "more_work_queued", "on_thread", "stop", "stop_live_connections", "take"]
 
 T = TypeVar("T")
 
@@ -57,6 +57,17 @@ async def on_thread(conn: aiosqlite.Connection, fn: Callable[[], T]) -> T:
     """Run ``fn`` on the connection's own thread, in order with its statements."""
     # aiosqlite's queue of work for that thread; it has no public entry point.
     return cast(T, await conn._execute(fn))  # type: ignore[no-untyped-call]
+
+
+def more_work_queued(conn: aiosqlite.Connection) -> bool:
+    """On the connection's thread: whether more work waits behind the current item.
+
+    True is only a hint (work queued meanwhile is not seen); when aiosqlite
+    gives no way to tell, False.
+    """
+    queue = getattr(conn, "_tx", None)
+    empty = getattr(queue, "empty", None)
+    return callable(empty) and not empty()
 
 
 def stop(conn: aiosqlite.Connection) -> None:

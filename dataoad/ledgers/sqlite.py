@@ -3,17 +3,18 @@
 Design notes (the why):
 
 * Every transition is a single conditional SQL statement (``INSERT ... ON
-  CONFLICT DO NOTHING RETURNING``, ``UPDATE ... WHERE version = ? RETURNING``)
-  run in autocommit mode. A single write statement takes SQLite's write lock
-  before it reads, exactly like ``BEGIN IMMEDIATE``, and it is one hop to
-  aiosqlite's connection thread, so a ledger call costs one hop, not one per
-  statement.
+  CONFLICT DO NOTHING RETURNING``, ``UPDATE ... WHERE version = ? RETURNING``).
+  Concurrent calls' statements are committed in groups (``_sqlite_group``):
+  one transaction and one sync to disk for every write that arrived while
+  the previous group was being synced, each statement still conditional,
+  each caller answered after the commit that holds its write. A lone write
+  is one statement in autocommit, one hop to aiosqlite's connection thread.
 * Uniqueness of ``(action_name, idempotency_key)`` is a table constraint, never
   a read-then-write.
 * SQLite's own busy handler is unfair across processes (a waiting process
   polls with growing sleeps and can starve). Writers therefore queue on a
   kernel lock (``flock``) on a sidecar ``<file>.lock``, taken and released
-  on the connection's thread around the one write statement (never while
+  on the connection's thread around each group of writes (never while
   other code runs), and waited for at most ``busy_timeout`` seconds
   (``_writer_lock``). SQLite's busy timeout stays as a backstop for writers
   that do not take the lock. Opening a current ledger never takes it.
@@ -62,6 +63,7 @@ from dataoad.ledgers._sqlite_file import (
     clock_text,
     file_clock,
 )
+from dataoad.ledgers._sqlite_group import GroupWriter, QueuedWrite, answer
 from dataoad.ledgers._sqlite_schema import MIGRATIONS as MIGRATIONS
 from dataoad.ledgers._sqlite_setup import initialise, open_file
 from dataoad.ledgers._statements import SQLITE, Statement, Statements
@@ -133,6 +135,7 @@ class SQLiteLedger(SQLiteAudit):
         self._conn: aiosqlite.Connection | None = None
         self._open_lock: asyncio.Lock | None = None
         self._writer = WriterLock(self.path.with_name(self.path.name + ".lock"))
+        self._group = GroupWriter(self._writer, self.busy_timeout, self._params, self._now)
         self._closed = False
         self._finalizer: weakref.finalize[Any, Any] | None = None
 
@@ -219,26 +222,19 @@ class SQLiteLedger(SQLiteAudit):
 
     async def _write(self, statement: Statement, values: dict[str, Any]) -> list[Any]:
         conn = await self._connection()
-        return await live.on_thread(
-            conn, functools.partial(self._write_now, conn, statement, values)
-        )
+        return await self._group.write(conn, statement, values)
 
-    def _write_now(
-        self, conn: aiosqlite.Connection, statement: Statement, values: dict[str, Any]
-    ) -> list[Any]:
-        """Lock, run one write statement, unlock: all on the connection's thread."""
-        db = conn._conn
-        with self._writer.hold(self.busy_timeout):
-            return db.execute(statement.sql, self._params(statement, values)).fetchall()
-
-    def _params(self, statement: Statement, values: dict[str, Any]) -> tuple[Any, ...]:
-        """The statement's arguments, with the ledger's clock read now.
+    def _params(
+        self, statement: Statement, values: dict[str, Any], now: datetime | None = None
+    ) -> tuple[Any, ...]:
+        """The statement's arguments, with the ledger's clock (``now``, or read now).
 
         Called under the writer lock, so a lease judged or granted here is
-        judged at the moment the write happens, not when it was queued.
+        judged at the moment the write happens, not when it was queued (a
+        group reads the clock once: its writes commit at one moment).
         """
         if "now" in values:
-            now = self._now()
+            now = self._now() if now is None else now
             lease = values.get("lease")
             older_than = values.get("older_than")
             values = {
@@ -256,27 +252,26 @@ class SQLiteLedger(SQLiteAudit):
     async def claim(
         self, receipt: ActionReceipt, *, lease: float | None = None
     ) -> tuple[ActionReceipt, bool]:
-        """Look the key up and claim it only if nobody holds it, in one hop.
+        """Look the key up and claim it only if nobody holds it.
 
         A held key is answered from a read (a replay takes no write lock and
-        writes nothing); a free one gets one conditional insert.
+        writes nothing); a free one gets one conditional insert, queued in
+        the same hop and committed with the group of concurrent writes.
         """
         values = {**_values_of(receipt), "now": None, "lease": lease}
         conn = await self._connection()
-        return await live.on_thread(conn, functools.partial(self._claim_now, conn, receipt, values))
-
-    def _claim_now(
-        self, conn: aiosqlite.Connection, receipt: ActionReceipt, values: dict[str, Any]
-    ) -> tuple[ActionReceipt, bool]:
-        db = conn._conn
-        find, claim = _SQL["find"], _SQL["claim"]
-        key = find.bind(values)
         while True:
-            rows = db.execute(find.sql, key).fetchall()
-            if rows:
-                return _receipt_of(rows[0]), False
-            with self._writer.hold(self.busy_timeout):
-                made = db.execute(claim.sql, self._params(claim, values)).fetchall()
+            entry = self._group.new_entry(_SQL["claim"], values)
+            try:
+                found = await live.on_thread(
+                    conn, functools.partial(self._find_or_queue, conn, values, entry)
+                )
+            except BaseException:
+                self._group.withdraw(entry)  # queued, then given up: it must not run later
+                raise
+            if isinstance(found, ActionReceipt):
+                return found, False
+            made = answer(entry) if found else await self._group.flushed(conn, entry)
             if made:
                 _, expires, stored = made[0]
                 return receipt.evolve(
@@ -284,6 +279,22 @@ class SQLiteLedger(SQLiteAudit):
                     stored_at=datetime.fromisoformat(stored),
                 ), True
             # Claimed since the look (or claimed and released): look again.
+
+    def _find_or_queue(
+        self, conn: aiosqlite.Connection, values: dict[str, Any], entry: QueuedWrite
+    ) -> ActionReceipt | bool:
+        """The key's holder; else the claim queued (False) or, alone, run now (True)."""
+        find = _SQL["find"]
+        rows = conn._conn.execute(find.sql, find.bind(values)).fetchall()
+        if rows:
+            return _receipt_of(rows[0])
+        self._group.put(entry)
+        if live.more_work_queued(conn):
+            # Left for the next flush: the claims of concurrent callers,
+            # looked up in this same run of the thread's queue, commit as one.
+            return False
+        self._group.flush(conn._conn)  # nobody else is waiting: one hop, not two
+        return True
 
     async def get(self, action_id: str) -> ActionReceipt | None:
         """The receipt with this action id, or None."""

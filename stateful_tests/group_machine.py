@@ -1,0 +1,227 @@
+"""The grouped writer's machine: concurrent callers' writes committed as groups, with faults.
+
+Callers queue conditional writes on one SQLite connection's ``GroupWriter``
+(an insert of a free key, a compare-and-set of a value, a write that breaks
+a CHECK) and the machine flushes the queue as one group, with a fault drawn
+for it: none, the writer lock held by another process, a statement that
+raises, SQLite rolling the whole transaction back at a statement, a failed
+COMMIT. A reference model applies the same writes in queue order.
+
+Properties, checked after every flush:
+
+* ``group-answers-follow-the-model``: each caller's answer (rows, or the
+  error it raises) is what its write does to the model at its place in the
+  queue; in a group that was not committed, every write fails.
+* ``group-stores-exactly-what-it-answered``: the file holds the model: a
+  write answered as done is stored, and a write that failed left nothing.
+* ``group-commits-once``: a group of several writes is one transaction (one
+  BEGIN, at most one COMMIT), under the writer lock.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import shutil
+import sqlite3
+import tempfile
+from pathlib import Path
+from typing import Any, ClassVar
+
+from hypothesis import event
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
+
+from dataoad import LedgerBusyError
+from dataoad.ledgers._sqlite_group import GroupWriter, QueuedWrite, answer
+from dataoad.ledgers._statements import SQLITE, compile_sql
+from dataoad.ledgers._writer_lock import WriterLock
+from stateful_tests.harness import History, violation
+
+__all__ = ["GroupMachineBase"]
+
+KEYS = ("a", "b", "c")
+VALUES = st.integers(0, 2)
+INSERT = compile_sql(
+    "INSERT INTO t (k, v) VALUES (:k, :v) ON CONFLICT (k) DO NOTHING RETURNING k", SQLITE
+)
+SWAP = compile_sql("UPDATE t SET v = :new WHERE k = :k AND v = :old RETURNING v", SQLITE)
+#: The faults a flush may meet (none, most often).
+FAULTS = st.sampled_from(
+    ["none", "none", "none", "lock held", "statement raises", "rolled back", "commit fails"]
+)
+
+
+class _Injected(sqlite3.OperationalError):
+    """The machine's fault."""
+
+
+class _FaultyDb:
+    """The connection as one flush sees it: ``fault`` strikes at the ``at``-th write statement."""
+
+    def __init__(self, db: sqlite3.Connection, fault: str, at: int, trace: list[str]) -> None:
+        self._db, self._fault, self._at, self._trace = db, fault, at, trace
+        self._writes = 0
+
+    @property
+    def in_transaction(self) -> bool:
+        return self._db.in_transaction
+
+    def execute(self, sql: str, *args: Any) -> Any:
+        verb = sql.split(None, 1)[0].upper()
+        self._trace.append(verb)
+        if verb in ("INSERT", "UPDATE"):
+            self._writes += 1
+            if self._writes == self._at and self._fault == "statement raises":
+                raise _Injected("statement raises")
+            if self._writes == self._at and self._fault == "rolled back":
+                if self._db.in_transaction:
+                    self._db.execute("ROLLBACK")  # as SQLite does on a full disk
+                raise _Injected("rolled back")
+        if verb == "COMMIT" and self._fault == "commit fails":
+            raise _Injected("commit fails")
+        return self._db.execute(sql, *args)
+
+
+class GroupMachineBase(RuleBasedStateMachine):
+    """Queue writes from several callers; flush them as one group under a drawn fault."""
+
+    #: The writer under test (a planted bug replaces it).
+    writer_class: ClassVar[type[GroupWriter]] = GroupWriter
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.history = History(type(self).__name__)
+        self.folder = Path(tempfile.mkdtemp(prefix="dataoad-group-"))
+        self.path = self.folder / "g.sqlite3"
+        self.db = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
+        self.db.execute("PRAGMA journal_mode=WAL")
+        self.db.execute("CREATE TABLE t (k TEXT PRIMARY KEY, v INTEGER NOT NULL CHECK (v >= 0))")
+        self.lock_path = self.folder / "g.sqlite3.lock"
+        self.writer = self.writer_class(
+            WriterLock(self.lock_path), 0.02, lambda s, v, now: s.bind(v)
+        )
+        self.model: dict[str, int] = {}
+        self.queued: list[tuple[QueuedWrite, tuple[Any, ...]]] = []
+        self.trace: list[str] = []
+
+    def teardown(self) -> None:
+        self.db.close()
+        shutil.rmtree(self.folder, ignore_errors=True)
+
+    def _queue(self, caller: int, write: tuple[Any, ...], statement: Any, values: Any) -> None:
+        self.queued.append((self.writer.enqueue(statement, values), write))
+        self.history.add(f"caller {caller}", f"queues {write}")
+
+    @initialize(key=st.sampled_from(KEYS), value=VALUES)
+    def first_write(self, key: str, value: int) -> None:
+        """A first caller's claim, so a flush is possible from the first step."""
+        self.insert(1, key, value)
+
+    @rule(caller=st.integers(1, 4), key=st.sampled_from(KEYS), value=VALUES)
+    def insert(self, caller: int, key: str, value: int) -> None:
+        """A caller claims a key if it is free."""
+        self._queue(caller, ("insert", key, value), INSERT, {"k": key, "v": value})
+
+    @rule(caller=st.integers(1, 4), key=st.sampled_from(KEYS), old=VALUES, new=VALUES)
+    def swap(self, caller: int, key: str, old: int, new: int) -> None:
+        """A caller moves a key's value from ``old`` to ``new`` (its condition)."""
+        self._queue(caller, ("swap", key, old, new), SWAP, {"k": key, "old": old, "new": new})
+
+    @rule(caller=st.integers(1, 4), key=st.sampled_from(KEYS))
+    def breaks_a_check(self, caller: int, key: str) -> None:
+        """A caller's write that SQLite refuses (a CHECK): it must fail alone."""
+        self._queue(caller, ("bad", key), INSERT, {"k": key, "v": -1})
+
+    @precondition(lambda self: bool(self.queued))
+    @rule(fault=FAULTS, at=st.integers(1, 4))
+    def flush(self, fault: str, at: int) -> None:
+        """The connection's thread runs everything queued as one group."""
+        group, self.queued = self.queued, []
+        event(f"group of {min(len(group), 4)}{'+' if len(group) > 4 else ''}: {fault}")
+        self.history.add("writer", f"flushes {len(group)} write(s); fault: {fault} at write {at}")
+        self.trace = []
+        holder = None
+        if fault == "lock held":
+            holder = os.open(self.lock_path, os.O_CREAT | os.O_RDWR, 0o600)
+            fcntl.flock(holder, fcntl.LOCK_EX)
+        try:
+            self.writer.flush(_FaultyDb(self.db, fault, at, self.trace))  # type: ignore[arg-type]
+        finally:
+            if holder is not None:
+                os.close(holder)
+        expected = self._expected(group, fault, at)
+        for (entry, write), (rows, error) in zip(group, expected, strict=True):
+            try:
+                got: tuple[Any, Any] = (answer(entry), None)
+            except Exception as exc:
+                got = (None, type(exc))
+            if got != (rows, error):
+                raise violation(
+                    self.history,
+                    "group-answers-follow-the-model",
+                    f"{write} was answered {got}, the model says {(rows, error)}",
+                )
+            self.history.add(
+                "writer", f"answers {write}: {got[0] if got[1] is None else got[1].__name__}"
+            )
+        self._check_one_transaction(len(group), fault)
+
+    def _expected(
+        self, group: list[tuple[QueuedWrite, tuple[Any, ...]]], fault: str, at: int
+    ) -> list[tuple[Any, Any]]:
+        """Each write's answer by the model, applying the group to it if it commits."""
+        if fault == "lock held":
+            return [(None, LedgerBusyError)] * len(group)
+        struck = at <= len(group) and fault in ("statement raises", "rolled back")
+        if struck and fault == "rolled back" and len(group) > 1:
+            return [(None, _Injected)] * len(group)  # SQLite dropped the whole transaction
+        if fault == "commit fails" and len(group) > 1:
+            return [(None, _Injected)] * len(group)  # a lone write has no COMMIT of its own
+        after = dict(self.model)
+        answers: list[tuple[Any, Any]] = []
+        for n, (_, write) in enumerate(group, start=1):
+            if struck and n == at:
+                answers.append((None, _Injected))  # fails alone
+            else:
+                answers.append(_apply(after, write))
+        self.model = after
+        return answers
+
+    def _check_one_transaction(self, size: int, fault: str) -> None:
+        if size > 1 and fault != "lock held" and self.trace.count("BEGIN") != 1:
+            raise violation(
+                self.history,
+                "group-commits-once",
+                f"a group of {size} ran {self.trace.count('BEGIN')} transactions: {self.trace}",
+            )
+        if self.trace.count("COMMIT") > 1:
+            raise violation(self.history, "group-commits-once", f"commits: {self.trace}")
+
+    @invariant()
+    def stores_exactly_what_it_answered(self) -> None:
+        with sqlite3.connect(self.path) as other:
+            stored = dict(other.execute("SELECT k, v FROM t"))
+        if stored != self.model:
+            raise violation(
+                self.history,
+                "group-stores-exactly-what-it-answered",
+                f"the file holds {stored}, the answers given add up to {self.model}",
+            )
+
+
+def _apply(state: dict[str, int], write: tuple[Any, ...]) -> tuple[Any, Any]:
+    """One write on the model: its rows and error, changing ``state`` as SQLite would."""
+    kind, key = write[0], write[1]
+    if kind == "bad":
+        return None, sqlite3.IntegrityError
+    if kind == "insert":
+        if key in state:
+            return [], None
+        state[key] = write[2]
+        return [(key,)], None
+    _, _, old, new = write
+    if state.get(key) != old:
+        return [], None
+    state[key] = new
+    return [(new,)], None

@@ -1,0 +1,61 @@
+"""Planted bugs in the SQLite grouped writer (appended to ``PLANTED_BUGS``).
+
+Each breaks one rule of ``dataoad/ledgers/_sqlite_group.py`` the way a
+careless change would; the group machine must report it.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from typing import Any
+
+import pytest
+
+from dataoad.ledgers._sqlite_group import GroupWriter, QueuedWrite
+from stateful_tests.planted import PlantedBug, names
+
+__all__ = ["GROUP_BUGS"]
+
+
+class KeepsAnswersOfARolledBackGroup(GroupWriter):
+    """A group that is not committed fails only the writes that had not run yet."""
+
+    @staticmethod
+    def _fail_all(group: list[QueuedWrite], exc: BaseException) -> None:
+        for entry in group:
+            if entry.rows is None:
+                entry.error = exc
+
+
+class CommitsEachWrite(GroupWriter):
+    """Runs a group's writes one autocommit statement after another (no shared transaction)."""
+
+    def _run_group(self, db: sqlite3.Connection, group: list[QueuedWrite]) -> None:
+        for entry in group:
+            self._run_alone(db, entry)
+
+
+def _keeps_answers(mp: pytest.MonkeyPatch) -> dict[str, Any]:
+    return {"writer_class": KeepsAnswersOfARolledBackGroup}
+
+
+def _commits_each(mp: pytest.MonkeyPatch) -> dict[str, Any]:
+    return {"writer_class": CommitsEachWrite}
+
+
+GROUP_BUGS = [
+    PlantedBug(
+        "group-answers-writes-a-rollback-took-back",
+        "a group of writes whose COMMIT fails, or that SQLite rolls back",
+        "group",
+        names("group-answers-follow-the-model", "group-stores-exactly-what-it-answered"),
+        _keeps_answers,
+    ),
+    PlantedBug(
+        "group-commits-each-write-alone",
+        "a group of several writes",
+        "group",
+        names("group-commits-once", "group-answers-follow-the-model"),
+        _commits_each,
+    ),
+]
