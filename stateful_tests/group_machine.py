@@ -20,6 +20,7 @@ Properties, checked after every flush:
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import os
 import shutil
@@ -200,7 +201,7 @@ class GroupMachineBase(RuleBasedStateMachine):
 
     @invariant()
     def stores_exactly_what_it_answered(self) -> None:
-        with sqlite3.connect(self.path) as other:
+        with contextlib.closing(sqlite3.connect(self.path)) as other:
             stored = dict(other.execute("SELECT k, v FROM t"))
         if stored != self.model:
             raise violation(

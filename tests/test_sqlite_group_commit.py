@@ -10,6 +10,7 @@ concurrent calls, including a group whose commit fails under the runner.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import fcntl
 import os
 import sqlite3
@@ -52,7 +53,7 @@ def db(tmp_path: Path) -> Iterator[sqlite3.Connection]:
 
 def stored(path: Path) -> dict[str, int]:
     """What another connection sees committed."""
-    with sqlite3.connect(path) as other:
+    with contextlib.closing(sqlite3.connect(path)) as other:
         return dict(other.execute("SELECT k, v FROM t"))
 
 
