@@ -24,6 +24,7 @@ __all__ = [
     "RESERVED_METADATA_KEYS",
     "canonical_json",
     "checked_request_hash",
+    "json_text",
     "request_hash",
     "validate_json_object",
     "validate_metadata",
@@ -284,3 +285,8 @@ def checked_request_hash(request: object, max_bytes: int | None = None) -> str:
             "request",
         )
     return hashlib.sha256(canonical).hexdigest()
+
+
+def json_text(value: Any) -> str:
+    """Compact JSON text, as ledgers store it; NaN and infinities are refused, as everywhere."""
+    return json.dumps(value, separators=(",", ":"), ensure_ascii=False, allow_nan=False)

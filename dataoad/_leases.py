@@ -27,8 +27,8 @@ import socket
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any, Final
 
-from dataoad._clock import Clock
-from dataoad._errors import DataoadError, InvalidArgumentError
+from dataoad._clock import Clock, SystemClock
+from dataoad._errors import DataoadError
 from dataoad._events import EventKind, EventSink
 from dataoad._evidence import aggregate_attempts, attempt_evidence, settle
 from dataoad._observing import (
@@ -89,32 +89,50 @@ def default_owner() -> str:
 async def keep_lease(
     store: ProvenLedger, held: ActionReceipt, tenure: Tenure, events: EventSink
 ) -> AsyncIterator[None]:
-    """Renew ``held``'s lease in the background while the block runs (the attempt)."""
+    """Renew ``held``'s lease in the background while the block runs (the attempt).
+
+    On the system clock a timer starts the renewals once a third of the
+    lease has passed, so the many attempts that end sooner cost no task; a
+    clock of a test's own drives a renewal task from the start (its sleeps
+    are how the state machines step renewals).
+    """
     lease = tenure.lease
     if lease is None:
         yield
         return
-    renew = getattr(store.ledger, "renew")  # noqa: B009  (checked when the runner was built)
+    interval = lease / RENEWALS_PER_LEASE
 
-    async def renewing() -> None:
+    async def renewing(wait_first: bool) -> None:
         while True:
-            await tenure.clock.sleep(lease / RENEWALS_PER_LEASE)
-            try:
-                kept = await renew(held.action_id, held.fencing_token, lease)
-            except Exception:
+            if wait_first:
+                await tenure.clock.sleep(interval)
+            wait_first = True
+            kept = await store.renew(held, lease)
+            if kept is None:
                 continue  # one lost renewal is within the lease's margin
             if not kept:
                 # Taken over or completed: the outcome write will say which.
                 events.emit(EventKind.FENCED, held, level=logging.WARNING)
                 return
 
-    task = asyncio.create_task(renewing(), name=f"{RENEWAL_TASK_NAME}:{held.action_id}")
+    name = f"{RENEWAL_TASK_NAME}:{held.action_id}"
+    tasks: list[asyncio.Task[None]] = []
+    timer = None
+    if type(tenure.clock) is SystemClock:
+        timer = asyncio.get_running_loop().call_later(
+            interval, lambda: tasks.append(asyncio.create_task(renewing(False), name=name))
+        )
+    else:
+        tasks.append(asyncio.create_task(renewing(True), name=name))
     try:
         yield
     finally:
-        task.cancel()
-        with contextlib.suppress(asyncio.CancelledError, Exception):
-            await task
+        if timer is not None:
+            timer.cancel()
+        for task in tasks:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
 
 
 async def take_over(
@@ -334,16 +352,10 @@ async def recover_stale(
     settled read-only like any takeover. Returns the settled results;
     ``note(action_id, outcome)`` hears of each released or settled claim.
     """
-    listing = getattr(store.ledger, "receipts", None)
-    if not callable(listing):
-        raise InvalidArgumentError(
-            f"ledger {type(store.ledger).__qualname__} cannot list receipts, so it cannot "
-            "be swept for stale claims"
-        )
+    stale_claims = await store.stale_claims(limit)  # this runner's namespace only
     sweeper = dataclasses.replace(tenure, lease=tenure.lease or DEFAULT_LEASE)
     results: list[ActionResult[Any]] = []
-    # Only this runner's namespace: a sweep never touches another tenant's claims.
-    for stale in await listing(stale=True, limit=limit, namespace=store.namespace):
+    for stale in stale_claims:
         try:
             taken = await take_over(store, stale, sweeper, events)
             if taken is None:

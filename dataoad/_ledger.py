@@ -21,9 +21,9 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Protocol
 
+from dataoad._lifecycle import BeforeDelete
 from dataoad._receipt import ActionReceipt
 from dataoad._status import ActionStatus
-from dataoad.ledgers._pruning import BeforeDelete
 
 __all__ = ["Inspection", "InspectableLedger", "LeasingLedger", "Ledger", "LifecycleLedger"]
 

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Sequence
 from datetime import datetime, timedelta
 from typing import Final
 
@@ -32,6 +32,7 @@ from dataoad._receipt import ActionReceipt
 from dataoad._status import ActionStatus, ClaimState
 
 __all__ = [
+    "BeforeDelete",
     "DEFAULT_PRUNE_STATUSES",
     "MAX_EXPIRES_AFTER",
     "RETIRABLE",
@@ -48,6 +49,9 @@ __all__ = [
 
 #: Outcomes whose key may be freed: the definitive ones.
 RETIRABLE: Final = frozenset({ActionStatus.CONFIRMED, ActionStatus.FAILED})
+
+#: Called with each batch of a prune before any of it is deleted (sync or async).
+BeforeDelete = Callable[[Sequence[ActionReceipt]], object]
 
 #: What ``prune`` deletes unless told otherwise.
 DEFAULT_PRUNE_STATUSES: Final = (ActionStatus.CONFIRMED, ActionStatus.FAILED)

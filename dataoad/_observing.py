@@ -18,6 +18,7 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any, Final, cast
 
 from dataoad._blocking import call_blocking, is_async_callable
+from dataoad._canonical import json_text
 from dataoad._errors import InvalidArgumentError
 from dataoad._events import EventKind, EventSink
 from dataoad._evidence import Settlement, keep_observations
@@ -36,7 +37,6 @@ from dataoad._verification import (
     check_stored_text,
     classify_verification,
 )
-from dataoad.ledgers._codec import json_text
 
 __all__ = [
     "MAX_DETAILS_CHARS",

@@ -29,6 +29,7 @@ from dataoad._errors import (
 )
 from dataoad._events import EventKind, EventSink
 from dataoad._ledger import LeasingLedger, Ledger, LifecycleLedger
+from dataoad._proven_reads import ProvenReads
 from dataoad._receipt import ActionReceipt, bounded_error
 from dataoad._status import ActionStatus
 
@@ -76,7 +77,7 @@ def fenced(stored: ActionReceipt | None, mine: ActionReceipt) -> bool:
     return stored is not None and stored.fencing_token > mine.fencing_token
 
 
-class ProvenLedger:
+class ProvenLedger(ProvenReads):
     """A ledger seen through the proven-write rule, within one namespace.
 
     The namespace is the runner's: keys are looked up in it, and a receipt
@@ -89,42 +90,6 @@ class ProvenLedger:
     def __init__(self, ledger: Ledger, namespace: str = "") -> None:
         self.ledger = ledger
         self.namespace = namespace
-
-    # -- reads -------------------------------------------------------------------
-
-    async def _find(self, action_name: str, idempotency_key: str) -> ActionReceipt | None:
-        if not self.namespace:  # a ledger written before namespaces takes none
-            return await self.ledger.find(action_name, idempotency_key)
-        return await self.ledger.find(action_name, idempotency_key, self.namespace)
-
-    async def read_claim(self, action_name: str, idempotency_key: str) -> ActionReceipt | None:
-        """The receipt holding the key, or None; NothingInvokedError if unreadable."""
-        try:
-            return await self._find(action_name, idempotency_key)
-        except Exception as exc:
-            raise NothingInvokedError(
-                f"could not read the ledger for {action_name!r}: {bounded_error(exc)}; "
-                "nothing was invoked",
-                receipt=None,
-                operation_invoked=False,
-            ) from exc
-
-    async def read(self, action_id: str) -> ActionReceipt:
-        """The stored receipt; ActionNotFoundError if none, NothingInvokedError if unreadable."""
-        try:
-            stored = await self.ledger.get(action_id)
-        except Exception as exc:
-            raise NothingInvokedError(
-                f"could not read action {action_id} from the ledger: {bounded_error(exc)}",
-                receipt=None,
-                operation_invoked=False,
-            ) from exc
-        if stored is None or stored.namespace != self.namespace:
-            where = f" in namespace {self.namespace!r}" if self.namespace else ""
-            raise ActionNotFoundError(
-                f"no action with id {action_id!r}{where}", action_id=action_id
-            )
-        return stored
 
     async def _read_back(self, read: Callable[[], Awaitable[ActionReceipt | None]]) -> _Write:
         try:

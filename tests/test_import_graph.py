@@ -145,3 +145,36 @@ def test_the_one_way_check_sees_a_test_import(
     monkeypatch.setattr(sys.modules[__name__], "ROOT", tmp_path)
     with pytest.raises(AssertionError, match="test_m"):
         test_machines_and_harness_import_no_test_module_or_conftest()
+
+
+def core_layer_violations() -> dict[str, set[str]]:
+    """Core modules (``dataoad/_*.py`` but the CLI's) that import a backend, the console or
+    an integration: the core sees ledgers only through the ``Ledger`` protocol."""
+    known = modules("dataoad")
+    outer = ("dataoad.ledgers", "dataoad._console", "dataoad.integrations", "dataoad.testing")
+    found = {}
+    for name, path in known.items():
+        leaf = name.split(".")[-1]
+        if name.count(".") != 1 or not leaf.startswith("_") or leaf.startswith("_cli"):
+            continue  # a backend, a front end, the CLI, or the package's surface
+        bad = {t for t in imports_of(path, known) if t.startswith(outer)}
+        if bad:
+            found[name] = bad
+    return found
+
+
+def test_the_core_imports_no_backend_internals() -> None:
+    assert core_layer_violations() == {}
+
+
+def test_the_layering_check_sees_a_backend_import(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (tmp_path / "dataoad" / "ledgers").mkdir(parents=True)
+    (tmp_path / "dataoad" / "__init__.py").write_text("")
+    (tmp_path / "dataoad" / "ledgers" / "__init__.py").write_text("")
+    (tmp_path / "dataoad" / "ledgers" / "_codec.py").write_text("")
+    (tmp_path / "dataoad" / "_runner.py").write_text("from dataoad.ledgers._codec import x\n")
+    (tmp_path / "dataoad" / "_cli_open.py").write_text("from dataoad.ledgers._codec import x\n")
+    monkeypatch.setattr(sys.modules[__name__], "ROOT", tmp_path)
+    assert core_layer_violations() == {"dataoad._runner": {"dataoad.ledgers._codec"}}

@@ -25,12 +25,14 @@ from dataoad import (
     DefinitiveFailure,
     InMemoryLedger,
     InvalidArgumentError,
+    NothingInvokedError,
     RetryPolicy,
     SQLiteLedger,
     SyncActionRunner,
     VerificationResult,
     current_attempt,
 )
+from dataoad._leases import RENEWAL_TASK_NAME
 from dataoad.testing import FaultyLedger, LedgerFault, LedgerFaultError, ManualClock
 from stateful_tests.services import postgres_dsn, unique_table
 from tests.support import unstarted
@@ -316,6 +318,34 @@ async def test_the_runner_renews_its_lease_while_the_attempt_runs() -> None:
     assert other.calls == []
 
 
+async def test_an_attempt_shorter_than_a_third_of_the_lease_starts_no_renewal_task() -> None:
+    """The renewals start on a timer: a quick attempt costs no task; a long one is renewed."""
+
+    def renewal_tasks() -> list[str]:
+        return [
+            t.get_name() for t in asyncio.all_tasks() if t.get_name().startswith(RENEWAL_TASK_NAME)
+        ]
+
+    seen: dict[str, list[str]] = {}
+
+    async def quick() -> str:
+        await asyncio.sleep(0.05)
+        seen["quick"] = renewal_tasks()
+        return "ch"
+
+    async def slow() -> str:
+        await asyncio.sleep(0.15)  # past a third of the 0.3 s lease
+        seen["slow"] = renewal_tasks()
+        return "ch"
+
+    runner = ActionRunner(InMemoryLedger(), owner="A", lease=0.3)
+    await runner.execute("charge", quick, request=REQUEST, idempotency_key="quick")
+    await runner.execute("charge", slow, request=REQUEST, idempotency_key="slow")
+    assert seen["quick"] == []
+    assert len(seen["slow"]) == 1
+    assert renewal_tasks() == []  # ended with its attempt
+
+
 def test_current_attempt_tells_sync_and_async_operations_their_fence() -> None:
     seen: list[Any] = []
 
@@ -375,8 +405,10 @@ async def test_a_faulted_ledger_can_be_swept_and_its_listing_faulted() -> None:
     faulty = FaultyLedger(inner)
     faulty.inject("receipts", LedgerFault.FAIL_BEFORE_WRITE)
     sweeper = ActionRunner(faulty, owner="S")
-    with pytest.raises(LedgerFaultError):
+    # The ledger's error reaches the caller as Dataoad's own, never raw (its cause kept).
+    with pytest.raises(NothingInvokedError) as raised:
         await sweeper.recover_stale()
+    assert isinstance(raised.value.__cause__, LedgerFaultError)
     assert len(await inner.receipts(pending=True)) == 1  # the failed listing changed nothing
     results = await sweeper.recover_stale()
     assert [r.receipt.idempotency_key for r in results] == ["started"]

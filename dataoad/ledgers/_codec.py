@@ -12,6 +12,7 @@ from collections.abc import Callable, Sequence
 from datetime import datetime
 from typing import Any, Final
 
+from dataoad._canonical import json_text
 from dataoad._frozen import FrozenDict
 from dataoad._receipt import ActionReceipt, AttemptRecord
 from dataoad._records import MAX_RECEIPT_OPERATOR_RECORDS, OperatorRecord
@@ -100,11 +101,6 @@ def status_text(value: ActionStatus | None) -> str | None:
 
 def _time_text(moment: datetime | None) -> str | None:
     return None if moment is None else moment.isoformat()
-
-
-def json_text(value: Any) -> str:
-    """Compact JSON text; NaN and infinities are refused, as everywhere in Dataoad."""
-    return json.dumps(value, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
 
 
 class _EncodedByIdentity:

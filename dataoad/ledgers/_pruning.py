@@ -31,7 +31,7 @@ from typing import Final
 from dataoad._auditing import OperatorStamp
 from dataoad._errors import AuditNotRecordedError, InvalidArgumentError
 from dataoad._identity import check_namespace
-from dataoad._lifecycle import check_completed_before, check_prune_statuses
+from dataoad._lifecycle import BeforeDelete, check_completed_before, check_prune_statuses
 from dataoad._receipt import ActionReceipt
 from dataoad._status import ActionStatus
 
@@ -50,8 +50,6 @@ __all__ = [
 #: Receipts read and deleted per batch: one short write at a time.
 DEFAULT_BATCH_SIZE: Final = 500
 
-#: Called with each batch before any of it is deleted (sync or async).
-BeforeDelete = Callable[[Sequence[ActionReceipt]], object]
 
 NextBatch = Callable[[tuple[datetime, str] | None, int], Awaitable[list[ActionReceipt]]]
 DeleteExact = Callable[[Sequence[ActionReceipt]], Awaitable[int]]
