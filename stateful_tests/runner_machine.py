@@ -50,6 +50,7 @@ from stateful_tests import (
     lease_invariants,  # noqa: F401  (registers the lease properties)
     lifecycle_invariants,  # noqa: F401  (registers the lifecycle properties)
 )
+from stateful_tests.group_rules import GroupCommitRules
 from stateful_tests.harness import (
     REACHED,
     WRITE_FAULTS,
@@ -859,6 +860,11 @@ def machine_for(backend: str, **overrides: Any) -> type[RunnerMachineBase]:
     return type(name, (RunnerMachineBase,), {"backend": backend, **overrides})
 
 
+#: SQLite contenders sharing one connection (one process, many tasks), whose
+#: writes a rule commits as one group (``group_rules``).
+RunnerMachineSQLiteShared = type(
+    "RunnerMachine_sqlite_shared", (GroupCommitRules, RunnerMachineBase), {"backend": "sqlite"}
+)
 RunnerMachineMemory = machine_for("memory")
 RunnerMachineSQLite = machine_for("sqlite")
 RunnerMachinePostgres = machine_for("postgres")

@@ -7,6 +7,7 @@ from stateful_tests.runner_machine import (
     RunnerMachineMemory,
     RunnerMachinePostgres,
     RunnerMachineSQLite,
+    RunnerMachineSQLiteShared,
 )
 
 TestRunnerMachineMemory = RunnerMachineMemory.TestCase
@@ -14,3 +15,7 @@ TestRunnerMachineSQLite = RunnerMachineSQLite.TestCase
 TestRunnerMachinePostgres = RunnerMachinePostgres.TestCase
 TestRunnerMachineSQLite.settings = io_bound_settings()
 TestRunnerMachinePostgres.settings = io_bound_settings()
+
+# SQLite contenders sharing one connection, their writes committed in groups.
+TestRunnerMachineSQLiteShared = RunnerMachineSQLiteShared.TestCase
+TestRunnerMachineSQLiteShared.settings = io_bound_settings()
