@@ -34,7 +34,12 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
 from dataoad import LedgerBusyError
-from dataoad.ledgers._sqlite_group import GroupWriter, QueuedWrite, answer
+from dataoad.ledgers._sqlite_group import (
+    BrokenConnectionError,
+    GroupWriter,
+    QueuedWrite,
+    answer,
+)
 from dataoad.ledgers._statements import SQLITE, compile_sql
 from dataoad.ledgers._writer_lock import WriterLock
 from stateful_tests.harness import History, violation
@@ -49,12 +54,27 @@ INSERT = compile_sql(
 SWAP = compile_sql("UPDATE t SET v = :new WHERE k = :k AND v = :old RETURNING v", SQLITE)
 #: The faults a flush may meet (none, most often).
 FAULTS = st.sampled_from(
-    ["none", "none", "none", "lock held", "statement raises", "rolled back", "commit fails"]
+    [
+        "none",
+        "none",
+        "none",
+        "none",
+        "lock held",
+        "statement refused",
+        "statement error",
+        "rolled back",
+        "commit fails",
+        "commit and rollback fail",
+    ]
 )
 
 
 class _Injected(sqlite3.OperationalError):
-    """The machine's fault."""
+    """The machine's fault (an I/O error, say): it fails a whole group."""
+
+
+class _Refused(sqlite3.IntegrityError):
+    """The machine's fault that SQLite undoes alone (a constraint): it fails its write only."""
 
 
 class _FaultyDb:
@@ -73,14 +93,18 @@ class _FaultyDb:
         self._trace.append(verb)
         if verb in ("INSERT", "UPDATE"):
             self._writes += 1
-            if self._writes == self._at and self._fault == "statement raises":
-                raise _Injected("statement raises")
+            if self._writes == self._at and self._fault == "statement refused":
+                raise _Refused("statement refused")
+            if self._writes == self._at and self._fault == "statement error":
+                raise _Injected("statement error")
             if self._writes == self._at and self._fault == "rolled back":
                 if self._db.in_transaction:
                     self._db.execute("ROLLBACK")  # as SQLite does on a full disk
                 raise _Injected("rolled back")
-        if verb == "COMMIT" and self._fault == "commit fails":
+        if verb == "COMMIT" and self._fault in ("commit fails", "commit and rollback fail"):
             raise _Injected("commit fails")
+        if verb == "ROLLBACK" and self._fault == "commit and rollback fail":
+            raise _Injected("rollback fails")
         return self._db.execute(sql, *args)
 
 
@@ -103,6 +127,8 @@ class GroupMachineBase(RuleBasedStateMachine):
             WriterLock(self.lock_path), 0.02, lambda s, v, now: s.bind(v)
         )
         self.model: dict[str, int] = {}
+        #: Whether a group could not be rolled back (the writer then serves nothing).
+        self.broken = False
         self.queued: list[tuple[QueuedWrite, tuple[Any, ...]]] = []
         self.trace: list[str] = []
 
@@ -172,25 +198,32 @@ class GroupMachineBase(RuleBasedStateMachine):
         self, group: list[tuple[QueuedWrite, tuple[Any, ...]]], fault: str, at: int
     ) -> list[tuple[Any, Any]]:
         """Each write's answer by the model, applying the group to it if it commits."""
+        if self.broken:
+            return [(None, BrokenConnectionError)] * len(group)
         if fault == "lock held":
             return [(None, LedgerBusyError)] * len(group)
-        struck = at <= len(group) and fault in ("statement raises", "rolled back")
-        if struck and fault == "rolled back" and len(group) > 1:
-            return [(None, _Injected)] * len(group)  # SQLite dropped the whole transaction
-        if fault == "commit fails" and len(group) > 1:
+        several = len(group) > 1
+        struck = at <= len(group)
+        if several and struck and fault in ("statement error", "rolled back"):
+            return [(None, _Injected)] * len(group)  # an error that is not one statement's
+        if several and fault in ("commit fails", "commit and rollback fail"):
+            if fault == "commit and rollback fail":
+                self.broken = True  # left inside its transaction: nothing more is served
             return [(None, _Injected)] * len(group)  # a lone write has no COMMIT of its own
         after = dict(self.model)
         answers: list[tuple[Any, Any]] = []
         for n, (_, write) in enumerate(group, start=1):
-            if struck and n == at:
-                answers.append((None, _Injected))  # fails alone
+            if struck and n == at and fault in ("statement refused", "statement error"):
+                answers.append((None, _Refused if fault == "statement refused" else _Injected))
+            elif struck and n == at and fault == "rolled back":
+                answers.append((None, _Injected))  # alone, in autocommit
             else:
                 answers.append(_apply(after, write))
         self.model = after
         return answers
 
     def _check_one_transaction(self, size: int, fault: str) -> None:
-        if size > 1 and fault != "lock held" and self.trace.count("BEGIN") != 1:
+        if size > 1 and fault != "lock held" and not self.broken and self.trace.count("BEGIN") != 1:
             raise violation(
                 self.history,
                 "group-commits-once",

@@ -80,18 +80,8 @@ PLANTED_EXAMPLES = [
         "sqlite-writes-after-the-lock",
         "every SQLite write statement runs while the cross-process writer lock is held",
         "dataoad/ledgers/_sqlite_group.py",
-        "            with self._writer.hold(self._busy_timeout):\n"
-        "                now = None if self._clock is None else self._clock()\n"
-        "                if len(group) == 1:\n"
-        "                    self._run_alone(db, group[0], now)\n"
-        "                else:\n"
-        "                    self._run_group(db, group, now)",
-        "            with self._writer.hold(self._busy_timeout):\n"
-        "                now = None if self._clock is None else self._clock()\n"
-        "            if len(group) == 1:\n"
-        "                self._run_alone(db, group[0], now)\n"
-        "            else:\n"
-        "                self._run_group(db, group, now)",
+        "                if group:\n                    self._run(db, group)\n",
+        "            if group:\n                self._run(db, group)\n",
         (
             "tests/test_sqlite_lock_and_exit.py"
             "::test_every_write_statement_runs_while_the_writer_lock_is_held",

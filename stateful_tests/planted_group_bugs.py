@@ -6,6 +6,7 @@ careless change would; the group machine must report it.
 
 from __future__ import annotations
 
+import contextlib
 import sqlite3
 from typing import Any
 
@@ -30,9 +31,22 @@ class KeepsAnswersOfARolledBackGroup(GroupWriter):
 class CommitsEachWrite(GroupWriter):
     """Runs a group's writes one autocommit statement after another (no shared transaction)."""
 
-    def _run_group(self, db: sqlite3.Connection, group: list[QueuedWrite]) -> None:
+    def _run(self, db: sqlite3.Connection, group: list[QueuedWrite]) -> None:
+        now = None if self._clock is None else self._clock()
         for entry in group:
-            self._run_alone(db, entry)
+            try:
+                entry.rows = self._execute(db, entry, now)
+            except Exception as exc:
+                entry.error = exc
+
+
+class ServesAfterAFailedRollback(GroupWriter):
+    """Keeps serving a connection left inside a group it could not roll back."""
+
+    def _roll_back(self, db: sqlite3.Connection) -> None:
+        with contextlib.suppress(Exception):
+            if db.in_transaction:
+                db.execute("ROLLBACK")
 
 
 def _keeps_answers(mp: pytest.MonkeyPatch) -> dict[str, Any]:
@@ -41,6 +55,10 @@ def _keeps_answers(mp: pytest.MonkeyPatch) -> dict[str, Any]:
 
 def _commits_each(mp: pytest.MonkeyPatch) -> dict[str, Any]:
     return {"writer_class": CommitsEachWrite}
+
+
+def _serves_after_failed_rollback(mp: pytest.MonkeyPatch) -> dict[str, Any]:
+    return {"writer_class": ServesAfterAFailedRollback}
 
 
 GROUP_BUGS = [
@@ -57,5 +75,12 @@ GROUP_BUGS = [
         "group",
         names("group-commits-once", "group-answers-follow-the-model"),
         _commits_each,
+    ),
+    PlantedBug(
+        "group-serves-after-a-failed-rollback",
+        "a group whose COMMIT and ROLLBACK both fail, then more writes",
+        "group",
+        names("group-answers-follow-the-model", "group-stores-exactly-what-it-answered"),
+        _serves_after_failed_rollback,
     ),
 ]

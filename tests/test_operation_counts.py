@@ -20,6 +20,7 @@ from typing import Any
 import aiosqlite
 import pytest
 
+import dataoad.ledgers._sqlite_live as sqlite_live
 from dataoad import ActionRunner, DefinitiveFailure, Ledger, RetryPolicy, SQLiteLedger
 from dataoad.ledgers._codec import values_of
 from dataoad.testing import FaultyLedger
@@ -119,8 +120,15 @@ def traced(
         hops[0] += 1
         return await original(self, fn, *args, **kwargs)
 
+    queue_now = sqlite_live.queue_on_thread
+
+    def counted_now(conn: aiosqlite.Connection, fn: Any) -> Any:
+        hops[0] += 1  # a group's flush, queued without an awaited hand-off
+        return queue_now(conn, fn)
+
     monkeypatch.setattr(sqlite3, "connect", tracing_connect)
     monkeypatch.setattr(aiosqlite.Connection, "_execute", counted)
+    monkeypatch.setattr(sqlite_live, "queue_on_thread", counted_now)
     return statements, hops
 
 

@@ -14,6 +14,8 @@ import contextlib
 import fcntl
 import os
 import sqlite3
+import subprocess
+import sys
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -31,7 +33,7 @@ from dataoad import (
     SQLiteLedger,
 )
 from dataoad.ledgers import _sqlite_live as live
-from dataoad.ledgers._sqlite_group import GroupWriter, answer
+from dataoad.ledgers._sqlite_group import BrokenConnectionError, GroupWriter, answer
 from dataoad.ledgers._statements import SQLITE, compile_sql
 from dataoad.ledgers._writer_lock import WriterLock
 from tests.support import CountingOperation, lock_is_free
@@ -72,20 +74,20 @@ class Statements:
 
 
 class FailingDb:
-    """A connection whose ``fail_on``-th statement starting with ``verb`` raises."""
+    """A connection whose statements starting with one of ``verbs`` raise."""
 
-    def __init__(self, db: sqlite3.Connection, verb: str, *, roll_back: bool = False) -> None:
-        self._db, self._verb, self._roll_back = db, verb, roll_back
+    def __init__(self, db: sqlite3.Connection, *verbs: str, roll_back: bool = False) -> None:
+        self._db, self._verbs, self._roll_back = db, verbs, roll_back
 
     @property
     def in_transaction(self) -> bool:
         return self._db.in_transaction
 
     def execute(self, sql: str, *args: Any) -> Any:
-        if sql.startswith(self._verb):
-            if self._roll_back:  # as SQLite does on a full disk or an I/O error
+        if sql.startswith(self._verbs):
+            if self._roll_back and self._db.in_transaction:  # as SQLite does on a full disk
                 self._db.execute("ROLLBACK")
-            raise sqlite3.OperationalError(f"injected at {self._verb}")
+            raise sqlite3.OperationalError(f"injected at {sql.split()[0]}")
         return self._db.execute(sql, *args)
 
 
@@ -411,3 +413,122 @@ async def test_a_failed_group_commit_of_outcomes_leaves_claims_pending_never_rep
             await runner.execute("charge", op_for(n), request={"n": n}, idempotency_key=f"k{n}")
     assert counts == [1, 1, 1, 1]
     await ledger.close()
+
+
+async def test_a_group_that_cannot_be_rolled_back_leaves_a_ledger_that_refuses_everything(
+    tmp_path: Path,
+) -> None:
+    """COMMIT and ROLLBACK both fail: the connection would show uncommitted claims as stored.
+
+    The ledger then refuses every read and write on it, so no read-back can
+    prove a claim that was never committed: nothing is invoked.
+    """
+    path = tmp_path / "ledger.sqlite3"
+    ledger = SQLiteLedger(path)
+    runner = ActionRunner(ledger, lease=None)
+    await runner.execute("charge", CountingOperation(), request={}, idempotency_key="warm")
+    group = ledger._group
+    real_flush = group.flush
+
+    def flush(db: sqlite3.Connection) -> None:
+        with group._lock:
+            several = len(group._queue) > 1
+        real_flush(FailingDb(db, "COMMIT", "ROLLBACK") if several else db)  # type: ignore[arg-type]
+
+    group.flush = flush  # type: ignore[method-assign]
+    ops = [CountingOperation(f"ch_{n}") for n in range(3)]
+    outcomes = await _first_calls_held_together(ledger, runner, ops)
+    assert [type(o) for o in outcomes] == [NothingInvokedError] * 3
+    assert [op.calls for op in ops] == [0, 0, 0]
+    with pytest.raises(BrokenConnectionError):
+        await ledger.get("0" * 32)
+    later = await asyncio.gather(
+        runner.execute("charge", CountingOperation(), request={}, idempotency_key="later"),
+        return_exceptions=True,
+    )
+    assert isinstance(later[0], NothingInvokedError)
+    await ledger.close()  # closing rolls the stuck transaction back
+    async with SQLiteLedger(path) as fresh:
+        assert [r.idempotency_key for r in await fresh.receipts()] == ["warm"]
+
+
+async def test_a_caller_cancelled_while_its_group_waits_for_the_lock_never_writes(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "ledger.sqlite3"
+    ledger = SQLiteLedger(path, busy_timeout=5)
+    runner = ActionRunner(ledger, lease=None)
+    await runner.execute("charge", CountingOperation(), request={}, idempotency_key="warm")
+    holder = os.open(tmp_path / "ledger.sqlite3.lock", os.O_CREAT | os.O_RDWR, 0o600)
+    fcntl.flock(holder, fcntl.LOCK_EX)  # another process writing: the group waits
+    op = CountingOperation()
+    call = asyncio.ensure_future(
+        runner.execute("charge", op, request={"n": 1}, idempotency_key="given-up")
+    )
+    await asyncio.sleep(0.2)  # its claim's group is waiting for the lock
+    call.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await call
+    os.close(holder)  # the group gets the lock, and finds its only write withdrawn
+    await runner.execute("charge", CountingOperation(), request={}, idempotency_key="after")
+    assert await ledger.receipts(idempotency_key="given-up") == []
+    assert op.calls == 0
+    await ledger.close()
+
+
+def test_a_program_ending_while_a_write_is_queued_ends(tmp_path: Path) -> None:
+    """``asyncio.run`` cancels every task at its end; a write queued then (and the runner's
+    own write on cancellation) is still answered, so the program ends."""
+    code = f"""
+import asyncio
+from dataoad import SQLiteLedger
+
+async def worker(ledger):
+    try:
+        await ledger.release("a" * 32, 1)
+    except asyncio.CancelledError:
+        await ledger.release("b" * 32, 1)  # a best-effort write on cancellation
+        raise
+
+async def main():
+    ledger = SQLiteLedger({str(tmp_path / "ledger.sqlite3")!r})
+    await ledger.get("c" * 32)
+    asyncio.get_running_loop().create_task(worker(ledger))
+    # main ends in the same turn the worker queues its write
+
+asyncio.run(main())
+print("ended")
+"""
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=False
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "ended"
+
+
+async def test_an_error_that_is_not_one_statements_fails_the_whole_group(
+    tmp_path: Path, db: sqlite3.Connection
+) -> None:
+    group = writer(tmp_path)
+    entries = [group.enqueue(INSERT, {"k": f"k{n}", "v": n}) for n in range(3)]
+
+    class DiskFull:
+        def __init__(self) -> None:
+            self.writes = 0
+
+        @property
+        def in_transaction(self) -> bool:
+            return db.in_transaction
+
+        def execute(self, sql: str, *args: Any) -> Any:
+            if sql.startswith("INSERT"):
+                self.writes += 1
+                if self.writes == 2:  # SQLite kept the transaction, but the disk is full
+                    raise sqlite3.OperationalError("database or disk is full")
+            return db.execute(sql, *args)
+
+    group.flush(DiskFull())  # type: ignore[arg-type]
+    for entry in entries:
+        with pytest.raises(sqlite3.OperationalError):
+            answer(entry)
+    assert stored(tmp_path / "g.sqlite3") == {}

@@ -25,8 +25,8 @@ from dataoad.ledgers._audit import (
 )
 from dataoad.ledgers._codec import with_operator_record
 from dataoad.ledgers._sqlite_file import clock_text
+from dataoad.ledgers._sqlite_group import GroupWriter
 from dataoad.ledgers._statements import SQLITE, Statement
-from dataoad.ledgers._writer_lock import WriterLock
 
 __all__ = ["SQLiteAudit"]
 
@@ -36,8 +36,7 @@ _AUDIT: Final = AuditStatements("operator_audit", SQLITE, "receipts")
 class SQLiteAudit:
     """``append_audit`` and ``audit`` over the ledger's connection and writer lock."""
 
-    busy_timeout: float
-    _writer: WriterLock
+    _group: GroupWriter
 
     async def _connection(self) -> aiosqlite.Connection:
         raise NotImplementedError
@@ -55,20 +54,15 @@ class SQLiteAudit:
         return await live.on_thread(conn, lambda: self._append_now(conn._conn, record))
 
     def _append_now(self, db: sqlite3.Connection, record: OperatorRecord) -> OperatorRecord:
-        with self._writer.hold(self.busy_timeout):
-            db.execute("BEGIN IMMEDIATE")
-            try:
-                values = {**insert_values(record), "now": 0}  # _params reads the clock
-                at = db.execute(_AUDIT.insert.sql, self._params(_AUDIT.insert, values)).fetchone()
-                stored = dataclasses.replace(record, at=datetime.fromisoformat(at[0]))
-                if record.action_id is not None:
-                    self._append_to_receipt(db, stored)
-                db.execute("COMMIT")
-            except BaseException:
-                if db.in_transaction:
-                    db.execute("ROLLBACK")
-                raise
-        return stored
+        def insert_and_append() -> OperatorRecord:
+            values = {**insert_values(record), "now": 0}  # _params reads the clock
+            at = db.execute(_AUDIT.insert.sql, self._params(_AUDIT.insert, values)).fetchone()
+            stored = dataclasses.replace(record, at=datetime.fromisoformat(at[0]))
+            if record.action_id is not None:
+                self._append_to_receipt(db, stored)
+            return stored
+
+        return self._group.transaction(db, insert_and_append)
 
     @staticmethod
     def _append_to_receipt(db: sqlite3.Connection, stored: OperatorRecord) -> None:

@@ -3,22 +3,28 @@
 Every write a ledger call makes is one conditional statement. Alone, each
 is its own transaction, so each pays for the writer lock and a sync to disk
 (``synchronous=FULL``), and concurrent calls queue behind each other's
-syncs. Here each write is put in a queue, and a flush is queued on the
-connection's thread unless one is queued already: writes that arrive while
-the thread is busy (syncing the previous group) are run together by the
-next flush, under one hold of the writer lock, in one ``BEGIN IMMEDIATE``
-... ``COMMIT``, with the ledger's clock read once. The flush answers the
-whole group with one wake-up of the event loop, after the commit that holds
-its writes.
+syncs. Here each write is put in a queue, and a flush is put straight on
+the connection thread's queue (no task in between, so no cancellation can
+lose it) unless one is queued already: writes that arrive while the thread
+is busy (syncing the previous group) are run together by the next flush,
+under one hold of the writer lock, in one ``BEGIN IMMEDIATE`` ...
+``COMMIT``, with the ledger's clock read once. The flush answers the whole
+group with one wake-up of the event loop, after the commit that holds its
+writes.
 
-* Every statement keeps its own condition. A statement that raises fails
-  alone: SQLite undoes a failed statement and keeps the transaction (an
-  error that ends the transaction fails the group, below); one whose
-  condition does not hold changes nothing, as before.
-* If the group cannot be committed (or an error rolls the whole
-  transaction back), every write in it fails with that error. The caller
-  then reads its receipt back (the proven-write rule), exactly as after
-  any write whose acknowledgement was lost.
+* Every statement keeps its own condition. A statement SQLite refuses (a
+  constraint, a bad binding) fails alone: SQLite undoes a failed statement
+  and keeps the transaction. Any other error (I/O, a full disk, memory)
+  fails the whole group, as SQLite's documentation advises.
+* If the group cannot be committed, every write in it fails with that
+  error. The caller then reads its receipt back (the proven-write rule),
+  exactly as after any write whose acknowledgement was lost.
+* If a failed group cannot even be rolled back, the connection is left
+  inside a transaction whose uncommitted writes its own reads would see:
+  the writer is then ``broken`` and the ledger refuses every later read and
+  write on that connection, so nothing uncommitted is ever taken as stored.
+* A caller that gives up before the group holding its write has the writer
+  lock withdraws it: it never runs later, when nobody waits for it.
 * A lone write runs as before: one statement in autocommit.
 * The writer lock is held for the whole group, waited for at most
   ``busy_timeout`` seconds; a group that cannot have it fails as a whole
@@ -35,18 +41,33 @@ import sqlite3
 import threading
 from collections.abc import Callable
 from datetime import datetime
-from typing import Any
+from typing import Any, Final, TypeVar
 
 import aiosqlite
 
+from dataoad._errors import LedgerClosedError
 from dataoad.ledgers import _sqlite_live as live
 from dataoad.ledgers._statements import Statement
 from dataoad.ledgers._writer_lock import WriterLock
 
-__all__ = ["GroupWriter", "QueuedWrite", "answer"]
+__all__ = ["BrokenConnectionError", "GroupWriter", "QueuedWrite", "answer"]
+
+T = TypeVar("T")
 
 #: A statement's arguments, with the ledger's clock (read once per group).
 Params = Callable[[Statement, dict[str, Any], datetime | None], tuple[Any, ...]]
+
+#: Errors of one statement that SQLite undoes alone, keeping the transaction.
+_STATEMENT_ERRORS: Final = (
+    sqlite3.IntegrityError,
+    sqlite3.ProgrammingError,
+    sqlite3.InterfaceError,
+    KeyError,  # a statement's parameter missing from its values
+)
+
+
+class BrokenConnectionError(sqlite3.OperationalError):
+    """A failed group could not be rolled back: this connection serves nothing more."""
 
 
 @dataclasses.dataclass(slots=True, eq=False)
@@ -59,7 +80,8 @@ class QueuedWrite:
     done: asyncio.Future[None] | None = None
     rows: list[Any] | None = None
     error: BaseException | None = None
-    #: "new", "queued", "taken" (by a flush) or "withdrawn" (by its caller).
+    #: "new", "queued", "taken" (by a flush waiting for the lock), "running"
+    #: (the lock is held: it runs) or "withdrawn" (by its caller: it never runs).
     state: str = "new"
 
 
@@ -80,7 +102,8 @@ class GroupWriter:
         self._queue: list[QueuedWrite] = []
         self._lock = threading.Lock()
         self._flush_queued = False
-        self._flushers: set[asyncio.Future[Any]] = set()
+        #: Set when a failed group could not be rolled back (see the module's notes).
+        self.broken: BrokenConnectionError | None = None
         #: Sizes of the groups run, for tests and benchmarks (the latest 1,000 or so).
         self.group_sizes: list[int] = []
 
@@ -101,7 +124,7 @@ class GroupWriter:
         try:
             await entry.done
         except BaseException:
-            self.withdraw(entry)  # given up before a flush took it: it must never run
+            self.withdraw(entry)  # given up before its group had the lock: it never runs
             raise
         return answer(entry)
 
@@ -110,36 +133,39 @@ class GroupWriter:
             if self._flush_queued or not self._queue:
                 return  # the flush already queued takes whatever is queued now
             self._flush_queued = True
-        flusher = asyncio.ensure_future(self._flush_on_thread(conn))
-        self._flushers.add(flusher)
-        flusher.add_done_callback(self._flushers.discard)
-
-    async def _flush_on_thread(self, conn: aiosqlite.Connection) -> None:
         try:
-            await live.on_thread(conn, lambda: self.flush(conn._conn))
-        except BaseException as exc:  # the thread is gone (closed, stopped): nothing ran
-            with self._lock:
-                group, self._queue = self._queue, []
-                self._flush_queued = False
-                for entry in group:
-                    entry.state = "taken"
-            self._fail_all(group, exc)
-            _settle(group)
-            if not isinstance(exc, Exception):
-                raise
+            queued = live.queue_on_thread(conn, lambda: self.flush(conn._conn))
+        except Exception as exc:  # closed: nothing was queued, and no flush will come
+            self._fail_queued(exc)
+            return
+        queued.add_done_callback(self._after_flush)
+
+    def _after_flush(self, queued: asyncio.Future[None]) -> None:
+        if queued.cancelled() or queued.exception() is not None:
+            # The thread never ran it (stopped, closed): answer what waits.
+            self._fail_queued(LedgerClosedError("the ledger's connection stopped"))
+
+    def _fail_queued(self, exc: Exception) -> None:
+        with self._lock:
+            group, self._queue = self._queue, []
+            self._flush_queued = False
+            for entry in group:
+                entry.state = "running"
+        self._fail_all(group, exc)
+        _settle(group)
 
     def withdraw(self, entry: QueuedWrite) -> bool:
-        """Take ``entry`` out of the queue unless a flush took it; whether it was withdrawn.
+        """Take ``entry`` back unless its group already holds the lock; whether it was.
 
         A caller that gives up (cancelled, or its connection stopped) must
         not leave a write behind to run later, when nobody is waiting for it.
         """
         with self._lock:
-            if entry.state == "taken":
+            if entry.state == "running":
                 return False
             if entry.state == "queued":
                 self._queue.remove(entry)
-            entry.state = "withdrawn"  # and a put still on its way will not queue it
+            entry.state = "withdrawn"  # a put on its way, or a flush, will skip it
             return True
 
     def enqueue(self, statement: Statement, values: dict[str, Any]) -> QueuedWrite:
@@ -157,26 +183,92 @@ class GroupWriter:
     def flush(self, db: sqlite3.Connection) -> None:
         """On the connection's thread: run every queued write as one group, then answer it."""
         with self._lock:
-            group, self._queue = self._queue, []
+            taken, self._queue = self._queue, []
             self._flush_queued = False
-            for entry in group:
+            for entry in taken:
                 entry.state = "taken"
-        if not group:
+        if not taken:
             return  # an earlier flush took these writes
+        group: list[QueuedWrite] = []
         try:
+            self.check_usable()  # before waiting for the lock: it would serve nothing
             with self._writer.hold(self._busy_timeout):
-                now = None if self._clock is None else self._clock()
-                if len(group) == 1:
-                    self._run_alone(db, group[0], now)
-                else:
-                    self._run_group(db, group, now)
-        except BaseException as exc:  # no lock, or the group not committed
+                with self._lock:  # from here on a write runs: no caller takes it back
+                    group = [e for e in taken if e.state == "taken"]
+                    for entry in group:
+                        entry.state = "running"
+                if group:
+                    self._run(db, group)
+        except BaseException as exc:  # no lock, a broken connection, or no commit
+            group = [e for e in taken if e.state != "withdrawn"]
             self._fail_all(group, exc)
         else:
             self.group_sizes.append(len(group))
             if len(self.group_sizes) > 1000:
                 del self.group_sizes[:500]
-        _settle(group)
+        _settle(taken)
+
+    def check_usable(self) -> None:
+        """BrokenConnectionError once a failed group could not be rolled back (reads too:
+        they would see its uncommitted writes)."""
+        if self.broken is not None:
+            raise copy.copy(self.broken)
+
+    def transaction(self, db: sqlite3.Connection, body: Callable[[], T]) -> T:
+        """On the connection's thread: ``body`` as one transaction under the writer lock."""
+        with self._writer.hold(self._busy_timeout):
+            self._check_idle(db)
+            db.execute("BEGIN IMMEDIATE")
+            try:
+                result = body()
+                db.execute("COMMIT")
+            except BaseException:
+                self._roll_back(db)
+                raise
+        return result
+
+    def _check_idle(self, db: sqlite3.Connection) -> None:
+        if self.broken is None and db.in_transaction:
+            self._roll_back(db)  # left open by someone else: never build on it
+        self.check_usable()
+
+    def _run(self, db: sqlite3.Connection, group: list[QueuedWrite]) -> None:
+        self._check_idle(db)
+        now = None if self._clock is None else self._clock()
+        if len(group) == 1:
+            entry = group[0]
+            try:
+                entry.rows = self._execute(db, entry, now)
+            except Exception as exc:
+                entry.error = exc
+            return
+        db.execute("BEGIN IMMEDIATE")
+        try:
+            for entry in group:
+                try:
+                    entry.rows = self._execute(db, entry, now)
+                except _STATEMENT_ERRORS as exc:
+                    entry.error = exc  # undone by SQLite alone; the others go on
+                if not db.in_transaction:
+                    raise entry.error or sqlite3.OperationalError("transaction rolled back")
+            db.execute("COMMIT")
+        except BaseException:
+            self._roll_back(db)
+            raise
+
+    def _execute(self, db: sqlite3.Connection, entry: QueuedWrite, now: datetime | None) -> Any:
+        params = self._params(entry.statement, entry.values, now)
+        return db.execute(entry.statement.sql, params).fetchall()
+
+    def _roll_back(self, db: sqlite3.Connection) -> None:
+        with contextlib.suppress(Exception):  # the group's own error is the one to report
+            if db.in_transaction:
+                db.execute("ROLLBACK")
+        if db.in_transaction:
+            self.broken = BrokenConnectionError(
+                "a failed group of writes could not be rolled back; this ledger's connection "
+                "is unusable: close the ledger and open it again"
+            )
 
     @staticmethod
     def _fail_all(group: list[QueuedWrite], exc: BaseException) -> None:
@@ -184,31 +276,6 @@ class GroupWriter:
         # error too, never with rows a rollback took back.
         for entry in group:
             entry.rows, entry.error = None, exc
-
-    def _run_alone(self, db: sqlite3.Connection, entry: QueuedWrite, now: datetime | None) -> None:
-        try:
-            entry.rows = db.execute(
-                entry.statement.sql, self._params(entry.statement, entry.values, now)
-            ).fetchall()
-        except Exception as exc:
-            entry.error = exc
-
-    def _run_group(
-        self, db: sqlite3.Connection, group: list[QueuedWrite], now: datetime | None
-    ) -> None:
-        db.execute("BEGIN IMMEDIATE")
-        try:
-            for entry in group:
-                self._run_alone(db, entry, now)  # a failed statement is undone by SQLite
-                if not db.in_transaction:
-                    # SQLite rolled the whole transaction back (a full disk,
-                    # an I/O error): nothing of the group is stored.
-                    raise entry.error or sqlite3.OperationalError("transaction rolled back")
-            db.execute("COMMIT")
-        except BaseException:
-            if db.in_transaction:
-                db.execute("ROLLBACK")
-            raise
 
 
 def _settle(group: list[QueuedWrite]) -> None:
@@ -233,5 +300,6 @@ def answer(entry: QueuedWrite) -> list[Any]:
     if entry.error is not None:
         # One group's error may answer many callers: each raises its own copy.
         raise copy.copy(entry.error) from entry.error
-    assert entry.rows is not None
+    if entry.rows is None:
+        raise LedgerClosedError("the write was never run: its ledger stopped")
     return entry.rows

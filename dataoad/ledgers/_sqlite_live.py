@@ -14,6 +14,7 @@ after the exit hook).
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import threading
 import warnings
@@ -24,7 +25,15 @@ import aiosqlite
 
 from dataoad._in_flight import EXIT_WAIT, wait_for_calls
 
-__all__ = ["connect", "more_work_queued", "on_thread", "stop", "stop_live_connections", "take"]
+__all__ = [
+    "connect",
+    "more_work_queued",
+    "on_thread",
+    "queue_on_thread",
+    "stop",
+    "stop_live_connections",
+    "take",
+]
 
 T = TypeVar("T")
 
@@ -57,6 +66,20 @@ async def on_thread(conn: aiosqlite.Connection, fn: Callable[[], T]) -> T:
     """Run ``fn`` on the connection's own thread, in order with its statements."""
     # aiosqlite's queue of work for that thread; it has no public entry point.
     return cast(T, await conn._execute(fn))  # type: ignore[no-untyped-call]
+
+
+def queue_on_thread(conn: aiosqlite.Connection, fn: Callable[[], T]) -> asyncio.Future[T]:
+    """Queue ``fn`` on the connection's thread now, without a task in between.
+
+    What ``on_thread`` does before it awaits, done at once: work queued here
+    runs even if whoever asked for it is cancelled a moment later. Raises
+    ValueError when the connection is closed (nothing was queued).
+    """
+    if not getattr(conn, "_running", False) or getattr(conn, "_connection", None) is None:
+        raise ValueError("the SQLite connection is closed")
+    future: asyncio.Future[T] = asyncio.get_running_loop().create_future()
+    conn._tx.put_nowait((future, fn))
+    return future
 
 
 def more_work_queued(conn: aiosqlite.Connection) -> bool:

@@ -28,6 +28,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import os
+import sqlite3
 import weakref
 from collections.abc import Iterable, Sequence
 from datetime import UTC, datetime, timedelta
@@ -218,7 +219,14 @@ class SQLiteLedger(SQLiteAudit):
 
     async def _read(self, sql: str, params: Iterable[Any]) -> list[Any]:
         conn = await self._connection()
-        return list(await conn.execute_fetchall(sql, tuple(params)))
+        args = tuple(params)
+        return await live.on_thread(conn, lambda: self._read_now(conn._conn, sql, args))
+
+    def _read_now(self, db: sqlite3.Connection, sql: str, args: tuple[Any, ...]) -> list[Any]:
+        # Checked on the thread, after any group queued before: a connection
+        # left inside a failed transaction would show its uncommitted writes.
+        self._group.check_usable()
+        return db.execute(sql, args).fetchall()
 
     async def _write(self, statement: Statement, values: dict[str, Any]) -> list[Any]:
         conn = await self._connection()
@@ -284,6 +292,7 @@ class SQLiteLedger(SQLiteAudit):
         self, conn: aiosqlite.Connection, values: dict[str, Any], entry: QueuedWrite
     ) -> ActionReceipt | bool:
         """The key's holder; else the claim queued (False) or, alone, run now (True)."""
+        self._group.check_usable()
         find = _SQL["find"]
         rows = conn._conn.execute(find.sql, find.bind(values)).fetchall()
         if rows:
