@@ -28,6 +28,7 @@ from dataoad._proven import keeps_leases
 from dataoad._verification import MAX_IDENTIFIER_LENGTH, check_stored_text
 
 __all__ = [
+    "EXECUTE_OPTIONS",
     "MAX_TEXT_ARG_LENGTH",
     "MAX_WAIT_IN_PROGRESS",
     "check_clock",
@@ -41,6 +42,20 @@ __all__ = [
     "check_wait",
     "prepare_call",
 ]
+
+#: ``execute``'s options beyond its action, operation, request and key, declared
+#: once: every front end (``SyncActionRunner``, ``guarded``, ``run_tool`` and
+#: ``GuardedTool``, the engine steps) takes each of them or says why not, and
+#: ``tests/test_execute_options.py`` compares them all with this.
+EXECUTE_OPTIONS: Final = (
+    "provider_reference",
+    "verifier",
+    "risk",
+    "metadata",
+    "policy",
+    "wait_in_progress",
+    "expires_after",
+)
 
 #: The bounds of a runner built without any.
 _DEFAULT_BOUNDS: Final = Bounds()

@@ -36,10 +36,7 @@ class _Guard:
         idempotency_key: Callable[..., str],
         request: Callable[..., dict[str, Any]],
         provider_reference: Callable[..., str | None] | None,
-        verifier: AnyVerifier | None,
-        policy: RetryPolicy | None,
-        risk: str | None,
-        wait_in_progress: float | None,
+        options: dict[str, Any],
     ) -> None:
         if not isinstance(runner, ActionRunner | SyncActionRunner):
             raise InvalidArgumentError(
@@ -56,10 +53,8 @@ class _Guard:
         self.idempotency_key = idempotency_key
         self.request = request
         self.provider_reference = provider_reference
-        self.verifier = verifier
-        self.policy = policy
-        self.risk = risk
-        self.wait_in_progress = wait_in_progress
+        #: The options passed to every ``execute`` unchanged (checked there, per call).
+        self.options = options
 
     def arguments(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> dict[str, Any]:
         """``execute``'s keyword arguments for one call, derived from its arguments."""
@@ -69,10 +64,7 @@ class _Guard:
             "provider_reference": None
             if self.provider_reference is None
             else self.provider_reference(*args, **kwargs),
-            "verifier": self.verifier,
-            "risk": self.risk,
-            "policy": self.policy,
-            "wait_in_progress": self.wait_in_progress,
+            **self.options,
         }
 
 
@@ -150,6 +142,8 @@ def guarded(
     policy: RetryPolicy | None = ...,
     risk: str | None = ...,
     wait_in_progress: float | None = ...,
+    metadata: dict[str, Any] | None = ...,
+    expires_after: float | None = ...,
 ) -> _AsyncDecorator: ...
 
 
@@ -165,6 +159,8 @@ def guarded(
     policy: RetryPolicy | None = ...,
     risk: str | None = ...,
     wait_in_progress: float | None = ...,
+    metadata: dict[str, Any] | None = ...,
+    expires_after: float | None = ...,
 ) -> _SyncDecorator: ...
 
 
@@ -179,6 +175,8 @@ def guarded(
     policy: RetryPolicy | None = None,
     risk: str | None = None,
     wait_in_progress: float | None = None,
+    metadata: dict[str, Any] | None = None,
+    expires_after: float | None = None,
 ) -> _AsyncDecorator | _SyncDecorator:
     """Guard a function with ``runner``: calling it runs ``runner.execute``.
 
@@ -188,7 +186,8 @@ def guarded(
     returning an ``ActionResult``; a sync function with a ``SyncActionRunner``
     becomes a sync function returning one. Any other pairing raises
     InvalidArgumentError when decorating. Name, docstring and signature are
-    kept. ``policy``, ``risk`` and ``wait_in_progress`` go to ``execute``.
+    kept. ``verifier``, ``policy``, ``risk``, ``wait_in_progress``, ``metadata``
+    and ``expires_after`` go to ``execute`` unchanged on every call.
     """
     guard = _Guard(
         action_name,
@@ -196,10 +195,14 @@ def guarded(
         idempotency_key,
         request,
         provider_reference,
-        verifier,
-        policy,
-        risk,
-        wait_in_progress,
+        {
+            "verifier": verifier,
+            "policy": policy,
+            "risk": risk,
+            "wait_in_progress": wait_in_progress,
+            "metadata": metadata,
+            "expires_after": expires_after,
+        },
     )
     if isinstance(runner, SyncActionRunner):
         return _SyncDecorator(guard)

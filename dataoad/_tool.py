@@ -179,6 +179,10 @@ async def run_tool(
     verifier: AnyVerifier | None = None,
     policy: RetryPolicy | None = None,
     action: str | None = None,
+    risk: str | None = None,
+    metadata: dict[str, Any] | None = None,
+    wait_in_progress: float | None = None,
+    expires_after: float | None = None,
 ) -> ToolOutcome:
     """``runner.execute`` for a tool call; every protocol outcome becomes a ToolOutcome.
 
@@ -196,6 +200,10 @@ async def run_tool(
             provider_reference=provider_reference,
             verifier=verifier,
             policy=policy,
+            risk=risk,
+            metadata=metadata,
+            wait_in_progress=wait_in_progress,
+            expires_after=expires_after,
         )
     except (ActionInProgressError, IdempotencyConflictError, ActionPersistenceError) as exc:
         return describe_error(exc, label)
@@ -220,6 +228,10 @@ class GuardedTool:
     verifier: AnyVerifier | None = None
     policy: RetryPolicy | None = None
     action: str | None = None
+    risk: str | None = None
+    metadata: dict[str, Any] | None = None
+    wait_in_progress: float | None = None
+    expires_after: float | None = None
 
     def __post_init__(self) -> None:
         # Tool adapters await the runner: a SyncActionRunner would fail only at
@@ -288,4 +300,8 @@ class GuardedTool:
             verifier=self.verifier,
             policy=self.policy,
             action=self.action,
+            risk=self.risk,
+            metadata=self.metadata,
+            wait_in_progress=self.wait_in_progress,
+            expires_after=self.expires_after,
         )

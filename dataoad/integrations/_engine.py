@@ -100,7 +100,12 @@ def unresolved(result: ActionResult[Any], engine: str) -> UnresolvedActionError:
 
 
 class EngineStep:
-    """One guarded step of an engine: its fixed options, checked once when decorating."""
+    """One guarded step of an engine: its fixed options, checked once when decorating.
+
+    Every option of ``execute`` but ``expires_after``: an engine runs a step
+    at least once, and a step re-executed after its receipt expired would
+    run the operation again (a second charge), so a re-run always replays.
+    """
 
     def __init__(
         self,
@@ -113,6 +118,8 @@ class EngineStep:
         verifier: AnyVerifier | None,
         policy: RetryPolicy | None,
         wait_in_progress: float | str | None,
+        risk: str | None = None,
+        metadata: dict[str, Any] | None = None,
     ) -> None:
         if not isinstance(runner, ActionRunner):
             raise InvalidArgumentError(
@@ -139,6 +146,8 @@ class EngineStep:
         self.provider_reference = provider_reference
         self.verifier = verifier
         self.policy = policy
+        self.risk = risk
+        self.metadata = metadata
         if wait_in_progress == LEASE_WAIT:
             lease = runner.lease
             # A step re-executed after a crash meets its own claim, held by
@@ -176,6 +185,8 @@ class EngineStep:
             "verifier": self.verifier,
             "policy": self.policy,
             "wait_in_progress": self.wait_in_progress,
+            "risk": self.risk,
+            "metadata": self.metadata,
         }
 
     async def execute(

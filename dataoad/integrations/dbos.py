@@ -77,6 +77,8 @@ def guarded_step(
     provider_reference: ReferenceSpec = None,
     verifier: AnyVerifier | None = None,
     policy: RetryPolicy | None = None,
+    risk: str | None = None,
+    metadata: dict[str, Any] | None = None,
     wait_in_progress: float | str | None = LEASE_WAIT,
     name: str | None = None,
 ) -> Callable[[Callable[P, Awaitable[T]]], Callable[P, Awaitable[ActionResult[T]]]]:
@@ -97,6 +99,8 @@ def guarded_step(
         provider_reference=provider_reference,
         verifier=verifier,
         policy=policy,
+        risk=risk,
+        metadata=metadata,
         wait_in_progress=wait_in_progress,
     )
 

@@ -230,6 +230,8 @@ def guarded_node(
     provider_reference: Callable[[Any], str | None] | None = None,
     verifier: AnyVerifier | None = None,
     policy: RetryPolicy | None = None,
+    risk: str | None = None,
+    metadata: dict[str, Any] | None = None,
     output_key: str = "dataoad",
     wait_in_progress: float | str | None = LEASE_WAIT,
 ) -> Any:
@@ -257,6 +259,8 @@ def guarded_node(
         provider_reference=provider_reference,
         verifier=verifier,
         policy=policy,
+        risk=risk,
+        metadata=metadata,
         wait_in_progress=wait_in_progress,
     )
     check = _checker(None)
