@@ -95,14 +95,28 @@ async def run_first_calls(args: argparse.Namespace, report: dict[str, Any]) -> N
     rounds = args.rounds or (3 if args.quick else 6)
     count = 200 if args.quick else 1000
     report["calls"] = {"rounds": rounds, "calls per round": count, "peers": args.peers}
-    if args.no_postgres:
-        figures = await calls.run_calls(count, rounds, args.peers, None, results)
-    else:
-        async with pg.server() as (dsn, _, why):
-            if dsn is None:
-                results["postgres"] = why
-            figures = await calls.run_calls(count, rounds, args.peers, dsn, results)
+    figures = await _with_postgres(
+        args,
+        results,
+        "postgres",
+        lambda dsn: calls.run_calls(count, rounds, args.peers, dsn, results),
+    )
     ratios.update(calls.call_goals(figures))
+
+
+async def _with_postgres(
+    args: argparse.Namespace,
+    results: dict[str, Any],
+    label: str,
+    run: Callable[[str | None], Awaitable[Any]],
+) -> Any:
+    """``run(dsn)`` with a PostgreSQL server (None with --no-postgres, or why not as ``label``)."""
+    if args.no_postgres:
+        return await run(None)
+    async with pg.server() as (dsn, _, why):
+        if dsn is None:
+            results[label] = why
+        return await run(dsn)
 
 
 async def run_many_agents(args: argparse.Namespace, report: dict[str, Any]) -> None:
@@ -111,13 +125,12 @@ async def run_many_agents(args: argparse.Namespace, report: dict[str, Any]) -> N
     rounds = args.rounds or 3
     count = 256 if args.quick else 1024
     report["concurrency"] = {"rounds": rounds, "calls per level": count, "peers": args.peers}
-    if args.no_postgres:
-        figures = await concurrency.run_concurrency(count, rounds, args.peers, None, results)
-    else:
-        async with pg.server() as (dsn, _, why):
-            if dsn is None:
-                results["concurrency on postgres"] = why
-            figures = await concurrency.run_concurrency(count, rounds, args.peers, dsn, results)
+    figures = await _with_postgres(
+        args,
+        results,
+        "concurrency on postgres",
+        lambda dsn: concurrency.run_concurrency(count, rounds, args.peers, dsn, results),
+    )
     ratios.update(concurrency.concurrency_goals(figures))
 
 

@@ -49,7 +49,6 @@ _TURNS = 50
 class GroupCommitRules:
     """Rules for a runner machine whose SQLite contenders share one connection."""
 
-    shared_connection = True
     backend: str
     contenders_list: list[Any]
     history: Any
