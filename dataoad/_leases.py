@@ -28,7 +28,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any, Final
 
 from dataoad._clock import Clock, SystemClock
-from dataoad._errors import DataoadError
+from dataoad._errors import ActionNotFoundError, DataoadError
 from dataoad._events import EventKind, EventSink
 from dataoad._evidence import aggregate_attempts, attempt_evidence, settle
 from dataoad._observing import (
@@ -337,6 +337,32 @@ async def merge_zombie_evidence(
     return current
 
 
+async def _take_over_stale(
+    store: ProvenLedger, stale: ActionReceipt, tenure: Tenure, events: EventSink
+) -> ActionReceipt | None:
+    """Take ``stale`` over; after a refusal, again from what is stored when only evidence
+    was merged into it meanwhile (a fenced zombie's outcome: a new version, the same
+    holder, the same lease), so a claim stale when the sweep began is not left behind."""
+    current = stale
+    for _ in range(MAX_MERGE_ROUNDS):
+        taken = await take_over(store, current, tenure, events)
+        if taken is not None:
+            return taken
+        try:
+            stored = await store.read(current.action_id)
+        except ActionNotFoundError:
+            return None  # released meanwhile
+        if not (
+            stored.is_pending
+            and stored.version != current.version
+            and stored.fencing_token == current.fencing_token
+            and stored.lease_expires_at == current.lease_expires_at
+        ):
+            return None  # renewed, completed or taken over: not the sweep's any more
+        current = stored
+    return None
+
+
 async def recover_stale(
     store: ProvenLedger,
     verify: VerifyFn | None,
@@ -357,9 +383,9 @@ async def recover_stale(
     results: list[ActionResult[Any]] = []
     for stale in stale_claims:
         try:
-            taken = await take_over(store, stale, sweeper, events)
+            taken = await _take_over_stale(store, stale, sweeper, events)
             if taken is None:
-                continue  # renewed, completed or taken over meanwhile
+                continue  # renewed, completed, released or taken over meanwhile
             settled: Any = None
             if taken.attempts == 0:
                 await store.release(taken, events)

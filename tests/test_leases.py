@@ -614,3 +614,33 @@ async def test_a_provider_that_honours_fencing_refuses_the_zombies_late_request(
         # Exactly the limit leases cannot lift: a provider that ignores fencing
         # accepts the zombie's late request.
         assert len(provider.charges) == 2
+
+
+async def test_a_sweep_settles_a_stale_claim_that_gained_evidence_after_it_was_listed() -> None:
+    """Between the sweep's listing and its takeover, a fenced zombie merges its outcome into
+    the claim (a new version, the same holder, the same expired lease): the sweep takes the
+    claim over from what is stored, instead of leaving a claim that was stale behind."""
+    clock = ManualClock()
+
+    class MergesBeforeTheFirstTakeover(InMemoryLedger):
+        merged = False
+
+        async def take_over(self, receipt: Any, *, lease: float) -> bool:
+            if not self.merged:
+                self.merged = True
+                stored = await self.get(receipt.action_id)
+                assert stored is not None
+                merged = stored.evolve(
+                    version=stored.version + 1,
+                    metadata={**stored.metadata, "zombie": "ch_1"},
+                )
+                assert await self.record(merged)
+            return await super().take_over(receipt, lease=lease)
+
+    ledger = MergesBeforeTheFirstTakeover(clock=clock)
+    await crash_after_start(ActionRunner(ledger, owner="A"), key="started")
+    clock.advance(LEASE)
+    results = await ActionRunner(ledger, owner="S").recover_stale()
+    assert ledger.merged
+    assert [r.receipt.idempotency_key for r in results] == ["started"]
+    assert await ledger.receipts(pending=True) == []
