@@ -35,18 +35,23 @@ async def test_the_writer_lock_is_not_held_while_the_event_loop_is_busy(tmp_path
         done = await ActionRunner(ledger).execute(
             "charge", CountingOperation(), request=REQUEST, idempotency_key="k"
         )
+        groups_run = len(ledger._group.group_sizes)
         # A write statement (a release the ledger will refuse) is now in flight.
         write = asyncio.create_task(ledger.release(done.receipt.action_id, done.receipt.version))
         await asyncio.sleep(0)
         # Something blocks the loop (a sync call, a slow task). The statement
-        # finishes on its own thread meanwhile; the lock must not wait for
-        # the loop to come back before it is released. (The loop stays
-        # blocked until the lock is free, or for 10 s: no machine is that slow.)
+        # runs on its own thread meanwhile; the lock must not wait for the
+        # loop to come back before it is released. A free lock alone proves
+        # nothing (the statement may not have started yet): wait until its
+        # group has run, then look. (The loop stays blocked until then, or
+        # for 10 s: no machine is that slow.)
         lock = Path(f"{path}.lock")
         deadline = time.monotonic() + 10
-        while not lock_is_free(lock) and time.monotonic() < deadline:
+        while len(ledger._group.group_sizes) == groups_run and time.monotonic() < deadline:
             time.sleep(0.01)
+        assert len(ledger._group.group_sizes) > groups_run, "the write did not run on its thread"
         assert lock_is_free(lock), "the writer lock stayed held while the loop was blocked"
+        assert not write.done()  # the loop was blocked all along
         assert await write is False
 
 
