@@ -316,6 +316,8 @@ OUT_OF_REACH = {
     "prune-without-version-check": _NO_LIFECYCLE,
     "retire-without-version-check": _NO_LIFECYCLE,
     "expiry-by-the-caller-clock": _NO_LIFECYCLE,
+    "expiry-boundary-exclusive": _NO_LIFECYCLE,
+    "expiry-from-the-claim": _NO_LIFECYCLE,
 }
 
 

@@ -184,6 +184,11 @@ class Contender:
     namespace: str = ""
     #: ``execute(expires_after=...)``: the contender frees an expired key first.
     expires_after: float | None = None
+    #: An expiring caller's: (action_id, version) of the definitive receipt
+    #: whose exact age (by the ledger's clock) it asked for, when it began.
+    expires_exactly: tuple[str, int] | None = None
+    #: An expiring caller's: how many seconds more than that age it asked for.
+    too_early_by: float = 0.0
     #: A reopen's: whether the receipt it named had given up its key when it began.
     retired_before: bool = False
     #: A prune's: the statuses it was asked for, and every receipt it deleted
@@ -191,6 +196,10 @@ class Contender:
     prune_statuses: tuple[Any, ...] = ()
     #: Receipts whose key this contender's committed writes freed.
     retired: list[str] = dataclasses.field(default_factory=list)
+    #: Each of those writes as the ledger stored it: (the version it retired, the retired one).
+    retired_spans: list[tuple[ActionReceipt, ActionReceipt]] = dataclasses.field(
+        default_factory=list
+    )
     pruned: list[ActionReceipt] = dataclasses.field(default_factory=list)
 
     def __repr__(self) -> str:
@@ -640,10 +649,16 @@ class GatedLedger(FaultyLedger):
         """Gated like any write; who freed which key is noted (acknowledged or not)."""
 
         async def retire_and_note() -> bool:
-            done = bool(await cast(Any, self.inner).retire(receipt, **options))
+            inner = cast(Any, self.inner)
+            before = await inner.get(receipt.action_id)
+            done = bool(await inner.retire(receipt, **options))
             contender = _current.get(None)
             if done and contender is not None:
                 contender.retired.append(receipt.action_id)
+                after = await inner.get(receipt.action_id)
+                # The write is conditional on the version it retired: the one read before.
+                if before is not None and after is not None and before.version + 1 == after.version:
+                    contender.retired_spans.append((before, after))
             return done
 
         return await self._write("retire", retire_and_note)

@@ -12,6 +12,7 @@ over, and then it was released to finish what it had started.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from typing import Any, Final
 
@@ -37,13 +38,29 @@ _GATES_TO_FINISH: Final = 24
 
 
 class LedgerClock:
-    """The ledger's wall clock, shared by every client; it moves only when a rule says so."""
+    """The ledger's wall clock, shared by every client; it moves when a rule says so.
+
+    The ledgers read it through ``ticking``, which moves it on by one
+    microsecond per read unless ``frozen`` (a caller asking for an expiry
+    just too early is running: the age it asked for must stay out of reach).
+    A receipt's claim and its completion are so stored at different moments,
+    as on a real clock, and a rule that ages a receipt from the wrong write
+    is measurably wrong.
+    """
 
     def __init__(self) -> None:
         self.now = _START
+        self.frozen: Callable[[], bool] = lambda: False
 
     def __call__(self) -> datetime:
         return self.now
+
+    def ticking(self) -> datetime:
+        """What a ledger reads: the time, then one microsecond on (unless frozen)."""
+        now = self.now
+        if not self.frozen():
+            self.now += timedelta(microseconds=1)
+        return now
 
     def advance(self, seconds: float) -> None:
         self.now += timedelta(seconds=seconds)

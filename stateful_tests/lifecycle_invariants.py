@@ -9,8 +9,8 @@ key's new claim is a new mutation with its own provider reference.
 
 from __future__ import annotations
 
-from dataoad import ActionResult, ActionStatus
-from stateful_tests.invariants import RunnerMachineBase, fail, safety
+from dataoad import ActionReceipt, ActionResult, ActionStatus
+from stateful_tests.invariants import RunnerMachineBase, fail, progress, safety
 
 __all__: list[str] = []
 
@@ -59,17 +59,17 @@ def keys_freed_only_from_definitive_outcomes(m: RunnerMachineBase) -> None:
 
 @safety
 def expiry_is_judged_by_the_ledger_clock(m: RunnerMachineBase) -> None:
-    """A caller asking for ``expires_after`` frees a key only from a receipt the ledger stored at least that long ago by its own clock, whatever the caller's or the writer's clock says."""
-    now = m.ledger_clock.now
-    for action_id, (before, after) in m.transitions.items():
-        if after is None or after.retired_at is None or before.retired_at is not None:
+    """A caller asking for ``expires_after`` frees a key only from a receipt the ledger stored at least that long ago by its own clock (its last write, not its claim), whatever the caller's or the writer's clock says."""
+    for c in m.contenders_list:
+        if c.kind != "execute" or c.expires_after is None:
             continue
-        if after.version != before.version + 1 or before.stored_at is None:
-            continue  # more than one write in the step: the retired version is unseen
-        for c in m.contenders_list:
-            if action_id not in c.retired or c.kind != "execute" or c.expires_after is None:
+        for before, after in c.retired_spans:
+            if before.stored_at is None or after.stored_at is None:
                 continue
-            age = (now - before.stored_at).total_seconds()
+            # Between the ledger's own stamps of the write it retired and of
+            # the retiring write: the receipt's age by the ledger's clock.
+            age = (after.stored_at - before.stored_at).total_seconds()
+            action_id = before.action_id
             if age < c.expires_after:
                 raise fail(
                     expiry_is_judged_by_the_ledger_clock,
@@ -77,6 +77,25 @@ def expiry_is_judged_by_the_ledger_clock(m: RunnerMachineBase) -> None:
                     f"freed the key of receipt {action_id[:8]} of {after.idempotency_key}, "
                     f"which the ledger stored {age:g} s before by its own clock",
                 )
+
+
+@progress
+def expiry_frees_a_receipt_at_exactly_its_age(m: RunnerMachineBase) -> None:
+    """A caller asking for exactly the age a definitive receipt has reached by the ledger's clock frees its key (the boundary is inclusive): it never answers with that receipt, unchanged and still holding the key (a replay, or a conflict with its old reference)."""
+    for c in m.contenders_list:
+        if not c.finished or c.expires_exactly is None:
+            continue
+        receipt = getattr(c.outcome, "receipt", None)
+        if not isinstance(receipt, ActionReceipt) or receipt.retired_at is not None:
+            continue
+        if (receipt.action_id, receipt.version) == c.expires_exactly:
+            raise fail(
+                expiry_frees_a_receipt_at_exactly_its_age,
+                f"contender {c.name} asked for expires_after={c.expires_after:g} s, exactly the "
+                f"age of receipt {receipt.action_id[:8]} of {receipt.idempotency_key} "
+                f"({receipt.final_status}, version {receipt.version}) by the ledger's clock, "
+                f"and answered with it ({type(c.outcome).__name__}) instead of freeing its key",
+            )
 
 
 @safety

@@ -32,8 +32,10 @@ __all__ = ["EARLY_SKEW", "LifecycleRules", "SkewedClock"]
 MIN_EXPIRY_AGE: Final = 0.001
 #: How far ahead the clock of a caller asking too early runs (the skew of V2).
 EARLY_SKEW: Final = timedelta(hours=2)
-#: What a caller asking too early adds to the receipt's age by the ledger's clock.
-TOO_EARLY_BY: Final = 3600.0
+#: What a caller asking too early adds to the receipt's age by the ledger's
+#: clock: mostly the least step the ledgers store (one microsecond: the
+#: boundary's other side), else an hour.
+TOO_EARLY_BY: Final = (0.000001, 0.000001, 3600.0)
 
 
 class SkewedClock:
@@ -87,7 +89,7 @@ class LifecycleRules:
         )
         return retired + pruned
 
-    def expiry_age(self, key: str, *, early: bool = False) -> float:
+    def expiry_age(self, key: str, *, early: float = 0.0) -> float:
         """What a caller freeing ``key`` by expiry asks for, judged by the ledger's clock.
 
         Exactly the age of the receipt holding the key now (at least
@@ -95,18 +97,27 @@ class LifecycleRules:
         that receipt has expired for this caller, and a receipt written
         after it (another caller's new claim) has not, since the ledger's
         clock stands still while a key is being freed. A caller asking
-        ``early`` asks for TOO_EARLY_BY more than that: it must replay.
+        ``early`` asks for that many seconds more: it must replay.
         """
         held = self.holder(key)
         clock = getattr(self, "ledger_clock")  # noqa: B009  (the runner machine's)
         if held is None or held.stored_at is None:
-            return TOO_EARLY_BY if early else MIN_EXPIRY_AGE
+            return early or MIN_EXPIRY_AGE
         age = (clock.now - held.stored_at).total_seconds()
         if age < MIN_EXPIRY_AGE:
             clock.advance(MIN_EXPIRY_AGE - age)
             self.history.add("ledger clock", f"{MIN_EXPIRY_AGE - age:g} s pass")
             age = MIN_EXPIRY_AGE
-        return age + TOO_EARLY_BY if early else age
+        return age + early
+
+    def asking_too_early(self) -> bool:
+        """Whether a caller asking for an expiry too early is still running.
+
+        The ledger's clock then stands still (``LedgerClock.frozen``): the
+        age it asked for stays just out of reach. Callers asking for an age
+        reached need no such care: the age they asked for only grows.
+        """
+        return any(not c.finished and c.too_early_by for c in self.contenders_list)
 
     def expiring(self) -> bool:
         """Whether a caller freeing a key by expiry is still running (the ledger clock waits)."""
@@ -150,7 +161,16 @@ class LifecycleRules:
     @rule(
         data=st.data(),
         how=st.sampled_from(
-            ["expire", "expire twice", "reopen", "reopen and expire", "expire too early"]
+            [
+                "expire",
+                "expire twice",
+                "reopen",
+                "reopen and expire",
+                "expire too early",
+                # Both sides of the boundary at once: the key's receipt must
+                # stay for the first caller and be freed for the second.
+                "too early, then exactly",
+            ]
         ),
         policy=st.sampled_from(["default", "retry-failed"]),
         with_verifier=st.booleans(),
@@ -165,6 +185,9 @@ class LifecycleRules:
         fast: it must replay (or be refused), never free the key.
         """
         key = data.draw(st.sampled_from(self._settled_keys()), label="settled key")
+        early = 0.0
+        if how in ("expire too early", "too early, then exactly"):
+            early = data.draw(st.sampled_from(TOO_EARLY_BY), label="too early by (s)")
         if how.startswith("reopen"):
             self.operate(key, "reopen")
         expirers = {
@@ -173,8 +196,9 @@ class LifecycleRules:
             "reopen": 0,
             "reopen and expire": 1,
             "expire too early": 1,
+            "too early, then exactly": 2,
         }[how]
-        for _ in range(expirers):
+        for n in range(expirers):
             if self._active() >= self.max_active:
                 break
             self.start_execute(
@@ -185,7 +209,7 @@ class LifecycleRules:
                 with_verifier=with_verifier,
                 wait="wait 1 s",
                 expires=True,
-                early=how == "expire too early",
+                early=early if n == 0 else 0.0,
             )
 
     def _quiet_namespaces(self) -> list[str]:

@@ -19,6 +19,7 @@ import dataoad._attempts as attempts_module
 import dataoad._lifecycle as lifecycle_module
 import dataoad._retiring as retiring_module
 import dataoad._runner as runner_module
+import dataoad.ledgers.memory as memory_module
 from dataoad import ActionReceipt, ActionStatus, ClaimState, InMemoryLedger, SQLiteLedger
 from dataoad._clock import wall_time
 from dataoad.ledgers._pruning import DeleteExact, NextBatch
@@ -115,6 +116,44 @@ def _expiry_by_caller_clock(mp: pytest.MonkeyPatch) -> dict[str, Any]:
     return {}
 
 
+def _expiry_boundary_exclusive(mp: pytest.MonkeyPatch) -> dict[str, Any]:
+    def stored_before(current: ActionReceipt, seconds: float, now: datetime) -> bool:
+        # "Older than" read as strictly older: a receipt exactly that old stays.
+        return (
+            current.stored_at is not None and current.stored_at + timedelta(seconds=seconds) < now
+        )
+
+    mp.setattr(memory_module, "stored_before", stored_before)
+    return {}
+
+
+class AgesFromTheClaimLedger(InMemoryLedger):
+    """Ages a receipt for expiry from when its claim was stored, not from its last write."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self._claimed_at: dict[str, datetime] = {}
+
+    async def claim(
+        self, receipt: ActionReceipt, *, lease: float | None = None
+    ) -> tuple[ActionReceipt, bool]:
+        stored, made = await super().claim(receipt, lease=lease)
+        if made and stored.stored_at is not None:
+            self._claimed_at[stored.action_id] = stored.stored_at
+        return stored, made
+
+    async def retire(self, receipt: ActionReceipt, *, older_than: float | None = None) -> bool:
+        with self._lock:
+            current = self._by_id.get(receipt.action_id)
+            claimed_at = self._claimed_at.get(receipt.action_id)
+            if older_than is not None and current is not None and claimed_at is not None:
+                # The age asked for, held against the claim's stamp: in effect
+                # a smaller age asked of the last write.
+                since = (current.stored_at or claimed_at) - claimed_at
+                older_than = max(0.0, older_than - since.total_seconds())
+        return await super().retire(receipt, older_than=older_than)
+
+
 class VersionBlindPruneLedger(SQLiteLedger):
     """Deletes what its batch read, whether or not it changed meanwhile."""
 
@@ -203,6 +242,20 @@ LIFECYCLE_BUGS = [
         "runner",
         names("expiry-is-judged-by-the-ledger-clock"),
         _expiry_by_caller_clock,
+    ),
+    PlantedBug(
+        "expiry-boundary-exclusive",
+        "a caller asking for exactly the age a definitive receipt has reached",
+        "runner",
+        names("expiry-frees-a-receipt-at-exactly-its-age"),
+        _expiry_boundary_exclusive,
+    ),
+    PlantedBug(
+        "expiry-from-the-claim",
+        "a caller asking for just more than the age of a receipt whose claim is older",
+        "runner",
+        names("expiry-is-judged-by-the-ledger-clock"),
+        lambda mp: {"ledger_class": AgesFromTheClaimLedger},
     ),
     PlantedBug(
         "prune-without-version-check",

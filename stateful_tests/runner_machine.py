@@ -260,6 +260,7 @@ class RunnerMachineBase(LifecycleRules, LeaseRules, RuleBasedStateMachine):
         self.heartbeats = Heartbeats()
         self.virtual_time = VirtualClock(self.heartbeats)
         self.ledger_clock = LedgerClock()
+        self.ledger_clock.frozen = self.asking_too_early
         # The escape-hatch policy warns on every retry of UNKNOWN. One filter for
         # the whole run: catch_warnings inside concurrent tasks would save and
         # restore the process-wide filters out of order (and a task cancelled
@@ -290,18 +291,18 @@ class RunnerMachineBase(LifecycleRules, LeaseRules, RuleBasedStateMachine):
             client: Ledger = cls(
                 self.folder / "ledger.sqlite3",
                 busy_timeout=SQLITE_BUSY_TIMEOUT,
-                clock=self.ledger_clock,
+                clock=self.ledger_clock.ticking,
             )
             self.clients.append(client)
             return client
         if self.backend == "postgres":
             assert self.postgres is not None
-            client = self.postgres.client(clock=self.ledger_clock)
+            client = self.postgres.client(clock=self.ledger_clock.ticking)
             self.clients.append(client)
             return client
         if not self.clients:
             cls = self.ledger_class or InMemoryLedger
-            self.clients.append(cls(clock=self.ledger_clock))
+            self.clients.append(cls(clock=self.ledger_clock.ticking))
         return self.clients[0]
 
     def gated(self, client: Ledger) -> GatedLedger:
@@ -393,7 +394,7 @@ class RunnerMachineBase(LifecycleRules, LeaseRules, RuleBasedStateMachine):
         form: str = "as built",
         runs_in: str = "the event loop",
         expires: bool = False,
-        early: bool = False,
+        early: float = 0.0,
     ) -> None:
         if split_key(key)[0] in self.namespaces_being_pruned() or (
             not expires and key in self.keys_being_freed()
@@ -425,6 +426,10 @@ class RunnerMachineBase(LifecycleRules, LeaseRules, RuleBasedStateMachine):
             namespace=namespace,
             expires_after=expires_after,
         )
+        c.too_early_by = early
+        held = self.holder(key) if expires and not early else None
+        if held is not None and held.final_status in (ActionStatus.CONFIRMED, ActionStatus.FAILED):
+            c.expires_exactly = (held.action_id, held.version)
         self.history.add(
             f"contender {name}",
             f"execute {key} (amount {amount}, reference {reference}, policy {policy}, "
@@ -433,7 +438,8 @@ class RunnerMachineBase(LifecycleRules, LeaseRules, RuleBasedStateMachine):
             + (
                 f", expires_after={expires_after:g} s, which the key's receipt has "
                 + (
-                    f"not reached by the ledger's clock, its own clock {EARLY_SKEW} fast"
+                    f"not reached by the ledger's clock (by {early:g} s), its own clock "
+                    f"{EARLY_SKEW} fast"
                     if early
                     else "reached by the ledger's clock"
                 )
