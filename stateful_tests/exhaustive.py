@@ -318,6 +318,7 @@ OUT_OF_REACH = {
     "expiry-by-the-caller-clock": _NO_LIFECYCLE,
     "expiry-boundary-exclusive": _NO_LIFECYCLE,
     "expiry-from-the-claim": _NO_LIFECYCLE,
+    "prune-at-the-cutoff": _NO_LIFECYCLE,
 }
 
 

@@ -363,7 +363,7 @@ class LedgerMachineBase(RuleBasedStateMachine):
 
     @rule(
         claim=claims,
-        variant=st.sampled_from(["exact", "exact", "stale", "changed", "unset"]),
+        variant=st.sampled_from(["exact", "exact", "stale", "stale", "changed", "unset"]),
     )
     def retire(self, claim: str, variant: str) -> None:
         """Free a key (expiry, reopen): only a definitive receipt, at its exact version."""
@@ -382,11 +382,14 @@ class LedgerMachineBase(RuleBasedStateMachine):
         self._agree(f"retire({variant}) {claim[:8]}", self._all("retire", proposed), expected)
 
     @rule(
-        cut=st.sampled_from([1.5, 2.5, 4.5, 86_400.0]),
+        # Whole seconds are times the ledger stored receipts at (the clock moves
+        # by whole seconds): "before" is strict there. Half seconds fall between.
+        cut=st.sampled_from([1.0, 1.5, 2.0, 2.5, LEASE, LEASE + 1, 4.5, 86_400.0]),
+        by_age=st.booleans(),
         statuses=st.sets(st.sampled_from(list(ActionStatus)), min_size=1),
         namespace=st.sampled_from([None, "", "t"]),
         batch_size=st.sampled_from([1, 2, 500]),
-        change_first=st.booleans(),
+        change_first=st.sampled_from([True, True, False]),
     )
     def prune(
         self,
@@ -395,8 +398,19 @@ class LedgerMachineBase(RuleBasedStateMachine):
         namespace: str | None,
         batch_size: int,
         change_first: bool,
+        by_age: bool,
     ) -> None:
-        """Retention, with a writer changing the first receipt of the first batch meanwhile."""
+        """Retention, with a writer changing the first receipt of the first batch meanwhile.
+
+        The cut-off is given as a time (``completed_before``) or, ``by_age``,
+        as the age it is by the ledger's clock (``older_than``).
+        """
+        age = self.model.now - cut
+        cutoff: dict[str, Any] = (
+            {"older_than": age}
+            if by_age and age >= 0
+            else {"completed_before": START + timedelta(seconds=cut)}
+        )
         chosen = sorted(statuses, key=lambda s: s.value)
         changed: list[str] = []
         counts = {}
@@ -414,7 +428,7 @@ class LedgerMachineBase(RuleBasedStateMachine):
 
             counts[name] = self.loop.run(
                 ledger.prune(
-                    completed_before=START + timedelta(seconds=cut),
+                    **cutoff,
                     statuses=chosen,
                     namespace=namespace,
                     batch_size=batch_size,
@@ -442,7 +456,8 @@ class LedgerMachineBase(RuleBasedStateMachine):
         )
         self.touched |= before - set(self.model.by_id)
         self._agree(
-            f"prune(before +{cut:g} s, {[s.value for s in chosen]}, namespace {namespace!r}, "
+            f"prune({f'older_than={age:g} s, i.e. ' if 'older_than' in cutoff else ''}"
+            f"before +{cut:g} s, {[s.value for s in chosen]}, namespace {namespace!r}, "
             f"batches of {batch_size}, {'a receipt changed meanwhile' if late_ids else 'no change'})",
             counts,
             expected,

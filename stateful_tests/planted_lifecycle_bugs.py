@@ -176,6 +176,15 @@ class VersionBlindPruneLedger(SQLiteLedger):
         return next_batch, delete_by_id
 
 
+class PrunesAtItsCutoffLedger(SQLiteLedger):
+    """Reads "stored before the cut-off" as "at or before": a receipt stored exactly then goes."""
+
+    def _prune_steps(
+        self, before: datetime, chosen: tuple[ActionStatus, ...], scope: str | None
+    ) -> tuple[NextBatch, DeleteExact]:
+        return super()._prune_steps(before + timedelta(microseconds=1), chosen, scope)
+
+
 class VersionBlindRetireLedger(InMemoryLedger):
     """Retires a definitive receipt from whatever version the writer read."""
 
@@ -263,6 +272,13 @@ LIFECYCLE_BUGS = [
         "ledger",
         names("backends-agree-with-the-model", "backends-hold-identical-receipts"),
         lambda mp: {"sqlite_class": VersionBlindPruneLedger},
+    ),
+    PlantedBug(
+        "prune-at-the-cutoff",
+        "a prune whose cut-off is the time a receipt was stored",
+        "ledger",
+        names("backends-agree-with-the-model", "backends-hold-identical-receipts"),
+        lambda mp: {"sqlite_class": PrunesAtItsCutoffLedger},
     ),
     PlantedBug(
         "retire-without-version-check",
