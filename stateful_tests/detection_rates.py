@@ -7,7 +7,7 @@ set-up included); and the median time to, and number of steps in, the shrunk
 counterexample Hypothesis reports (shrinking runs to Hypothesis's own
 limit; ``--no-shrink`` stops at the first counterexample, like
 ``test_planted_bugs.py``). ``--markdown`` prints the table for
-``stateful_tests/README.md``.
+``stateful_tests/LOG.md``.
 """
 
 from __future__ import annotations

@@ -22,7 +22,7 @@ PHASES = (Phase.explicit, Phase.reuse, Phase.generate, Phase.target, Phase.shrin
 # (.hypothesis/ is git-ignored); the ci profile does not use one at all, so a
 # CI run never depends on what an earlier run found.
 # 200 examples: the budget at which each planted bug is found by at least 9
-# of 10 fresh seeds (stateful_tests/README.md). Machines on a file or a server
+# of 10 fresh seeds (stateful_tests/LOG.md). Machines on a file or a server
 # take a quarter of it (stateful_tests.harness.io_bound_settings).
 settings.register_profile(
     "ci",

@@ -187,6 +187,7 @@ MAX_CRASHES = 2
 # A zombie's calls, in a run that arranged one: they still meet every fault,
 # but its evidence reaches the ledger in most runs (see holder_outlives_its_lease).
 CALM = st.just(LedgerFault.NONE)
+TRUTHFUL = st.just(VerifierAnswer.TRUTHFUL)
 
 # A retry's attempt start, after the operation already ran, is where a write
 # failure is most telling (the error must say the operation was invoked):
@@ -663,11 +664,13 @@ class RunnerMachineBase(LifecycleRules, LeaseRules, RuleBasedStateMachine):
         gates: int,
         provider: st.SearchStrategy[ProviderFault] | None = None,
         calm_ledger: bool = False,
+        truthful_verifier: bool = False,
     ) -> None:
         """Release ``c`` past up to ``gates`` gates, drawing the decision at each.
 
         ``provider`` overrides what its provider calls meet; ``calm_ledger``
-        makes its ledger calls meet no fault three times in four more.
+        makes its ledger calls meet no fault three times in four more, and
+        ``truthful_verifier`` its verifier answer truthfully so much more.
         """
         for _ in range(gates):
             gate = c.parked_at
@@ -678,6 +681,8 @@ class RunnerMachineBase(LifecycleRules, LeaseRules, RuleBasedStateMachine):
                 decisions = provider
             elif calm_ledger and gate.startswith("ledger."):
                 decisions = st.one_of(CALM, CALM, CALM, decisions)
+            elif truthful_verifier and gate == "verifier.verify":
+                decisions = st.one_of(TRUTHFUL, TRUTHFUL, TRUTHFUL, decisions)
             decision = data.draw(decisions, label=f"{c.name} at {gate}")
             event(f"{gate}: {decision.value}")
             if gate.startswith("ledger."):
