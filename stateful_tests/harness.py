@@ -189,6 +189,9 @@ class Contender:
     expires_exactly: tuple[str, int] | None = None
     #: An expiring caller's: how many seconds more than that age it asked for.
     too_early_by: float = 0.0
+    #: Its ledger calls meet faults a quarter as often (a sweep whose
+    #: progress is judged only when no fault excused it).
+    calm_ledger: bool = False
     #: A reopen's: whether the receipt it named had given up its key when it began.
     retired_before: bool = False
     #: A prune's: the statuses it was asked for, and every receipt it deleted

@@ -597,30 +597,35 @@ def equal_requests_never_conflict(m: RunnerMachineBase) -> None:
 
 @progress
 def retryable_failure_is_retried(m: RunnerMachineBase) -> None:
-    """A definitive retryable failure is retried when the policy allows it and attempts remain."""
+    """A definitive retryable failure is retried when the policy allows it and attempts remain (counted on the claim: a taker's follow those of the worker it took over from)."""
     for c in m.contenders_list:
         result = c.outcome
-        if (
+        if not (
             c.kind == "execute"
             and c.finished
             and isinstance(result, ActionResult)
             and not result.replayed
             and c.provider_calls
-            and c.provider_calls[-1] is ProviderFault.REJECT_RETRYABLE
             and all(f is ProviderFault.REJECT_RETRYABLE for f in c.provider_calls)
             and c.policy.retry_on_failed
-            and len(c.provider_calls) < c.policy.max_attempts
             and _clean_ledger(c)
-            # A taker's attempts follow those of the worker it took over from:
-            # the policy counts the claim's attempts, not this caller's calls,
-            # and an earlier attempt's evidence may forbid the retry.
-            and not c.took_over
         ):
-            raise fail(
-                retryable_failure_is_retried,
-                f"contender {c.name} stopped after {len(c.provider_calls)} retryable failures; "
-                f"the policy allows {c.policy.max_attempts} attempts",
-            )
+            continue
+        # The policy counts the claim's attempts, not this caller's calls. A
+        # taker's claim also holds its predecessor's attempt and whatever a
+        # fenced zombie merged: evidence that may forbid the retry, and then
+        # the claim is not FAILED (a success makes it CONFIRMED, an ambiguous
+        # request UNKNOWN: neither is erased).
+        attempts = result.receipt.attempts if c.took_over else len(c.provider_calls)
+        if attempts >= c.policy.max_attempts:
+            continue
+        if c.took_over and result.status is not ActionStatus.FAILED:
+            continue
+        raise fail(
+            retryable_failure_is_retried,
+            f"contender {c.name} stopped after {len(c.provider_calls)} retryable failures "
+            f"({attempts} attempts on its claim); the policy allows {c.policy.max_attempts}",
+        )
 
 
 def _settled_by(m: RunnerMachineBase, label: str, expected: ActionStatus, fn: Any) -> None:

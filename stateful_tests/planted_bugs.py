@@ -206,7 +206,12 @@ class SettlesHolderAfterWaiting(_ActsOnHeldClaimAfterWaiting):
     ) -> Any:
         if not held.attempts:
             raise exc
-        return await self.recover_pending(held.action_id, kw.get("verifier"))
+        # Without a verifier of its own, as an operator's recovery with one
+        # that cannot see anything: UNKNOWN.
+        verifier = kw.get("verifier") or (
+            lambda receipt: VerificationResult.unknown(reason="nothing to read")
+        )
+        return await self.recover_pending(held.action_id, verifier)
 
 
 def _settles_holder_after_waiting(mp: pytest.MonkeyPatch) -> dict[str, Any]:
@@ -653,8 +658,13 @@ PLANTED_BUGS = [
         "answers-unknown-to-everything",
         "any clean success",
         "runner",
-        # Or a verifier's bound confirmation left UNKNOWN (a takeover's, often).
-        names("clean-success-is-confirmed", "bound-confirmation-settles-unknown"),
+        # Or a verifier's bound confirmation, or its fenced absence, left
+        # UNKNOWN (a takeover's or a recovery's, often).
+        names(
+            "clean-success-is-confirmed",
+            "bound-confirmation-settles-unknown",
+            "fenced-absence-settles-failed",
+        ),
         _answers_unknown_to_everything,
     ),
     PlantedBug(

@@ -233,6 +233,15 @@ EXECUTE_ARGUMENTS: dict[str, st.SearchStrategy[Any]] = {
 }
 
 
+#: A duplicate of a running holder: mostly one that waits for it. What a
+#: waiter does when its wait runs out (take the claim, settle it, invoke)
+#: is where the holder-protecting bugs live; "no wait" is still drawn.
+DUPLICATE_ARGUMENTS: dict[str, st.SearchStrategy[Any]] = {
+    **EXECUTE_ARGUMENTS,
+    "wait": st.sampled_from(["no wait", *list(WAITS)[1:], "wait 0 s", "wait 0.02 s"]),
+}
+
+
 class RunnerMachineBase(LifecycleRules, LeaseRules, RuleBasedStateMachine):
     """Backend-independent rules; subclasses choose the ledger and the runner."""
 
@@ -550,7 +559,7 @@ class RunnerMachineBase(LifecycleRules, LeaseRules, RuleBasedStateMachine):
     # takeover all need the two to meet, so this rule arranges it (a race for
     # the claim itself is left to start_execute).
     @precondition(lambda self: self._active() < MAX_ACTIVE and bool(self._keys_in_flight()))
-    @rule(data=st.data(), **EXECUTE_ARGUMENTS)
+    @rule(data=st.data(), **DUPLICATE_ARGUMENTS)
     def duplicate_while_the_holder_runs(self, data: st.DataObject, **arguments: Any) -> None:
         """A duplicate call for a key whose claim holder has not finished."""
         key = data.draw(st.sampled_from(self._keys_in_flight()), label="key in flight")
@@ -679,7 +688,7 @@ class RunnerMachineBase(LifecycleRules, LeaseRules, RuleBasedStateMachine):
             decisions = _decisions_for(gate, c, self.backend)
             if provider is not None and gate == "provider.charge":
                 decisions = provider
-            elif calm_ledger and gate.startswith("ledger."):
+            elif (calm_ledger or c.calm_ledger) and gate.startswith("ledger."):
                 decisions = st.one_of(CALM, CALM, CALM, decisions)
             elif truthful_verifier and gate == "verifier.verify":
                 decisions = st.one_of(TRUTHFUL, TRUTHFUL, TRUTHFUL, decisions)
