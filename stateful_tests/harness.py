@@ -901,7 +901,7 @@ def io_bound_settings() -> settings:
     ledger call is a file write or a server round trip (at least 10 examples).
 
     The in-memory machines get the whole budget: they run the same rules some
-    ten times faster, and the detection rates in README.md are measured on them.
+    ten times faster, and the detection rates in LOG.md are measured on them.
     """
     profile = settings()
     return settings(profile, max_examples=max(10, profile.max_examples // 4))

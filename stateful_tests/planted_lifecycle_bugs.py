@@ -249,7 +249,9 @@ LIFECYCLE_BUGS = [
         "expiry-by-the-caller-clock",
         "a caller whose clock runs fast asks for an age the receipt has not reached",
         "runner",
-        names("expiry-is-judged-by-the-ledger-clock"),
+        # Or a caller asking for exactly the age reached by the ledger's
+        # clock, whose own clock (or the writer's) says it has not been.
+        names("expiry-is-judged-by-the-ledger-clock", "expiry-frees-a-receipt-at-exactly-its-age"),
         _expiry_by_caller_clock,
     ),
     PlantedBug(

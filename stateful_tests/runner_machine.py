@@ -164,6 +164,21 @@ PROVIDER_DECISIONS = st.sampled_from(
 PROVIDER_WITH_VERIFIER_DECISIONS = st.sampled_from(
     [ProviderFault.NONE] * 5 + list(PROVIDER_DECISIONS.elements)  # type: ignore[attr-defined]
 )
+# The escape hatch's retry after an ambiguous attempt: a definitive answer
+# this time is what must not erase the earlier ambiguity (it may have
+# committed), so a decline is drawn there more often.
+AMBIGUOUS = {
+    ProviderFault.COMMIT_THEN_TIMEOUT,
+    ProviderFault.COMMIT_THEN_RESET,
+    ProviderFault.COMMIT_THEN_GARBAGE,
+    ProviderFault.LATE_COMMIT,
+    ProviderFault.FAIL_BEFORE_SEND,
+}
+PROVIDER_AFTER_AMBIGUITY_DECISIONS = st.sampled_from(
+    [ProviderFault.DECLINE] * 3
+    + [ProviderFault.REJECT_RETRYABLE]
+    + list(PROVIDER_DECISIONS.elements)  # type: ignore[attr-defined]
+)
 VERIFIER_DECISIONS = st.sampled_from([VerifierAnswer.TRUTHFUL] * 3 + list(VerifierAnswer)[1:])
 # After a normal return the verifier is the only evidence: whether a broken
 # verifier is then read as proof (it must not be) needs it broken often.
@@ -199,6 +214,12 @@ def _decisions_for(gate: str, contender: Contender, backend: str) -> st.SearchSt
     if gate in ("ledger.get", "ledger.find") and contender.waited:
         return WAITING_READ_DECISIONS
     if gate == "provider.charge":
+        if (
+            contender.escape_hatch
+            and contender.provider_calls[-1:]
+            and (contender.provider_calls[-1] in AMBIGUOUS)
+        ):
+            return PROVIDER_AFTER_AMBIGUITY_DECISIONS
         return PROVIDER_WITH_VERIFIER_DECISIONS if contender.with_verifier else PROVIDER_DECISIONS
     if gate == "verifier.verify":
         if contender.provider_calls and contender.provider_calls[-1] is ProviderFault.NONE:
