@@ -458,8 +458,8 @@ class RunnerMachineBase(LifecycleRules, LeaseRules, RuleBasedStateMachine):
             expires_after=expires_after,
         )
         c.too_early_by = early
-        held = self.holder(key) if expires and not early else None
-        if held is not None and held.final_status in (ActionStatus.CONFIRMED, ActionStatus.FAILED):
+        held = self.holder(key)
+        if expires and not early and held is not None and self._definitive(key):
             c.expires_exactly = (held.action_id, held.version)
         self.history.add(
             f"contender {name}",
