@@ -204,6 +204,9 @@ class Contender:
         default_factory=list
     )
     pruned: list[ActionReceipt] = dataclasses.field(default_factory=list)
+    #: A duplicate sent when the ledger's clock stood at a claim's lease end
+    #: (``"exactly"``) or a microsecond before it (``"early"``): (side, action_id).
+    lease_edge: tuple[str, str] | None = None
 
     def __repr__(self) -> str:
         where = "finished" if self.finished else f"parked at {self.parked_at}"
@@ -403,6 +406,19 @@ def split_key(key: str) -> tuple[str, str]:
     return namespace, idempotency_key
 
 
+@dataclasses.dataclass(frozen=True)
+class LeaseGrant:
+    """A committed write that granted a claim its lease, bracketed by the ledger's clock.
+
+    The ledger read its clock between ``since`` and ``until``, so the lease
+    it stored runs out between ``since + lease`` and ``until + lease``.
+    """
+
+    method: str  # claim, start_attempt, take_over or renew
+    since: datetime
+    until: datetime
+
+
 class GatedLedger(FaultyLedger):
     """A ledger client whose every call parks first; the release decides the fault."""
 
@@ -413,12 +429,15 @@ class GatedLedger(FaultyLedger):
         released: set[str] | None = None,
         history: History | None = None,
         clock: Callable[[], datetime] | None = None,
+        lease_grants: dict[str, LeaseGrant] | None = None,
     ) -> None:
         super().__init__(inner)
         self.scheduler = scheduler
         self.history = history
         #: The ledger's clock as the machine keeps it: judges the takeovers it sees.
         self.clock = clock
+        #: action_id -> the last committed write that granted its claim a lease.
+        self.lease_grants = lease_grants if lease_grants is not None else {}
         # Ids whose release committed, even if its acknowledgement is then lost.
         self.released = released if released is not None else set()
 
@@ -475,7 +494,10 @@ class GatedLedger(FaultyLedger):
         self, receipt: ActionReceipt, *, lease: float | None = None
     ) -> tuple[ActionReceipt, bool]:
         async def claim_and_note() -> tuple[ActionReceipt, bool]:
+            since = self._now()
             stored, created = await self.inner.claim(receipt, lease=lease)
+            if created:
+                self._granted(stored.action_id, "claim", since)
             contender = _current.get(None)
             if created and contender is not None:
                 contender.claims.add(stored.action_id)
@@ -483,6 +505,24 @@ class GatedLedger(FaultyLedger):
             return stored, created
 
         return await self._write("claim", claim_and_note)
+
+    def _now(self) -> datetime | None:
+        return None if self.clock is None else self.clock()
+
+    def _granted(self, action_id: str, method: str, since: datetime | None) -> None:
+        until = self._now()
+        if since is not None and until is not None:
+            self.lease_grants[action_id] = LeaseGrant(method, since, until)
+
+    async def _granting(
+        self, method: str, action_id: str, call: Callable[[], Awaitable[bool]]
+    ) -> bool:
+        """``call``, a write that grants a lease; if it commits, when by the ledger's clock."""
+        since = self._now()
+        done = await call()
+        if done:
+            self._granted(action_id, method, since)
+        return done
 
     async def _noting_pending_write(
         self,
@@ -579,7 +619,11 @@ class GatedLedger(FaultyLedger):
             lambda: self._noting_pending_write(
                 "start_attempt",
                 receipt.action_id,
-                lambda: self.inner.start_attempt(receipt, lease=lease),
+                lambda: self._granting(
+                    "start_attempt",
+                    receipt.action_id,
+                    lambda: self.inner.start_attempt(receipt, lease=lease),
+                ),
                 receipt,
             ),
         )
@@ -591,7 +635,9 @@ class GatedLedger(FaultyLedger):
             return self._noting_pending_write(
                 "take_over",
                 receipt.action_id,
-                lambda: inner.take_over(receipt, lease=lease),
+                lambda: self._granting(
+                    "take_over", receipt.action_id, lambda: inner.take_over(receipt, lease=lease)
+                ),
                 receipt,
             )
 
@@ -615,7 +661,9 @@ class GatedLedger(FaultyLedger):
         # Ungated: a renewal is the heartbeat rule's single step (see VirtualClock).
         inner = cast(LeasingLedger, self.inner)
         before = await inner.get(action_id)
-        done = await inner.renew(action_id, fencing_token, lease)
+        done = await self._granting(
+            "renew", action_id, lambda: inner.renew(action_id, fencing_token, lease)
+        )
         contender = _current.get(None)
         if (
             done

@@ -35,6 +35,7 @@ from stateful_tests.harness import (
     LOCK_WAIT_LIMIT,
     Contender,
     History,
+    LeaseGrant,
     LedgerFault,
     ProviderFault,
     WorldProvider,
@@ -55,6 +56,8 @@ class RunnerMachineBase(Protocol):
     world: World
     provider: WorldProvider
     history: History
+    #: action_id -> the last committed write that granted its claim a lease.
+    lease_grants: dict[str, LeaseGrant]
 
 
 SAFETY: list[Callable[[RunnerMachineBase], None]] = []

@@ -8,11 +8,13 @@ sees it.
 
 from __future__ import annotations
 
+from datetime import timedelta
 from typing import Any
 
 from dataoad import ActionStatus, ClaimFencedError
 from stateful_tests.harness import LedgerFault, ProviderFault
 from stateful_tests.invariants import RunnerMachineBase, _clean_ledger, fail, progress, safety
+from stateful_tests.lease_rules import LEASE
 
 __all__: list[str] = []
 
@@ -118,3 +120,38 @@ def stranded_claims_settled_by_a_sweep(m: RunnerMachineBase) -> None:
                     f"{stored.idempotency_key} PENDING (owner {stored.owner}, token "
                     f"{stored.fencing_token}), stale when the sweep began",
                 )
+
+
+@safety
+def leases_run_from_the_write_that_grants_them(m: RunnerMachineBase) -> None:
+    """A PENDING claim's lease ends exactly one lease after the ledger's clock at the write that last granted it (claim, attempt start, takeover, renewal): never by a writer's clock, never from an older write."""
+    lease = timedelta(seconds=LEASE)
+    for receipt in m.observed.values():
+        grant = m.lease_grants.get(receipt.action_id)
+        if not receipt.is_pending or receipt.lease_expires_at is None or grant is None:
+            continue
+        if not grant.since + lease <= receipt.lease_expires_at <= grant.until + lease:
+            raise fail(
+                leases_run_from_the_write_that_grants_them,
+                f"claim {receipt.action_id[:8]} of {receipt.idempotency_key} holds a lease to "
+                f"{receipt.lease_expires_at.isoformat()}, but its last {grant.method} "
+                f"committed between {grant.since.isoformat()} and {grant.until.isoformat()} "
+                f"by the ledger's clock, with a lease of {LEASE:g} s",
+            )
+
+
+@progress
+def a_lease_ends_at_exactly_its_expiry(m: RunnerMachineBase) -> None:
+    """A duplicate that meets a claim when the ledger's clock stands exactly at its lease end takes it over (unless a ledger fault at its own gates excused it)."""
+    for c in m.contenders_list:
+        if c.lease_edge is None or not c.finished or c.crashed:
+            continue
+        side, action_id = c.lease_edge
+        if side != "exactly" or action_id in c.took_over or not _clean_ledger(c):
+            continue
+        raise fail(
+            a_lease_ends_at_exactly_its_expiry,
+            f"contender {c.name} met claim {action_id[:8]} of {c.key} with the ledger's clock "
+            f"at exactly its lease end and did not take it over: "
+            f"{type(c.outcome).__name__}",
+        )

@@ -21,7 +21,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import precondition, rule
 
 from dataoad._leases import RENEWAL_TASK_NAME
-from stateful_tests.harness import Contender, ProviderFault, contender_name
+from stateful_tests.harness import Contender, LeaseGrant, ProviderFault, contender_name
 
 #: Every runner's lease, in seconds of the ledger's clock.
 LEASE: Final = 30.0
@@ -35,6 +35,7 @@ _REQUEST: Final = ("amount", "alternate_reference")
 #: Enough gates for any one call to finish (claim, takeover, start, provider,
 #: verifier, record, completion, and the retries a policy allows).
 _GATES_TO_FINISH: Final = 24
+_MICROSECOND: Final = timedelta(microseconds=1)
 
 
 class LedgerClock:
@@ -111,6 +112,7 @@ class LeaseRules:
     verifier: Any
     execute_arguments: dict[str, Any]
     max_active: int
+    lease_grants: dict[str, LeaseGrant]
 
     # Not while a caller frees a key by expiry: its age was asked for on the
     # ledger's clock as it stood (see LifecycleRules.expiry_age).
@@ -147,7 +149,10 @@ class LeaseRules:
 
     def _renew(self, name: str, action_id: str, token: int) -> None:
         before = self.loop.run(self.observer.get(action_id))
+        since = self.ledger_clock.now
         renewed = self.loop.run(self.observer.renew(action_id, token, LEASE))
+        if renewed:
+            self.lease_grants[action_id] = LeaseGrant("renew", since, self.ledger_clock.now)
         event(f"heartbeat: {'renewed' if renewed else 'refused'}")
         self.history.step += 1
         self.history.add(
@@ -266,6 +271,83 @@ class LeaseRules:
                 provider=ZOMBIE_REQUEST if zombie else None,
                 calm_ledger=zombie or calm,
             )
+
+    def _leases_running(self) -> list[tuple[str, str]]:
+        """(holder, action_id) of every parked holder's claim whose lease has not run out."""
+        now = self.ledger_clock.now
+        running = []
+        for c in self._holders():
+            for action_id, token in sorted(c.tokens.items()):
+                stored = self.observed.get(action_id)
+                if (
+                    stored is not None
+                    and stored.is_pending
+                    and stored.fencing_token == token
+                    and stored.lease_expires_at is not None
+                    and stored.lease_expires_at - _MICROSECOND > now
+                ):
+                    running.append((c.name, action_id))
+        return running
+
+    def lease_edge_pending(self) -> bool:
+        """Whether a duplicate sent at a lease's end has yet to take the claim or give up.
+
+        The ledger's clock stands still meanwhile: a microsecond before the
+        end must stay before it, and the end must not be passed.
+        """
+        return any(
+            c.lease_edge is not None and not c.finished and not c.took_over
+            for c in self.contenders_list
+        )
+
+    # Leases end at exactly ``lease_expires_at`` by the ledger's clock: a
+    # takeover then succeeds, a microsecond before it is refused. The other
+    # lease rules move the clock a whole lease past the end, where "<" and
+    # "<=" agree.
+    @precondition(
+        lambda self: (
+            bool(self._leases_running())
+            and self._active() < self.max_active
+            and not self.expiring()
+        )
+    )
+    @rule(data=st.data())
+    def a_lease_reaches_its_end(self, data: st.DataObject) -> None:
+        """The ledger's clock reaches a parked holder's lease end (or a microsecond before); a duplicate arrives."""
+        name, action_id = data.draw(st.sampled_from(self._leases_running()), label="lease")
+        side = data.draw(st.sampled_from(["exactly", "early"]), label="the clock stands")
+        holder = next(c for c in self.contenders_list if c.name == name)
+        ends = self.observed[action_id].lease_expires_at
+        assert ends is not None
+        self.ledger_clock.now = ends - (_MICROSECOND if side == "early" else timedelta(0))
+        self.history.step += 1
+        self.history.add(
+            "ledger clock",
+            f"stands at {'a microsecond before ' if side == 'early' else ''}the end of "
+            f"{holder.name}'s lease on {action_id[:8]} ({ends.isoformat()})",
+        )
+        event(f"lease edge: {side}")
+        drawn = {k: v for k, v in self.execute_arguments.items() if k not in _REQUEST}
+        # A waiter would sleep on the clock that stands still: it gives up at once.
+        drawn["wait"] = st.just("no wait")
+        arguments = data.draw(st.fixed_dictionaries(drawn), label="duplicate")
+        started = len(self.contenders_list)
+        self.start_execute(
+            holder.key,
+            amount=holder.amount,
+            alternate_reference=holder.reference.endswith("-alt"),
+            **arguments,
+        )
+        if len(self.contenders_list) == started:
+            return  # the machine refused it (its key is being freed)
+        taker = self.contenders_list[-1]
+        taker.lease_edge = (side, action_id)
+        taker.calm_ledger = True
+        for _ in range(_GATES_TO_FINISH):
+            if taker.finished or taker.took_over:
+                break
+            self.advance_contender(taker, data, 1, calm_ledger=True)
+        self._after_lease_step()
 
     def _stale_claims(self) -> dict[str, tuple[int, Any]]:
         """action_id -> (token, lease end) of every PENDING claim whose lease has run out."""

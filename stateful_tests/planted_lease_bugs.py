@@ -8,6 +8,7 @@ machine that must report it.
 from __future__ import annotations
 
 import dataclasses
+from datetime import datetime, timedelta
 from typing import Any
 
 import pytest
@@ -15,6 +16,7 @@ import pytest
 import dataoad._attempts as attempts_module
 import dataoad._completing as completing_module
 import dataoad._leases as leases_module
+import dataoad._ledger_rules as ledger_rules_module
 import dataoad.ledgers.memory as memory_module
 import dataoad.ledgers.sqlite as sqlite_module
 from dataoad import (
@@ -27,7 +29,7 @@ from dataoad import (
     SQLiteLedger,
 )
 from dataoad._clock import utc_now
-from dataoad._ledger_rules import check_take_over, lease_expired, same_identity
+from dataoad._ledger_rules import check_renew, check_take_over, lease_expired, same_identity
 from dataoad.ledgers._statements import compile_sql
 from stateful_tests.planted import PlantedBug, ReleasesStartedClaimsLedger, names
 
@@ -177,6 +179,55 @@ def _owner_ignores_merged_evidence(mp: pytest.MonkeyPatch) -> dict[str, Any]:
     return {}
 
 
+def _lease_expiry_exclusive(mp: pytest.MonkeyPatch) -> dict[str, Any]:
+    def strictly_expired(current: ActionReceipt, now: datetime) -> bool:
+        # "Runs out at" read as "runs out after": a claim at its exact end stays held.
+        return (
+            current.claim_state is ClaimState.PENDING
+            and current.lease_expires_at is not None
+            and current.lease_expires_at < now
+        )
+
+    mp.setattr(ledger_rules_module, "lease_expired", strictly_expired)
+    mp.setattr(memory_module, "lease_expired", strictly_expired)
+    return {}
+
+
+class RenewsFromTheOldExpiryLedger(InMemoryLedger):
+    """Extends a renewed lease from its old end, not from the ledger's now."""
+
+    async def renew(self, action_id: str, fencing_token: int, lease: float) -> bool:
+        with self._lock:
+            current = self._by_id.get(action_id)
+            if current is None or not check_renew(current, fencing_token):
+                return False
+            base = current.lease_expires_at or self._now()
+            self._by_id[action_id] = current.evolve(
+                lease_expires_at=base + timedelta(seconds=lease)
+            )
+            return True
+
+
+def _renewal_from_the_old_expiry(mp: pytest.MonkeyPatch) -> dict[str, Any]:
+    return {"ledger_class": RenewsFromTheOldExpiryLedger}
+
+
+class LeasesByTheWriterClockLedger(InMemoryLedger):
+    """Grants an attempt's or a taker's lease from the writer's ``updated_at``, not its own clock."""
+
+    def _leased(
+        self, receipt: ActionReceipt, lease: float | None, current: ActionReceipt | None = None
+    ) -> ActionReceipt:
+        stored = super()._leased(receipt, lease, current)
+        if current is None or lease is None:
+            return stored
+        return stored.evolve(lease_expires_at=receipt.updated_at + timedelta(seconds=lease))
+
+
+def _lease_by_the_writer_clock(mp: pytest.MonkeyPatch) -> dict[str, Any]:
+    return {"ledger_class": LeasesByTheWriterClockLedger}
+
+
 LEASE_BUGS = [
     PlantedBug(
         "owner-outcome-lost-to-zombie-merge",
@@ -293,5 +344,27 @@ LEASE_BUGS = [
         "ledger",
         names("backends-agree-with-the-model", "backends-hold-identical-receipts"),
         lambda mp: {"sqlite_class": TakesOverLiveClaimsSQLiteLedger},
+    ),
+    PlantedBug(
+        "lease-expiry-exclusive",
+        "a duplicate arriving when the ledger's clock stands exactly at a claim's lease end",
+        "runner",
+        # A sweep started at that instant leaves the claim too.
+        names("a-lease-ends-at-exactly-its-expiry", "stranded-claims-settled-by-a-sweep"),
+        _lease_expiry_exclusive,
+    ),
+    PlantedBug(
+        "renewal-from-the-old-expiry",
+        "a holder renews its lease",
+        "runner",
+        names("leases-run-from-the-write-that-grants-them"),
+        _renewal_from_the_old_expiry,
+    ),
+    PlantedBug(
+        "lease-by-the-writer-clock",
+        "a retry or a taker starts its attempt",
+        "runner",
+        names("leases-run-from-the-write-that-grants-them"),
+        _lease_by_the_writer_clock,
     ),
 ]

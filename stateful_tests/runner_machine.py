@@ -58,6 +58,7 @@ from stateful_tests.harness import (
     Crashed,
     GatedLedger,
     History,
+    LeaseGrant,
     LedgerFault,
     MachineLoop,
     ProviderFault,
@@ -291,7 +292,9 @@ class RunnerMachineBase(LifecycleRules, LeaseRules, RuleBasedStateMachine):
         self.heartbeats = Heartbeats()
         self.virtual_time = VirtualClock(self.heartbeats)
         self.ledger_clock = LedgerClock()
-        self.ledger_clock.frozen = self.asking_too_early
+        self.ledger_clock.frozen = self.clock_stands_still
+        #: action_id -> the last committed write that granted its claim a lease.
+        self.lease_grants: dict[str, LeaseGrant] = {}
         # The escape-hatch policy warns on every retry of UNKNOWN. One filter for
         # the whole run: catch_warnings inside concurrent tasks would save and
         # restore the process-wide filters out of order (and a task cancelled
@@ -336,10 +339,19 @@ class RunnerMachineBase(LifecycleRules, LeaseRules, RuleBasedStateMachine):
             self.clients.append(cls(clock=self.ledger_clock.ticking))
         return self.clients[0]
 
+    def clock_stands_still(self) -> bool:
+        """Whether the ledger's clock must not tick (see ``LedgerClock``)."""
+        return self.asking_too_early() or self.lease_edge_pending()
+
     def gated(self, client: Ledger) -> GatedLedger:
         """A contender's view of ``client``: every call parks at its gate."""
         return GatedLedger(
-            client, self.scheduler, self.released_ids, self.history, clock=self.ledger_clock
+            client,
+            self.scheduler,
+            self.released_ids,
+            self.history,
+            clock=self.ledger_clock,
+            lease_grants=self.lease_grants,
         )
 
     def _after_lease_step(self) -> None:

@@ -22,6 +22,8 @@ from dataoad.testing._ledger_contract import completed, make_receipt, started
 __all__ = ["LeaseContract", "ManualClock"]
 
 LEASE = 30.0
+#: The smallest step of a stored time: the checks stand on both sides of each boundary.
+MICROSECOND = 1e-6
 
 
 class ManualClock:
@@ -108,9 +110,9 @@ class LeaseContract:
 
         async def check(ledger: LeasingLedger, clock: ManualClock, extra: list[Any]) -> None:
             stored = await self._claimed(ledger)
-            clock.advance(LEASE - 0.001)
+            clock.advance(LEASE - MICROSECOND)
             assert not await ledger.take_over(_taken(stored), lease=LEASE)
-            clock.advance(0.001)
+            clock.advance(MICROSECOND)  # exactly its end: expired
             assert await ledger.take_over(_taken(stored), lease=LEASE)
             now = await ledger.get(stored.action_id)
             assert now is not None
@@ -224,10 +226,11 @@ class LeaseContract:
             assert renewed is not None
             assert renewed.version == stored.version
             assert renewed.lease_expires_at == clock.now + timedelta(seconds=LEASE)
-            clock.advance(LEASE - 1)
+            # From the renewal, not from the claim or the old end.
+            clock.advance(LEASE - MICROSECOND)
             assert not await ledger.take_over(_taken(stored), lease=LEASE)
-            # Expired but not yet taken over: the owner may still renew.
-            clock.advance(2)
+            # Expired (exactly at its end) but not yet taken over: the owner may still renew.
+            clock.advance(MICROSECOND)
             assert await ledger.renew(stored.action_id, 1, LEASE)
             assert not await ledger.take_over(_taken(stored), lease=LEASE)
 
@@ -285,7 +288,9 @@ class LeaseContract:
             clock.advance(20)
             late = await self._claimed(ledger, idempotency_key="late")
             await ledger.claim(make_receipt(idempotency_key="unleased"))
-            clock.advance(LEASE - 10)
+            clock.advance(LEASE - 20 - MICROSECOND)
+            assert await listing(stale=True) == []  # a microsecond before its end
+            clock.advance(MICROSECOND)  # exactly at it
             stale = await listing(stale=True)
             assert [r.action_id for r in stale] == [early.action_id]
             fresh = {r.action_id for r in await listing(stale=False)}
