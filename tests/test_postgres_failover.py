@@ -124,6 +124,8 @@ def check(outcome: dict[str, Any]) -> dict[str, int]:
         for t in results
         if t["key"] not in stored
         or stored[t["key"]].action_id != t["action_id"]
+        # Its claim reached the standby but not its outcome: PENDING there.
+        or stored[t["key"]].final_status is None
         or stored[t["key"]].final_status.value != t["status"]
     )
     return {
