@@ -242,30 +242,29 @@ def test_a_prune_dry_run_needs_only_read_access(aged: Store) -> None:
         assert sorted(p.name for p in folder.iterdir()) == ["ledger.sqlite3"]
 
 
-def test_a_reader_counts_what_a_prune_would_delete_and_deletes_nothing(tmp_path: Path) -> None:
-    async def scenario() -> None:
-        path = tmp_path / "ledger.sqlite3"
-        clock = _LedgerTime()
-        async with SQLiteLedger(path, clock=clock) as ledger:
-            await _put(ledger, clock, "old-ok", ActionStatus.CONFIRMED, 40 * DAY)
-            await _put(ledger, clock, "old-unknown", ActionStatus.UNKNOWN, 40 * DAY)
-            await _put(ledger, clock, "tenant-ok", ActionStatus.CONFIRMED, 40 * DAY, ns="tenant")
-            await _put(ledger, clock, "young", ActionStatus.CONFIRMED, DAY)
-            await _put(ledger, clock, "old-pending", None, 40 * DAY)
-        cut = utc_now() - 30 * DAY
-        reader = SQLiteReader(path)
-        try:
-            assert await reader.prune(completed_before=cut) == 2
-            assert await reader.prune(completed_before=cut, namespace="tenant") == 1
-            unknown = await reader.prune(completed_before=cut, statuses=[ActionStatus.UNKNOWN])
-            assert unknown == 1
-            assert await reader.prune(completed_before=cut, batch_size=1) == 2
-            with pytest.raises(InvalidArgumentError, match="deletes nothing"):
-                await reader.prune(completed_before=cut, dry_run=False)
-            with pytest.raises(InvalidArgumentError):
-                await reader.prune(completed_before=cut, statuses=["pending"])
-            assert len(await reader.receipts()) == 5
-        finally:
-            await reader.close()
-
-    asyncio.run(scenario())
+async def test_a_reader_counts_what_a_prune_would_delete_and_deletes_nothing(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "ledger.sqlite3"
+    clock = _LedgerTime()
+    async with SQLiteLedger(path, clock=clock) as ledger:
+        await _put(ledger, clock, "old-ok", ActionStatus.CONFIRMED, 40 * DAY)
+        await _put(ledger, clock, "old-unknown", ActionStatus.UNKNOWN, 40 * DAY)
+        await _put(ledger, clock, "tenant-ok", ActionStatus.CONFIRMED, 40 * DAY, ns="tenant")
+        await _put(ledger, clock, "young", ActionStatus.CONFIRMED, DAY)
+        await _put(ledger, clock, "old-pending", None, 40 * DAY)
+    cut = utc_now() - 30 * DAY
+    reader = SQLiteReader(path)
+    try:
+        assert await reader.prune(completed_before=cut) == 2
+        assert await reader.prune(completed_before=cut, namespace="tenant") == 1
+        unknown = await reader.prune(completed_before=cut, statuses=[ActionStatus.UNKNOWN])
+        assert unknown == 1
+        assert await reader.prune(completed_before=cut, batch_size=1) == 2
+        with pytest.raises(InvalidArgumentError, match="deletes nothing"):
+            await reader.prune(completed_before=cut, dry_run=False)
+        with pytest.raises(InvalidArgumentError):
+            await reader.prune(completed_before=cut, statuses=["pending"])
+        assert len(await reader.receipts()) == 5
+    finally:
+        await reader.close()

@@ -195,7 +195,7 @@ def _ledger_files(folder: Path) -> list[str]:
 
 
 @pytest.mark.parametrize("content", ["zero-length", "empty database"])
-def test_a_file_holding_no_ledger_is_refused_and_left_as_it_was(
+async def test_a_file_holding_no_ledger_is_refused_and_left_as_it_was(
     tmp_path: Path, content: str
 ) -> None:
     path = tmp_path / "ledger.sqlite3"
@@ -205,22 +205,15 @@ def test_a_file_holding_no_ledger_is_refused_and_left_as_it_was(
         sqlite3.connect(path).close()
     before = path.read_bytes()
 
-    async def scenario() -> None:
-        ledger = SQLiteLedger(path)
-        with pytest.raises(LedgerFileError, match="holds no Dataoad ledger"):
-            await ledger.get("x")
-        await ledger.close()
-
-    asyncio.run(scenario())
+    ledger = SQLiteLedger(path)
+    with pytest.raises(LedgerFileError, match="holds no Dataoad ledger"):
+        await ledger.get("x")
+    await ledger.close()
     assert path.read_bytes() == before
     runner = ActionRunner(SQLiteLedger(tmp_path / "new.sqlite3"))
-
-    async def fresh() -> None:
-        done = await runner.execute("charge", lambda: 1, request={}, **KEY)
-        assert done.status is ActionStatus.CONFIRMED
-        await runner.ledger.close()  # type: ignore[attr-defined]
-
-    asyncio.run(fresh())
+    done = await runner.execute("charge", lambda: 1, request={}, **KEY)
+    assert done.status is ActionStatus.CONFIRMED
+    await runner.ledger.close()  # type: ignore[attr-defined]
     assert stat.S_IMODE((tmp_path / "new.sqlite3").stat().st_mode) == 0o600
 
 

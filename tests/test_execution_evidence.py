@@ -54,122 +54,95 @@ async def execute(runner, op, **kw):
     ],
 )
 async def test_ordinary_exception_after_invocation_is_unknown(exc: Exception) -> None:
-    async def scenario() -> None:
-        op = CountingOperation(exc)
-        result = await execute(ActionRunner(InMemoryLedger()), op)
-        assert result.status is ActionStatus.UNKNOWN
-        assert result.receipt.execution_status is ActionStatus.UNKNOWN
-        assert op.calls == 1
-        with pytest.raises(UnresolvedActionError):
-            _ = result.value
-
-    await scenario()
+    op = CountingOperation(exc)
+    result = await execute(ActionRunner(InMemoryLedger()), op)
+    assert result.status is ActionStatus.UNKNOWN
+    assert result.receipt.execution_status is ActionStatus.UNKNOWN
+    assert op.calls == 1
+    with pytest.raises(UnresolvedActionError):
+        _ = result.value
 
 
 async def test_only_definitive_failure_is_failed() -> None:
-    async def scenario() -> None:
-        op = CountingOperation(DefinitiveFailure("declined"))
-        result = await execute(ActionRunner(InMemoryLedger()), op)
-        assert result.status is ActionStatus.FAILED
-        assert result.receipt.execution_status is ActionStatus.FAILED
-        assert result.receipt.error == "DefinitiveFailure: declined"
-
-    await scenario()
+    op = CountingOperation(DefinitiveFailure("declined"))
+    result = await execute(ActionRunner(InMemoryLedger()), op)
+    assert result.status is ActionStatus.FAILED
+    assert result.receipt.execution_status is ActionStatus.FAILED
+    assert result.receipt.error == "DefinitiveFailure: declined"
 
 
 @pytest.mark.parametrize("falsey", [None, 0, "", False, [], {}])
 async def test_normal_return_without_verifier_is_confirmed_even_when_falsey(falsey: object) -> None:
-    async def scenario() -> None:
-        op = CountingOperation(falsey)
-        result = await execute(ActionRunner(InMemoryLedger()), op)
-        assert result.status is ActionStatus.CONFIRMED
-        assert result.value == falsey
-        assert result.value_available is True
-
-    await scenario()
+    op = CountingOperation(falsey)
+    result = await execute(ActionRunner(InMemoryLedger()), op)
+    assert result.status is ActionStatus.CONFIRMED
+    assert result.value == falsey
+    assert result.value_available is True
 
 
 async def test_sync_operation_is_supported() -> None:
-    async def scenario() -> None:
-        result = await execute(ActionRunner(InMemoryLedger()), lambda: 42)
-        assert result.status is ActionStatus.CONFIRMED
-        assert result.value == 42
-
-    await scenario()
+    result = await execute(ActionRunner(InMemoryLedger()), lambda: 42)
+    assert result.status is ActionStatus.CONFIRMED
+    assert result.value == 42
 
 
 async def test_normal_return_with_verifier_is_unknown_until_verifier_decides() -> None:
-    async def scenario() -> None:
-        verifier = fixed_verifier(VerificationResult.unknown(reason="read path down"))
-        op = CountingOperation("charged")
-        result = await execute(
-            ActionRunner(InMemoryLedger()), op, provider_reference=REF, verifier=verifier
-        )
-        assert result.receipt.execution_status is ActionStatus.UNKNOWN
-        assert result.status is ActionStatus.UNKNOWN
-        assert len(verifier.calls) == 1  # type: ignore[attr-defined]
-
-    await scenario()
+    verifier = fixed_verifier(VerificationResult.unknown(reason="read path down"))
+    op = CountingOperation("charged")
+    result = await execute(
+        ActionRunner(InMemoryLedger()), op, provider_reference=REF, verifier=verifier
+    )
+    assert result.receipt.execution_status is ActionStatus.UNKNOWN
+    assert result.status is ActionStatus.UNKNOWN
+    assert len(verifier.calls) == 1  # type: ignore[attr-defined]
 
 
 async def test_normal_return_with_verifier_confirmed_by_bound_evidence() -> None:
-    async def scenario() -> None:
-        op = CountingOperation("charged")
-        result = await execute(
-            ActionRunner(InMemoryLedger()),
-            op,
-            provider_reference=REF,
-            verifier=fixed_verifier(confirmed()),
-        )
-        assert result.receipt.execution_status is ActionStatus.UNKNOWN
-        assert result.receipt.verification_status is ActionStatus.CONFIRMED
-        assert result.status is ActionStatus.CONFIRMED
-        assert result.value == "charged"  # the direct value of this execution
-
-    await scenario()
+    op = CountingOperation("charged")
+    result = await execute(
+        ActionRunner(InMemoryLedger()),
+        op,
+        provider_reference=REF,
+        verifier=fixed_verifier(confirmed()),
+    )
+    assert result.receipt.execution_status is ActionStatus.UNKNOWN
+    assert result.receipt.verification_status is ActionStatus.CONFIRMED
+    assert result.status is ActionStatus.CONFIRMED
+    assert result.value == "charged"  # the direct value of this execution
 
 
 async def test_normal_return_with_verifier_can_be_failed_by_fenced_absence() -> None:
-    async def scenario() -> None:
-        result = await execute(
-            ActionRunner(InMemoryLedger()),
-            CountingOperation("ok"),
-            provider_reference=REF,
-            verifier=fixed_verifier(fenced_absent()),
-        )
-        assert result.status is ActionStatus.FAILED
-
-    await scenario()
+    result = await execute(
+        ActionRunner(InMemoryLedger()),
+        CountingOperation("ok"),
+        provider_reference=REF,
+        verifier=fixed_verifier(fenced_absent()),
+    )
+    assert result.status is ActionStatus.FAILED
 
 
 async def test_verifier_without_provider_reference_is_a_usage_error_before_anything_runs() -> None:
-    async def scenario() -> None:
-        ledger = InMemoryLedger()
-        op = CountingOperation()
-        with pytest.raises(InvalidArgumentError, match="provider_reference"):
-            await execute(ActionRunner(ledger), op, verifier=fixed_verifier(confirmed()))
-        assert op.calls == 0
-        assert ledger.snapshot() == []
-
-    await scenario()
+    ledger = InMemoryLedger()
+    op = CountingOperation()
+    with pytest.raises(InvalidArgumentError, match="provider_reference"):
+        await execute(ActionRunner(ledger), op, verifier=fixed_verifier(confirmed()))
+    assert op.calls == 0
+    assert ledger.snapshot() == []
 
 
 async def test_three_status_fields_and_pending_stays_internal() -> None:
-    async def scenario() -> None:
-        provider_result = await execute(
-            ActionRunner(InMemoryLedger()),
-            CountingOperation(TimeoutError()),
-            provider_reference=REF,
-            verifier=fixed_verifier(confirmed()),
-        )
-        receipt = provider_result.receipt
-        assert receipt.execution_status is ActionStatus.UNKNOWN
-        assert receipt.verification_status is ActionStatus.CONFIRMED
-        assert receipt.final_status is ActionStatus.CONFIRMED
-        assert provider_result.status is receipt.final_status
-        assert {s.value for s in ActionStatus} == {"CONFIRMED", "FAILED", "UNKNOWN"}
-
-    await scenario()
+    provider_result = await execute(
+        ActionRunner(InMemoryLedger()),
+        CountingOperation(TimeoutError()),
+        provider_reference=REF,
+        verifier=fixed_verifier(confirmed()),
+    )
+    receipt = provider_result.receipt
+    assert receipt.execution_status is ActionStatus.UNKNOWN
+    assert receipt.verification_status is ActionStatus.CONFIRMED
+    assert receipt.final_status is ActionStatus.CONFIRMED
+    assert provider_result.status is receipt.final_status
+    assert {s.value for s in ActionStatus} == {"CONFIRMED", "FAILED", "UNKNOWN"}
 
 
 # -- verifier classification -------------------------------------------------
@@ -206,16 +179,13 @@ def _bad_results() -> list[object]:
 
 @pytest.mark.parametrize("verification", _bad_results(), ids=repr)
 async def test_untrustworthy_verifier_answers_stay_unknown(verification: object) -> None:
-    async def scenario() -> None:
-        result = await execute(
-            ActionRunner(InMemoryLedger()),
-            CountingOperation(TimeoutError()),
-            provider_reference=REF,
-            verifier=fixed_verifier(verification),
-        )
-        assert result.status is ActionStatus.UNKNOWN
-
-    await scenario()
+    result = await execute(
+        ActionRunner(InMemoryLedger()),
+        CountingOperation(TimeoutError()),
+        provider_reference=REF,
+        verifier=fixed_verifier(verification),
+    )
+    assert result.status is ActionStatus.UNKNOWN
 
 
 async def test_look_alike_verification_subclass_is_not_trusted() -> None:
@@ -224,62 +194,50 @@ async def test_look_alike_verification_subclass_is_not_trusted() -> None:
 
     sneaky = Sneaky(outcome=ActionStatus.CONFIRMED, verified_provider_reference=REF)
 
-    async def scenario() -> None:
-        result = await execute(
-            ActionRunner(InMemoryLedger()),
-            CountingOperation(TimeoutError()),
-            provider_reference=REF,
-            verifier=fixed_verifier(sneaky),
-        )
-        assert result.status is ActionStatus.UNKNOWN
-
-    await scenario()
+    result = await execute(
+        ActionRunner(InMemoryLedger()),
+        CountingOperation(TimeoutError()),
+        provider_reference=REF,
+        verifier=fixed_verifier(sneaky),
+    )
+    assert result.status is ActionStatus.UNKNOWN
 
 
 @pytest.mark.parametrize(
     "exc", [RuntimeError("boom"), TimeoutError(), PermissionError("auth failed")]
 )
 async def test_verifier_exception_is_unknown(exc: Exception) -> None:
-    async def scenario() -> None:
-        result = await execute(
-            ActionRunner(InMemoryLedger()),
-            CountingOperation(TimeoutError()),
-            provider_reference=REF,
-            verifier=fixed_verifier(exc),
-        )
-        assert result.status is ActionStatus.UNKNOWN
-        observation = result.receipt.metadata["verification"]
-        assert type(exc).__name__ in observation["error"]
-
-    await scenario()
+    result = await execute(
+        ActionRunner(InMemoryLedger()),
+        CountingOperation(TimeoutError()),
+        provider_reference=REF,
+        verifier=fixed_verifier(exc),
+    )
+    assert result.status is ActionStatus.UNKNOWN
+    observation = result.receipt.metadata["verification"]
+    assert type(exc).__name__ in observation["error"]
 
 
 async def test_wrong_reference_is_recorded_and_downgraded() -> None:
-    async def scenario() -> None:
-        result = await execute(
-            ActionRunner(InMemoryLedger()),
-            CountingOperation(TimeoutError()),
-            provider_reference=REF,
-            verifier=fixed_verifier(confirmed(ref="order-999")),
-        )
-        assert result.status is ActionStatus.UNKNOWN
-        assert "does not match" in result.receipt.metadata["verification"]["error"]
-
-    await scenario()
+    result = await execute(
+        ActionRunner(InMemoryLedger()),
+        CountingOperation(TimeoutError()),
+        provider_reference=REF,
+        verifier=fixed_verifier(confirmed(ref="order-999")),
+    )
+    assert result.status is ActionStatus.UNKNOWN
+    assert "does not match" in result.receipt.metadata["verification"]["error"]
 
 
 async def test_healthy_conclusive_retry_safe_bound_absence_is_failed() -> None:
-    async def scenario() -> None:
-        result = await execute(
-            ActionRunner(InMemoryLedger()),
-            CountingOperation(TimeoutError()),
-            provider_reference=REF,
-            verifier=fixed_verifier(fenced_absent()),
-        )
-        assert result.status is ActionStatus.FAILED
-        assert result.receipt.verification_status is ActionStatus.FAILED
-
-    await scenario()
+    result = await execute(
+        ActionRunner(InMemoryLedger()),
+        CountingOperation(TimeoutError()),
+        provider_reference=REF,
+        verifier=fixed_verifier(fenced_absent()),
+    )
+    assert result.status is ActionStatus.FAILED
+    assert result.receipt.verification_status is ActionStatus.FAILED
 
 
 async def test_verifier_objects_with_verify_method_sync_and_async() -> None:
@@ -292,43 +250,34 @@ async def test_verifier_objects_with_verify_method_sync_and_async() -> None:
             await asyncio.sleep(0)
             return confirmed()
 
-    async def scenario() -> None:
-        for index, verifier in enumerate([SyncVerifier(), AsyncVerifier()]):
-            result = await execute(
-                ActionRunner(InMemoryLedger()),
-                CountingOperation(TimeoutError()),
-                provider_reference=REF,
-                verifier=verifier,
-                idempotency_key=f"k{index}",
-            )
-            assert result.status is ActionStatus.CONFIRMED
-
-    await scenario()
-
-
-async def test_verifier_that_is_not_callable_is_rejected_before_anything_runs() -> None:
-    async def scenario() -> None:
-        ledger = InMemoryLedger()
-        op = CountingOperation()
-        with pytest.raises(InvalidArgumentError, match="verifier"):
-            await execute(ActionRunner(ledger), op, provider_reference=REF, verifier=object())
-        assert op.calls == 0
-        assert ledger.snapshot() == []
-
-    await scenario()
-
-
-async def test_receipt_metadata_is_json_serialisable() -> None:
-    async def scenario() -> None:
+    for index, verifier in enumerate([SyncVerifier(), AsyncVerifier()]):
         result = await execute(
             ActionRunner(InMemoryLedger()),
             CountingOperation(TimeoutError()),
             provider_reference=REF,
-            verifier=fixed_verifier(confirmed()),
+            verifier=verifier,
+            idempotency_key=f"k{index}",
         )
-        json.dumps(result.receipt.metadata)
+        assert result.status is ActionStatus.CONFIRMED
 
-    await scenario()
+
+async def test_verifier_that_is_not_callable_is_rejected_before_anything_runs() -> None:
+    ledger = InMemoryLedger()
+    op = CountingOperation()
+    with pytest.raises(InvalidArgumentError, match="verifier"):
+        await execute(ActionRunner(ledger), op, provider_reference=REF, verifier=object())
+    assert op.calls == 0
+    assert ledger.snapshot() == []
+
+
+async def test_receipt_metadata_is_json_serialisable() -> None:
+    result = await execute(
+        ActionRunner(InMemoryLedger()),
+        CountingOperation(TimeoutError()),
+        provider_reference=REF,
+        verifier=fixed_verifier(confirmed()),
+    )
+    json.dumps(result.receipt.metadata)
 
 
 @pytest.mark.parametrize("with_verifier", [True, False])

@@ -24,7 +24,7 @@ from dataoad import (
 )
 
 
-def test_decorator_keeps_name_docstring_and_signature_and_guards_calls() -> None:
+async def test_decorator_keeps_name_docstring_and_signature_and_guards_calls() -> None:
     runner = ActionRunner(InMemoryLedger())
     calls: list[str] = []
 
@@ -44,15 +44,12 @@ def test_decorator_keeps_name_docstring_and_signature_and_guards_calls() -> None
     assert charge.__doc__ == "Charge an order."
     assert list(inspect.signature(charge).parameters) == ["order_id", "amount"]
 
-    async def scenario() -> None:
-        first = await charge("o-1", 100)
-        again = await charge("o-1", 100)
-        assert isinstance(first, ActionResult)
-        assert first.value == "ch-o-1"
-        assert again.replayed is True
-        assert calls == ["o-1"]
-
-    asyncio.run(scenario())
+    first = await charge("o-1", 100)
+    again = await charge("o-1", 100)
+    assert isinstance(first, ActionResult)
+    assert first.value == "ch-o-1"
+    assert again.replayed is True
+    assert calls == ["o-1"]
 
 
 def test_decorator_on_a_sync_function_with_a_sync_runner_is_sync_and_guards_calls() -> None:

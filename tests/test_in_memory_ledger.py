@@ -43,18 +43,15 @@ def test_one_winner_per_key_across_threads_and_event_loops() -> None:
     assert all(r.final_status is ActionStatus.CONFIRMED for r in receipts)
 
 
-def test_a_claim_reusing_a_stored_action_id_is_refused_by_name() -> None:
+async def test_a_claim_reusing_a_stored_action_id_is_refused_by_name() -> None:
     import pytest
 
     from dataoad.testing import make_receipt
 
-    async def scenario() -> None:
-        ledger = InMemoryLedger()
-        first = make_receipt(idempotency_key="k1")
-        await ledger.claim(first)
-        clash = make_receipt(idempotency_key="k2", action_id=first.action_id)
-        with pytest.raises(ValueError, match=f"^action id '{first.action_id}' already exists$"):
-            await ledger.claim(clash)
-        assert await ledger.find(clash.action_name, "k2") is None
-
-    asyncio.run(scenario())
+    ledger = InMemoryLedger()
+    first = make_receipt(idempotency_key="k1")
+    await ledger.claim(first)
+    clash = make_receipt(idempotency_key="k2", action_id=first.action_id)
+    with pytest.raises(ValueError, match=f"^action id '{first.action_id}' already exists$"):
+        await ledger.claim(clash)
+    assert await ledger.find(clash.action_name, "k2") is None

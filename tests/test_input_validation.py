@@ -65,12 +65,9 @@ async def assert_rejected_before_anything(error: type[Exception], **kw: Any) -> 
     kw.setdefault("idempotency_key", "k")
     kw.setdefault("request", {})
 
-    async def scenario() -> Exception:
-        with pytest.raises(error) as info:
-            await ActionRunner(ledger).execute(kw.pop("action_name", "a"), kw.pop("op", op), **kw)
-        return info.value
-
-    exc = await scenario()
+    with pytest.raises(error) as info:
+        await ActionRunner(ledger).execute(kw.pop("action_name", "a"), kw.pop("op", op), **kw)
+    exc = info.value
     assert op.calls == 0
     assert ledger.snapshot() == []
     return exc
@@ -213,20 +210,17 @@ async def test_invalid_arguments_raise_before_anything(kw: dict[str, Any]) -> No
 
 
 async def test_bad_input_leaves_existing_receipts_untouched() -> None:
-    async def scenario() -> None:
-        ledger = InMemoryLedger()
-        runner = ActionRunner(ledger)
-        await runner.execute("a", lambda: 1, request={"x": 1}, idempotency_key="k")
-        before = ledger.snapshot()
-        with pytest.raises(InvalidRequestError):
-            await runner.execute("a", lambda: 1, request={"x": (1,)}, idempotency_key="k")
-        with pytest.raises(ReservedMetadataError):
-            await runner.execute(
-                "a", lambda: 1, request={"x": 1}, idempotency_key="k", metadata={"recovery": 1}
-            )
-        assert ledger.snapshot() == before
-
-    await scenario()
+    ledger = InMemoryLedger()
+    runner = ActionRunner(ledger)
+    await runner.execute("a", lambda: 1, request={"x": 1}, idempotency_key="k")
+    before = ledger.snapshot()
+    with pytest.raises(InvalidRequestError):
+        await runner.execute("a", lambda: 1, request={"x": (1,)}, idempotency_key="k")
+    with pytest.raises(ReservedMetadataError):
+        await runner.execute(
+            "a", lambda: 1, request={"x": 1}, idempotency_key="k", metadata={"recovery": 1}
+        )
+    assert ledger.snapshot() == before
 
 
 def test_ledger_must_implement_the_protocol() -> None:
@@ -288,36 +282,30 @@ def test_a_bad_runner_argument_is_named(call: Any, message: str) -> None:
 async def test_a_bad_execute_argument_is_named_before_anything_is_stored(
     kwargs: dict[str, Any], message: str
 ) -> None:
-    async def scenario() -> None:
-        ledger = InMemoryLedger()
-        call: dict[str, Any] = {
-            "operation": CountingOperation(),
-            "request": REQUEST,
-            "idempotency_key": "k",
-            "provider_reference": REF,
-            **kwargs,
-        }
-        operation = call.pop("operation")
-        with pytest.raises(InvalidArgumentError) as info:
-            await ActionRunner(ledger).execute("charge", operation, **call)
-        assert str(info.value) == message
-        assert await ledger.find("charge", "k") is None
-
-    await scenario()
+    ledger = InMemoryLedger()
+    call: dict[str, Any] = {
+        "operation": CountingOperation(),
+        "request": REQUEST,
+        "idempotency_key": "k",
+        "provider_reference": REF,
+        **kwargs,
+    }
+    operation = call.pop("operation")
+    with pytest.raises(InvalidArgumentError) as info:
+        await ActionRunner(ledger).execute("charge", operation, **call)
+    assert str(info.value) == message
+    assert await ledger.find("charge", "k") is None
 
 
 async def test_a_bad_text_argument_is_named() -> None:
-    async def scenario() -> None:
-        with pytest.raises(InvalidArgumentError) as info:
-            await ActionRunner(InMemoryLedger()).execute(
-                3,  # type: ignore[arg-type]
-                CountingOperation(),
-                request={},
-                idempotency_key="k",
-            )
-        assert str(info.value) == "action_name must be a str, not int"
-
-    await scenario()
+    with pytest.raises(InvalidArgumentError) as info:
+        await ActionRunner(InMemoryLedger()).execute(
+            3,  # type: ignore[arg-type]
+            CountingOperation(),
+            request={},
+            idempotency_key="k",
+        )
+    assert str(info.value) == "action_name must be a str, not int"
 
 
 def test_a_partial_ledger_is_refused_naming_every_missing_method() -> None:

@@ -346,7 +346,7 @@ async def test_an_attempt_shorter_than_a_third_of_the_lease_starts_no_renewal_ta
     assert renewal_tasks() == []  # ended with its attempt
 
 
-def test_current_attempt_tells_sync_and_async_operations_their_fence() -> None:
+async def test_current_attempt_tells_sync_and_async_operations_their_fence() -> None:
     seen: list[Any] = []
 
     async def async_op() -> str:
@@ -357,24 +357,30 @@ def test_current_attempt_tells_sync_and_async_operations_their_fence() -> None:
         seen.append(current_attempt())
         return "ok"
 
-    async def scenario() -> None:
-        ledger = InMemoryLedger()
-        runner = ActionRunner(ledger, owner="A")
-        await runner.execute(
-            "charge", async_op, request=REQUEST, idempotency_key="a", provider_reference="r"
-        )
-        await runner.execute("charge", sync_op, request=REQUEST, idempotency_key="s")
-
     assert current_attempt() is None
-    asyncio.run(scenario())
-    with SyncActionRunner(InMemoryLedger()) as sync_runner:
-        sync_runner.execute("charge", sync_op, request=REQUEST, idempotency_key="t")
+    runner = ActionRunner(InMemoryLedger(), owner="A")
+    await runner.execute(
+        "charge", async_op, request=REQUEST, idempotency_key="a", provider_reference="r"
+    )
+    await runner.execute("charge", sync_op, request=REQUEST, idempotency_key="s")
     assert [(c.idempotency_key, c.attempt, c.fencing_token) for c in seen] == [
         ("a", 1, 1),
         ("s", 1, 1),
-        ("t", 1, 1),
     ]
     assert seen[0].provider_reference == "r"
+    assert current_attempt() is None
+
+
+def test_current_attempt_tells_a_sync_runners_operation_its_fence() -> None:
+    seen: list[Any] = []
+
+    def sync_op() -> str:
+        seen.append(current_attempt())
+        return "ok"
+
+    with SyncActionRunner(InMemoryLedger()) as sync_runner:
+        sync_runner.execute("charge", sync_op, request=REQUEST, idempotency_key="t")
+    assert [(c.idempotency_key, c.attempt, c.fencing_token) for c in seen] == [("t", 1, 1)]
     assert current_attempt() is None
 
 
@@ -415,20 +421,17 @@ async def test_a_faulted_ledger_can_be_swept_and_its_listing_faulted() -> None:
     assert "receipts" in faulty.calls
 
 
-def test_progress_a_stranded_claim_is_settled_within_one_lease_and_one_sweep() -> None:
+async def test_progress_a_stranded_claim_is_settled_within_one_lease_and_one_sweep() -> None:
     """Progress: after any crash, one lease and one sweep leave no PENDING claim."""
 
-    async def scenario() -> None:
-        clock = ManualClock()
-        ledger = InMemoryLedger(clock=clock)
-        dead = ActionRunner(ledger, owner="A")
-        for key in ("a", "b", "c"):
-            await crash_after_start(dead, key=key)
-        clock.advance(LEASE)
-        await ActionRunner(ledger, owner="S").recover_stale(limit=100)
-        assert await ledger.receipts(pending=True) == []
-
-    asyncio.run(scenario())
+    clock = ManualClock()
+    ledger = InMemoryLedger(clock=clock)
+    dead = ActionRunner(ledger, owner="A")
+    for key in ("a", "b", "c"):
+        await crash_after_start(dead, key=key)
+    clock.advance(LEASE)
+    await ActionRunner(ledger, owner="S").recover_stale(limit=100)
+    assert await ledger.receipts(pending=True) == []
 
 
 @pytest.mark.parametrize("lease", [0, -1, math.nan, math.inf, "30", True, 86_401, [1]], ids=repr)
@@ -470,60 +473,54 @@ async def test_recover_stale_refuses_a_bad_limit_before_the_ledger() -> None:
             await runner.recover_stale(limit=bad)  # type: ignore[arg-type]
 
 
-def test_a_worker_clock_far_ahead_never_takes_a_live_sqlite_claim(
+async def test_a_worker_clock_far_ahead_never_takes_a_live_sqlite_claim(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Skew: only the ledger's clock decides; a taker whose own clock is an hour ahead waits."""
     ledger_clock = ManualClock()
 
-    async def scenario() -> None:
-        async with SQLiteLedger(tmp_path / "l.sqlite3", clock=ledger_clock) as ledger:
-            await crash_after_start(ActionRunner(ledger, owner="A"))
-        real = clock_module.utc_now
-        monkeypatch.setattr(clock_module, "utc_now", lambda: real().replace(year=2099))
-        async with SQLiteLedger(tmp_path / "l.sqlite3", clock=ledger_clock) as ledger:
-            with pytest.raises(ActionInProgressError):
-                await ActionRunner(ledger, owner="B").execute(
-                    "charge", counting(), request=REQUEST, idempotency_key="k"
-                )
-            ledger_clock.advance(LEASE)
-            taken = await ActionRunner(ledger, owner="B").execute(
+    async with SQLiteLedger(tmp_path / "l.sqlite3", clock=ledger_clock) as ledger:
+        await crash_after_start(ActionRunner(ledger, owner="A"))
+    real = clock_module.utc_now
+    monkeypatch.setattr(clock_module, "utc_now", lambda: real().replace(year=2099))
+    async with SQLiteLedger(tmp_path / "l.sqlite3", clock=ledger_clock) as ledger:
+        with pytest.raises(ActionInProgressError):
+            await ActionRunner(ledger, owner="B").execute(
                 "charge", counting(), request=REQUEST, idempotency_key="k"
             )
-            assert taken.taken_over
+        ledger_clock.advance(LEASE)
+        taken = await ActionRunner(ledger, owner="B").execute(
+            "charge", counting(), request=REQUEST, idempotency_key="k"
+        )
+        assert taken.taken_over
 
-    asyncio.run(scenario())
 
-
-def test_postgres_judges_leases_by_the_server_clock(monkeypatch: pytest.MonkeyPatch) -> None:
+async def test_postgres_judges_leases_by_the_server_clock(monkeypatch: pytest.MonkeyPatch) -> None:
     """Skew on PostgreSQL: clients whose clocks are a day ahead or behind change nothing."""
     from dataoad import PostgresLedger
 
     dsn, table = postgres_dsn(), unique_table()
 
-    async def scenario() -> None:
-        async with PostgresLedger(dsn, table=table) as ledger:
-            await ledger.migrate()
-            await crash_after_start(ActionRunner(ledger, owner="A", lease=1.0))
-            real = clock_module.utc_now
-            for skew_years in (1, -1):
-                monkeypatch.setattr(
-                    clock_module,
-                    "utc_now",
-                    lambda s=skew_years: real().replace(year=real().year + s),
-                )
-                with pytest.raises(ActionInProgressError):
-                    await ActionRunner(ledger, owner="B", lease=1.0).execute(
-                        "charge", counting(), request=REQUEST, idempotency_key="k"
-                    )
-            await asyncio.sleep(1.2)  # the server's clock passes the lease
-            taken = await ActionRunner(ledger, owner="B", lease=1.0).execute(
-                "charge", counting(), request=REQUEST, idempotency_key="k"
+    async with PostgresLedger(dsn, table=table) as ledger:
+        await ledger.migrate()
+        await crash_after_start(ActionRunner(ledger, owner="A", lease=1.0))
+        real = clock_module.utc_now
+        for skew_years in (1, -1):
+            monkeypatch.setattr(
+                clock_module,
+                "utc_now",
+                lambda s=skew_years: real().replace(year=real().year + s),
             )
-            assert taken.taken_over
-            assert taken.status is ActionStatus.UNKNOWN
-
-    asyncio.run(scenario())
+            with pytest.raises(ActionInProgressError):
+                await ActionRunner(ledger, owner="B", lease=1.0).execute(
+                    "charge", counting(), request=REQUEST, idempotency_key="k"
+                )
+        await asyncio.sleep(1.2)  # the server's clock passes the lease
+        taken = await ActionRunner(ledger, owner="B", lease=1.0).execute(
+            "charge", counting(), request=REQUEST, idempotency_key="k"
+        )
+        assert taken.taken_over
+        assert taken.status is ActionStatus.UNKNOWN
 
 
 def test_the_cli_lists_and_sweeps_stale_claims(tmp_path: Path) -> None:

@@ -73,50 +73,45 @@ def test_contract_tmp_helpers_do_not_leak() -> None:
 
 
 async def test_ledger_contract_refuses_invalid_transitions():
-    async def s():
-        inner = InMemoryLedger()
-        done = await ActionRunner(inner).execute("a", lambda: 1, request={}, idempotency_key="k")
-        cur = done.receipt  # COMPLETED, attempts 1, version 3
-        from dataoad import AttemptRecord
-        from dataoad._receipt import utc_now
+    inner = InMemoryLedger()
+    done = await ActionRunner(inner).execute("a", lambda: 1, request={}, idempotency_key="k")
+    cur = done.receipt  # COMPLETED, attempts 1, version 3
+    from dataoad import AttemptRecord
+    from dataoad._receipt import utc_now
 
-        extra = (*cur.attempt_records, AttemptRecord(number=2, started_at=utc_now()))
-        assert not await inner.start_attempt(
-            cur.evolve(
-                claim_state=ClaimState.PENDING,
-                attempts=2,
-                attempt_records=extra,
-                version=cur.version + 1,
-            )
-        )
-        assert not await inner.record(
-            cur.evolve(claim_state=ClaimState.PENDING, version=cur.version + 1)
-        )
-        assert not await inner.record(
-            cur.evolve(attempts=2, attempt_records=extra, version=cur.version + 1)
-        )
-        assert not await inner.record(cur.evolve(request_hash="0" * 64, version=cur.version + 1))
-        # pending claim: version skip, attempts jump, record count mismatch
-
-        pend = cur.evolve(
-            action_id="p",
-            idempotency_key="k2",
+    extra = (*cur.attempt_records, AttemptRecord(number=2, started_at=utc_now()))
+    assert not await inner.start_attempt(
+        cur.evolve(
             claim_state=ClaimState.PENDING,
-            attempts=0,
-            attempt_records=(),
-            version=1,
-            execution_status=None,
-            verification_status=None,
-            final_status=None,
+            attempts=2,
+            attempt_records=extra,
+            version=cur.version + 1,
         )
-        assert (await inner.claim(pend))[1]
-        r1 = (AttemptRecord(number=1, started_at=utc_now()),)
-        assert not await inner.start_attempt(pend.evolve(attempts=1, attempt_records=r1, version=3))
-        assert not await inner.start_attempt(
-            pend.evolve(attempts=2, attempt_records=r1 * 2, version=2)
-        )
-        assert not await inner.start_attempt(pend.evolve(attempts=1, attempt_records=(), version=2))
-        assert not await inner.release("p", 2)
-        assert await inner.release("p", 1)
+    )
+    assert not await inner.record(
+        cur.evolve(claim_state=ClaimState.PENDING, version=cur.version + 1)
+    )
+    assert not await inner.record(
+        cur.evolve(attempts=2, attempt_records=extra, version=cur.version + 1)
+    )
+    assert not await inner.record(cur.evolve(request_hash="0" * 64, version=cur.version + 1))
+    # pending claim: version skip, attempts jump, record count mismatch
 
-    await s()
+    pend = cur.evolve(
+        action_id="p",
+        idempotency_key="k2",
+        claim_state=ClaimState.PENDING,
+        attempts=0,
+        attempt_records=(),
+        version=1,
+        execution_status=None,
+        verification_status=None,
+        final_status=None,
+    )
+    assert (await inner.claim(pend))[1]
+    r1 = (AttemptRecord(number=1, started_at=utc_now()),)
+    assert not await inner.start_attempt(pend.evolve(attempts=1, attempt_records=r1, version=3))
+    assert not await inner.start_attempt(pend.evolve(attempts=2, attempt_records=r1 * 2, version=2))
+    assert not await inner.start_attempt(pend.evolve(attempts=1, attempt_records=(), version=2))
+    assert not await inner.release("p", 2)
+    assert await inner.release("p", 1)

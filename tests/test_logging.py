@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import logging
 
 import pytest
@@ -27,26 +26,19 @@ from tests.support import (
 LOSE = LedgerFault.LOSE_ACKNOWLEDGEMENT
 
 
-def test_one_record_per_transition_without_request_or_values(
+async def test_one_record_per_transition_without_request_or_values(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     caplog.set_level(logging.INFO, logger="dataoad")
 
-    async def scenario() -> None:
-        runner = ActionRunner(InMemoryLedger())
-        op = CountingOperation(TimeoutError("lost"), "SECRET-VALUE")
-        request = {"card": "SECRET-REQUEST"}
-        first = await runner.execute(
-            "charge", op, request=request, idempotency_key="k", provider_reference=REF
-        )
-        await runner.execute(
-            "charge", op, request=request, idempotency_key="k", provider_reference=REF
-        )
-        await runner.reconcile(
-            first.receipt.action_id, fixed_verifier(confirmed(value="SECRET-VALUE"))
-        )
-
-    asyncio.run(scenario())
+    runner = ActionRunner(InMemoryLedger())
+    op = CountingOperation(TimeoutError("lost"), "SECRET-VALUE")
+    request = {"card": "SECRET-REQUEST"}
+    first = await runner.execute(
+        "charge", op, request=request, idempotency_key="k", provider_reference=REF
+    )
+    await runner.execute("charge", op, request=request, idempotency_key="k", provider_reference=REF)
+    await runner.reconcile(first.receipt.action_id, fixed_verifier(confirmed(value="SECRET-VALUE")))
     events = [r.dataoad["event"] for r in caplog.records if hasattr(r, "dataoad")]  # type: ignore[attr-defined]
     assert events == ["claimed", "attempt_started", "completed", "replayed", "reconciled"]
     completed = next(r for r in caplog.records if r.dataoad["event"] == "completed")  # type: ignore[attr-defined]
@@ -62,39 +54,31 @@ async def test_conflicts_are_warnings_whichever_field_differs(
 ) -> None:
     from dataoad import IdempotencyConflictError
 
-    async def scenario() -> None:
-        runner = ActionRunner(InMemoryLedger())
-        await execute(runner)
-        with pytest.raises(IdempotencyConflictError):
-            await runner.execute(
-                "charge", CountingOperation(), request=REQUEST, idempotency_key="k"
-            )
-
-    await scenario()
+    runner = ActionRunner(InMemoryLedger())
+    await execute(runner)
+    with pytest.raises(IdempotencyConflictError):
+        await runner.execute("charge", CountingOperation(), request=REQUEST, idempotency_key="k")
     assert events(caplog)[-1][:2] == ("conflict", logging.WARNING)
 
 
 async def test_duplicates_are_told_what_they_met(caplog: pytest.LogCaptureFixture) -> None:
     from dataoad import ActionInProgressError, IdempotencyConflictError
 
-    async def scenario() -> None:
-        ledger = InMemoryLedger()
-        stuck = await stranded(ledger)
-        runner = ActionRunner(ledger)
-        with pytest.raises(ActionInProgressError) as busy:
-            await execute(runner)
-        assert str(busy.value) == (
-            f"action {stuck.action_id} ('charge', key 'k') is still in progress; "
-            "it was not invoked again"
-        )
-        with pytest.raises(IdempotencyConflictError) as conflict:
-            await runner.execute("charge", CountingOperation(), request={}, idempotency_key="k")
-        assert str(conflict.value) == (
-            f"idempotency key 'k' of 'charge' is already claimed by action {stuck.action_id} "
-            "for a different request"
-        )
-
-    await scenario()
+    ledger = InMemoryLedger()
+    stuck = await stranded(ledger)
+    runner = ActionRunner(ledger)
+    with pytest.raises(ActionInProgressError) as busy:
+        await execute(runner)
+    assert str(busy.value) == (
+        f"action {stuck.action_id} ('charge', key 'k') is still in progress; "
+        "it was not invoked again"
+    )
+    with pytest.raises(IdempotencyConflictError) as conflict:
+        await runner.execute("charge", CountingOperation(), request={}, idempotency_key="k")
+    assert str(conflict.value) == (
+        f"idempotency key 'k' of 'charge' is already claimed by action {stuck.action_id} "
+        "for a different request"
+    )
     tail = events(caplog)[-2:]
     assert [(e, lvl) for e, lvl, _ in tail] == [
         ("in_progress", logging.INFO),
@@ -103,21 +87,18 @@ async def test_duplicates_are_told_what_they_met(caplog: pytest.LogCaptureFixtur
 
 
 async def test_every_transition_record_names_its_action(caplog: pytest.LogCaptureFixture) -> None:
-    async def scenario() -> None:
-        ledger = InMemoryLedger()
-        runner = ActionRunner(ledger)
-        await execute(runner, key="plain")
-        await execute(runner, key="plain")  # replayed
-        faulty = FaultyLedger(ledger)
-        faulty.inject("record", LOSE)
-        await execute(ActionRunner(faulty), key="lost-ack")
-        claim = await unstarted(ledger, key="to-release")
-        await runner.release_unstarted(claim.action_id)
-        claim = await unstarted(ledger, key="to-release-unacknowledged")
-        faulty.inject("release", LOSE)
-        await ActionRunner(faulty).release_unstarted(claim.action_id)
-
-    await scenario()
+    ledger = InMemoryLedger()
+    runner = ActionRunner(ledger)
+    await execute(runner, key="plain")
+    await execute(runner, key="plain")  # replayed
+    faulty = FaultyLedger(ledger)
+    faulty.inject("record", LOSE)
+    await execute(ActionRunner(faulty), key="lost-ack")
+    claim = await unstarted(ledger, key="to-release")
+    await runner.release_unstarted(claim.action_id)
+    claim = await unstarted(ledger, key="to-release-unacknowledged")
+    faulty.inject("release", LOSE)
+    await ActionRunner(faulty).release_unstarted(claim.action_id)
     seen = {e for e, _, _ in events(caplog)}
     assert {
         "claimed",
@@ -137,15 +118,12 @@ async def test_duplicates_leave_records_naming_the_claim_they_met(
 ) -> None:
     from dataoad import ActionInProgressError, IdempotencyConflictError
 
-    async def scenario() -> None:
-        ledger = InMemoryLedger()
-        stuck = await stranded(ledger)
-        runner = ActionRunner(ledger)
-        with pytest.raises(ActionInProgressError):
-            await execute(runner)
-        with pytest.raises(IdempotencyConflictError):
-            await runner.execute("charge", CountingOperation(), request={}, idempotency_key="k")
-        for event, _, fields in events(caplog)[-2:]:
-            assert fields["action_id"] == stuck.action_id, event
-
-    await scenario()
+    ledger = InMemoryLedger()
+    stuck = await stranded(ledger)
+    runner = ActionRunner(ledger)
+    with pytest.raises(ActionInProgressError):
+        await execute(runner)
+    with pytest.raises(IdempotencyConflictError):
+        await runner.execute("charge", CountingOperation(), request={}, idempotency_key="k")
+    for event, _, fields in events(caplog)[-2:]:
+        assert fields["action_id"] == stuck.action_id, event

@@ -9,7 +9,6 @@ built with that code's schema steps and filled with the same rows.
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import shutil
 import sqlite3
@@ -79,30 +78,27 @@ async def _check_migrated(ledger: Any, before: dict[str, Any]) -> None:
     assert old.final_status is ActionStatus.FAILED
 
 
-def test_a_schema_3_sqlite_file_is_read_unchanged_then_migrated(tmp_path: Path) -> None:
+async def test_a_schema_3_sqlite_file_is_read_unchanged_then_migrated(tmp_path: Path) -> None:
     path = tmp_path / "ledger.sqlite3"
     shutil.copy(V3, path)
 
-    async def scenario() -> None:
-        reader = SQLiteReader(path)
-        before = {r.idempotency_key: r for r in await reader.receipts()}
-        assert set(before) == KEYS
-        assert {r.namespace for r in before.values()} == {""}
-        assert await reader.receipts(namespace="t") == []
-        await reader.close()
-        with contextlib.closing(sqlite3.connect(path)) as c:
-            assert c.execute("PRAGMA user_version").fetchone()[0] == 3  # reading wrote nothing
-        async with SQLiteLedger(path) as ledger:
-            await _check_migrated(ledger, before)
-        with contextlib.closing(sqlite3.connect(path)) as c:
-            assert c.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION
-            indexes = {row[1] for row in c.execute("PRAGMA index_list(receipts)")}
-        assert {"receipts_by_key", "receipts_by_age"} <= indexes
-
-    asyncio.run(scenario())
+    reader = SQLiteReader(path)
+    before = {r.idempotency_key: r for r in await reader.receipts()}
+    assert set(before) == KEYS
+    assert {r.namespace for r in before.values()} == {""}
+    assert await reader.receipts(namespace="t") == []
+    await reader.close()
+    with contextlib.closing(sqlite3.connect(path)) as c:
+        assert c.execute("PRAGMA user_version").fetchone()[0] == 3  # reading wrote nothing
+    async with SQLiteLedger(path) as ledger:
+        await _check_migrated(ledger, before)
+    with contextlib.closing(sqlite3.connect(path)) as c:
+        assert c.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION
+        indexes = {row[1] for row in c.execute("PRAGMA index_list(receipts)")}
+    assert {"receipts_by_key", "receipts_by_age"} <= indexes
 
 
-def test_a_failed_migration_leaves_the_schema_3_file_as_it_was(
+async def test_a_failed_migration_leaves_the_schema_3_file_as_it_was(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     path = tmp_path / "ledger.sqlite3"
@@ -110,12 +106,9 @@ def test_a_failed_migration_leaves_the_schema_3_file_as_it_was(
     broken = (*sqlite_module.MIGRATIONS[4][:-1], "CREATE INDEX broken ON nowhere (x)")
     monkeypatch.setitem(sqlite_module.MIGRATIONS, 4, broken)
 
-    async def scenario() -> None:
-        with pytest.raises(sqlite3.OperationalError):
-            async with SQLiteLedger(path):
-                pass
-
-    asyncio.run(scenario())
+    with pytest.raises(sqlite3.OperationalError):
+        async with SQLiteLedger(path):
+            pass
     with contextlib.closing(sqlite3.connect(path)) as c:
         assert c.execute("PRAGMA user_version").fetchone()[0] == 3
         assert c.execute("SELECT * FROM receipts ORDER BY idempotency_key").fetchall() == (
@@ -124,7 +117,7 @@ def test_a_failed_migration_leaves_the_schema_3_file_as_it_was(
 
 
 @pytest.mark.parametrize("name_length", [20, 48])
-def test_a_schema_2_postgres_table_is_migrated_keeping_every_receipt(
+async def test_a_schema_2_postgres_table_is_migrated_keeping_every_receipt(
     tmp_path: Path, name_length: int
 ) -> None:
     dsn = postgres_dsn()
@@ -133,41 +126,36 @@ def test_a_schema_2_postgres_table_is_migrated_keeping_every_receipt(
     path = tmp_path / "ledger.sqlite3"
     shutil.copy(V3, path)
 
-    async def scenario() -> None:
-        reader = SQLiteReader(path)
-        expected = {r.idempotency_key: r for r in await reader.receipts()}
-        await reader.close()
-        ledger = PostgresLedger(dsn, table=table)
-        try:
-            pool = await ledger._raw_pool()
-            qualified = f'"public"."{table}"'
-            async with pool.acquire() as conn:
-                # Exactly what the schema-2 code's migrate() created, and its rows.
-                for step in (1, 2):
-                    for statement in PG_MIGRATIONS[step]:
-                        await conn.execute(statement.format(table=qualified))
-                await conn.execute(
-                    f'CREATE TABLE "public"."{table}_schema" (version integer PRIMARY KEY, '
-                    "applied_at timestamptz NOT NULL DEFAULT now())"
-                )
-                await conn.execute(
-                    f'INSERT INTO "public"."{table}_schema" (version) VALUES (1), (2)'
-                )
-                for row in v3_rows():
-                    values = list(row)
-                    for index in (16, 17, 20):
-                        if values[index] is not None:
-                            values[index] = datetime.fromisoformat(str(values[index]))
-                    placeholders = ", ".join(f"${i + 1}" for i in range(21))
-                    await conn.execute(f"INSERT INTO {qualified} VALUES ({placeholders})", *values)
-            assert await ledger.migrate() == 2
-            assert await ledger.schema_version() == PG_SCHEMA
-            await _check_migrated(ledger, expected)
-            assert await ledger.migrate() == PG_SCHEMA  # twice is harmless
-        finally:
-            pool = await ledger._raw_pool()
-            await pool.execute(f'DROP TABLE IF EXISTS "public"."{table}"')
-            await pool.execute(f'DROP TABLE IF EXISTS "public"."{table}_schema"')
-            await ledger.close()
-
-    asyncio.run(scenario())
+    reader = SQLiteReader(path)
+    expected = {r.idempotency_key: r for r in await reader.receipts()}
+    await reader.close()
+    ledger = PostgresLedger(dsn, table=table)
+    try:
+        pool = await ledger._raw_pool()
+        qualified = f'"public"."{table}"'
+        async with pool.acquire() as conn:
+            # Exactly what the schema-2 code's migrate() created, and its rows.
+            for step in (1, 2):
+                for statement in PG_MIGRATIONS[step]:
+                    await conn.execute(statement.format(table=qualified))
+            await conn.execute(
+                f'CREATE TABLE "public"."{table}_schema" (version integer PRIMARY KEY, '
+                "applied_at timestamptz NOT NULL DEFAULT now())"
+            )
+            await conn.execute(f'INSERT INTO "public"."{table}_schema" (version) VALUES (1), (2)')
+            for row in v3_rows():
+                values = list(row)
+                for index in (16, 17, 20):
+                    if values[index] is not None:
+                        values[index] = datetime.fromisoformat(str(values[index]))
+                placeholders = ", ".join(f"${i + 1}" for i in range(21))
+                await conn.execute(f"INSERT INTO {qualified} VALUES ({placeholders})", *values)
+        assert await ledger.migrate() == 2
+        assert await ledger.schema_version() == PG_SCHEMA
+        await _check_migrated(ledger, expected)
+        assert await ledger.migrate() == PG_SCHEMA  # twice is harmless
+    finally:
+        pool = await ledger._raw_pool()
+        await pool.execute(f'DROP TABLE IF EXISTS "public"."{table}"')
+        await pool.execute(f'DROP TABLE IF EXISTS "public"."{table}_schema"')
+        await ledger.close()

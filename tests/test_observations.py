@@ -33,32 +33,29 @@ C, F, U = ActionStatus.CONFIRMED, ActionStatus.FAILED, ActionStatus.UNKNOWN
 
 
 async def test_a_stored_observation_keeps_every_field_of_the_verifier_answer() -> None:
-    async def scenario() -> None:
-        answer = VerificationResult.absent(
-            verified_provider_reference=REF,
-            retry_safe=False,
-            health=VerificationHealth.DEGRADED,
-            conclusive_absence=False,
-            details={"region": "eu"},
-        )
-        result = await execute(
-            ActionRunner(InMemoryLedger()),
-            CountingOperation(TimeoutError("lost")),
-            verifier=fixed_verifier(answer),
-        )
-        observation = result.receipt.metadata["verification"]
-        assert observation["source"] == "execute"
-        assert observation["attempt"] == 1
-        assert observation["claimed"] == "FAILED"
-        assert observation["health"] == "DEGRADED"
-        assert observation["conclusive_absence"] is False
-        assert observation["retry_safe"] is False
-        assert observation["verified_provider_reference"] == REF
-        assert observation["provider_request_id"] is None
-        assert observation["details"] == {"region": "eu"}
-        assert result.receipt.metadata["verification_observations"] == (observation,)
-
-    await scenario()
+    answer = VerificationResult.absent(
+        verified_provider_reference=REF,
+        retry_safe=False,
+        health=VerificationHealth.DEGRADED,
+        conclusive_absence=False,
+        details={"region": "eu"},
+    )
+    result = await execute(
+        ActionRunner(InMemoryLedger()),
+        CountingOperation(TimeoutError("lost")),
+        verifier=fixed_verifier(answer),
+    )
+    observation = result.receipt.metadata["verification"]
+    assert observation["source"] == "execute"
+    assert observation["attempt"] == 1
+    assert observation["claimed"] == "FAILED"
+    assert observation["health"] == "DEGRADED"
+    assert observation["conclusive_absence"] is False
+    assert observation["retry_safe"] is False
+    assert observation["verified_provider_reference"] == REF
+    assert observation["provider_request_id"] is None
+    assert observation["details"] == {"region": "eu"}
+    assert result.receipt.metadata["verification_observations"] == (observation,)
 
 
 @pytest.mark.parametrize(("size", "kept"), [(3990, True), (4100, False)])
@@ -66,34 +63,28 @@ async def test_observation_details_are_kept_only_while_small(size: int, kept: bo
     # The bound is measured on compact JSON: "{"d":"xxx"}" is the text plus 8.
     details = {"d": "é" * (size - 8)}
 
-    async def scenario() -> None:
-        result = await execute(
-            ActionRunner(InMemoryLedger()),
-            CountingOperation(TimeoutError("lost")),
-            verifier=fixed_verifier(
-                VerificationResult.confirmed(verified_provider_reference=REF, details=details)
-            ),
-        )
-        stored = result.receipt.metadata["verification"]["details"]
-        assert stored == (details if kept else {"truncated": True})
-
-    await scenario()
+    result = await execute(
+        ActionRunner(InMemoryLedger()),
+        CountingOperation(TimeoutError("lost")),
+        verifier=fixed_verifier(
+            VerificationResult.confirmed(verified_provider_reference=REF, details=details)
+        ),
+    )
+    stored = result.receipt.metadata["verification"]["details"]
+    assert stored == (details if kept else {"truncated": True})
 
 
 async def test_details_exactly_at_the_bound_are_kept() -> None:
     details = {"d": "x" * (4000 - 8)}
 
-    async def scenario() -> None:
-        result = await execute(
-            ActionRunner(InMemoryLedger()),
-            CountingOperation(TimeoutError("lost")),
-            verifier=fixed_verifier(
-                VerificationResult.confirmed(verified_provider_reference=REF, details=details)
-            ),
-        )
-        assert result.receipt.metadata["verification"]["details"] == details
-
-    await scenario()
+    result = await execute(
+        ActionRunner(InMemoryLedger()),
+        CountingOperation(TimeoutError("lost")),
+        verifier=fixed_verifier(
+            VerificationResult.confirmed(verified_provider_reference=REF, details=details)
+        ),
+    )
+    assert result.receipt.metadata["verification"]["details"] == details
 
 
 async def test_a_raising_or_malformed_verifier_is_recorded_as_an_unknown_observation(
@@ -102,64 +93,55 @@ async def test_a_raising_or_malformed_verifier_is_recorded_as_an_unknown_observa
     """The receipt stores the exception's type only (its message may carry a provider's
     values, e.g. a URL with a customer id); the log gets the message, bounded."""
 
-    async def scenario() -> None:
-        for answer, problem in [
-            (
-                RuntimeError("GET /v1/charges?customer=cus_42 failed"),
-                "verifier raised RuntimeError",
-            ),
-            ("not a result", "verifier returned str, not a VerificationResult"),
-        ]:
-            result = await execute(
-                ActionRunner(InMemoryLedger()),
-                CountingOperation(TimeoutError("lost")),
-                verifier=fixed_verifier(answer),
-            )
-            observation = result.receipt.metadata["verification"]
-            assert observation["source"] == "execute"
-            assert observation["attempt"] == 1
-            assert observation["status"] == "UNKNOWN"
-            assert observation["provider_request_id"] is None
-            assert observation["error"] == problem
-            assert "cus_42" not in repr(result.receipt)
-            assert result.receipt.verification_status is ActionStatus.UNKNOWN
-        said = [r.getMessage() for r in caplog.records if "verification_failed" in r.getMessage()]
-        assert len(said) == 2
-        assert "RuntimeError: GET /v1/charges?customer=cus_42 failed" in said[0]
-
-    await scenario()
-
-
-async def test_an_unbound_confirmation_is_recorded_with_the_reason() -> None:
-    async def scenario() -> None:
-        result = await execute(
-            ActionRunner(InMemoryLedger()),
-            CountingOperation(TimeoutError("lost")),
-            verifier=fixed_verifier(confirmed(ref="another-order")),
-        )
-        observation = result.receipt.metadata["verification"]
-        assert observation["status"] == "UNKNOWN"
-        assert "another-order" in observation["error"]
-        assert result.status is ActionStatus.UNKNOWN
-
-    await scenario()
-
-
-async def test_an_unknown_answer_for_another_reference_is_not_a_binding_problem() -> None:
-    async def scenario() -> None:
-        answer = VerificationResult.unknown(reason="queue lag", verified_provider_reference="x")
+    for answer, problem in [
+        (
+            RuntimeError("GET /v1/charges?customer=cus_42 failed"),
+            "verifier raised RuntimeError",
+        ),
+        ("not a result", "verifier returned str, not a VerificationResult"),
+    ]:
         result = await execute(
             ActionRunner(InMemoryLedger()),
             CountingOperation(TimeoutError("lost")),
             verifier=fixed_verifier(answer),
         )
         observation = result.receipt.metadata["verification"]
+        assert observation["source"] == "execute"
+        assert observation["attempt"] == 1
         assert observation["status"] == "UNKNOWN"
-        assert observation["reason"] == "queue lag"
-        assert observation["verified_provider_reference"] == "x"
-        assert "error" not in observation
+        assert observation["provider_request_id"] is None
+        assert observation["error"] == problem
+        assert "cus_42" not in repr(result.receipt)
+        assert result.receipt.verification_status is ActionStatus.UNKNOWN
+    said = [r.getMessage() for r in caplog.records if "verification_failed" in r.getMessage()]
+    assert len(said) == 2
+    assert "RuntimeError: GET /v1/charges?customer=cus_42 failed" in said[0]
 
-    await scenario()
+
+async def test_an_unbound_confirmation_is_recorded_with_the_reason() -> None:
+    result = await execute(
+        ActionRunner(InMemoryLedger()),
+        CountingOperation(TimeoutError("lost")),
+        verifier=fixed_verifier(confirmed(ref="another-order")),
+    )
+    observation = result.receipt.metadata["verification"]
+    assert observation["status"] == "UNKNOWN"
+    assert "another-order" in observation["error"]
+    assert result.status is ActionStatus.UNKNOWN
+
+
+async def test_an_unknown_answer_for_another_reference_is_not_a_binding_problem() -> None:
+    answer = VerificationResult.unknown(reason="queue lag", verified_provider_reference="x")
+    result = await execute(
+        ActionRunner(InMemoryLedger()),
+        CountingOperation(TimeoutError("lost")),
+        verifier=fixed_verifier(answer),
+    )
+    observation = result.receipt.metadata["verification"]
+    assert observation["status"] == "UNKNOWN"
+    assert observation["reason"] == "queue lag"
+    assert observation["verified_provider_reference"] == "x"
+    assert "error" not in observation
 
 
 def test_confirmed_and_absent_answers_must_name_the_reference() -> None:
@@ -219,17 +201,14 @@ def test_an_unknown_answer_needs_a_textual_reason() -> None:
 async def test_observations_and_recoveries_are_timestamped() -> None:
     from datetime import datetime
 
-    async def scenario() -> None:
-        ledger = InMemoryLedger()
-        stuck = await stranded(ledger)
-        recovered = await ActionRunner(ledger).recover_pending(
-            stuck.action_id, fixed_verifier(confirmed())
-        )
-        metadata = recovered.receipt.metadata
-        assert datetime.fromisoformat(metadata["verification"]["observed_at"])
-        assert datetime.fromisoformat(metadata["recovery"]["recovered_at"])
-
-    await scenario()
+    ledger = InMemoryLedger()
+    stuck = await stranded(ledger)
+    recovered = await ActionRunner(ledger).recover_pending(
+        stuck.action_id, fixed_verifier(confirmed())
+    )
+    metadata = recovered.receipt.metadata
+    assert datetime.fromisoformat(metadata["verification"]["observed_at"])
+    assert datetime.fromisoformat(metadata["recovery"]["recovered_at"])
 
 
 async def test_observation_details_are_measured_as_compact_json() -> None:
@@ -239,76 +218,64 @@ async def test_observation_details_are_measured_as_compact_json() -> None:
 
     assert len(json.dumps(details, separators=(",", ":"))) <= 4000 < len(json.dumps(details))
 
-    async def scenario() -> None:
-        result = await execute(
-            ActionRunner(InMemoryLedger()),
-            CountingOperation(TimeoutError("lost")),
-            verifier=fixed_verifier(
-                VerificationResult.confirmed(verified_provider_reference=REF, details=details)
-            ),
-        )
-        assert result.receipt.metadata["verification"]["details"] == details
-        assert result.receipt.updated_at >= result.receipt.attempt_records[-1].finished_at
-
-    await scenario()
+    result = await execute(
+        ActionRunner(InMemoryLedger()),
+        CountingOperation(TimeoutError("lost")),
+        verifier=fixed_verifier(
+            VerificationResult.confirmed(verified_provider_reference=REF, details=details)
+        ),
+    )
+    assert result.receipt.metadata["verification"]["details"] == details
+    assert result.receipt.updated_at >= result.receipt.attempt_records[-1].finished_at
 
 
 async def test_verifier_reason_is_bounded():
-    async def s():
-        r = ActionRunner(InMemoryLedger())
-        res = await r.execute(
-            "a",
-            CountingOperation(TimeoutError()),
-            request={},
-            idempotency_key="k",
-            provider_reference=REF,
-            verifier=fixed_verifier(VerificationResult.unknown(reason="z" * 50_000)),
-        )
-        assert len(res.receipt.metadata["verification"]["reason"]) <= 1000
-
-    await s()
+    r = ActionRunner(InMemoryLedger())
+    res = await r.execute(
+        "a",
+        CountingOperation(TimeoutError()),
+        request={},
+        idempotency_key="k",
+        provider_reference=REF,
+        verifier=fixed_verifier(VerificationResult.unknown(reason="z" * 50_000)),
+    )
+    assert len(res.receipt.metadata["verification"]["reason"]) <= 1000
 
 
 async def test_large_verifier_details_not_stored():
-    async def s():
-        r = ActionRunner(InMemoryLedger())
-        res = await r.execute(
-            "a",
-            CountingOperation(TimeoutError()),
-            request={},
-            idempotency_key="k",
-            provider_reference=REF,
-            verifier=fixed_verifier(
-                VerificationResult.unknown(reason="x", details={"blob": "b" * 10_000})
-            ),
-        )
-        assert res.receipt.metadata["verification"]["details"] == {"truncated": True}
-
-    await s()
+    r = ActionRunner(InMemoryLedger())
+    res = await r.execute(
+        "a",
+        CountingOperation(TimeoutError()),
+        request={},
+        idempotency_key="k",
+        provider_reference=REF,
+        verifier=fixed_verifier(
+            VerificationResult.unknown(reason="x", details={"blob": "b" * 10_000})
+        ),
+    )
+    assert res.receipt.metadata["verification"]["details"] == {"truncated": True}
 
 
 async def test_untrusted_confirmation_request_id_not_retained():
-    async def s():
-        r = ActionRunner(InMemoryLedger())
-        bad = VerificationResult(
-            outcome=C,
-            health=VerificationHealth.DEGRADED,
-            verified_provider_reference=REF,
-            provider_request_id="pr_x",
-        )
-        res = await r.execute(
-            "a",
-            CountingOperation(TimeoutError()),
-            request={},
-            idempotency_key="k",
-            provider_reference=REF,
-            verifier=fixed_verifier(bad),
-        )
-        assert res.status is U
-        assert tuple(res.receipt.metadata["provider_request_ids"]) == ()
-        assert res.receipt.provider_request_id is None
-
-    await s()
+    r = ActionRunner(InMemoryLedger())
+    bad = VerificationResult(
+        outcome=C,
+        health=VerificationHealth.DEGRADED,
+        verified_provider_reference=REF,
+        provider_request_id="pr_x",
+    )
+    res = await r.execute(
+        "a",
+        CountingOperation(TimeoutError()),
+        request={},
+        idempotency_key="k",
+        provider_reference=REF,
+        verifier=fixed_verifier(bad),
+    )
+    assert res.status is U
+    assert tuple(res.receipt.metadata["provider_request_ids"]) == ()
+    assert res.receipt.provider_request_id is None
 
 
 async def test_oversized_verifier_identifiers_are_refused_and_stay_unknown() -> None:
@@ -322,20 +289,17 @@ async def test_oversized_verifier_identifiers_are_refused_and_stay_unknown() -> 
             verified_provider_reference=REF, provider_request_id="p" * 100_000
         )
 
-    async def s() -> None:
-        r = ActionRunner(InMemoryLedger())
-        res = await r.execute(
-            "a",
-            CountingOperation(TimeoutError()),
-            request={},
-            idempotency_key="k",
-            provider_reference=REF,
-            verifier=verify,
-        )
-        assert res.status is U
-        assert len(str(res.receipt.metadata)) < 5000
-
-    await s()
+    r = ActionRunner(InMemoryLedger())
+    res = await r.execute(
+        "a",
+        CountingOperation(TimeoutError()),
+        request={},
+        idempotency_key="k",
+        provider_reference=REF,
+        verifier=verify,
+    )
+    assert res.status is U
+    assert len(str(res.receipt.metadata)) < 5000
 
 
 def _forged(**fields: Any) -> VerificationResult:

@@ -10,7 +10,6 @@ plus the server's own word that a replay's statement wrote nothing.
 
 from __future__ import annotations
 
-import asyncio
 import sqlite3
 from collections import Counter
 from collections.abc import Callable
@@ -60,38 +59,32 @@ async def first_then_replay(ledger: Ledger) -> tuple[list[str], list[str]]:
     return first, list(counted.calls)
 
 
-def test_a_first_call_is_two_writes_and_a_replay_one_call_on_every_backend(
+async def test_a_first_call_is_two_writes_and_a_replay_one_call_on_every_backend(
     new_ledger: Callable[[], Ledger],
 ) -> None:
-    async def scenario() -> tuple[list[str], list[str]]:
-        ledger = new_ledger()
-        try:
-            return await first_then_replay(ledger)
-        finally:
-            await closing(ledger)
-
-    first, replay = asyncio.run(scenario())
+    ledger = new_ledger()
+    try:
+        first, replay = await first_then_replay(ledger)
+    finally:
+        await closing(ledger)
     # The claim counts attempt 1 (no start_attempt) and looks the key up itself (no find).
     assert first == ["claim", "record"]
     # The replay is the claim's lookup finding the key held: the ledger writes nothing.
     assert replay == ["claim"]
 
 
-def test_each_retry_adds_one_write(new_ledger: Callable[[], Ledger]) -> None:
-    async def scenario() -> Counter[str]:
-        ledger = new_ledger()
-        counted = FaultyLedger(ledger)
-        policy = RetryPolicy(max_attempts=3, retry_on_failed=True)
-        try:
-            result = await ActionRunner(counted).execute(
-                "a", flaky(2), request=REQUEST, idempotency_key="k", policy=policy
-            )
-        finally:
-            await closing(ledger)
-        assert result.receipt.attempts == 3
-        return Counter(counted.calls)
-
-    calls = asyncio.run(scenario())
+async def test_each_retry_adds_one_write(new_ledger: Callable[[], Ledger]) -> None:
+    ledger = new_ledger()
+    counted = FaultyLedger(ledger)
+    policy = RetryPolicy(max_attempts=3, retry_on_failed=True)
+    try:
+        result = await ActionRunner(counted).execute(
+            "a", flaky(2), request=REQUEST, idempotency_key="k", policy=policy
+        )
+    finally:
+        await closing(ledger)
+    assert result.receipt.attempts == 3
+    calls = Counter(counted.calls)
     assert calls == Counter(claim=1, start_attempt=2, record=1)
     assert sum(calls[m] for m in WRITES) == 2 + 2
     assert sum(calls[m] for m in READS) == 0
@@ -136,28 +129,24 @@ def _kinds(statements: list[str]) -> Counter[str]:
     return Counter(s.split(None, 1)[0].upper() for s in statements)
 
 
-def test_sqlite_first_call_commits_twice_and_a_replay_is_one_select_in_one_hop(
+async def test_sqlite_first_call_commits_twice_and_a_replay_is_one_select_in_one_hop(
     tmp_path: Path, traced: tuple[list[str], list[int]]
 ) -> None:
     statements, hops = traced
 
-    async def scenario() -> dict[str, tuple[Counter[str], int]]:
-        seen = {}
-        async with SQLiteLedger(tmp_path / "ledger.sqlite3") as ledger:
-            runner = ActionRunner(ledger)
-            await ledger.get("0" * 32)  # open and migrate first: not part of a call
-            for name, operation in (("first", noop), ("replay", noop), ("retry", flaky(1))):
-                statements.clear()
-                hops[0] = 0
-                key = "r" if name == "retry" else "k"
-                policy = RetryPolicy(max_attempts=2, retry_on_failed=True)
-                await runner.execute(
-                    "a", operation, request=REQUEST, idempotency_key=key, policy=policy
-                )
-                seen[name] = (_kinds(statements), hops[0])
-        return seen
-
-    seen = asyncio.run(scenario())
+    seen = {}
+    async with SQLiteLedger(tmp_path / "ledger.sqlite3") as ledger:
+        runner = ActionRunner(ledger)
+        await ledger.get("0" * 32)  # open and migrate first: not part of a call
+        for name, operation in (("first", noop), ("replay", noop), ("retry", flaky(1))):
+            statements.clear()
+            hops[0] = 0
+            key = "r" if name == "retry" else "k"
+            policy = RetryPolicy(max_attempts=2, retry_on_failed=True)
+            await runner.execute(
+                "a", operation, request=REQUEST, idempotency_key=key, policy=policy
+            )
+            seen[name] = (_kinds(statements), hops[0])
     # Autocommit: each write statement is its own durable commit.
     assert seen["first"] == (Counter(SELECT=1, INSERT=1, UPDATE=1), 2)
     assert seen["replay"] == (Counter(SELECT=1), 1)
@@ -167,7 +156,7 @@ def test_sqlite_first_call_commits_twice_and_a_replay_is_one_select_in_one_hop(
 # -- PostgreSQL: round trips, and a replay that writes nothing -----------------------
 
 
-def test_postgres_round_trips_and_a_replay_takes_no_transaction_id(
+async def test_postgres_round_trips_and_a_replay_takes_no_transaction_id(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     import asyncpg  # the postgres extra; CI has it (a missing extra fails under CI=true)
@@ -183,41 +172,37 @@ def test_postgres_round_trips_and_a_replay_takes_no_transaction_id(
 
     table = PostgresTestTable()
 
-    async def scenario() -> tuple[int, int, Any]:
-        await table.create()
-        ledger = table.client()
+    await table.create()
+    ledger = table.client()
+    try:
+        runner = ActionRunner(ledger)
+        await ledger.get("0" * 32)  # the schema check: not part of a call
+        monkeypatch.setattr(asyncpg.connection.Connection, "fetch", counted)
+        first = await runner.execute("a", noop, request=REQUEST, idempotency_key="k")
+        first_trips = len(sent)
+        sent.clear()
+        await runner.execute("a", noop, request=REQUEST, idempotency_key="k")
+        replay_trips = len(sent)
+        monkeypatch.undo()
+        # The replay's statement, run again inside a transaction: PostgreSQL
+        # assigns a transaction id on the first write, so none means no write.
+        claim = ledger._sql["claim_or_held"]
+        values = {
+            **values_of(first.receipt.evolve(action_id="f" * 32)),
+            "now": None,
+            "lease": None,
+        }
+        conn = await asyncpg.connect(table.dsn)
         try:
-            runner = ActionRunner(ledger)
-            await ledger.get("0" * 32)  # the schema check: not part of a call
-            monkeypatch.setattr(asyncpg.connection.Connection, "fetch", counted)
-            first = await runner.execute("a", noop, request=REQUEST, idempotency_key="k")
-            first_trips = len(sent)
-            sent.clear()
-            await runner.execute("a", noop, request=REQUEST, idempotency_key="k")
-            replay_trips = len(sent)
-            monkeypatch.undo()
-            # The replay's statement, run again inside a transaction: PostgreSQL
-            # assigns a transaction id on the first write, so none means no write.
-            claim = ledger._sql["claim_or_held"]
-            values = {
-                **values_of(first.receipt.evolve(action_id="f" * 32)),
-                "now": None,
-                "lease": None,
-            }
-            conn = await asyncpg.connect(table.dsn)
-            try:
-                async with conn.transaction():
-                    rows = await conn.fetch(claim.sql, *claim.bind(values))
-                    xid = await conn.fetchval("SELECT pg_current_xact_id_if_assigned()")
-            finally:
-                await conn.close()
-            assert [row[-1] for row in rows] == [False]  # it answered the held receipt
-            return first_trips, replay_trips, xid
+            async with conn.transaction():
+                rows = await conn.fetch(claim.sql, *claim.bind(values))
+                xid = await conn.fetchval("SELECT pg_current_xact_id_if_assigned()")
         finally:
-            await ledger.close()
-            await table.drop()
-
-    first_trips, replay_trips, xid = asyncio.run(scenario())
+            await conn.close()
+        assert [row[-1] for row in rows] == [False]  # it answered the held receipt
+    finally:
+        await ledger.close()
+        await table.drop()
     assert first_trips == 2  # the claim (with its lookup), the completion
     assert replay_trips == 1
     assert xid is None

@@ -34,31 +34,28 @@ def spans() -> tuple[InMemorySpanExporter, TracerProvider]:
     return exporter, provider
 
 
-def test_one_span_per_action_with_outcome_attributes(spans: tuple) -> None:
+async def test_one_span_per_action_with_outcome_attributes(spans: tuple) -> None:
     exporter, provider = spans
     runner = TracedActionRunner(InMemoryLedger(), tracer=provider.get_tracer("test"))
 
     async def lost() -> None:
         raise TimeoutError("response lost")
 
-    async def scenario() -> None:
-        first = await runner.execute(
-            "charge",
-            lost,
-            request=SECRET_REQUEST,
-            idempotency_key="order-1",
-            provider_reference="order-1",
-        )
-        await runner.execute(
-            "charge",
-            lost,
-            request=SECRET_REQUEST,
-            idempotency_key="order-1",
-            provider_reference="order-1",
-        )
-        await runner.reconcile(first.receipt.action_id, lambda receipt: confirmed(ref="order-1"))
-
-    asyncio.run(scenario())
+    first = await runner.execute(
+        "charge",
+        lost,
+        request=SECRET_REQUEST,
+        idempotency_key="order-1",
+        provider_reference="order-1",
+    )
+    await runner.execute(
+        "charge",
+        lost,
+        request=SECRET_REQUEST,
+        idempotency_key="order-1",
+        provider_reference="order-1",
+    )
+    await runner.reconcile(first.receipt.action_id, lambda receipt: confirmed(ref="order-1"))
     execute, replay, reconcile = exporter.get_finished_spans()
     assert execute.name == "dataoad.execute charge"
     assert execute.attributes["dataoad.final_status"] == "UNKNOWN"
@@ -73,46 +70,40 @@ def test_one_span_per_action_with_outcome_attributes(spans: tuple) -> None:
         assert "card_number" not in text
 
 
-def test_a_refusal_marks_the_span_with_its_outcome(spans: tuple) -> None:
+async def test_a_refusal_marks_the_span_with_its_outcome(spans: tuple) -> None:
     exporter, provider = spans
     runner = TracedActionRunner(InMemoryLedger(), tracer=provider.get_tracer("test"))
 
-    async def scenario() -> None:
-        started, release = asyncio.Event(), asyncio.Event()
+    started, release = asyncio.Event(), asyncio.Event()
 
-        async def held() -> None:
-            started.set()
-            await release.wait()
+    async def held() -> None:
+        started.set()
+        await release.wait()
 
-        holder = asyncio.create_task(
-            runner.execute("charge", held, request=SECRET_REQUEST, idempotency_key="k")
-        )
-        await started.wait()
-        with pytest.raises(ActionInProgressError):
-            await runner.execute("charge", held, request=SECRET_REQUEST, idempotency_key="k")
-        release.set()
-        await holder
-
-    asyncio.run(scenario())
+    holder = asyncio.create_task(
+        runner.execute("charge", held, request=SECRET_REQUEST, idempotency_key="k")
+    )
+    await started.wait()
+    with pytest.raises(ActionInProgressError):
+        await runner.execute("charge", held, request=SECRET_REQUEST, idempotency_key="k")
+    release.set()
+    await holder
     refused = next(s for s in exporter.get_finished_spans() if "dataoad.outcome" in s.attributes)
     assert refused.attributes["dataoad.outcome"] == "ActionInProgressError"
     assert refused.status.status_code.name == "ERROR"
 
 
-def test_release_unstarted_runs_in_a_span_too(spans: tuple) -> None:
+async def test_release_unstarted_runs_in_a_span_too(spans: tuple) -> None:
     from dataoad import ActionNotFoundError
 
     exporter, provider = spans
     inner = InMemoryLedger()
     runner = TracedActionRunner(inner, tracer=provider.get_tracer("test"))
 
-    async def scenario() -> None:
-        stranded = await unstarted(inner)  # a claim only a v0.1 runner could leave
+    stranded = await unstarted(inner)  # a claim only a v0.1 runner could leave
+    await runner.release_unstarted(stranded.action_id)
+    with pytest.raises(ActionNotFoundError):  # it is gone now
         await runner.release_unstarted(stranded.action_id)
-        with pytest.raises(ActionNotFoundError):  # it is gone now
-            await runner.release_unstarted(stranded.action_id)
-
-    asyncio.run(scenario())
     released, refused = [
         s for s in exporter.get_finished_spans() if s.name == "dataoad.release_unstarted"
     ]
@@ -137,7 +128,7 @@ def test_the_operations_own_spans_nest_in_the_action_span(spans: tuple) -> None:
     assert inner.parent.span_id == outer.context.span_id
 
 
-def test_metrics_count_outcomes_time_calls_and_gauge_the_backlog() -> None:
+async def test_metrics_count_outcomes_time_calls_and_gauge_the_backlog() -> None:
     from opentelemetry.sdk.metrics import MeterProvider
     from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 
@@ -153,30 +144,27 @@ def test_metrics_count_outcomes_time_calls_and_gauge_the_backlog() -> None:
     runner = ActionRunner(ledger, observers=[MetricsObserver(meter)])
     gauges = LedgerGauges(ledger, meter=meter)
 
-    async def scenario() -> None:
-        await runner.execute("charge", CountingOperation(), request={}, idempotency_key="a")
-        await runner.execute("charge", CountingOperation(), request={}, idempotency_key="a")
-        await runner.execute(
-            "charge", CountingOperation(TimeoutError("lost")), request={}, idempotency_key="b"
+    await runner.execute("charge", CountingOperation(), request={}, idempotency_key="a")
+    await runner.execute("charge", CountingOperation(), request={}, idempotency_key="a")
+    await runner.execute(
+        "charge", CountingOperation(TimeoutError("lost")), request={}, idempotency_key="b"
+    )
+    stuck = FaultyLedger(ledger)
+    stuck.inject("record", LedgerFault.FAIL_BEFORE_WRITE)
+    stuck.inject("get", LedgerFault.FAIL_BEFORE_WRITE)
+    with pytest.raises(Exception, match="could not be recorded"):
+        await ActionRunner(stuck).execute(
+            "refund", CountingOperation(), request={}, idempotency_key="c"
         )
-        stuck = FaultyLedger(ledger)
-        stuck.inject("record", LedgerFault.FAIL_BEFORE_WRITE)
-        stuck.inject("get", LedgerFault.FAIL_BEFORE_WRITE)
-        with pytest.raises(Exception, match="could not be recorded"):
-            await ActionRunner(stuck).execute(
-                "refund", CountingOperation(), request={}, idempotency_key="c"
-            )
-        with pytest.raises(ActionInProgressError):
-            await runner.execute("refund", CountingOperation(), request={}, idempotency_key="c")
-        # Stale means what `receipts list --stale` means: the claim's lease ran out, by the
-        # ledger's clock (the default lease is 30 s), however long ago it was written.
-        clock.advance(29)
-        assert await gauges.refresh() == {"unknown": 1, "pending": 1, "stale": 0}
-        clock.advance(2)
-        assert await gauges.refresh() == {"unknown": 1, "pending": 1, "stale": 1}
-        assert gauges.values["stale"] == len(await ledger.receipts(stale=True))
-
-    asyncio.run(scenario())
+    with pytest.raises(ActionInProgressError):
+        await runner.execute("refund", CountingOperation(), request={}, idempotency_key="c")
+    # Stale means what `receipts list --stale` means: the claim's lease ran out, by the
+    # ledger's clock (the default lease is 30 s), however long ago it was written.
+    clock.advance(29)
+    assert await gauges.refresh() == {"unknown": 1, "pending": 1, "stale": 0}
+    clock.advance(2)
+    assert await gauges.refresh() == {"unknown": 1, "pending": 1, "stale": 1}
+    assert gauges.values["stale"] == len(await ledger.receipts(stale=True))
     data = reader.get_metrics_data()
     metrics = {
         m.name: m for rm in data.resource_metrics for sm in rm.scope_metrics for m in sm.metrics
@@ -202,7 +190,7 @@ def test_metrics_count_outcomes_time_calls_and_gauge_the_backlog() -> None:
     assert documented == set(metrics)
 
 
-def test_gauges_started_on_the_loop_refresh_until_cancelled() -> None:
+async def test_gauges_started_on_the_loop_refresh_until_cancelled() -> None:
     from opentelemetry.sdk.metrics import MeterProvider
 
     from dataoad.integrations.otel_metrics import LedgerGauges
@@ -211,22 +199,19 @@ def test_gauges_started_on_the_loop_refresh_until_cancelled() -> None:
     ledger = InMemoryLedger()
     gauges = LedgerGauges(ledger, meter=MeterProvider().get_meter("test"))
 
-    async def scenario() -> None:
-        refresher = gauges.start(interval=0.01)
-        await asyncio.sleep(0.03)
-        assert gauges.values["unknown"] == 0
-        runner = TracedActionRunner(ledger)
-        await runner.execute(
-            "charge", CountingOperation(TimeoutError("lost")), request={}, idempotency_key="a"
-        )
-        for _ in range(200):  # the next refresh sees the new UNKNOWN receipt
-            if gauges.values["unknown"] == 1:
-                break
-            await asyncio.sleep(0.01)
-        assert gauges.values["unknown"] == 1
-        refresher.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await refresher
-        assert refresher.cancelled()
-
-    asyncio.run(scenario())
+    refresher = gauges.start(interval=0.01)
+    await asyncio.sleep(0.03)
+    assert gauges.values["unknown"] == 0
+    runner = TracedActionRunner(ledger)
+    await runner.execute(
+        "charge", CountingOperation(TimeoutError("lost")), request={}, idempotency_key="a"
+    )
+    for _ in range(200):  # the next refresh sees the new UNKNOWN receipt
+        if gauges.values["unknown"] == 1:
+            break
+        await asyncio.sleep(0.01)
+    assert gauges.values["unknown"] == 1
+    refresher.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await refresher
+    assert refresher.cancelled()

@@ -142,42 +142,39 @@ async def test_the_owner_records_its_outcome_over_a_zombies_merged_evidence(
         assert result.value == "ch_B"
 
 
-def test_a_sqlite_process_whose_clock_runs_ahead_never_takes_a_live_lease(
+async def test_a_sqlite_process_whose_clock_runs_ahead_never_takes_a_live_lease(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The SQLite file's own clock judges leases: a process's patched clock is never read."""
     path = tmp_path / "ledger.sqlite3"
 
-    async def scenario() -> None:
-        started, finish = asyncio.Event(), asyncio.Event()
+    started, finish = asyncio.Event(), asyncio.Event()
 
-        async def slow() -> str:
-            started.set()
-            await finish.wait()
-            return "ok"
+    async def slow() -> str:
+        started.set()
+        await finish.wait()
+        return "ok"
 
-        async with SQLiteLedger(path) as ledger:
-            holder = asyncio.create_task(
-                ActionRunner(ledger, owner="A", lease=LEASE).execute(
-                    "charge", slow, request=REQUEST, idempotency_key="k"
-                )
+    async with SQLiteLedger(path) as ledger:
+        holder = asyncio.create_task(
+            ActionRunner(ledger, owner="A", lease=LEASE).execute(
+                "charge", slow, request=REQUEST, idempotency_key="k"
             )
-            await started.wait()
-            real = clock_module.utc_now
+        )
+        await started.wait()
+        real = clock_module.utc_now
 
-            def ahead() -> Any:
-                return real().replace(year=2099)
+        def ahead() -> Any:
+            return real().replace(year=2099)
 
-            with monkeypatch.context() as patched:
-                # Every clock of this process jumps 70 years ahead.
-                for module in (clock_module, rules_module, receipt_module):
-                    patched.setattr(module, "utc_now", ahead)
-                async with SQLiteLedger(path) as other:
-                    with pytest.raises(ActionInProgressError):
-                        await ActionRunner(other, owner="B", lease=LEASE).execute(
-                            "charge", slow, request=REQUEST, idempotency_key="k"
-                        )
-            finish.set()
-            assert (await holder).status is ActionStatus.CONFIRMED
-
-    asyncio.run(scenario())
+        with monkeypatch.context() as patched:
+            # Every clock of this process jumps 70 years ahead.
+            for module in (clock_module, rules_module, receipt_module):
+                patched.setattr(module, "utc_now", ahead)
+            async with SQLiteLedger(path) as other:
+                with pytest.raises(ActionInProgressError):
+                    await ActionRunner(other, owner="B", lease=LEASE).execute(
+                        "charge", slow, request=REQUEST, idempotency_key="k"
+                    )
+        finish.set()
+        assert (await holder).status is ActionStatus.CONFIRMED

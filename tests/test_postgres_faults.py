@@ -161,40 +161,37 @@ async def proxied(dsn: str) -> AsyncIterator[tuple[LossyProxy, str]]:
         ("record", b"UPDATE 1"),
     ],
 )
-def test_lost_acknowledgement_is_read_back_and_the_operation_runs_once(
+async def test_lost_acknowledgement_is_read_back_and_the_operation_runs_once(
     route: PostgresRoute, step: str, tag: bytes
 ) -> None:
-    async def scenario() -> None:
-        async with proxied(route.dsn) as (proxy, proxy_dsn):
-            clock = ManualClock()
-            ledger = await fresh_ledger(route, proxy_dsn, clock=clock)
-            # Check the schema now: its query's answer carries a SELECT tag too.
-            assert await ledger.find("charge", "k") is None
-            if step == "start_attempt":
-                await leave_legacy_claim(ledger, clock)  # the start is the takeover's
-            real = getattr(ledger, step)
+    async with proxied(route.dsn) as (proxy, proxy_dsn):
+        clock = ManualClock()
+        ledger = await fresh_ledger(route, proxy_dsn, clock=clock)
+        # Check the schema now: its query's answer carries a SELECT tag too.
+        assert await ledger.find("charge", "k") is None
+        if step == "start_attempt":
+            await leave_legacy_claim(ledger, clock)  # the start is the takeover's
+        real = getattr(ledger, step)
 
-            async def arm_then_call(*args: Any, **kwargs: Any) -> Any:
-                proxy.armed = tag
-                return await real(*args, **kwargs)
+        async def arm_then_call(*args: Any, **kwargs: Any) -> Any:
+            proxy.armed = tag
+            return await real(*args, **kwargs)
 
-            setattr(ledger, step, arm_then_call)
-            runner = ActionRunner(ledger)
-            op = CountingOperation("charged")
-            result = await runner.execute("charge", op, request=REQUEST, idempotency_key="k")
-            assert proxy.dropped == 1, "the proxy never saw the write's answer"
-            assert op.calls == 1
-            assert result.status is ActionStatus.CONFIRMED
-            assert result.taken_over is (step == "start_attempt")
-            setattr(ledger, step, real)
-            stored = await ledger.find("charge", "k")
-            assert stored == result.receipt
-            again = await runner.execute("charge", op, request=REQUEST, idempotency_key="k")
-            assert again.replayed
-            assert op.calls == 1
-            await ledger.close()
-
-    asyncio.run(scenario())
+        setattr(ledger, step, arm_then_call)
+        runner = ActionRunner(ledger)
+        op = CountingOperation("charged")
+        result = await runner.execute("charge", op, request=REQUEST, idempotency_key="k")
+        assert proxy.dropped == 1, "the proxy never saw the write's answer"
+        assert op.calls == 1
+        assert result.status is ActionStatus.CONFIRMED
+        assert result.taken_over is (step == "start_attempt")
+        setattr(ledger, step, real)
+        stored = await ledger.find("charge", "k")
+        assert stored == result.receipt
+        again = await runner.execute("charge", op, request=REQUEST, idempotency_key="k")
+        assert again.replayed
+        assert op.calls == 1
+        await ledger.close()
 
 
 # -- unproven attempt starts ---------------------------------------------------------------
@@ -316,7 +313,7 @@ async def check_barrier(ledger: PostgresLedger) -> None:
     assert op.calls == 0
 
 
-def test_terminated_backend_during_attempt_start_reruns_it_on_a_fresh_connection(
+async def test_terminated_backend_during_attempt_start_reruns_it_on_a_fresh_connection(
     route: PostgresRoute,
 ) -> None:
     """The server ended the connection mid-statement: nothing of it committed.
@@ -331,40 +328,34 @@ def test_terminated_backend_during_attempt_start_reruns_it_on_a_fresh_connection
         )
         assert killed == 1
 
-    async def scenario() -> None:
-        ledger, op, outcome = await attempt_start_under_row_lock(route, terminate)
-        assert not isinstance(outcome, BaseException), outcome
-        assert outcome.status is ActionStatus.CONFIRMED
-        assert op.calls == 1
-        receipt = await ledger.find("charge", "k")
-        assert receipt is not None
-        assert receipt.final_status is ActionStatus.CONFIRMED
-        assert receipt.attempts == 1
-        assert receipt.fencing_token == 2  # taken over, then started once
-        await ledger.close()
-
-    asyncio.run(scenario())
+    ledger, op, outcome = await attempt_start_under_row_lock(route, terminate)
+    assert not isinstance(outcome, BaseException), outcome
+    assert outcome.status is ActionStatus.CONFIRMED
+    assert op.calls == 1
+    receipt = await ledger.find("charge", "k")
+    assert receipt is not None
+    assert receipt.final_status is ActionStatus.CONFIRMED
+    assert receipt.attempts == 1
+    assert receipt.fencing_token == 2  # taken over, then started once
+    await ledger.close()
 
 
-def test_statement_timeout_during_attempt_start_does_not_invoke(route: PostgresRoute) -> None:
+async def test_statement_timeout_during_attempt_start_does_not_invoke(route: PostgresRoute) -> None:
     """Straight to the server the ledger's own ``statement_timeout`` applies; behind
     a pooler, which refuses that session setting, the database's."""
 
     async def wait_for_timeout(blocker: Any, table: str) -> None:
         await asyncio.sleep(0.5)  # longer than the 0.2 s statement timeout
 
-    async def scenario() -> None:
-        if route.pooled:
-            async with database_with(route, statement_timeout="'200ms'") as timed:
-                ledger, op, outcome = await attempt_start_under_row_lock(timed, wait_for_timeout)
-                await check_timed_out(ledger, op, outcome)
-        else:
-            ledger, op, outcome = await attempt_start_under_row_lock(
-                route, wait_for_timeout, statement_timeout=0.2
-            )
+    if route.pooled:
+        async with database_with(route, statement_timeout="'200ms'") as timed:
+            ledger, op, outcome = await attempt_start_under_row_lock(timed, wait_for_timeout)
             await check_timed_out(ledger, op, outcome)
-
-    asyncio.run(scenario())
+    else:
+        ledger, op, outcome = await attempt_start_under_row_lock(
+            route, wait_for_timeout, statement_timeout=0.2
+        )
+        await check_timed_out(ledger, op, outcome)
 
 
 async def check_timed_out(ledger: PausingLedger, op: CountingOperation, outcome: object) -> None:
@@ -384,36 +375,28 @@ def serializable(route: PostgresRoute) -> Any:
     return database_with(route, default_transaction_isolation="serializable")
 
 
-def test_serialization_failure_without_retries_does_not_invoke(route: PostgresRoute) -> None:
-    async def scenario() -> None:
-        # The blocker's UPDATE commits while the attempt start waits: under
-        # SERIALIZABLE the waiting statement fails with a serialization error.
-        async with serializable(route) as strict:
-            ledger, op, outcome = await attempt_start_under_row_lock(
-                strict, nothing, commit_lock=True, serialization_retries=0
-            )
-            assert_not_invoked(ledger, op, outcome)
-            assert "SerializationError" in str(outcome)
-            await check_barrier(ledger)
-            await ledger.close()
-
-    asyncio.run(scenario())
+async def test_serialization_failure_without_retries_does_not_invoke(route: PostgresRoute) -> None:
+    # The blocker's UPDATE commits while the attempt start waits: under
+    # SERIALIZABLE the waiting statement fails with a serialization error.
+    async with serializable(route) as strict:
+        ledger, op, outcome = await attempt_start_under_row_lock(
+            strict, nothing, commit_lock=True, serialization_retries=0
+        )
+        assert_not_invoked(ledger, op, outcome)
+        assert "SerializationError" in str(outcome)
+        await check_barrier(ledger)
+        await ledger.close()
 
 
-def test_serialization_failure_is_rerun_by_the_ledger(route: PostgresRoute) -> None:
-    async def scenario() -> None:
-        async with serializable(route) as strict:
-            ledger, op, outcome = await attempt_start_under_row_lock(
-                strict, nothing, commit_lock=True
-            )
-            # The server rolled the statement back, so re-running it was safe;
-            # the version did not change, so it applied the second time.
-            assert not isinstance(outcome, BaseException), outcome
-            assert outcome.status is ActionStatus.CONFIRMED
-            assert op.calls == 1
-            await ledger.close()
-
-    asyncio.run(scenario())
+async def test_serialization_failure_is_rerun_by_the_ledger(route: PostgresRoute) -> None:
+    async with serializable(route) as strict:
+        ledger, op, outcome = await attempt_start_under_row_lock(strict, nothing, commit_lock=True)
+        # The server rolled the statement back, so re-running it was safe;
+        # the version did not change, so it applied the second time.
+        assert not isinstance(outcome, BaseException), outcome
+        assert outcome.status is ActionStatus.CONFIRMED
+        assert op.calls == 1
+        await ledger.close()
 
 
 # -- a server of its own: restarts and crashes ---------------------------------------------
@@ -439,7 +422,7 @@ def own_server(request: pytest.FixtureRequest) -> Any:
         server.cleanup()
 
 
-def test_server_restart_during_attempt_start_never_invokes_unproven(
+async def test_server_restart_during_attempt_start_never_invokes_unproven(
     own_server: tuple[PostgresServer, PostgresRoute],
 ) -> None:
     """Straight to the server the restart ends every connection: the start is not
@@ -451,34 +434,31 @@ def test_server_restart_during_attempt_start_never_invokes_unproven(
     async def restart(blocker: Any, table: str) -> None:
         await asyncio.to_thread(server.restart)
 
-    async def scenario() -> None:
-        ledger, op, outcome = await attempt_start_under_row_lock(route, restart)
-        await until_reachable(ledger)
-        stored = await ledger.find("charge", "k")
-        assert stored is not None
-        if op.calls == 0:
-            assert_not_invoked(ledger, op, outcome)
-            # The pool's connections died with the server; later calls reconnect.
-            await check_barrier(ledger)
-        else:
-            assert route.pooled, "straight to the server the restart must end the start"
-            assert op.calls == 1
-            assert stored.attempts == 1  # the start was proven before the call
-            if isinstance(outcome, ActionPersistenceError):
-                assert outcome.operation_invoked is True
-            again = CountingOperation("charged")
-            with contextlib.suppress(ActionInProgressError):
-                await ActionRunner(ledger).execute(
-                    "charge", again, request=REQUEST, idempotency_key="k"
-                )
-            assert again.calls == 0
-        result = await ActionRunner(ledger).execute(
-            "charge", CountingOperation("ok"), request=REQUEST, idempotency_key="after"
-        )
-        assert result.status is ActionStatus.CONFIRMED
-        await ledger.close()
-
-    asyncio.run(scenario())
+    ledger, op, outcome = await attempt_start_under_row_lock(route, restart)
+    await until_reachable(ledger)
+    stored = await ledger.find("charge", "k")
+    assert stored is not None
+    if op.calls == 0:
+        assert_not_invoked(ledger, op, outcome)
+        # The pool's connections died with the server; later calls reconnect.
+        await check_barrier(ledger)
+    else:
+        assert route.pooled, "straight to the server the restart must end the start"
+        assert op.calls == 1
+        assert stored.attempts == 1  # the start was proven before the call
+        if isinstance(outcome, ActionPersistenceError):
+            assert outcome.operation_invoked is True
+        again = CountingOperation("charged")
+        with contextlib.suppress(ActionInProgressError):
+            await ActionRunner(ledger).execute(
+                "charge", again, request=REQUEST, idempotency_key="k"
+            )
+        assert again.calls == 0
+    result = await ActionRunner(ledger).execute(
+        "charge", CountingOperation("ok"), request=REQUEST, idempotency_key="after"
+    )
+    assert result.status is ActionStatus.CONFIRMED
+    await ledger.close()
 
 
 async def until_reachable(ledger: PostgresLedger, within: float = 30) -> None:
@@ -495,26 +475,23 @@ async def until_reachable(ledger: PostgresLedger, within: float = 30) -> None:
             await asyncio.sleep(0.2)
 
 
-def test_server_crash_keeps_every_acknowledged_receipt(
+async def test_server_crash_keeps_every_acknowledged_receipt(
     own_server: tuple[PostgresServer, PostgresRoute],
 ) -> None:
     """Acknowledged transitions survive an immediate shutdown (crash recovery from WAL)."""
     server, route = own_server
 
-    async def scenario() -> None:
-        ledger = await fresh_ledger(route)
-        runner = ActionRunner(ledger)
-        results = [
-            await runner.execute(
-                "charge", CountingOperation("ok"), request=REQUEST, idempotency_key=f"k{n}"
-            )
-            for n in range(20)
-        ]
-        await asyncio.to_thread(server.kill)
-        await asyncio.to_thread(server.start)
-        await until_reachable(ledger)
-        for result in results:
-            assert await ledger.get(result.receipt.action_id) == result.receipt
-        await ledger.close()
-
-    asyncio.run(scenario())
+    ledger = await fresh_ledger(route)
+    runner = ActionRunner(ledger)
+    results = [
+        await runner.execute(
+            "charge", CountingOperation("ok"), request=REQUEST, idempotency_key=f"k{n}"
+        )
+        for n in range(20)
+    ]
+    await asyncio.to_thread(server.kill)
+    await asyncio.to_thread(server.start)
+    await until_reachable(ledger)
+    for result in results:
+        assert await ledger.get(result.receipt.action_id) == result.receipt
+    await ledger.close()

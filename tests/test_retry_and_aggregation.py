@@ -109,81 +109,60 @@ def test_retry_policy_rejects_invalid_fields(kwargs: dict[str, object]) -> None:
 
 
 async def test_default_policy_never_retries_failed_or_unknown() -> None:
-    async def scenario() -> None:
-        for first in (DefinitiveFailure("no", retryable=True), TimeoutError()):
-            op = CountingOperation(first, "ok")
-            result = await execute(op)
-            assert op.calls == 1
-            assert result.status in (FAILED, UNKNOWN)
-
-    await scenario()
+    for first in (DefinitiveFailure("no", retryable=True), TimeoutError()):
+        op = CountingOperation(first, "ok")
+        result = await execute(op)
+        assert op.calls == 1
+        assert result.status in (FAILED, UNKNOWN)
 
 
 async def test_retryable_definitive_failure_is_retried_when_policy_allows() -> None:
-    async def scenario() -> None:
-        op = CountingOperation(DefinitiveFailure("busy", retryable=True), "ok")
-        result = await execute(op, policy=RETRY_FAILED)
-        assert op.calls == 2
-        assert result.status is CONFIRMED
-        records = result.receipt.attempt_records
-        assert [r.execution_status for r in records] == [FAILED, CONFIRMED]
-        assert [r.retry_decision for r in records] == ["retry", "stop"]
-        assert result.receipt.attempts == 2
-
-    await scenario()
+    op = CountingOperation(DefinitiveFailure("busy", retryable=True), "ok")
+    result = await execute(op, policy=RETRY_FAILED)
+    assert op.calls == 2
+    assert result.status is CONFIRMED
+    records = result.receipt.attempt_records
+    assert [r.execution_status for r in records] == [FAILED, CONFIRMED]
+    assert [r.retry_decision for r in records] == ["retry", "stop"]
+    assert result.receipt.attempts == 2
 
 
 async def test_non_retryable_definitive_failure_is_not_retried() -> None:
-    async def scenario() -> None:
-        op = CountingOperation(DefinitiveFailure("declined"), "ok")
-        result = await execute(op, policy=RETRY_FAILED)
-        assert op.calls == 1
-        assert result.status is FAILED
-
-    await scenario()
+    op = CountingOperation(DefinitiveFailure("declined"), "ok")
+    result = await execute(op, policy=RETRY_FAILED)
+    assert op.calls == 1
+    assert result.status is FAILED
 
 
 async def test_unknown_is_never_retried_even_when_failed_retries_are_allowed() -> None:
-    async def scenario() -> None:
-        op = CountingOperation(TimeoutError(), "ok")
-        result = await execute(op, policy=RETRY_FAILED)
-        assert op.calls == 1
-        assert result.status is UNKNOWN
-
-    await scenario()
+    op = CountingOperation(TimeoutError(), "ok")
+    result = await execute(op, policy=RETRY_FAILED)
+    assert op.calls == 1
+    assert result.status is UNKNOWN
 
 
 async def test_unknown_absence_without_retry_safe_is_not_retried() -> None:
-    async def scenario() -> None:
-        op = CountingOperation(TimeoutError(), "ok")
-        verifier = fixed_verifier(VerificationResult.absent(verified_provider_reference=REF))
-        result = await execute(op, policy=RETRY_FAILED, provider_reference=REF, verifier=verifier)
-        assert op.calls == 1
-        assert result.status is UNKNOWN
-
-    await scenario()
+    op = CountingOperation(TimeoutError(), "ok")
+    verifier = fixed_verifier(VerificationResult.absent(verified_provider_reference=REF))
+    result = await execute(op, policy=RETRY_FAILED, provider_reference=REF, verifier=verifier)
+    assert op.calls == 1
+    assert result.status is UNKNOWN
 
 
 async def test_fenced_absence_authorises_a_retry() -> None:
-    async def scenario() -> None:
-        op = CountingOperation(TimeoutError(), "ok")
-        verifier = fixed_verifier(fenced_absent(), confirmed())
-        result = await execute(op, policy=RETRY_FAILED, provider_reference=REF, verifier=verifier)
-        assert op.calls == 2
-        assert result.status is CONFIRMED
-
-    await scenario()
+    op = CountingOperation(TimeoutError(), "ok")
+    verifier = fixed_verifier(fenced_absent(), confirmed())
+    result = await execute(op, policy=RETRY_FAILED, provider_reference=REF, verifier=verifier)
+    assert op.calls == 2
+    assert result.status is CONFIRMED
 
 
 async def test_max_attempts_caps_retries() -> None:
-    async def scenario() -> None:
-        op = CountingOperation(*[DefinitiveFailure("busy", retryable=True)] * 5)
-        result = await execute(op, policy=RETRY_FAILED)
-        assert op.calls == 3
-        assert result.status is FAILED
-        assert result.receipt.attempt_records[-1].retry_decision == "stop"
-
-    await scenario()
+    op = CountingOperation(*[DefinitiveFailure("busy", retryable=True)] * 5)
+    result = await execute(op, policy=RETRY_FAILED)
+    assert op.calls == 3
+    assert result.status is FAILED
+    assert result.receipt.attempt_records[-1].retry_decision == "stop"
 
 
 async def test_retry_on_unknown_escape_hatch_retries_and_warns_each_time() -> None:
@@ -191,16 +170,13 @@ async def test_retry_on_unknown_escape_hatch_retries_and_warns_each_time() -> No
         policy = RetryPolicy(max_attempts=3, retry_on_unknown=True)
     assert len(created) == 1
 
-    async def scenario() -> None:
-        op = CountingOperation(TimeoutError(), TimeoutError(), "ok")
-        with pytest.warns(RuntimeWarning, match="duplicate") as retried:
-            result = await execute(op, policy=policy)
-        assert op.calls == 3
-        assert result.status is CONFIRMED
-        # One warning per retry, not one per call: two retries, two warnings.
-        assert len([w for w in retried if "duplicate" in str(w.message)]) == 2
-
-    await scenario()
+    op = CountingOperation(TimeoutError(), TimeoutError(), "ok")
+    with pytest.warns(RuntimeWarning, match="duplicate") as retried:
+        result = await execute(op, policy=policy)
+    assert op.calls == 3
+    assert result.status is CONFIRMED
+    # One warning per retry, not one per call: two retries, two warnings.
+    assert len([w for w in retried if "duplicate" in str(w.message)]) == 2
 
 
 async def test_the_retry_warning_points_at_the_line_that_called_execute() -> None:
@@ -232,17 +208,14 @@ async def test_later_failed_attempt_cannot_erase_earlier_unknown() -> None:
         warnings.simplefilter("ignore", RuntimeWarning)
         policy = RetryPolicy(max_attempts=2, retry_on_unknown=True)
 
-    async def scenario() -> None:
-        op = CountingOperation(TimeoutError(), DefinitiveFailure("declined"))
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", RuntimeWarning)
-            result = await execute(op, policy=policy)
-        assert op.calls == 2
-        assert [r.execution_status for r in result.receipt.attempt_records] == [UNKNOWN, FAILED]
-        assert result.status is UNKNOWN
-        assert result.receipt.execution_status is UNKNOWN
-
-    await scenario()
+    op = CountingOperation(TimeoutError(), DefinitiveFailure("declined"))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        result = await execute(op, policy=policy)
+    assert op.calls == 2
+    assert [r.execution_status for r in result.receipt.attempt_records] == [UNKNOWN, FAILED]
+    assert result.status is UNKNOWN
+    assert result.receipt.execution_status is UNKNOWN
 
 
 async def test_later_authoritative_confirmation_establishes_confirmed() -> None:
@@ -250,42 +223,29 @@ async def test_later_authoritative_confirmation_establishes_confirmed() -> None:
         warnings.simplefilter("ignore", RuntimeWarning)
         policy = RetryPolicy(max_attempts=2, retry_on_unknown=True)
 
-    async def scenario() -> None:
-        op = CountingOperation(TimeoutError(), "ok")
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", RuntimeWarning)
-            result = await execute(op, policy=policy)
-        assert result.status is CONFIRMED
-
-    await scenario()
+    op = CountingOperation(TimeoutError(), "ok")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        result = await execute(op, policy=policy)
+    assert result.status is CONFIRMED
 
 
 async def test_all_failed_attempts_aggregate_to_failed() -> None:
-    async def scenario() -> None:
-        op = CountingOperation(
-            DefinitiveFailure("busy", retryable=True), DefinitiveFailure("declined")
-        )
-        result = await execute(op, policy=RETRY_FAILED)
-        assert result.status is FAILED
-
-    await scenario()
+    op = CountingOperation(DefinitiveFailure("busy", retryable=True), DefinitiveFailure("declined"))
+    result = await execute(op, policy=RETRY_FAILED)
+    assert result.status is FAILED
 
 
 async def test_policy_argument_overrides_runner_default_and_is_validated() -> None:
-    async def scenario() -> None:
-        runner = ActionRunner(InMemoryLedger(), policy=RETRY_FAILED)
-        op = CountingOperation(DefinitiveFailure("busy", retryable=True), "ok")
-        result = await runner.execute(
-            "a", op, request={}, idempotency_key="k", policy=RetryPolicy()
-        )
-        assert op.calls == 1
-        assert result.status is FAILED
-        with pytest.raises(InvalidArgumentError):
-            await runner.execute("a", op, request={}, idempotency_key="k2", policy="retry")  # type: ignore[call-overload]
-        with pytest.raises(InvalidArgumentError):
-            ActionRunner(InMemoryLedger(), policy={"max_attempts": 2})  # type: ignore[arg-type]
-
-    await scenario()
+    runner = ActionRunner(InMemoryLedger(), policy=RETRY_FAILED)
+    op = CountingOperation(DefinitiveFailure("busy", retryable=True), "ok")
+    result = await runner.execute("a", op, request={}, idempotency_key="k", policy=RetryPolicy())
+    assert op.calls == 1
+    assert result.status is FAILED
+    with pytest.raises(InvalidArgumentError):
+        await runner.execute("a", op, request={}, idempotency_key="k2", policy="retry")  # type: ignore[call-overload]
+    with pytest.raises(InvalidArgumentError):
+        ActionRunner(InMemoryLedger(), policy={"max_attempts": 2})  # type: ignore[arg-type]
 
 
 async def test_a_retry_is_logged_with_the_status_that_caused_it(
@@ -293,15 +253,12 @@ async def test_a_retry_is_logged_with_the_status_that_caused_it(
 ) -> None:
     from dataoad import RetryPolicy
 
-    async def scenario() -> None:
-        runner = ActionRunner(
-            InMemoryLedger(), policy=RetryPolicy(max_attempts=2, retry_on_failed=True)
-        )
-        op = CountingOperation(DefinitiveFailure("busy", retryable=True), "ok")
-        result = await runner.execute("charge", op, request=REQUEST, idempotency_key="k")
-        assert result.status is ActionStatus.CONFIRMED
-
-    await scenario()
+    runner = ActionRunner(
+        InMemoryLedger(), policy=RetryPolicy(max_attempts=2, retry_on_failed=True)
+    )
+    op = CountingOperation(DefinitiveFailure("busy", retryable=True), "ok")
+    result = await runner.execute("charge", op, request=REQUEST, idempotency_key="k")
+    assert result.status is ActionStatus.CONFIRMED
     retrying = [(lvl, f) for e, lvl, f in events(caplog) if e == "retrying"]
     assert len(retrying) == 1
     level, fields = retrying[0]
@@ -322,21 +279,18 @@ async def test_an_unknown_retried_through_the_escape_hatch_is_a_warning(
         warnings.simplefilter("ignore", RuntimeWarning)
         policy = RetryPolicy(max_attempts=2, retry_on_unknown=True)
 
-    async def scenario() -> None:
-        runner = ActionRunner(InMemoryLedger(), policy=policy)
-        with pytest.warns(RuntimeWarning) as caught:
-            await runner.execute(
-                "charge",
-                CountingOperation(TimeoutError("lost"), "ok"),
-                request=REQUEST,
-                idempotency_key="k",
-            )
-        # mutmut's trampolines add stack frames, so only an unmutated run can
-        # check where the warning points.
-        if "MUTANT_UNDER_TEST" not in os.environ:
-            assert caught[0].filename == __file__
-
-    await scenario()
+    runner = ActionRunner(InMemoryLedger(), policy=policy)
+    with pytest.warns(RuntimeWarning) as caught:
+        await runner.execute(
+            "charge",
+            CountingOperation(TimeoutError("lost"), "ok"),
+            request=REQUEST,
+            idempotency_key="k",
+        )
+    # mutmut's trampolines add stack frames, so only an unmutated run can
+    # check where the warning points.
+    if "MUTANT_UNDER_TEST" not in os.environ:
+        assert caught[0].filename == __file__
     retrying = [(lvl, f) for e, lvl, f in events(caplog) if e == "retrying"]
     assert retrying[0][0] == logging.WARNING
     assert retrying[0][1]["attempt_status"] == "UNKNOWN"

@@ -37,7 +37,7 @@ def _example() -> Any:
 
 
 @pytest.mark.parametrize("stall", [0.0, 0.0005, 0.002, 0.02])
-def test_concurrent_duplicate_check_passes_whatever_the_loop_stalls(
+async def test_concurrent_duplicate_check_passes_whatever_the_loop_stalls(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, stall: float
 ) -> None:
     example = _example()
@@ -57,16 +57,13 @@ def test_concurrent_duplicate_check_passes_whatever_the_loop_stalls(
 
     monkeypatch.setattr(sqlite_live, "on_thread", stalling_on_thread)
 
-    async def scenario(run: int) -> Any:
+    for run in range(3):
+        armed["claim"] = True
         # Opened lazily by the check's first call, as the report's ledgers are.
         ledger = SQLiteLedger(tmp_path / f"ledger-{run}.sqlite3")
         try:
-            return await example.concurrent_duplicate_safety(ledger)
+            check = await example.concurrent_duplicate_safety(ledger)
         finally:
             await ledger.close()
-
-    for run in range(3):
-        armed["claim"] = True
-        check = asyncio.run(scenario(run))
         assert not armed["claim"], "the claim never went through the stalled hand-off"
         assert check.passed, check

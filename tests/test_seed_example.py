@@ -8,34 +8,31 @@ from dataoad import ActionRunner, ActionStatus, InMemoryLedger
 from dataoad.testing import ChargeFault, FakePaymentProvider, PaymentVerifier
 
 
-def test_thirty_second_example() -> None:
-    async def main() -> None:
-        provider = FakePaymentProvider(charge_faults=[ChargeFault.TIMEOUT_AFTER_COMMIT])
-        runner = ActionRunner(InMemoryLedger())
-        request = {"customer_id": "customer_123", "amount_cents": 2_500}
+async def test_thirty_second_example() -> None:
+    provider = FakePaymentProvider(charge_faults=[ChargeFault.TIMEOUT_AFTER_COMMIT])
+    runner = ActionRunner(InMemoryLedger())
+    request = {"customer_id": "customer_123", "amount_cents": 2_500}
 
-        result = await runner.execute(
-            "charge_customer",
-            lambda: provider.charge(
-                customer_id="customer_123",
-                amount_cents=2_500,
-                client_reference="order-123",
-            ),
-            request=request,
-            idempotency_key="order-123",
-            provider_reference="order-123",
-            risk="financial",
-        )
+    result = await runner.execute(
+        "charge_customer",
+        lambda: provider.charge(
+            customer_id="customer_123",
+            amount_cents=2_500,
+            client_reference="order-123",
+        ),
+        request=request,
+        idempotency_key="order-123",
+        provider_reference="order-123",
+        risk="financial",
+    )
 
-        assert result.status is ActionStatus.UNKNOWN
-        assert provider.charge_calls == 1
+    assert result.status is ActionStatus.UNKNOWN
+    assert provider.charge_calls == 1
 
-        result = await runner.reconcile(result.receipt.action_id, PaymentVerifier(provider))
-        assert result.status is ActionStatus.CONFIRMED
-        assert provider.charge_calls == 1  # verification did not repeat the mutation
-        assert len(provider.charges) == 1
-
-    asyncio.run(main())
+    result = await runner.reconcile(result.receipt.action_id, PaymentVerifier(provider))
+    assert result.status is ActionStatus.CONFIRMED
+    assert provider.charge_calls == 1  # verification did not repeat the mutation
+    assert len(provider.charges) == 1
 
 
 def test_naive_retry_charges_twice_where_dataoad_charges_once() -> None:

@@ -39,27 +39,21 @@ def digest(path: Path) -> str:
 async def test_new_files_are_readable_by_their_owner_only(tmp_path: Path) -> None:
     db = tmp_path / "ledger.sqlite3"
 
-    async def scenario() -> None:
-        async with SQLiteLedger(db) as ledger:
-            await ActionRunner(ledger).execute("a", lambda: 1, request={}, idempotency_key="k")
-
-    await scenario()
+    async with SQLiteLedger(db) as ledger:
+        await ActionRunner(ledger).execute("a", lambda: 1, request={}, idempotency_key="k")
     for path in tmp_path.iterdir():
         mode = stat.S_IMODE(path.stat().st_mode)
         assert mode & 0o077 == 0, f"{path.name} is {oct(mode)}"
 
 
 async def test_opens_lazily_and_works_as_in_the_seed(tmp_path: Path) -> None:
-    async def scenario() -> None:
-        ledger = SQLiteLedger(tmp_path / "dataoad.sqlite3")
-        runner = ActionRunner(ledger)
-        assert not (tmp_path / "dataoad.sqlite3").exists()
-        result = await runner.execute("a", lambda: "v", request={}, idempotency_key="k")
-        assert result.status is ActionStatus.CONFIRMED
-        await ledger.close()
-        await ledger.close()
-
-    await scenario()
+    ledger = SQLiteLedger(tmp_path / "dataoad.sqlite3")
+    runner = ActionRunner(ledger)
+    assert not (tmp_path / "dataoad.sqlite3").exists()
+    result = await runner.execute("a", lambda: "v", request={}, idempotency_key="k")
+    assert result.status is ActionStatus.CONFIRMED
+    await ledger.close()
+    await ledger.close()
 
 
 async def test_completed_receipts_and_claims_survive_a_restart(tmp_path: Path) -> None:
@@ -94,13 +88,10 @@ async def _rejected(path: Path, match: str) -> None:
     before = digest(path)
     names = sorted(p.name for p in path.parent.iterdir())
 
-    async def scenario() -> None:
-        ledger = SQLiteLedger(path)
-        with pytest.raises(LedgerFileError, match=match):
-            await ledger.find("a", "k")
-        await ledger.close()
-
-    await scenario()
+    ledger = SQLiteLedger(path)
+    with pytest.raises(LedgerFileError, match=match):
+        await ledger.find("a", "k")
+    await ledger.close()
     assert digest(path) == before, "a rejected file was modified"
     # Any reader of a WAL-mode database (our read-only probe included) makes
     # SQLite create its shared-memory and log sidecars; nothing else may appear.
@@ -125,11 +116,8 @@ async def test_a_corrupt_file_is_rejected_unchanged(tmp_path: Path) -> None:
 async def test_a_newer_schema_is_rejected_unchanged(tmp_path: Path) -> None:
     path = tmp_path / "ledger.sqlite3"
 
-    async def create() -> None:
-        async with SQLiteLedger(path) as ledger:
-            await ledger.claim(make_receipt())
-
-    await create()
+    async with SQLiteLedger(path) as ledger:
+        await ledger.claim(make_receipt())
     with contextlib.closing(sqlite3.connect(path)) as conn, conn:
         conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION + 1}")
         conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
@@ -149,11 +137,8 @@ async def test_an_older_schema_is_migrated_keeping_every_receipt(tmp_path: Path)
             row_of(receipt, datetime.isoformat)[:18],  # v0.1's columns
         )
 
-    async def scenario() -> None:
-        async with SQLiteLedger(path) as ledger:
-            assert await ledger.get(receipt.action_id) == receipt
-
-    await scenario()
+    async with SQLiteLedger(path) as ledger:
+        assert await ledger.get(receipt.action_id) == receipt
     with contextlib.closing(sqlite3.connect(path)) as conn, conn:
         assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION
         indexes = {row[1] for row in conn.execute("PRAGMA index_list(receipts)")}
@@ -173,13 +158,10 @@ def test_invalid_constructor_arguments_are_refused(tmp_path: Path) -> None:
 
 
 async def test_missing_folder_is_a_clear_error(tmp_path: Path) -> None:
-    async def scenario() -> None:
-        ledger = SQLiteLedger(tmp_path / "nope" / "ledger.sqlite3")
-        with pytest.raises(ActionPersistenceError, match="does not exist"):
-            await ActionRunner(ledger).execute("a", lambda: 1, request={}, idempotency_key="k")
-        await ledger.close()
-
-    await scenario()
+    ledger = SQLiteLedger(tmp_path / "nope" / "ledger.sqlite3")
+    with pytest.raises(ActionPersistenceError, match="does not exist"):
+        await ActionRunner(ledger).execute("a", lambda: 1, request={}, idempotency_key="k")
+    await ledger.close()
 
 
 # -- faults of the database itself -----------------------------------------------------
@@ -193,22 +175,19 @@ async def test_busy_past_the_timeout_does_not_invoke(tmp_path: Path) -> None:
         nonlocal calls
         calls += 1
 
-    async def scenario() -> None:
-        async with SQLiteLedger(db, busy_timeout=0.05) as ledger:
-            await ledger.find("a", "k")  # create the file
-            blocker = sqlite3.connect(db, isolation_level=None)
-            blocker.execute("BEGIN IMMEDIATE")  # a writer that ignores our queue
-            try:
-                with pytest.raises(ActionPersistenceError, match="locked") as info:
-                    await ActionRunner(ledger).execute("a", op, request={}, idempotency_key="k")
-                assert info.value.operation_invoked is False
-            finally:
-                blocker.execute("ROLLBACK")
-                blocker.close()
-            assert calls == 0
-            assert await ledger.find("a", "k") is None
-
-    await scenario()
+    async with SQLiteLedger(db, busy_timeout=0.05) as ledger:
+        await ledger.find("a", "k")  # create the file
+        blocker = sqlite3.connect(db, isolation_level=None)
+        blocker.execute("BEGIN IMMEDIATE")  # a writer that ignores our queue
+        try:
+            with pytest.raises(ActionPersistenceError, match="locked") as info:
+                await ActionRunner(ledger).execute("a", op, request={}, idempotency_key="k")
+            assert info.value.operation_invoked is False
+        finally:
+            blocker.execute("ROLLBACK")
+            blocker.close()
+        assert calls == 0
+        assert await ledger.find("a", "k") is None
 
 
 async def test_a_full_database_surfaces_as_persistence_error_before_invoking(
@@ -221,24 +200,21 @@ async def test_a_full_database_surfaces_as_persistence_error_before_invoking(
         nonlocal calls
         calls += 1
 
-    async def scenario() -> None:
-        async with SQLiteLedger(db) as ledger:
-            runner = ActionRunner(ledger)
-            await runner.execute("a", op, request={}, idempotency_key="first")
-            conn = await ledger._connection()
-            # SQLITE_FULL, as a full disk reports it: no page may be added.
-            pages = (await conn.execute_fetchall("PRAGMA page_count"))[0][0]
-            await conn.execute(f"PRAGMA max_page_count = {pages}")
-            padding = {"pad": "x" * 20_000}
-            with pytest.raises(ActionPersistenceError, match="full") as info:
-                await runner.execute("a", op, request={}, idempotency_key="k", metadata=padding)
-            assert info.value.operation_invoked is False
-            assert calls == 1
-            first = await ledger.find("a", "first")
-            assert first is not None
-            assert first.final_status is ActionStatus.CONFIRMED
-
-    await scenario()
+    async with SQLiteLedger(db) as ledger:
+        runner = ActionRunner(ledger)
+        await runner.execute("a", op, request={}, idempotency_key="first")
+        conn = await ledger._connection()
+        # SQLITE_FULL, as a full disk reports it: no page may be added.
+        pages = (await conn.execute_fetchall("PRAGMA page_count"))[0][0]
+        await conn.execute(f"PRAGMA max_page_count = {pages}")
+        padding = {"pad": "x" * 20_000}
+        with pytest.raises(ActionPersistenceError, match="full") as info:
+            await runner.execute("a", op, request={}, idempotency_key="k", metadata=padding)
+        assert info.value.operation_invoked is False
+        assert calls == 1
+        first = await ledger.find("a", "first")
+        assert first is not None
+        assert first.final_status is ActionStatus.CONFIRMED
 
 
 @pytest.mark.skipif(not hasattr(os, "geteuid"), reason="POSIX permissions only")
@@ -249,11 +225,8 @@ async def test_a_read_only_file_surfaces_as_persistence_error(tmp_path: Path) ->
     os.chmod(folder, 0o777)
     db = folder / "ledger.sqlite3"
 
-    async def create() -> None:
-        async with SQLiteLedger(db) as ledger:
-            await ActionRunner(ledger).execute("a", lambda: 1, request={}, idempotency_key="k")
-
-    await create()
+    async with SQLiteLedger(db) as ledger:
+        await ActionRunner(ledger).execute("a", lambda: 1, request={}, idempotency_key="k")
     with contextlib.closing(sqlite3.connect(db)) as conn, conn:
         conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
     for path in folder.iterdir():
@@ -300,11 +273,8 @@ async def test_processes_contending_for_the_same_keys(tmp_path: Path) -> None:
     db, effects = tmp_path / "ledger.sqlite3", tmp_path / "effects.log"
     keys, processes = 1000, 4
 
-    async def create() -> None:
-        async with SQLiteLedger(db) as ledger:
-            await ledger.find("act", "none")
-
-    await create()
+    async with SQLiteLedger(db) as ledger:
+        await ledger.find("act", "none")
     summaries = contend_in_processes(str(db), effects, keys, processes)
     lines = effects.read_text().split()
     # Exactly one effect per key: one winner each, and nothing invoked twice.
@@ -315,13 +285,10 @@ async def test_processes_contending_for_the_same_keys(tmp_path: Path) -> None:
         # Every process got a real share of the work: nobody was starved out.
         assert summary["won"] >= keys // processes // 4, summaries
 
-    async def check() -> None:
-        async with SQLiteLedger(db) as ledger:
-            receipts = await ledger.receipts()
-            assert len(receipts) == keys
-            assert all(r.final_status is ActionStatus.CONFIRMED for r in receipts)
-
-    await check()
+    async with SQLiteLedger(db) as ledger:
+        receipts = await ledger.receipts()
+        assert len(receipts) == keys
+        assert all(r.final_status is ActionStatus.CONFIRMED for r in receipts)
 
 
 # -- crashes ----------------------------------------------------------------------------
@@ -354,39 +321,36 @@ async def test_sigkill_at_each_protocol_point_leaves_a_safe_state(
         calls += 1
         return "again"
 
-    async def after() -> None:
-        async with SQLiteLedger(db) as ledger:
-            runner = ActionRunner(ledger)
-            receipt = await ledger.find("charge", "order-1")
-            assert receipt is not None, "the claim was lost"
-            kwargs = {
-                "request": {"amount": 1},
-                "idempotency_key": "order-1",
-                "provider_reference": "order-1",
-            }
-            if receipt.claim_state is ClaimState.PENDING:
-                # The claim still blocks a duplicate.
-                with pytest.raises(ActionInProgressError):
-                    await runner.execute("charge", op, **kwargs)
-                if receipt.attempts == 0:
-                    assert point == "after_claim"
-                    await runner.release_unstarted(receipt.action_id)
-                    result = await runner.execute("charge", op, **kwargs)
-                    assert result.status is ActionStatus.CONFIRMED
-                    assert calls == 1
-                    return
-                with pytest.raises(RecoveryRefusedError):
-                    await runner.release_unstarted(receipt.action_id)
-                result = await runner.recover_pending(receipt.action_id, EffectsVerifier(effects))
-            else:
-                assert point == "during_completion"
+    async with SQLiteLedger(db) as ledger:
+        runner = ActionRunner(ledger)
+        receipt = await ledger.find("charge", "order-1")
+        assert receipt is not None, "the claim was lost"
+        kwargs = {
+            "request": {"amount": 1},
+            "idempotency_key": "order-1",
+            "provider_reference": "order-1",
+        }
+        if receipt.claim_state is ClaimState.PENDING:
+            # The claim still blocks a duplicate.
+            with pytest.raises(ActionInProgressError):
+                await runner.execute("charge", op, **kwargs)
+            if receipt.attempts == 0:
+                assert point == "after_claim"
+                await runner.release_unstarted(receipt.action_id)
                 result = await runner.execute("charge", op, **kwargs)
-                assert result.replayed
-            expected = ActionStatus.CONFIRMED if effects_before else ActionStatus.FAILED
-            assert result.status is expected
-            assert calls == 0, "the operation was invoked again after the crash"
-
-    await after()
+                assert result.status is ActionStatus.CONFIRMED
+                assert calls == 1
+                return
+            with pytest.raises(RecoveryRefusedError):
+                await runner.release_unstarted(receipt.action_id)
+            result = await runner.recover_pending(receipt.action_id, EffectsVerifier(effects))
+        else:
+            assert point == "during_completion"
+            result = await runner.execute("charge", op, **kwargs)
+            assert result.replayed
+        expected = ActionStatus.CONFIRMED if effects_before else ActionStatus.FAILED
+        assert result.status is expected
+        assert calls == 0, "the operation was invoked again after the crash"
     assert (effects.read_text().split() if effects.exists() else []) == effects_before
     expected_effects = [] if point in ("after_claim", "after_attempt_start") else ["order-1"]
     assert effects_before == expected_effects
@@ -398,36 +362,31 @@ async def test_the_receipts_listing_applies_every_filter(tmp_path: Path) -> None
     from dataoad import ActionStatus, DefinitiveFailure
     from dataoad.testing import FaultyLedger, LedgerFault
 
-    async def scenario() -> None:
-        async with SQLiteLedger(tmp_path / "l.sqlite3") as ledger:
-            runner = ActionRunner(ledger)
+    async with SQLiteLedger(tmp_path / "l.sqlite3") as ledger:
+        runner = ActionRunner(ledger)
 
-            def decline() -> None:
-                raise DefinitiveFailure("declined")
+        def decline() -> None:
+            raise DefinitiveFailure("declined")
 
-            ok = await runner.execute("charge", lambda: 1, request={}, idempotency_key="a")
-            failed = await runner.execute("charge", decline, request={}, idempotency_key="b")
-            faulty = FaultyLedger(ledger)
-            faulty.inject("record", LedgerFault.FAIL_BEFORE_WRITE)
-            with pytest.raises(ActionPersistenceError):
-                await ActionRunner(faulty).execute(
-                    "refund", lambda: 1, request={}, idempotency_key="c"
-                )
-            ids = lambda receipts: [r.idempotency_key for r in receipts]  # noqa: E731
-            assert ids(await ledger.receipts()) == ["a", "b", "c"]
-            assert ids(await ledger.receipts(final_status=ActionStatus.FAILED)) == ["b"]
-            assert ids(await ledger.receipts(pending=True)) == ["c"]
-            assert ids(await ledger.receipts(pending=False)) == ["a", "b"]
-            assert ids(await ledger.receipts(action_name="refund")) == ["c"]
-            assert ids(await ledger.receipts(limit=2)) == ["a", "b"]
-            # "since" is compared as a time, whatever the caller's time zone.
-            since = failed.receipt.created_at.astimezone(timezone(timedelta(hours=-5)))
-            assert ids(await ledger.receipts(since=since)) == ["b", "c"]
-            later = datetime.now(UTC) + timedelta(days=1)
-            assert await ledger.receipts(since=later) == []
-            assert (await ledger.receipts(final_status=ActionStatus.CONFIRMED))[0] == ok.receipt
-
-    await scenario()
+        ok = await runner.execute("charge", lambda: 1, request={}, idempotency_key="a")
+        failed = await runner.execute("charge", decline, request={}, idempotency_key="b")
+        faulty = FaultyLedger(ledger)
+        faulty.inject("record", LedgerFault.FAIL_BEFORE_WRITE)
+        with pytest.raises(ActionPersistenceError):
+            await ActionRunner(faulty).execute("refund", lambda: 1, request={}, idempotency_key="c")
+        ids = lambda receipts: [r.idempotency_key for r in receipts]  # noqa: E731
+        assert ids(await ledger.receipts()) == ["a", "b", "c"]
+        assert ids(await ledger.receipts(final_status=ActionStatus.FAILED)) == ["b"]
+        assert ids(await ledger.receipts(pending=True)) == ["c"]
+        assert ids(await ledger.receipts(pending=False)) == ["a", "b"]
+        assert ids(await ledger.receipts(action_name="refund")) == ["c"]
+        assert ids(await ledger.receipts(limit=2)) == ["a", "b"]
+        # "since" is compared as a time, whatever the caller's time zone.
+        since = failed.receipt.created_at.astimezone(timezone(timedelta(hours=-5)))
+        assert ids(await ledger.receipts(since=since)) == ["b", "c"]
+        later = datetime.now(UTC) + timedelta(days=1)
+        assert await ledger.receipts(since=later) == []
+        assert (await ledger.receipts(final_status=ActionStatus.CONFIRMED))[0] == ok.receipt
 
 
 def test_a_failing_contended_lock_wait_surfaces_its_error(
@@ -458,17 +417,13 @@ async def test_the_listing_compares_times_in_utc_whatever_the_local_zone(
     monkeypatch.setenv("TZ", "Asia/Tokyo")
     time.tzset()
     try:
-
-        async def scenario() -> None:
-            async with SQLiteLedger(tmp_path / "l.sqlite3") as ledger:
-                done = await ActionRunner(ledger).execute(
-                    "charge", lambda: 1, request={}, idempotency_key="a"
-                )
-                created = done.receipt.created_at
-                assert await ledger.receipts(since=created - timedelta(minutes=1)) == [done.receipt]
-                assert await ledger.receipts(since=created + timedelta(minutes=1)) == []
-
-        await scenario()
+        async with SQLiteLedger(tmp_path / "l.sqlite3") as ledger:
+            done = await ActionRunner(ledger).execute(
+                "charge", lambda: 1, request={}, idempotency_key="a"
+            )
+            created = done.receipt.created_at
+            assert await ledger.receipts(since=created - timedelta(minutes=1)) == [done.receipt]
+            assert await ledger.receipts(since=created + timedelta(minutes=1)) == []
     finally:
         monkeypatch.delenv("TZ")
         time.tzset()

@@ -88,35 +88,29 @@ async def _nul_error() -> None:
     raise TimeoutError("gateway said \x00 and \udcff")
 
 
-def test_an_operation_error_with_nul_is_recorded_on_sqlite(tmp_path: Path) -> None:
-    async def scenario() -> None:
-        async with SQLiteLedger(tmp_path / "l.sqlite3") as ledger:
-            result = await ActionRunner(ledger).execute(
-                "charge", _nul_error, request=REQUEST, idempotency_key="k"
-            )
-            assert result.status is ActionStatus.UNKNOWN
-            stored = await ledger.get(result.receipt.action_id)
-            assert stored == result.receipt
-            assert stored.error is not None
-            assert "\x00" not in stored.error
-
-    asyncio.run(scenario())
+async def test_an_operation_error_with_nul_is_recorded_on_sqlite(tmp_path: Path) -> None:
+    async with SQLiteLedger(tmp_path / "l.sqlite3") as ledger:
+        result = await ActionRunner(ledger).execute(
+            "charge", _nul_error, request=REQUEST, idempotency_key="k"
+        )
+        assert result.status is ActionStatus.UNKNOWN
+        stored = await ledger.get(result.receipt.action_id)
+        assert stored == result.receipt
+        assert stored.error is not None
+        assert "\x00" not in stored.error
 
 
-def test_an_operation_error_with_nul_is_recorded_on_postgres() -> None:
+async def test_an_operation_error_with_nul_is_recorded_on_postgres() -> None:
     table = PostgresTestTable()
 
-    async def scenario() -> None:
-        await table.create()
-        ledger = table.client()
-        try:
-            result = await ActionRunner(ledger).execute(
-                "charge", _nul_error, request=REQUEST, idempotency_key="k"
-            )
-            assert result.status is ActionStatus.UNKNOWN
-            assert await ledger.get(result.receipt.action_id) == result.receipt
-        finally:
-            await ledger.close()
-            await table.drop()
-
-    asyncio.run(scenario())
+    await table.create()
+    ledger = table.client()
+    try:
+        result = await ActionRunner(ledger).execute(
+            "charge", _nul_error, request=REQUEST, idempotency_key="k"
+        )
+        assert result.status is ActionStatus.UNKNOWN
+        assert await ledger.get(result.receipt.action_id) == result.receipt
+    finally:
+        await ledger.close()
+        await table.drop()

@@ -9,7 +9,6 @@ Rows written before carry their ``updated_at`` as their time of storing.
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import shutil
 import sqlite3
@@ -74,52 +73,46 @@ async def _check_migrated(ledger: Any, before: dict[tuple[str, str], Any]) -> No
     assert lost.status is ActionStatus.UNKNOWN
 
 
-def test_a_schema_4_sqlite_file_is_read_unchanged_then_migrated(tmp_path: Path) -> None:
+async def test_a_schema_4_sqlite_file_is_read_unchanged_then_migrated(tmp_path: Path) -> None:
     path = tmp_path / "ledger.sqlite3"
     shutil.copy(V4, path)
 
-    async def scenario() -> None:
-        reader = SQLiteReader(path)
-        before = {(r.namespace, r.idempotency_key): r for r in await reader.receipts()}
-        assert len(before) == 4
-        assert all(r.stored_at == r.updated_at for r in before.values())
-        await reader.close()
-        with contextlib.closing(sqlite3.connect(path)) as c:
-            assert c.execute("PRAGMA user_version").fetchone()[0] == 4  # reading wrote nothing
-        async with SQLiteLedger(path) as ledger:
-            await _check_migrated(ledger, before)
-        with contextlib.closing(sqlite3.connect(path)) as c:
-            assert c.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION
-            by_age = [row[2] for row in c.execute("PRAGMA index_info(receipts_by_age)")]
-        assert by_age == ["claim_state", "stored_at", "action_id"]
-
-    asyncio.run(scenario())
+    reader = SQLiteReader(path)
+    before = {(r.namespace, r.idempotency_key): r for r in await reader.receipts()}
+    assert len(before) == 4
+    assert all(r.stored_at == r.updated_at for r in before.values())
+    await reader.close()
+    with contextlib.closing(sqlite3.connect(path)) as c:
+        assert c.execute("PRAGMA user_version").fetchone()[0] == 4  # reading wrote nothing
+    async with SQLiteLedger(path) as ledger:
+        await _check_migrated(ledger, before)
+    with contextlib.closing(sqlite3.connect(path)) as c:
+        assert c.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION
+        by_age = [row[2] for row in c.execute("PRAGMA index_info(receipts_by_age)")]
+    assert by_age == ["claim_state", "stored_at", "action_id"]
 
 
-def test_a_schema_3_postgres_table_is_migrated_keeping_every_receipt(tmp_path: Path) -> None:
+async def test_a_schema_3_postgres_table_is_migrated_keeping_every_receipt(tmp_path: Path) -> None:
     dsn = postgres_dsn()
     table = "t_" + uuid.uuid4().hex[:20]
     path = tmp_path / "ledger.sqlite3"
     shutil.copy(V4, path)
 
-    async def scenario() -> None:
-        reader = SQLiteReader(path)
-        expected = {(r.namespace, r.idempotency_key): r for r in await reader.receipts()}
-        await reader.close()
-        ledger = PostgresLedger(dsn, table=table)
-        qualified = f'"public"."{table}"'
-        try:
-            pool = await ledger._raw_pool()
-            async with pool.acquire() as conn:
-                # Exactly what the schema-3 code's migrate() created, and its rows.
-                await old_postgres_table(conn, table, (1, 2, 3), v4_rows())
-            assert await ledger.migrate() == 3
-            assert await ledger.schema_version() == PG_SCHEMA
-            await _check_migrated(ledger, expected)
-        finally:
-            pool = await ledger._raw_pool()
-            await pool.execute(f"DROP TABLE IF EXISTS {qualified}")
-            await pool.execute(f'DROP TABLE IF EXISTS "public"."{table}_schema"')
-            await ledger.close()
-
-    asyncio.run(scenario())
+    reader = SQLiteReader(path)
+    expected = {(r.namespace, r.idempotency_key): r for r in await reader.receipts()}
+    await reader.close()
+    ledger = PostgresLedger(dsn, table=table)
+    qualified = f'"public"."{table}"'
+    try:
+        pool = await ledger._raw_pool()
+        async with pool.acquire() as conn:
+            # Exactly what the schema-3 code's migrate() created, and its rows.
+            await old_postgres_table(conn, table, (1, 2, 3), v4_rows())
+        assert await ledger.migrate() == 3
+        assert await ledger.schema_version() == PG_SCHEMA
+        await _check_migrated(ledger, expected)
+    finally:
+        pool = await ledger._raw_pool()
+        await pool.execute(f"DROP TABLE IF EXISTS {qualified}")
+        await pool.execute(f'DROP TABLE IF EXISTS "public"."{table}_schema"')
+        await ledger.close()

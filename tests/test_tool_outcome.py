@@ -85,26 +85,22 @@ def test_unknown_promises_a_verification_only_when_a_verifier_is_set() -> None:
     assert "It will be verified read-only" in with_one.message
 
 
-def test_in_progress_and_conflict_are_outcomes_not_exceptions() -> None:
-    async def scenario() -> tuple[ToolOutcome, ToolOutcome]:
-        runner = ActionRunner(InMemoryLedger())
-        started, release = asyncio.Event(), asyncio.Event()
+async def test_in_progress_and_conflict_are_outcomes_not_exceptions() -> None:
+    runner = ActionRunner(InMemoryLedger())
+    started, release = asyncio.Event(), asyncio.Event()
 
-        async def held() -> None:
-            started.set()
-            await release.wait()
+    async def held() -> None:
+        started.set()
+        await release.wait()
 
-        holder = asyncio.create_task(
-            run_tool(runner, "charge", held, request=REQUEST, idempotency_key="k")
-        )
-        await started.wait()
-        busy = await run_tool(runner, "charge", ok, request=REQUEST, idempotency_key="k")
-        clash = await run_tool(runner, "charge", ok, request={"other": 1}, idempotency_key="k")
-        release.set()
-        await holder
-        return busy, clash
-
-    busy, clash = asyncio.run(scenario())
+    holder = asyncio.create_task(
+        run_tool(runner, "charge", held, request=REQUEST, idempotency_key="k")
+    )
+    await started.wait()
+    busy = await run_tool(runner, "charge", ok, request=REQUEST, idempotency_key="k")
+    clash = await run_tool(runner, "charge", ok, request={"other": 1}, idempotency_key="k")
+    release.set()
+    await holder
     assert busy.status == "IN_PROGRESS"
     assert "Do NOT call again" in busy.message
     assert clash.status == "CONFLICT"

@@ -19,35 +19,29 @@ C, F, U = ActionStatus.CONFIRMED, ActionStatus.FAILED, ActionStatus.UNKNOWN
 
 
 async def test_a_value_recovered_by_the_verifier_is_exposed_when_its_request_id_matches() -> None:
-    async def scenario() -> None:
-        result = await execute(
-            ActionRunner(InMemoryLedger()),
-            CountingOperation(TimeoutError("lost")),
-            verifier=fixed_verifier(confirmed(rid="pr_7", value="receipt-7")),
-        )
-        assert result.status is ActionStatus.CONFIRMED
-        assert result.value == "receipt-7"
-        unbound = await execute(
-            ActionRunner(InMemoryLedger()),
-            CountingOperation(TimeoutError("lost")),
-            verifier=fixed_verifier(confirmed(rid=None, value="receipt-?")),
-        )
-        assert unbound.status is ActionStatus.CONFIRMED
-        assert not unbound.value_available
-
-    await scenario()
+    result = await execute(
+        ActionRunner(InMemoryLedger()),
+        CountingOperation(TimeoutError("lost")),
+        verifier=fixed_verifier(confirmed(rid="pr_7", value="receipt-7")),
+    )
+    assert result.status is ActionStatus.CONFIRMED
+    assert result.value == "receipt-7"
+    unbound = await execute(
+        ActionRunner(InMemoryLedger()),
+        CountingOperation(TimeoutError("lost")),
+        verifier=fixed_verifier(confirmed(rid=None, value="receipt-?")),
+    )
+    assert unbound.status is ActionStatus.CONFIRMED
+    assert not unbound.value_available
 
 
 async def test_the_operations_own_value_wins_over_the_verifiers() -> None:
-    async def scenario() -> None:
-        result = await execute(
-            ActionRunner(InMemoryLedger()),
-            CountingOperation("from-the-call"),
-            verifier=fixed_verifier(confirmed(rid="pr_7", value="from-the-read")),
-        )
-        assert result.value == "from-the-call"
-
-    await scenario()
+    result = await execute(
+        ActionRunner(InMemoryLedger()),
+        CountingOperation("from-the-call"),
+        verifier=fixed_verifier(confirmed(rid="pr_7", value="from-the-read")),
+    )
+    assert result.value == "from-the-call"
 
 
 def test_the_missing_value_marker_reads_as_missing_and_stays_one_object() -> None:
@@ -62,85 +56,74 @@ def test_the_missing_value_marker_reads_as_missing_and_stays_one_object() -> Non
 
 
 async def test_execute_recovered_value_needs_non_null_request_id():
-    async def s():
-        r = ActionRunner(InMemoryLedger())
-        res = await r.execute(
-            "a",
-            CountingOperation(TimeoutError()),
-            request=REQUEST,
-            idempotency_key="k",
-            provider_reference=REF,
-            verifier=fixed_verifier(confirmed(rid=None, value="v")),
+    r = ActionRunner(InMemoryLedger())
+    res = await r.execute(
+        "a",
+        CountingOperation(TimeoutError()),
+        request=REQUEST,
+        idempotency_key="k",
+        provider_reference=REF,
+        verifier=fixed_verifier(confirmed(rid=None, value="v")),
+    )
+    assert res.status is C
+    assert res.value_available is False
+    with pytest.raises(ResultValueUnavailableError):
+        _ = res.value
+
+
+async def test_three_concurrent_confirmations_withhold_value():
+    r = ActionRunner(InMemoryLedger())
+    u = await r.execute(
+        "a",
+        CountingOperation(TimeoutError()),
+        request=REQUEST,
+        idempotency_key="k",
+        provider_reference=REF,
+    )
+    gate = asyncio.Event()
+    n = 0
+
+    def vf(ans):
+        async def v(_):
+            nonlocal n
+            n += 1
+            if n == 3:
+                gate.set()
+            await gate.wait()
+            return ans
+
+        return v
+
+    outs = await asyncio.gather(
+        *(
+            r.reconcile(u.receipt.action_id, vf(confirmed(rid=rid, value=rid)))
+            for rid in ("pr_2", "pr_1", "pr_1")
         )
-        assert res.status is C
-        assert res.value_available is False
-        with pytest.raises(ResultValueUnavailableError):
-            _ = res.value
-
-    await s()
-
-
-def test_three_concurrent_confirmations_withhold_value():
-    async def s():
-        r = ActionRunner(InMemoryLedger())
-        u = await r.execute(
-            "a",
-            CountingOperation(TimeoutError()),
-            request=REQUEST,
-            idempotency_key="k",
-            provider_reference=REF,
-        )
-        gate = asyncio.Event()
-        n = 0
-
-        def vf(ans):
-            async def v(_):
-                nonlocal n
-                n += 1
-                if n == 3:
-                    gate.set()
-                await gate.wait()
-                return ans
-
-            return v
-
-        outs = await asyncio.gather(
-            *(
-                r.reconcile(u.receipt.action_id, vf(confirmed(rid=rid, value=rid)))
-                for rid in ("pr_2", "pr_1", "pr_1")
-            )
-        )
-        final = await r.receipt(u.receipt.action_id)
-        assert final.metadata["provider_request_id_conflict"] is True
-        assert all(
-            not o.value_available
-            for o in outs
-            if o.receipt.metadata["provider_request_id_conflict"]
-        )
-
-    asyncio.run(s())
+    )
+    final = await r.receipt(u.receipt.action_id)
+    assert final.metadata["provider_request_id_conflict"] is True
+    assert all(
+        not o.value_available for o in outs if o.receipt.metadata["provider_request_id_conflict"]
+    )
 
 
 async def test_replay_never_exposes_a_value_even_after_reconciling() -> None:
-    async def s() -> None:
-        r = ActionRunner(InMemoryLedger())
-        op = CountingOperation(TimeoutError())
-        await r.execute("a", op, request=REQUEST, idempotency_key="k", provider_reference=REF)
-        replay = await r.execute(
-            "a",
-            op,
-            request=REQUEST,
-            idempotency_key="k",
-            provider_reference=REF,
-            verifier=fixed_verifier(confirmed(rid="pr_1", value="charge")),
-        )
-        assert replay.replayed is True
-        assert replay.status is C
-        assert replay.value_available is False
-        with pytest.raises(ResultValueUnavailableError):
-            _ = replay.value
-
-    await s()
+    r = ActionRunner(InMemoryLedger())
+    op = CountingOperation(TimeoutError())
+    await r.execute("a", op, request=REQUEST, idempotency_key="k", provider_reference=REF)
+    replay = await r.execute(
+        "a",
+        op,
+        request=REQUEST,
+        idempotency_key="k",
+        provider_reference=REF,
+        verifier=fixed_verifier(confirmed(rid="pr_1", value="charge")),
+    )
+    assert replay.replayed is True
+    assert replay.status is C
+    assert replay.value_available is False
+    with pytest.raises(ResultValueUnavailableError):
+        _ = replay.value
 
 
 def test_no_value_is_exposed_from_conflicting_or_missing_evidence() -> None:

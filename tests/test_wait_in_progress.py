@@ -67,54 +67,48 @@ async def start_holder() -> tuple[ActionRunner, HeldOperation, asyncio.Task[Any]
     return runner, held, holder
 
 
-def test_waiter_gets_the_holders_receipt_as_a_replay(front_end: str) -> None:
-    async def scenario() -> None:
-        runner, held, holder = await start_holder()
-        asyncio.get_running_loop().call_later(0.05, held.release.set)
-        duplicate = CountingOperation("must not run")
-        waited = await call_via(
+async def test_waiter_gets_the_holders_receipt_as_a_replay(front_end: str) -> None:
+    runner, held, holder = await start_holder()
+    asyncio.get_running_loop().call_later(0.05, held.release.set)
+    duplicate = CountingOperation("must not run")
+    waited = await call_via(
+        front_end,
+        runner,
+        "charge",
+        duplicate,
+        request=REQUEST,
+        idempotency_key="k",
+        wait_in_progress=10,
+    )
+    first = await holder
+    assert duplicate.calls == 0
+    assert held.calls == 1
+    assert waited.replayed
+    assert waited.status is ActionStatus.CONFIRMED
+    assert waited.receipt == first.receipt
+
+
+async def test_waiter_gives_up_with_in_progress_error_when_time_runs_out(front_end: str) -> None:
+    runner, held, holder = await start_holder()
+    duplicate = CountingOperation("must not run")
+    loop = asyncio.get_running_loop()
+    began = loop.time()
+    with pytest.raises(ActionInProgressError) as info:
+        await call_via(
             front_end,
             runner,
             "charge",
             duplicate,
             request=REQUEST,
             idempotency_key="k",
-            wait_in_progress=10,
+            wait_in_progress=0.2,
         )
-        first = await holder
-        assert duplicate.calls == 0
-        assert held.calls == 1
-        assert waited.replayed
-        assert waited.status is ActionStatus.CONFIRMED
-        assert waited.receipt == first.receipt
-
-    asyncio.run(scenario())
-
-
-def test_waiter_gives_up_with_in_progress_error_when_time_runs_out(front_end: str) -> None:
-    async def scenario() -> None:
-        runner, held, holder = await start_holder()
-        duplicate = CountingOperation("must not run")
-        loop = asyncio.get_running_loop()
-        began = loop.time()
-        with pytest.raises(ActionInProgressError) as info:
-            await call_via(
-                front_end,
-                runner,
-                "charge",
-                duplicate,
-                request=REQUEST,
-                idempotency_key="k",
-                wait_in_progress=0.2,
-            )
-        assert loop.time() - began >= 0.2
-        assert info.value.receipt is not None
-        assert info.value.receipt.is_pending
-        assert duplicate.calls == 0
-        held.release.set()
-        assert (await holder).status is ActionStatus.CONFIRMED
-
-    asyncio.run(scenario())
+    assert loop.time() - began >= 0.2
+    assert info.value.receipt is not None
+    assert info.value.receipt.is_pending
+    assert duplicate.calls == 0
+    held.release.set()
+    assert (await holder).status is ActionStatus.CONFIRMED
 
 
 class ClaimPausedLedger(InMemoryLedger):
@@ -137,119 +131,107 @@ class ClaimPausedLedger(InMemoryLedger):
         return stored, created
 
 
-def test_a_waiter_never_takes_a_claim_whose_attempt_has_not_started(front_end: str) -> None:
+async def test_a_waiter_never_takes_a_claim_whose_attempt_has_not_started(front_end: str) -> None:
     """The README: waiting never takes the holder's claim, even before its operation runs."""
 
-    async def scenario() -> None:
-        ledger = ClaimPausedLedger()
-        runner = ActionRunner(ledger)
-        held = CountingOperation("charged")
-        holder = asyncio.create_task(
-            runner.execute("charge", held, request=REQUEST, idempotency_key="k")
-        )
-        await reached(ledger.claimed, holder)
-        [claim] = ledger.snapshot()
-        assert held.calls == 0
-        duplicate = CountingOperation("must not run")
-        with pytest.raises(ActionInProgressError):
-            await call_via(
-                front_end,
-                runner,
-                "charge",
-                duplicate,
-                request=REQUEST,
-                idempotency_key="k",
-                wait_in_progress=0.1,
-            )
-        # The holder's claim is still the holder's: same id, untouched.
-        assert ledger.snapshot() == [claim]
-        ledger.proceed.set()
-        first = await holder
-        assert first.status is ActionStatus.CONFIRMED
-        assert first.receipt.action_id == claim.action_id
-        assert (held.calls, duplicate.calls) == (1, 0)
-        # A claim whose attempt really never started is now only a v0.1
-        # runner's: a waiter does not take that one either while its lease lives.
-        legacy = await unstarted(ledger, "legacy", owner="v0.1-worker", lease=60.0)
-        with pytest.raises(ActionInProgressError):
-            await call_via(
-                front_end,
-                runner,
-                "charge",
-                duplicate,
-                request=REQUEST,
-                idempotency_key="legacy",
-                provider_reference=REF,
-                wait_in_progress=0.1,
-            )
-        assert await ledger.find("charge", "legacy") == legacy
-        assert duplicate.calls == 0
-
-    asyncio.run(scenario())
-
-
-def test_zero_wait_looks_once() -> None:
-    async def scenario() -> None:
-        runner, held, holder = await start_holder()
-        with pytest.raises(ActionInProgressError):
-            await runner.execute(
-                "charge", held, request=REQUEST, idempotency_key="k", wait_in_progress=0
-            )
-        held.release.set()
-        await holder
-        assert held.calls == 1
-
-    asyncio.run(scenario())
-
-
-def test_a_conflict_is_raised_at_once_not_waited_on(front_end: str) -> None:
-    async def scenario() -> None:
-        runner, held, holder = await start_holder()
-        loop = asyncio.get_running_loop()
-        began = loop.time()
-        with pytest.raises(IdempotencyConflictError):
-            await call_via(
-                front_end,
-                runner,
-                "charge",
-                CountingOperation(),
-                request={**REQUEST, "amount_cents": 1},
-                idempotency_key="k",
-                wait_in_progress=30,
-            )
-        assert loop.time() - began < 5
-        held.release.set()
-        await holder
-
-    asyncio.run(scenario())
-
-
-def test_a_claim_released_unstarted_while_waiting_is_claimed_afresh(front_end: str) -> None:
-    async def scenario() -> None:
-        inner = InMemoryLedger()
-        # The runner no longer leaves a claim with no attempt started (attempt 1
-        # is counted with the claim): only a v0.1 runner's can be released unstarted.
-        stranded = await unstarted(inner, provider_reference=None)
-        runner = ActionRunner(inner)
-        asyncio.get_running_loop().call_later(
-            0.05, lambda: asyncio.ensure_future(runner.release_unstarted(stranded.action_id))
-        )
-        waiter = CountingOperation("charged")
-        result = await call_via(
+    ledger = ClaimPausedLedger()
+    runner = ActionRunner(ledger)
+    held = CountingOperation("charged")
+    holder = asyncio.create_task(
+        runner.execute("charge", held, request=REQUEST, idempotency_key="k")
+    )
+    await reached(ledger.claimed, holder)
+    [claim] = ledger.snapshot()
+    assert held.calls == 0
+    duplicate = CountingOperation("must not run")
+    with pytest.raises(ActionInProgressError):
+        await call_via(
             front_end,
             runner,
             "charge",
-            waiter,
+            duplicate,
             request=REQUEST,
             idempotency_key="k",
-            wait_in_progress=10,
+            wait_in_progress=0.1,
         )
-        # The released claim never invoked anything; the waiter's own claim did, once.
-        assert waiter.calls == 1
-        assert not result.replayed
-        assert result.receipt.action_id != stranded.action_id
+    # The holder's claim is still the holder's: same id, untouched.
+    assert ledger.snapshot() == [claim]
+    ledger.proceed.set()
+    first = await holder
+    assert first.status is ActionStatus.CONFIRMED
+    assert first.receipt.action_id == claim.action_id
+    assert (held.calls, duplicate.calls) == (1, 0)
+    # A claim whose attempt really never started is now only a v0.1
+    # runner's: a waiter does not take that one either while its lease lives.
+    legacy = await unstarted(ledger, "legacy", owner="v0.1-worker", lease=60.0)
+    with pytest.raises(ActionInProgressError):
+        await call_via(
+            front_end,
+            runner,
+            "charge",
+            duplicate,
+            request=REQUEST,
+            idempotency_key="legacy",
+            provider_reference=REF,
+            wait_in_progress=0.1,
+        )
+    assert await ledger.find("charge", "legacy") == legacy
+    assert duplicate.calls == 0
 
-    asyncio.run(scenario())
+
+async def test_zero_wait_looks_once() -> None:
+    runner, held, holder = await start_holder()
+    with pytest.raises(ActionInProgressError):
+        await runner.execute(
+            "charge", held, request=REQUEST, idempotency_key="k", wait_in_progress=0
+        )
+    held.release.set()
+    await holder
+    assert held.calls == 1
+
+
+async def test_a_conflict_is_raised_at_once_not_waited_on(front_end: str) -> None:
+    runner, held, holder = await start_holder()
+    loop = asyncio.get_running_loop()
+    began = loop.time()
+    with pytest.raises(IdempotencyConflictError):
+        await call_via(
+            front_end,
+            runner,
+            "charge",
+            CountingOperation(),
+            request={**REQUEST, "amount_cents": 1},
+            idempotency_key="k",
+            wait_in_progress=30,
+        )
+    assert loop.time() - began < 5
+    held.release.set()
+    await holder
+
+
+async def test_a_claim_released_unstarted_while_waiting_is_claimed_afresh(front_end: str) -> None:
+    inner = InMemoryLedger()
+    # The runner no longer leaves a claim with no attempt started (attempt 1
+    # is counted with the claim): only a v0.1 runner's can be released unstarted.
+    stranded = await unstarted(inner, provider_reference=None)
+    runner = ActionRunner(inner)
+    asyncio.get_running_loop().call_later(
+        0.05, lambda: asyncio.ensure_future(runner.release_unstarted(stranded.action_id))
+    )
+    waiter = CountingOperation("charged")
+    result = await call_via(
+        front_end,
+        runner,
+        "charge",
+        waiter,
+        request=REQUEST,
+        idempotency_key="k",
+        wait_in_progress=10,
+    )
+    # The released claim never invoked anything; the waiter's own claim did, once.
+    assert waiter.calls == 1
+    assert not result.replayed
+    assert result.receipt.action_id != stranded.action_id
 
 
 class RecordingLedger(InMemoryLedger):
@@ -269,18 +251,15 @@ class RecordingLedger(InMemoryLedger):
 
 
 @pytest.mark.parametrize("bad", [-1, -0.001, math.nan, math.inf, True, "1", 3601, [1], 1e300])
-def test_bad_wait_is_refused_before_any_ledger_access(bad: Any) -> None:
-    async def scenario() -> None:
-        ledger = RecordingLedger()
-        op = CountingOperation()
-        with pytest.raises(InvalidArgumentError, match="wait_in_progress"):
-            await ActionRunner(ledger).execute(
-                "charge", op, request=REQUEST, idempotency_key="k", wait_in_progress=bad
-            )
-        assert ledger.calls == 0
-        assert op.calls == 0
-
-    asyncio.run(scenario())
+async def test_bad_wait_is_refused_before_any_ledger_access(bad: Any) -> None:
+    ledger = RecordingLedger()
+    op = CountingOperation()
+    with pytest.raises(InvalidArgumentError, match="wait_in_progress"):
+        await ActionRunner(ledger).execute(
+            "charge", op, request=REQUEST, idempotency_key="k", wait_in_progress=bad
+        )
+    assert ledger.calls == 0
+    assert op.calls == 0
 
 
 def test_a_clock_without_the_clock_protocol_is_refused_before_anything_runs() -> None:
@@ -300,15 +279,10 @@ def test_a_clock_without_the_clock_protocol_is_refused_before_anything_runs() ->
 async def test_wait_in_progress_accepts_its_documented_maximum() -> None:
     from dataoad._arguments import MAX_WAIT_IN_PROGRESS
 
-    async def scenario() -> None:
-        result = await execute(
-            ActionRunner(InMemoryLedger()), wait_in_progress=MAX_WAIT_IN_PROGRESS
-        )
-        assert result.status is ActionStatus.CONFIRMED
-        with pytest.raises(InvalidArgumentError):
-            await execute(ActionRunner(InMemoryLedger()), wait_in_progress=MAX_WAIT_IN_PROGRESS + 1)
-
-    await scenario()
+    result = await execute(ActionRunner(InMemoryLedger()), wait_in_progress=MAX_WAIT_IN_PROGRESS)
+    assert result.status is ActionStatus.CONFIRMED
+    with pytest.raises(InvalidArgumentError):
+        await execute(ActionRunner(InMemoryLedger()), wait_in_progress=MAX_WAIT_IN_PROGRESS + 1)
 
 
 async def test_waiting_backs_off_by_doubling_and_stops_at_the_deadline() -> None:
@@ -318,36 +292,31 @@ async def test_waiting_backs_off_by_doubling_and_stops_at_the_deadline() -> None
     # The README's numbers: back off from 5 ms to 250 ms between looks.
     assert (WAIT_FIRST_DELAY, WAIT_MAX_DELAY) == (0.005, 0.25)
 
-    async def scenario() -> None:
-        ledger = InMemoryLedger()
-        holder = FaultyLedger(ledger)
-        holder.inject("record", FAIL)
-        await stranded(ledger)  # the claim of "k" stays PENDING
-        del holder
-        now = [0.0]
-        sleeps: list[float] = []
+    ledger = InMemoryLedger()
+    holder = FaultyLedger(ledger)
+    holder.inject("record", FAIL)
+    await stranded(ledger)  # the claim of "k" stays PENDING
+    del holder
+    now = [0.0]
+    sleeps: list[float] = []
 
-        class Virtual:
-            def monotonic(self) -> float:
-                return now[0]
+    class Virtual:
+        def monotonic(self) -> float:
+            return now[0]
 
-            async def sleep(self, seconds: float) -> None:
-                sleeps.append(seconds)
-                now[0] += seconds
+        async def sleep(self, seconds: float) -> None:
+            sleeps.append(seconds)
+            now[0] += seconds
 
-        runner = ActionRunner(ledger, clock=Virtual())
-        total = WAIT_FIRST_DELAY * 7  # 1 + 2 + 4 delays
-        with pytest.raises(ActionInProgressError):
-            await execute(runner, wait_in_progress=total)
-        assert sleeps == pytest.approx(
-            [WAIT_FIRST_DELAY, 2 * WAIT_FIRST_DELAY, 4 * WAIT_FIRST_DELAY]
-        )
-        assert now[0] == pytest.approx(total)
-        # The delay never grows past the cap.
-        sleeps.clear()
-        now[0] = 0.0
-        with pytest.raises(ActionInProgressError):
-            await execute(runner, wait_in_progress=3.0)
-        assert max(sleeps) == WAIT_MAX_DELAY
-
-    await scenario()
+    runner = ActionRunner(ledger, clock=Virtual())
+    total = WAIT_FIRST_DELAY * 7  # 1 + 2 + 4 delays
+    with pytest.raises(ActionInProgressError):
+        await execute(runner, wait_in_progress=total)
+    assert sleeps == pytest.approx([WAIT_FIRST_DELAY, 2 * WAIT_FIRST_DELAY, 4 * WAIT_FIRST_DELAY])
+    assert now[0] == pytest.approx(total)
+    # The delay never grows past the cap.
+    sleeps.clear()
+    now[0] = 0.0
+    with pytest.raises(ActionInProgressError):
+        await execute(runner, wait_in_progress=3.0)
+    assert max(sleeps) == WAIT_MAX_DELAY
