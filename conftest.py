@@ -38,4 +38,4 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
     for report in terminalreporter.stats.get("skipped", []):
         longrepr = getattr(report, "longrepr", None)
         if isinstance(longrepr, tuple) and "PostgreSQL unavailable" in str(longrepr[2]):
-            report.longrepr = ("tests/support.py", 0, longrepr[2])
+            report.longrepr = ("suite_support/__init__.py", 0, longrepr[2])

@@ -46,7 +46,7 @@ __all__ = [
 #: ``execute``'s options beyond its action, operation, request and key, declared
 #: once: every front end (``SyncActionRunner``, ``guarded``, ``run_tool`` and
 #: ``GuardedTool``, the engine steps) takes each of them or says why not, and
-#: ``tests/test_execute_options.py`` compares them all with this.
+#: ``tests/front_ends/test_execute_options.py`` compares them all with this.
 EXECUTE_OPTIONS: Final = (
     "provider_reference",
     "verifier",

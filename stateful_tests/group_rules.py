@@ -11,7 +11,7 @@ A group whose COMMIT fails is not drawn here: with it, runs that made the
 same choices ended in different states (which contenders were left parked
 where), so Hypothesis could not replay them. Failed group commits are
 driven by the group machine (``group_machine.py``) and, through the real
-runner, by ``tests/test_sqlite_group_commit.py``.
+runner, by ``tests/ledgers/test_sqlite_group_commit.py``.
 """
 
 from __future__ import annotations

@@ -38,7 +38,7 @@ from dataoad.testing import ManualClock, make_receipt
 from dataoad.testing._ledger_contract import _T0, completed, started
 from models.ledger import AbstractLedger, ModelReceipt
 from stateful_tests.harness import History, MachineLoop, violation
-from stateful_tests.services import PostgresTestTable
+from suite_support.services import PostgresTestTable
 
 #: Every claim's lease in the machine, in seconds of the ledger's clock.
 LEASE = 30.0

@@ -42,7 +42,7 @@ from stateful_tests.harness import (
     violation,
 )
 from stateful_tests.invariants import evidence_objection
-from stateful_tests.services import PostgresTestTable
+from suite_support.services import PostgresTestTable
 
 REF = "ref-merge"
 #: Observations a receipt keeps in this machine (the library's default is higher).

@@ -23,7 +23,15 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 
 #: What a copy needs to run the example tests.
-COPIED = ("dataoad", "tests", "stateful_tests", "models", "examples", "fault_scenarios")
+COPIED = (
+    "dataoad",
+    "tests",
+    "stateful_tests",
+    "suite_support",
+    "models",
+    "examples",
+    "fault_scenarios",
+)
 COPIED_FILES = ("conftest.py", "pyproject.toml", "README.md")
 
 
@@ -74,7 +82,7 @@ PLANTED_EXAMPLES = [
         "dataoad/ledgers/sqlite.py",
         'synchronous: Synchronous = "FULL",',
         'synchronous: Synchronous = "NORMAL",',
-        ("tests/test_sqlite_lock_and_exit.py::test_a_new_ledger_is_durable_by_default",),
+        ("tests/ledgers/test_sqlite_lock_and_exit.py::test_a_new_ledger_is_durable_by_default",),
     ),
     PlantedExample(
         "sqlite-writes-after-the-lock",
@@ -83,7 +91,7 @@ PLANTED_EXAMPLES = [
         "                if group:\n                    self._run(db, group)\n",
         "            if group:\n                self._run(db, group)\n",
         (
-            "tests/test_sqlite_lock_and_exit.py"
+            "tests/ledgers/test_sqlite_lock_and_exit.py"
             "::test_every_write_statement_runs_while_the_writer_lock_is_held",
         ),
     ),
@@ -93,7 +101,7 @@ PLANTED_EXAMPLES = [
         "dataoad/ledgers/_sqlite_file.py",
         "os.O_CREAT | os.O_EXCL | os.O_RDWR, 0o600",
         "os.O_CREAT | os.O_EXCL | os.O_RDWR, 0o644",
-        ("tests/test_sqlite_ledger.py::test_new_files_are_readable_by_their_owner_only",),
+        ("tests/ledgers/test_sqlite_ledger.py::test_new_files_are_readable_by_their_owner_only",),
     ),
     PlantedExample(
         "postgres-asynchronous-commit",
@@ -102,7 +110,7 @@ PLANTED_EXAMPLES = [
         'settings = {} if pooled else {"application_name": "dataoad"}',
         'settings = {} if pooled else {"application_name": "dataoad", "synchronous_commit": "off"}',
         (
-            "tests/test_postgres_schema.py"
+            "tests/ledgers/test_postgres_schema.py"
             "::test_each_step_is_one_autocommit_statement_and_commits_are_synchronous",
         ),
         needs_postgres=True,
@@ -116,7 +124,7 @@ PLANTED_EXAMPLES = [
         '    nfc = __import__("unicodedata").normalize("NFC", text)\n'
         "    return hashlib.sha256(nfc.encode()).hexdigest()",
         (
-            "tests/test_claim_and_replay.py"
+            "tests/claim/test_claim_and_replay.py"
             "::test_request_hash_matches_rfc8785_vectors_another_language_computes",
         ),
     ),
@@ -133,7 +141,7 @@ PLANTED_EXAMPLES = [
         "            guard.action_name,\n"
         "            lambda: value,",
         (
-            "tests/test_guard.py"
+            "tests/front_ends/test_guard.py"
             "::test_decorator_on_a_sync_function_with_a_sync_runner_is_sync_and_guards_calls",
         ),
     ),
@@ -143,7 +151,7 @@ PLANTED_EXAMPLES = [
         "dataoad/_settling.py",
         "    elif receipt.attempts == 0:\n        raise RecoveryRefusedError(",
         "    elif receipt.attempts == 0 and False:\n        raise RecoveryRefusedError(",
-        ("tests/test_recover_pending.py::test_recover_pending_refuses_unstarted_claims",),
+        ("tests/recovery/test_recover_pending.py::test_recover_pending_refuses_unstarted_claims",),
     ),
     PlantedExample(
         "verifier-value-stored",
@@ -151,7 +159,9 @@ PLANTED_EXAMPLES = [
         "dataoad/_observing.py",
         "    details = _kept_details(result.details)\n",
         "    details = {**(result.details or {}), 'value': repr(result.value)}\n",
-        ("tests/test_storage_hygiene.py::test_raw_request_and_provider_values_are_never_stored",),
+        (
+            "tests/ledgers/test_storage_hygiene.py::test_raw_request_and_provider_values_are_never_stored",
+        ),
     ),
     PlantedExample(
         "tool-says-not-attempted-after-an-attempt",
@@ -160,7 +170,7 @@ PLANTED_EXAMPLES = [
         "exc.operation_invoked or (receipt is not None and receipt.attempts > 0)",
         "exc.operation_invoked",
         (
-            "tests/test_tool_outcome.py"
+            "tests/front_ends/test_tool_outcome.py"
             "::test_an_unrecorded_check_of_an_attempted_action_is_never_not_attempted",
         ),
     ),
@@ -171,7 +181,7 @@ PLANTED_EXAMPLES = [
         "            verifier=self.verifier,\n            policy=self.policy,\n",
         "            verifier=self.verifier,\n",
         (
-            "tests/agents/test_front_end_matrix.py"
+            "tests/front_ends/agents/test_front_end_matrix.py"
             "::test_the_guards_policy_retries_a_retry_safe_rejection[GuardedTool.call-async]",
         ),
     ),
@@ -182,7 +192,7 @@ PLANTED_EXAMPLES = [
         "return given(**kwargs)\n",
         "return given(**kwargs) + str(sorted(kwargs.items()))[:40]\n",
         (
-            "tests/agents/test_front_end_matrix.py"
+            "tests/front_ends/agents/test_front_end_matrix.py"
             "::test_a_reused_key_with_another_request_is_a_conflict[GuardedTool.call-sync]",
         ),
     ),
@@ -241,7 +251,7 @@ PLANTED_EXAMPLES = [
         'settings = {} if pooled else {"application_name": "dataoad"}',
         'settings = {} if pooled else {"application_name": "dataoad", "synchronous_commit": "local"}',
         (
-            "tests/test_postgres_failover.py"
+            "tests/ledgers/test_postgres_failover.py"
             "::test_with_synchronous_replication_a_failover_loses_nothing_and_charges_nothing_twice",
         ),
     ),

@@ -242,6 +242,8 @@ LEASE_BUGS = [
         "runner",
         names("takeovers-only-after-expiry"),
         _renewal_after_takeover,
+        # The memory ledger's rule; the SQL ledgers state it in their statements.
+        backend="memory",
     ),
     PlantedBug(
         "takeover-without-fencing",
@@ -260,6 +262,8 @@ LEASE_BUGS = [
             "holders-fail-only-by-own-faults-or-operators",
         ),
         _takeover_without_fencing,
+        # The memory ledger's rule; the SQL ledgers state it in their statements.
+        backend="memory",
     ),
     PlantedBug(
         "takeover-reinvokes-started-attempt",
@@ -278,6 +282,8 @@ LEASE_BUGS = [
         "runner",
         names("takeovers-only-after-expiry"),
         _expiry_judged_by_worker_clock,
+        # The memory ledger's rule; the SQL ledgers state it in their statements.
+        backend="memory",
     ),
     PlantedBug(
         "zombie-overwrites-new-owner",
@@ -352,6 +358,8 @@ LEASE_BUGS = [
         # A sweep started at that instant leaves the claim too.
         names("a-lease-ends-at-exactly-its-expiry", "stranded-claims-settled-by-a-sweep"),
         _lease_expiry_exclusive,
+        # The memory ledger's rule; the SQL ledgers state it in their statements.
+        backend="memory",
     ),
     PlantedBug(
         "renewal-from-the-old-expiry",

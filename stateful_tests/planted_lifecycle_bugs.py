@@ -226,6 +226,8 @@ LIFECYCLE_BUGS = [
         "runner",
         names("keys-freed-only-from-definitive-outcomes"),
         _unknown_expires,
+        # The memory ledger's rule; the SQL ledgers state it in their statements.
+        backend="memory",
     ),
     PlantedBug(
         "reopens-confirmed",
@@ -260,6 +262,8 @@ LIFECYCLE_BUGS = [
         "runner",
         names("expiry-frees-a-receipt-at-exactly-its-age"),
         _expiry_boundary_exclusive,
+        # The memory ledger's rule; the SQL ledgers state it in their statements.
+        backend="memory",
     ),
     PlantedBug(
         "expiry-from-the-claim",

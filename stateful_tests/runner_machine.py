@@ -72,7 +72,7 @@ from stateful_tests.harness import (
 )
 from stateful_tests.lease_rules import LEASE, Heartbeats, LeaseRules, LedgerClock
 from stateful_tests.lifecycle_rules import EARLY_SKEW, LifecycleRules, SkewedClock
-from stateful_tests.services import PostgresTestTable
+from suite_support.services import PostgresTestTable
 
 ACTION = "charge"
 #: At most this many contenders are in flight at once.

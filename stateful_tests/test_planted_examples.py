@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from stateful_tests.planted_examples import PLANTED_EXAMPLES, PlantedExample, copy_checkout
-from stateful_tests.services import postgres_dsn
+from suite_support.services import postgres_dsn
 
 pytestmark = pytest.mark.slow
 

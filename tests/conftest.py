@@ -14,13 +14,13 @@ from dataoad import (
     Ledger,
     SQLiteLedger,
 )
-from stateful_tests.services import (
+from suite_support import BACKENDS
+from suite_support.services import (
     PostgresRoute,
     PostgresTestTable,
     pgbouncer_in_front_of,
     postgres_dsn,
 )
-from tests.support import BACKENDS
 
 
 @pytest.fixture(params=BACKENDS)

@@ -6,8 +6,8 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from dataoad import ActionRunner, RetryPolicy, SQLiteLedger
+from suite_support.payments_file import FilePayments
 from tests.engines.crash_points import CrashObserver, crash_here
-from tests.engines.payments_file import FilePayments
 
 __all__ = ["Checkout"]
 

@@ -18,8 +18,8 @@ from typing import Any
 
 import pytest
 
+from suite_support.payments_file import FilePayments
 from tests.engines.crash_points import POINTS
-from tests.engines.payments_file import FilePayments
 
 __all__ = ["QUICK", "CrashRun", "crash_matrix", "run_crash"]
 

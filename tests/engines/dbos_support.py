@@ -18,7 +18,7 @@ import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
-from stateful_tests.services import postgres_dsn
+from suite_support.services import postgres_dsn
 
 __all__ = ["postgres_database", "sqlite_fits_dbos", "system_database"]
 

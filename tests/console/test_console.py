@@ -1,0 +1,246 @@
+"""The operator console over HTTP, in process (Starlette's test client), on SQLite and PostgreSQL.
+
+The queue, a receipt page with its timeline, the audit and their JSON twins;
+what a read-only console refuses; the token, the session cookie and CSRF;
+the headers every response carries; and every hostile stored string shown
+as text. The browser tests (Playwright driving Debian's chromium) are in
+``test_console_browser.py``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import re
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from suite_support.services import unavailable
+
+try:
+    from starlette.testclient import TestClient
+except ImportError:  # the dev extra brings the console extra's packages
+    unavailable("starlette is not installed (the console extra)", module_level=True)
+
+from dataoad._cli_serve import console_settings
+from dataoad._console.app import build_app
+from dataoad._console.security import check_bind, is_loopback
+from dataoad.ledgers.sqlite_reader import SQLiteReader
+from suite_support.console import HOSTILE, ConsoleStore, console_store
+
+TOKEN = "a-token-of-at-least-16-characters"
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[ConsoleStore]:
+    with console_store(request.param, tmp_path) as found:
+        yield found
+
+
+def serve_args(s: ConsoleStore, **flags: Any) -> argparse.Namespace:
+    return argparse.Namespace(
+        ledger=s.url,
+        table=s.table,
+        host=flags.get("host", "127.0.0.1"),
+        port=8765,
+        verifiers=flags.get("verifiers"),
+        allow_actions=flags.get("allow_actions", False),
+        allow_remote=flags.get("allow_remote", False),
+    )
+
+
+def client(
+    s: ConsoleStore, monkeypatch: pytest.MonkeyPatch, token: str | None = None, **flags: Any
+) -> TestClient:
+    monkeypatch.chdir(s.folder)  # where --verifiers modules are found
+    settings = console_settings(serve_args(s, **flags), token)
+    return TestClient(build_app(settings), base_url="http://127.0.0.1")
+
+
+def test_the_queue_lists_unknown_and_stale_claims_with_counts(
+    store: ConsoleStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    with client(store, monkeypatch) as http:
+        page = http.get("/")
+        assert page.status_code == 200
+        queue = http.get("/api/queue").json()
+    kinds = {row["action_id"]: row["kind"] for row in queue["rows"]}
+    assert kinds == {store.unknown_id: "UNKNOWN", store.stale_id: "stale PENDING"}
+    assert queue["counts"] == {"": {"UNKNOWN": 1, "stale PENDING": 1}}
+    created = [row["created_at"] for row in queue["rows"]]
+    assert created == sorted(created, reverse=True)  # newest first
+    assert all(row["age_seconds"] >= 0 for row in queue["rows"])
+    assert store.failed_id not in page.text  # settled: not in the queue
+    assert f"/receipts/{store.unknown_id}" in page.text
+    assert_escaped(page.text)
+
+
+def assert_escaped(html: str) -> None:
+    """No stored string came through as markup, and control characters are visible."""
+    assert "<script" not in html
+    assert "&lt;script&gt;" in html
+    assert "\x07" not in html
+    assert "\x1b" not in html
+    assert "\\x07" in html
+
+
+def test_a_receipt_page_shows_its_whole_timeline_and_its_json(
+    store: ConsoleStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    with client(store, monkeypatch) as http:
+        page = http.get(f"/receipts/{store.unknown_id}")
+        data = http.get(f"/api/receipts/{store.unknown_id}").json()
+        missing = http.get("/receipts/" + "0" * 32)
+        bad = http.get("/api/receipts/not-an-id")
+    assert page.status_code == 200
+    whats = [event["what"] for event in data["timeline"]]
+    assert whats[0] == "claimed"
+    assert "attempt 1 started" in whats
+    assert "attempt 1 finished" in whats
+    assert "verifier (execute) counted as UNKNOWN" in whats
+    assert data["receipt"]["idempotency_key"] == f"key {HOSTILE}"
+    assert data["receipt"]["metadata"]["note"] == HOSTILE
+    assert_escaped(page.text)
+    assert "provider says" in page.text
+    assert missing.status_code == 404
+    assert bad.status_code == 404
+
+
+def test_a_read_only_console_refuses_every_action_and_never_writes(
+    store: ConsoleStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    before = receipts_of(store)
+    with client(store, monkeypatch) as http:
+        for action in ("verify", "reopen", "release"):
+            done = http.post(f"/receipts/{store.unknown_id}/{action}", data={"csrf": "x"})
+            assert done.status_code == 403
+            assert "read-only" in done.text
+        assert "Act" not in http.get(f"/receipts/{store.unknown_id}").text
+    assert receipts_of(store) == before
+
+
+def receipts_of(s: ConsoleStore) -> Any:
+    if s.table is not None:
+        return None  # PostgreSQL: the audit test below checks nothing was recorded
+    path = Path(s.url.removeprefix("sqlite:///"))
+
+    async def read() -> Any:
+        reader = SQLiteReader(path)
+        try:
+            return await reader.receipts(), await reader.audit()
+        finally:
+            await reader.close()
+
+    return asyncio.run(read()), path.stat().st_mtime_ns
+
+
+def test_with_a_token_nothing_is_shown_before_logging_in(
+    store: ConsoleStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    with client(store, monkeypatch, TOKEN) as http:
+        for path in ("/", "/audit", f"/receipts/{store.unknown_id}"):
+            answer = http.get(path, follow_redirects=False)
+            assert answer.status_code == 303
+            assert answer.headers["location"] == "/login"
+        assert http.get("/api/queue").status_code == 401
+        bearer = {"authorization": f"Bearer {TOKEN}"}
+        assert http.get("/api/queue", headers=bearer).status_code == 200
+        assert (
+            http.get("/api/queue", headers={"authorization": f"Bearer {TOKEN}x"}).status_code == 401
+        )
+        wrong = http.post("/login", data={"token": TOKEN[:-1]}, follow_redirects=False)
+        assert wrong.status_code == 401
+        assert "dataoad_console" not in wrong.headers.get("set-cookie", "")
+        right = http.post("/login", data={"token": TOKEN}, follow_redirects=False)
+        assert right.status_code == 303
+        cookie = right.headers["set-cookie"]
+        assert "HttpOnly" in cookie
+        assert "SameSite=strict" in cookie or "SameSite=Strict" in cookie
+        assert http.get("/").status_code == 200
+
+
+def test_an_action_needs_the_token_and_the_csrf_token_and_is_audited(
+    store: ConsoleStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    with client(
+        store, monkeypatch, TOKEN, allow_actions=True, verifiers="ops_verifiers:VERIFIERS"
+    ) as http:
+        form = {"operator": "ana", "reason": f"INC-9 {HOSTILE}", "csrf": ""}
+        target = f"/receipts/{store.unknown_id}/verify"
+        assert http.post(target, data=form).status_code == 403  # not logged in
+        http.post("/login", data={"token": TOKEN})
+        page = http.get(f"/receipts/{store.unknown_id}")
+        csrf = re.search(r'name="csrf" value="([^"]+)"', page.text)
+        assert csrf is not None
+        assert http.post(target, data=form).status_code == 403  # no CSRF token
+        wrong = {**form, "csrf": csrf.group(1)[:-1] + "x"}
+        assert http.post(target, data=wrong).status_code == 403
+        no_reason = {**form, "csrf": csrf.group(1), "reason": " "}
+        assert http.post(target, data=no_reason).status_code == 409
+        assert http.get("/api/audit").json()["records"] == []  # nothing done yet
+        done = http.post(target, data={**form, "csrf": csrf.group(1)})
+        assert done.status_code == 200, done.text
+        assert "verified: now CONFIRMED" in done.text
+        data = http.get(f"/api/receipts/{store.unknown_id}").json()
+        assert data["receipt"]["final_status"] == "CONFIRMED"
+        (record,) = data["operator_records"]
+        assert (record["operator"], record["verb"], record["outcome"]) == (
+            "ana",
+            "recover",
+            "CONFIRMED",
+        )
+        assert record["reason"] == f"INC-9 {HOSTILE}"
+        audit = http.get("/audit")
+        assert_escaped(audit.text)
+        # A refused action is refused by the runner, and recorded as refused.
+        again = http.post(
+            f"/receipts/{store.unknown_id}/release", data={**form, "csrf": csrf.group(1)}
+        )
+        assert again.status_code == 409
+        outcomes = [r["outcome"] for r in http.get("/api/audit").json()["records"]]
+        assert outcomes[0].startswith("refused: ")
+        assert outcomes[1:] == ["CONFIRMED"]
+
+
+def test_every_response_forbids_scripts_and_foreign_assets(
+    store: ConsoleStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    with client(store, monkeypatch) as http:
+        for path in ("/", "/audit", f"/receipts/{store.unknown_id}", "/api/queue", "/nowhere"):
+            answer = http.get(path)
+            policy = answer.headers["content-security-policy"]
+            assert "default-src 'none'" in policy
+            assert "script-src" not in policy  # none allowed at all
+            assert answer.headers["x-frame-options"] == "DENY"
+            assert answer.headers["x-content-type-options"] == "nosniff"
+        # Another Host (DNS rebinding) is refused on a loopback console.
+        assert http.get("/", headers={"host": "attacker.example"}).status_code == 400
+
+
+@pytest.mark.parametrize(
+    ("host", "remote", "token", "actions", "refused"),
+    [
+        ("127.0.0.1", False, None, False, None),
+        ("::1", False, None, False, None),
+        ("localhost", False, None, False, None),
+        ("0.0.0.0", False, TOKEN, False, "not a loopback"),
+        ("192.0.2.7", True, None, False, "needs a token"),
+        ("192.0.2.7", True, TOKEN, True, None),
+        ("127.0.0.1", False, None, True, "needs a token"),
+        ("127.0.0.1", False, "short-token", False, "at least 16"),
+        ("127.0.0.1", False, "x" * 16, True, None),
+    ],
+)
+def test_the_bind_rules(
+    host: str, remote: bool, token: str | None, actions: bool, refused: str | None
+) -> None:
+    if refused is None:
+        check_bind(host, allow_remote=remote, token=token, allow_actions=actions)
+    else:
+        with pytest.raises(ValueError, match=refused):
+            check_bind(host, allow_remote=remote, token=token, allow_actions=actions)
+    assert is_loopback("127.8.9.10")
+    assert not is_loopback("example.com")

@@ -1,0 +1,399 @@
+"""The operator audit: every operator verb leaves one record of who, where, why and what came of it.
+
+On every backend: the record's time is the ledger's own clock; records are
+listed newest first and filtered at the exact bounds; they outlive the
+receipts they name (pruning keeps them); a bad operator name or reason is
+refused before anything is written; a refused verb is recorded as refused;
+a verb that was done but could not be audited says so.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import getpass
+import socket
+from collections.abc import AsyncIterator, Callable
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from dataoad import (
+    ActionNotFoundError,
+    ActionRunner,
+    ActionStatus,
+    AuditNotRecordedError,
+    DefinitiveFailure,
+    InMemoryLedger,
+    InvalidArgumentError,
+    OperatorRecord,
+    RecoveryRefusedError,
+    SQLiteLedger,
+    SyncActionRunner,
+)
+from dataoad._records import MAX_RECEIPT_OPERATOR_RECORDS
+from dataoad.testing import ManualClock
+from suite_support import (
+    BACKENDS,
+    CountingOperation,
+    closing,
+    confirmed,
+    fenced_absent,
+    fixed_verifier,
+    stranded,
+    unknown,
+    unstarted,
+)
+from suite_support.services import PostgresTestTable
+
+#: The ledger's clock, far from this host's: a record stamped by the host would show.
+LEDGER_START = datetime(2031, 3, 1, 8, 0, tzinfo=UTC)
+
+
+@pytest.fixture(params=BACKENDS)
+async def clocked(
+    request: pytest.FixtureRequest, tmp_path: Path
+) -> AsyncIterator[tuple[Any, ManualClock]]:
+    """A ledger of each backend whose clock is a ManualClock far from the host's."""
+    clock = ManualClock(LEDGER_START)
+    table = None
+    if request.param == "memory":
+        ledger: Any = InMemoryLedger(clock=clock)
+    elif request.param == "sqlite":
+        ledger = SQLiteLedger(tmp_path / "ledger.sqlite3", clock=clock)
+    else:
+        table = PostgresTestTable()
+        await table.create()
+        ledger = table.client(clock=clock, max_size=4)
+    yield ledger, clock
+    await closing(ledger)
+    if table is not None:
+        await table.drop()
+
+
+async def test_every_operator_verb_leaves_its_record_stamped_by_the_ledger(
+    clocked: tuple[Any, ManualClock],
+) -> None:
+    ledger, clock = clocked
+    runner = ActionRunner(ledger)
+    lost = await unknown(ledger)
+    await runner.recover_pending(
+        lost.receipt.action_id, fixed_verifier(confirmed()), operator="ana", reason="ticket 7"
+    )
+    clock.advance(1)
+    declined = await runner.execute(
+        "charge",
+        CountingOperation(DefinitiveFailure("declined")),
+        request={"n": 2},
+        idempotency_key="declined",
+    )
+    await runner.reopen(declined.receipt.action_id, operator="bo", reason="customer retried")
+    clock.advance(1)
+    held = await unstarted(ledger, "never-started")
+    await runner.release_unstarted(held.action_id, operator="cy")
+    records = await ledger.audit()
+    assert [(r.verb, r.operator, r.outcome) for r in records] == [
+        ("release_unstarted", "cy", "released"),
+        ("reopen", "bo", "reopened"),
+        ("recover", "ana", "CONFIRMED"),
+    ]
+    recover = records[-1]
+    assert recover.action_id == lost.receipt.action_id
+    assert recover.reason == "ticket 7"
+    assert recover.namespace == ""
+    assert recover.host == socket.gethostname()
+    # Stamped by the ledger's clock, not this host's.
+    assert [r.at for r in records] == [
+        LEDGER_START + timedelta(seconds=2),
+        LEDGER_START + timedelta(seconds=1),
+        LEDGER_START,
+    ]
+    assert records[0].reason is None
+    # Each receipt carries its own records, the very ones the audit lists
+    # (the released claim is gone: the audit alone keeps its record).
+    assert await ledger.get(records[0].action_id) is None
+    for record in records[1:]:
+        receipt = await ledger.get(record.action_id)
+        assert receipt is not None
+        assert receipt.operator_records == (record,)
+
+
+async def test_a_receipt_keeps_its_records_whatever_copy_a_writer_holds(
+    clocked: tuple[Any, ManualClock],
+) -> None:
+    ledger, clock = clocked
+    declined = await ActionRunner(ledger).execute(
+        "charge",
+        CountingOperation(DefinitiveFailure("declined")),
+        request={"n": 2},
+        idempotency_key="declined",
+    )
+    held = await ledger.get(declined.receipt.action_id)
+    assert held is not None
+    assert held.operator_records == ()
+    note = await ledger.append_audit(
+        OperatorRecord("ana", "h", "verify", held.action_id, "", "looked", "FAILED")
+    )
+    assert (await ledger.get(held.action_id)).version == held.version  # not a new version
+    # A writer still holding the copy read before the record (a concurrent
+    # runner) writes the next version: the record stays on the receipt.
+    clock.advance(1)
+    now = clock()
+    assert await ledger.retire(
+        held.evolve(version=held.version + 1, retired_at=now, updated_at=now)
+    )
+    after = await ledger.get(held.action_id)
+    assert after is not None
+    assert after.retired_at is not None
+    assert after.operator_records == (note,)
+
+
+async def test_a_receipt_carries_its_newest_records_and_the_audit_all(
+    clocked: tuple[Any, ManualClock],
+) -> None:
+    ledger, clock = clocked
+    lost = await unknown(ledger)
+    action_id = lost.receipt.action_id
+
+    async def note(n: int) -> OperatorRecord:
+        clock.advance(1)
+        return await ledger.append_audit(
+            OperatorRecord("ana", "h", "verify", action_id, "", f"look {n}", "UNKNOWN")
+        )
+
+    written = [await note(n) for n in range(MAX_RECEIPT_OPERATOR_RECORDS)]
+    at_the_bound = await ledger.get(action_id)
+    assert at_the_bound is not None
+    assert list(at_the_bound.operator_records) == written
+    written.append(await note(MAX_RECEIPT_OPERATOR_RECORDS))
+    past_it = await ledger.get(action_id)
+    assert past_it is not None
+    assert list(past_it.operator_records) == written[1:]  # the oldest gives way
+    assert len(await ledger.audit(action_id=action_id)) == MAX_RECEIPT_OPERATOR_RECORDS + 1
+
+
+async def test_the_default_operator_is_the_os_user(new_ledger: Callable[[], Any]) -> None:
+    ledger = new_ledger()
+    lost = await unknown(ledger)
+    await ActionRunner(ledger).recover_pending(lost.receipt.action_id, fixed_verifier(confirmed()))
+    (record,) = await ledger.audit()
+    assert record.operator == getpass.getuser()
+    await closing(ledger)
+
+
+async def test_the_sweep_records_each_claim_it_released_or_settled(
+    clocked: tuple[Any, ManualClock],
+) -> None:
+    ledger, clock = clocked
+    left = await stranded(ledger)  # its worker's 30 s lease runs out below
+    await unstarted(ledger, "unstarted", owner="gone", lease=1.0)
+    clock.advance(60)
+    results = await ActionRunner(ledger).recover_stale(
+        fixed_verifier(confirmed()), operator="sweeper", reason="nightly"
+    )
+    assert [r.status for r in results] == [ActionStatus.CONFIRMED]
+    records = await ledger.audit()
+    assert {(r.action_id == left.action_id, r.outcome) for r in records} == {
+        (True, "CONFIRMED"),
+        (False, "released (never started)"),
+    }
+    assert {(r.verb, r.operator, r.reason) for r in records} == {
+        ("recover_stale", "sweeper", "nightly")
+    }
+
+
+async def test_a_refused_verb_is_recorded_as_refused_and_changes_nothing(
+    new_ledger: Callable[[], Any],
+) -> None:
+    ledger = new_ledger()
+    runner = ActionRunner(ledger)
+    done = await runner.execute("charge", CountingOperation("ok"), request={}, idempotency_key="k")
+    with pytest.raises(RecoveryRefusedError):
+        await runner.release_unstarted(done.receipt.action_id, operator="dee")
+    with pytest.raises(RecoveryRefusedError):
+        await runner.reopen(done.receipt.action_id, operator="dee")
+    assert await ledger.get(done.receipt.action_id) == done.receipt
+    records = await ledger.audit()
+    assert [r.verb for r in records] == ["reopen", "release_unstarted"]
+    assert all(r.outcome.startswith("refused: ") for r in records)
+    await closing(ledger)
+
+
+@pytest.mark.parametrize(
+    ("operator", "reason"),
+    [
+        ("", None),
+        ("a" * 201, None),
+        ("ana\nforged line", None),
+        ("ana\x00", None),
+        (7, None),
+        ("ana", ""),
+        ("ana", "x" * 2001),
+        ("ana", 3),
+    ],
+)
+async def test_a_bad_operator_or_reason_is_refused_before_anything_is_written(
+    new_ledger: Callable[[], Any], operator: Any, reason: Any
+) -> None:
+    ledger = new_ledger()
+    runner = ActionRunner(ledger)
+    lost = await unknown(ledger)
+    held = await unstarted(ledger, "held")
+    verifier = fixed_verifier(confirmed())
+    calls = [
+        runner.recover_pending(lost.receipt.action_id, verifier, operator=operator, reason=reason),
+        runner.recover_stale(verifier, operator=operator, reason=reason),
+        runner.reopen(lost.receipt.action_id, operator=operator, reason=reason),
+        runner.release_unstarted(held.action_id, operator=operator, reason=reason),
+    ]
+    for call in calls:
+        with pytest.raises(InvalidArgumentError):
+            await call
+    assert await ledger.get(lost.receipt.action_id) == lost.receipt
+    assert await ledger.get(held.action_id) == held
+    assert await ledger.audit() == []
+    await closing(ledger)
+
+
+async def test_the_longest_operator_and_reason_are_kept_whole(
+    new_ledger: Callable[[], Any],
+) -> None:
+    ledger = new_ledger()
+    lost = await unknown(ledger)
+    name, why = "o" * 200, "r" * 2000
+    await ActionRunner(ledger).recover_pending(
+        lost.receipt.action_id, fixed_verifier(confirmed()), operator=name, reason=why
+    )
+    (record,) = await ledger.audit()
+    assert (record.operator, record.reason) == (name, why)
+    await closing(ledger)
+
+
+async def test_an_unknown_id_is_not_audited(new_ledger: Callable[[], Any]) -> None:
+    ledger = new_ledger()
+    with pytest.raises(ActionNotFoundError):
+        await ActionRunner(ledger).recover_pending("0" * 32, fixed_verifier(confirmed()))
+    assert await ledger.audit() == []
+    await closing(ledger)
+
+
+async def test_records_outlive_the_receipts_they_name(clocked: tuple[Any, ManualClock]) -> None:
+    ledger, clock = clocked
+    lost = await unknown(ledger)
+    await ActionRunner(ledger).recover_pending(
+        lost.receipt.action_id, fixed_verifier(fenced_absent()), operator="ana"
+    )
+    clock.advance(3600)
+    deleted = await ledger.prune(older_than=60, statuses=(ActionStatus.FAILED,))
+    assert deleted == 1
+    assert await ledger.get(lost.receipt.action_id) is None
+    (record,) = await ledger.audit(action_id=lost.receipt.action_id)
+    assert record.outcome == "FAILED"
+
+
+async def test_a_prune_through_the_api_is_audited(clocked: tuple[Any, ManualClock]) -> None:
+    ledger, clock = clocked
+    runner = ActionRunner(ledger)
+    for n in range(3):
+        await runner.execute(
+            "charge", CountingOperation("ok"), request={"n": n}, idempotency_key=f"k{n}"
+        )
+    clock.advance(3600)
+    # A dry run deletes nothing and is not an operator verb: no record.
+    assert await ledger.prune(older_than=60, dry_run=True) == 3
+    assert await ledger.audit() == []
+    # A bad name or reason is refused before anything is read or deleted.
+    with pytest.raises(InvalidArgumentError):
+        await ledger.prune(older_than=60, operator="bad\nname")
+    with pytest.raises(InvalidArgumentError):
+        await ledger.prune(older_than=60, reason=7)
+    assert len(await ledger.receipts()) == 3
+    assert await ledger.audit() == []
+    assert await ledger.prune(older_than=60, operator="cy", reason="retention") == 3
+    (record,) = await ledger.audit()
+    assert (record.verb, record.operator, record.reason) == ("prune", "cy", "retention")
+    assert (record.action_id, record.namespace) == (None, None)
+    cutoff = (LEDGER_START + timedelta(seconds=3600 - 60)).isoformat()
+    assert record.outcome == f"deleted 3 CONFIRMED,FAILED receipt(s) stored before {cutoff}"
+    assert record.at == LEDGER_START + timedelta(seconds=3600)
+    # A prune that finds nothing was still run by someone: recorded, with its count.
+    assert await ledger.prune(older_than=60, namespace="tenant") == 0
+    latest = (await ledger.audit(limit=1))[0]
+    assert latest.operator == getpass.getuser()
+    assert latest.namespace == "tenant"
+    assert latest.outcome.startswith("deleted 0 ")
+
+
+async def test_the_listing_filters_at_its_exact_bounds(clocked: tuple[Any, ManualClock]) -> None:
+    ledger, clock = clocked
+    stamped = []
+    for n, (who, space) in enumerate([("ana", ""), ("bo", "t1"), ("ana", "t1")]):
+        record = OperatorRecord(who, "h", "prune", f"id{n}", space, None, f"deleted {n}")
+        stamped.append(await ledger.append_audit(record))
+        clock.advance(10)
+    assert [r.at for r in stamped] == [LEDGER_START + timedelta(seconds=10 * n) for n in range(3)]
+    assert await ledger.audit() == stamped[::-1]
+    # since: at or after, to the microsecond, on both sides.
+    at = stamped[1].at
+    assert await ledger.audit(since=at) == stamped[:0:-1]
+    assert await ledger.audit(since=at + timedelta(microseconds=1)) == [stamped[2]]
+    assert await ledger.audit(since=at - timedelta(microseconds=1)) == stamped[:0:-1]
+    assert await ledger.audit(operator="ana") == [stamped[2], stamped[0]]
+    assert await ledger.audit(namespace="t1") == [stamped[2], stamped[1]]
+    assert await ledger.audit(namespace="") == [stamped[0]]
+    assert await ledger.audit(action_id="id1") == [stamped[1]]
+    assert await ledger.audit(limit=1) == [stamped[2]]
+    assert await ledger.audit(limit=100_000) == stamped[::-1]
+    for bad in (
+        {"limit": 0},
+        {"limit": 100_001},
+        {"limit": True},
+        {"since": datetime(2031, 1, 1)},  # no time zone
+        {"operator": ""},
+        {"namespace": 3},
+    ):
+        with pytest.raises(InvalidArgumentError):
+            await ledger.audit(**bad)
+    with pytest.raises(InvalidArgumentError):  # the ledger stamps the time
+        await ledger.append_audit(stamped[0])
+
+
+async def test_a_verb_done_but_not_audited_says_so_with_its_result() -> None:
+    class NoAudit(InMemoryLedger):
+        async def append_audit(self, record: OperatorRecord) -> OperatorRecord:
+            raise ConnectionError("audit table unreachable")
+
+    ledger = NoAudit()
+    lost = await unknown(ledger)
+    with pytest.raises(AuditNotRecordedError) as info:
+        await ActionRunner(ledger).recover_pending(
+            lost.receipt.action_id, fixed_verifier(confirmed()), operator="ana"
+        )
+    assert info.value.result.status is ActionStatus.CONFIRMED
+    assert info.value.record.operator == "ana"
+    stored = await ledger.get(lost.receipt.action_id)
+    assert stored is not None
+    assert stored.final_status is ActionStatus.CONFIRMED
+
+
+def test_the_sync_runner_passes_the_operator_on(tmp_path: Path) -> None:
+    path = tmp_path / "ledger.sqlite3"
+
+    async def make() -> str:
+        async with SQLiteLedger(path) as ledger:
+            return (await unknown(ledger)).receipt.action_id  # type: ignore[no-any-return]
+
+    action_id = asyncio.run(make())
+    runner = SyncActionRunner(SQLiteLedger(path))
+    try:
+        runner.recover_pending(action_id, fixed_verifier(confirmed()), operator="sync", reason="r")
+    finally:
+        runner.close()
+
+    async def read() -> list[OperatorRecord]:
+        async with SQLiteLedger(path) as ledger:
+            return await ledger.audit()
+
+    (record,) = asyncio.run(read())
+    assert (record.operator, record.reason, record.outcome) == ("sync", "r", "CONFIRMED")

@@ -1,0 +1,180 @@
+"""A fenced worker's evidence merged under a live owner never costs that owner its outcome (V1).
+
+A worker A is paused past its lease while its attempt runs; B takes the
+claim over, finds (read-only) that the charge is absent and retry-safe, and
+starts attempt 2. A then returns: fenced, it merges what it saw into the
+claim B still holds, which moves the claim's version. B's own outcome must
+still be recorded, with A's evidence folded in, on every backend; and the
+skewed clocks of the two workers' hosts play no part (only the ledger's).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import dataoad._clock as clock_module
+import dataoad._ledger_rules as rules_module
+import dataoad._receipt as receipt_module
+from dataoad import (
+    ActionInProgressError,
+    ActionRunner,
+    ActionStatus,
+    ClaimFencedError,
+    DefinitiveFailure,
+    InMemoryLedger,
+    RetryPolicy,
+    SQLiteLedger,
+    VerificationResult,
+)
+from dataoad.testing import ManualClock
+from suite_support.services import PostgresTestTable
+
+REQUEST = {"amount": 100}
+LEASE = 30.0
+
+
+@pytest.fixture
+def clock() -> ManualClock:
+    return ManualClock()
+
+
+@pytest.fixture(params=["memory", "sqlite", "postgres"])
+async def ledger(
+    request: pytest.FixtureRequest, tmp_path: Path, clock: ManualClock
+) -> AsyncIterator[Any]:
+    if request.param == "memory":
+        yield InMemoryLedger(clock=clock)
+    elif request.param == "sqlite":
+        async with SQLiteLedger(tmp_path / "ledger.sqlite3", clock=clock) as lite:
+            yield lite
+    else:
+        table = PostgresTestTable()
+        await table.create()
+        pg = table.client(clock=clock)
+        try:
+            yield pg
+        finally:
+            await pg.close()
+            await table.drop()
+
+
+@pytest.mark.parametrize("zombie_saw", ["declined", "confirmed"])
+async def test_the_owner_records_its_outcome_over_a_zombies_merged_evidence(
+    ledger: Any, clock: ManualClock, zombie_saw: str
+) -> None:
+    a_started, a_finish = asyncio.Event(), asyncio.Event()
+    b_started, b_finish = asyncio.Event(), asyncio.Event()
+    charges: list[str] = []
+
+    async def a_charge() -> str:
+        a_started.set()
+        await a_finish.wait()
+        charges.append("A")
+        if zombie_saw == "declined":
+            raise DefinitiveFailure("card declined")
+        return "ch_A"
+
+    async def b_charge() -> str:
+        b_started.set()
+        await b_finish.wait()
+        charges.append("B")
+        return "ch_B"
+
+    def verifier(receipt: Any) -> VerificationResult:
+        # The provider's view: B's charge once made; before it, nothing yet
+        # (A's request is still in flight when B looks).
+        if "B" in charges:
+            return VerificationResult.confirmed(verified_provider_reference="order-1")
+        return VerificationResult.absent(verified_provider_reference="order-1", retry_safe=True)
+
+    policy = RetryPolicy(max_attempts=2, retry_on_failed=True)
+    zombie = asyncio.create_task(
+        ActionRunner(ledger, owner="A", lease=LEASE).execute(
+            "charge",
+            a_charge,
+            request=REQUEST,
+            idempotency_key="k",
+            provider_reference="order-1",
+        )
+    )
+    await a_started.wait()
+    clock.advance(LEASE + 1)  # A is paused past its lease
+    owner = asyncio.create_task(
+        ActionRunner(ledger, owner="B", lease=LEASE).execute(
+            "charge",
+            b_charge,
+            request=REQUEST,
+            idempotency_key="k",
+            provider_reference="order-1",
+            verifier=verifier,
+            policy=policy,
+        )
+    )
+    await b_started.wait()  # B took over, verified absence, and runs attempt 2
+    a_finish.set()
+    with pytest.raises(ClaimFencedError) as fenced:
+        await zombie
+    assert fenced.value.operation_invoked is True
+    merged = await ledger.get(fenced.value.receipt.action_id)
+    assert merged.is_pending
+    assert merged.owner == "B"
+    assert merged.attempt_records[0].execution_status is not None  # A's evidence is in
+    b_finish.set()
+    result = await owner  # before the fix: OutcomeNotRecordedError
+    assert result.taken_over
+    stored = await ledger.get(result.receipt.action_id)
+    assert not stored.is_pending
+    assert stored == result.receipt
+    assert stored.owner == "B"
+    # B's plain return is UNKNOWN pending read-back; its verifier confirmed it.
+    assert stored.attempt_records[1].verification_status is ActionStatus.CONFIRMED
+    expected_first = ActionStatus.FAILED if zombie_saw == "declined" else ActionStatus.CONFIRMED
+    assert stored.attempt_records[0].execution_status is expected_first
+    # A charge B saw succeed: CONFIRMED either way, judged from every attempt.
+    assert stored.final_status is ActionStatus.CONFIRMED
+    assert charges == ["A", "B"]
+    if zombie_saw == "declined":
+        assert result.value == "ch_B"
+
+
+async def test_a_sqlite_process_whose_clock_runs_ahead_never_takes_a_live_lease(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The SQLite file's own clock judges leases: a process's patched clock is never read."""
+    path = tmp_path / "ledger.sqlite3"
+
+    started, finish = asyncio.Event(), asyncio.Event()
+
+    async def slow() -> str:
+        started.set()
+        await finish.wait()
+        return "ok"
+
+    async with SQLiteLedger(path) as ledger:
+        holder = asyncio.create_task(
+            ActionRunner(ledger, owner="A", lease=LEASE).execute(
+                "charge", slow, request=REQUEST, idempotency_key="k"
+            )
+        )
+        await started.wait()
+        real = clock_module.utc_now
+
+        def ahead() -> Any:
+            return real().replace(year=2099)
+
+        with monkeypatch.context() as patched:
+            # Every clock of this process jumps 70 years ahead.
+            for module in (clock_module, rules_module, receipt_module):
+                patched.setattr(module, "utc_now", ahead)
+            async with SQLiteLedger(path) as other:
+                with pytest.raises(ActionInProgressError):
+                    await ActionRunner(other, owner="B", lease=LEASE).execute(
+                        "charge", slow, request=REQUEST, idempotency_key="k"
+                    )
+        finish.set()
+        assert (await holder).status is ActionStatus.CONFIRMED

@@ -1,0 +1,121 @@
+"""A silent partition to PostgreSQL never holds a call past its bound (H1).
+
+A TCP proxy on 127.0.0.1 stands between the ledger and the test server and
+goes silent on command: connections stay open, nothing flows, as in a
+network partition. Every statement has a client-side time limit
+(``command_timeout``), so a call answers in bounded time and says truthfully
+whether the operation ran; a cancelled call ends at once; a connection left
+in doubt is never reused, so calls work again once the partition heals.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator
+from typing import Any
+
+import pytest
+
+from dataoad import (
+    ActionRunner,
+    ActionStatus,
+    InvalidArgumentError,
+    NothingInvokedError,
+    OutcomeNotRecordedError,
+    PostgresLedger,
+)
+from stateful_tests.tcp_proxy import SilentProxy
+from suite_support.services import PostgresTestTable
+
+LIMIT = 0.5
+
+
+@pytest.fixture
+async def partitioned() -> AsyncIterator[tuple[SilentProxy, PostgresLedger]]:
+    table = PostgresTestTable()
+    await table.create()
+    proxy = SilentProxy.for_dsn(table.dsn)
+    await proxy.start()
+    ledger = PostgresLedger(
+        proxy.dsn(table.dsn), table=table.table, command_timeout=LIMIT, connect_timeout=2
+    )
+    try:
+        yield proxy, ledger
+    finally:
+        proxy.heal()
+        await asyncio.wait_for(ledger.close(), 10)
+        await proxy.stop()
+        await table.drop()
+
+
+async def test_a_call_during_a_partition_answers_in_time_and_invokes_nothing(
+    partitioned: tuple[SilentProxy, PostgresLedger],
+) -> None:
+    proxy, ledger = partitioned
+    runner = ActionRunner(ledger)
+    calls: list[int] = []
+    assert (
+        await runner.execute("charge", lambda: "ok", request={}, idempotency_key="a")
+    ).status is (ActionStatus.CONFIRMED)
+    proxy.partition()
+    started = time.monotonic()
+    with pytest.raises(NothingInvokedError) as info:
+        await runner.execute("charge", lambda: calls.append(1), request={}, idempotency_key="b")
+    # The claim, its read-back and one fresh read: each bounded.
+    assert time.monotonic() - started < 6 * LIMIT + 1
+    assert info.value.operation_invoked is False
+    assert calls == []
+    proxy.heal()
+    done = await runner.execute("charge", lambda: "ok", request={}, idempotency_key="c")
+    assert done.status is ActionStatus.CONFIRMED
+
+
+async def test_a_partition_during_the_operation_says_it_ran(
+    partitioned: tuple[SilentProxy, PostgresLedger],
+) -> None:
+    proxy, ledger = partitioned
+    runner = ActionRunner(ledger, lease=None)
+
+    def cut_then_charge() -> str:
+        proxy.partition()  # the claim is stored; the outcome write will meet the partition
+        return "ch_1"
+
+    started = time.monotonic()
+    with pytest.raises(OutcomeNotRecordedError) as info:
+        await runner.execute("charge", cut_then_charge, request={}, idempotency_key="k")
+    assert time.monotonic() - started < 6 * LIMIT + 1
+    assert info.value.operation_invoked is True
+    proxy.heal()
+    stored = await ledger.find("charge", "k")
+    assert stored is not None
+    assert stored.is_pending  # never recorded: a PENDING claim, settled read-only later
+
+
+async def test_a_cancelled_call_in_a_partition_ends_at_once(
+    partitioned: tuple[SilentProxy, PostgresLedger],
+) -> None:
+    proxy, ledger = partitioned
+    ledger_slow = ledger
+    runner = ActionRunner(ledger_slow)
+    await runner.execute("charge", lambda: "ok", request={}, idempotency_key="a")
+    proxy.partition()
+    task = asyncio.ensure_future(
+        runner.execute("charge", lambda: "ok", request={}, idempotency_key="b")
+    )
+    await asyncio.sleep(LIMIT / 5)
+    task.cancel()
+    started = time.monotonic()
+    done, _ = await asyncio.wait({task}, timeout=10)
+    assert done, "the cancelled call is still running"
+    # Far below the statement's own bound would be: the cancellation itself ended it.
+    assert time.monotonic() - started < 3
+    proxy.heal()
+    again = await runner.execute("charge", lambda: "ok", request={}, idempotency_key="c")
+    assert again.status is ActionStatus.CONFIRMED
+
+
+@pytest.mark.parametrize("value", [0, -1, float("nan"), float("inf"), 3601, "5", True])
+def test_a_bad_command_timeout_is_refused(value: Any) -> None:
+    with pytest.raises(InvalidArgumentError, match="command_timeout"):
+        PostgresLedger("postgresql://u@127.0.0.1/db", command_timeout=value)

@@ -1,0 +1,534 @@
+"""Group commit on SQLite: concurrent writes share one transaction, each answered after its commit.
+
+The writer (``dataoad/ledgers/_sqlite_group.py``) is driven directly on a
+plain SQLite file, with a fault at every point of a group (the writer lock
+not had, a statement that raises, a transaction SQLite rolls back, a
+failed COMMIT), and through the real runner on a ledger shared by
+concurrent calls, including a group whose commit fails under the runner.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import fcntl
+import os
+import sqlite3
+import subprocess
+import sys
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from dataoad import (
+    ActionRunner,
+    ActionStatus,
+    DataoadError,
+    LedgerBusyError,
+    NothingInvokedError,
+    OutcomeNotRecordedError,
+    SQLiteLedger,
+)
+from dataoad.ledgers import _sqlite_live as live
+from dataoad.ledgers._sqlite_group import BrokenConnectionError, GroupWriter, answer
+from dataoad.ledgers._statements import SQLITE, compile_sql
+from dataoad.ledgers._writer_lock import WriterLock
+from suite_support import CountingOperation, lock_is_free
+
+INSERT = compile_sql(
+    "INSERT INTO t (k, v) VALUES (:k, :v) ON CONFLICT (k) DO NOTHING RETURNING k", SQLITE
+)
+BUMP = compile_sql("UPDATE t SET v = v + 1 WHERE k = :k AND v = :v RETURNING v", SQLITE)
+
+
+@pytest.fixture
+def db(tmp_path: Path) -> Iterator[sqlite3.Connection]:
+    conn = sqlite3.connect(tmp_path / "g.sqlite3", isolation_level=None, check_same_thread=False)
+    conn.execute("PRAGMA journal_mode=WAL")
+    conn.execute("CREATE TABLE t (k TEXT PRIMARY KEY, v INTEGER NOT NULL CHECK (v >= 0))")
+    yield conn
+    conn.close()
+
+
+def stored(path: Path) -> dict[str, int]:
+    """What another connection sees committed."""
+    with contextlib.closing(sqlite3.connect(path)) as other:
+        return dict(other.execute("SELECT k, v FROM t"))
+
+
+def writer(tmp_path: Path, busy_timeout: float = 1.0) -> GroupWriter:
+    return GroupWriter(
+        WriterLock(tmp_path / "g.sqlite3.lock"), busy_timeout, lambda s, v, now: s.bind(v)
+    )
+
+
+class Statements:
+    """Every statement the connection runs, in order."""
+
+    def __init__(self, db: sqlite3.Connection) -> None:
+        self.seen: list[str] = []
+        db.set_trace_callback(lambda sql: self.seen.append(sql.split(None, 1)[0].upper()))
+
+
+class FailingDb:
+    """A connection whose statements starting with one of ``verbs`` raise."""
+
+    def __init__(self, db: sqlite3.Connection, *verbs: str, roll_back: bool = False) -> None:
+        self._db, self._verbs, self._roll_back = db, verbs, roll_back
+
+    @property
+    def in_transaction(self) -> bool:
+        return self._db.in_transaction
+
+    def execute(self, sql: str, *args: Any) -> Any:
+        if sql.startswith(self._verbs):
+            if self._roll_back and self._db.in_transaction:  # as SQLite does on a full disk
+                self._db.execute("ROLLBACK")
+            raise sqlite3.OperationalError(f"injected at {sql.split()[0]}")
+        return self._db.execute(sql, *args)
+
+
+def test_a_group_commits_once_and_answers_each_write(
+    tmp_path: Path, db: sqlite3.Connection
+) -> None:
+    group = writer(tmp_path)
+    db.execute("INSERT INTO t VALUES ('x', 5)")
+    entries = [group.enqueue(INSERT, {"k": f"k{n}", "v": n}) for n in range(3)]
+    stale = group.enqueue(BUMP, {"k": "x", "v": 4})  # its condition does not hold
+    bump = group.enqueue(BUMP, {"k": "x", "v": 5})
+    trace = Statements(db)
+    group.flush(db)
+    assert [answer(e) for e in entries] == [[("k0",)], [("k1",)], [("k2",)]]
+    assert answer(stale) == []  # failed its condition, alone
+    assert answer(bump) == [(6,)]
+    assert trace.seen.count("BEGIN") == 1
+    assert trace.seen.count("COMMIT") == 1
+    assert group.group_sizes == [5]
+    assert stored(tmp_path / "g.sqlite3") == {"x": 6, "k0": 0, "k1": 1, "k2": 2}
+
+
+def test_a_lone_write_is_one_statement_in_autocommit(
+    tmp_path: Path, db: sqlite3.Connection
+) -> None:
+    group = writer(tmp_path)
+    entry = group.enqueue(INSERT, {"k": "a", "v": 1})
+    trace = Statements(db)
+    group.flush(db)
+    assert answer(entry) == [("a",)]
+    assert trace.seen == ["INSERT"]
+    group.flush(db)  # nothing queued: nothing runs
+    assert trace.seen == ["INSERT"]
+
+
+def test_a_statement_that_raises_fails_alone(tmp_path: Path, db: sqlite3.Connection) -> None:
+    group = writer(tmp_path)
+    before = group.enqueue(INSERT, {"k": "a", "v": 1})
+    bad = group.enqueue(INSERT, {"k": "b", "v": -1})  # breaks the CHECK
+    after = group.enqueue(INSERT, {"k": "c", "v": 3})
+    group.flush(db)
+    assert answer(before) == [("a",)]
+    with pytest.raises(sqlite3.IntegrityError):
+        answer(bad)
+    assert answer(after) == [("c",)]
+    assert stored(tmp_path / "g.sqlite3") == {"a": 1, "c": 3}
+
+
+@pytest.mark.parametrize(
+    ("verb", "roll_back"),
+    [("COMMIT", False), ("INSERT", True), ("BEGIN", False)],
+    ids=["commit-fails", "sqlite-rolls-back", "begin-fails"],
+)
+def test_a_group_not_committed_fails_every_write_and_stores_nothing(
+    tmp_path: Path, db: sqlite3.Connection, verb: str, roll_back: bool
+) -> None:
+    group = writer(tmp_path)
+    entries = [group.enqueue(INSERT, {"k": f"k{n}", "v": n}) for n in range(3)]
+    group.flush(FailingDb(db, verb, roll_back=roll_back))  # type: ignore[arg-type]
+    for entry in entries:
+        with pytest.raises(sqlite3.OperationalError):
+            answer(entry)
+    assert not db.in_transaction
+    assert stored(tmp_path / "g.sqlite3") == {}
+    assert group.group_sizes == []
+    # The next group is unharmed.
+    again = group.enqueue(INSERT, {"k": "a", "v": 1})
+    group.flush(db)
+    assert answer(again) == [("a",)]
+
+
+def test_a_group_that_cannot_have_the_writer_lock_writes_nothing(
+    tmp_path: Path, db: sqlite3.Connection
+) -> None:
+    group = writer(tmp_path, busy_timeout=0.05)
+    holder = os.open(tmp_path / "g.sqlite3.lock", os.O_CREAT | os.O_RDWR, 0o600)
+    fcntl.flock(holder, fcntl.LOCK_EX)
+    try:
+        entries = [group.enqueue(INSERT, {"k": f"k{n}", "v": n}) for n in range(2)]
+        group.flush(db)
+    finally:
+        os.close(holder)
+    for entry in entries:
+        with pytest.raises(LedgerBusyError):
+            answer(entry)
+    assert stored(tmp_path / "g.sqlite3") == {}
+
+
+def test_each_caller_raises_its_own_copy_of_a_group_error(
+    tmp_path: Path, db: sqlite3.Connection
+) -> None:
+    group = writer(tmp_path)
+    entries = [group.enqueue(INSERT, {"k": f"k{n}", "v": n}) for n in range(2)]
+    group.flush(FailingDb(db, "COMMIT"))  # type: ignore[arg-type]
+    raised = []
+    for entry in entries:
+        with pytest.raises(sqlite3.OperationalError) as info:
+            answer(entry)
+        raised.append(info.value)
+    assert raised[0] is not raised[1]
+    assert raised[0].__cause__ is raised[1].__cause__  # the group's one error
+
+
+async def _hold_thread(ledger: SQLiteLedger) -> tuple[threading.Event, asyncio.Future[Any]]:
+    """Block the ledger's connection thread until the event is set (writes queue meanwhile)."""
+    conn = await ledger._connection()
+    gate = threading.Event()
+    blocked = asyncio.ensure_future(live.on_thread(conn, lambda: gate.wait(10)))
+    await asyncio.sleep(0)
+    return gate, blocked
+
+
+async def _first_calls_held_together(
+    ledger: SQLiteLedger, runner: ActionRunner, ops: list[CountingOperation]
+) -> list[Any]:
+    """One first call per operation (key ``k<n>``), all queued while the thread is held."""
+    gate, blocked = await _hold_thread(ledger)
+    calls = [
+        asyncio.ensure_future(
+            runner.execute("charge", op, request={"n": n}, idempotency_key=f"k{n}")
+        )
+        for n, op in enumerate(ops)
+    ]
+    await asyncio.sleep(0.05)  # every call has looked its key up and queued its claim
+    gate.set()
+    await blocked
+    return await asyncio.gather(*calls, return_exceptions=True)
+
+
+async def test_concurrent_first_calls_commit_together_and_each_runs_once(tmp_path: Path) -> None:
+    ledger = SQLiteLedger(tmp_path / "ledger.sqlite3")
+    runner = ActionRunner(ledger, lease=None)
+    await runner.execute("charge", CountingOperation(), request={}, idempotency_key="warm")
+    ops = [CountingOperation(f"ch_{n}") for n in range(16)]
+    results = await _first_calls_held_together(ledger, runner, ops)
+    assert [r.status for r in results] == [ActionStatus.CONFIRMED] * 16
+    assert [op.calls for op in ops] == [1] * 16
+    assert max(ledger._group.group_sizes) == 16  # the sixteen claims: one transaction
+    # Replays read: the same receipts, nothing invoked again.
+    again = await asyncio.gather(
+        *(
+            runner.execute("charge", ops[n], request={"n": n}, idempotency_key=f"k{n}")
+            for n in range(16)
+        )
+    )
+    assert all(r.replayed for r in again)
+    assert [op.calls for op in ops] == [1] * 16
+    await ledger.close()
+
+
+async def test_every_statement_of_a_group_runs_under_the_writer_lock(tmp_path: Path) -> None:
+    ledger = SQLiteLedger(tmp_path / "ledger.sqlite3")
+    runner = ActionRunner(ledger, lease=None)
+    await runner.execute("charge", CountingOperation(), request={}, idempotency_key="warm")
+    conn = await ledger._connection()
+    seen: list[tuple[str, bool]] = []
+
+    def trace(sql: str) -> None:
+        verb = sql.lstrip().split(None, 1)[0].upper()
+        if verb in ("INSERT", "UPDATE", "DELETE", "BEGIN", "COMMIT"):
+            seen.append((verb, lock_is_free(tmp_path / "ledger.sqlite3.lock")))
+
+    await live.on_thread(conn, lambda: conn._conn.set_trace_callback(trace))
+    gate, blocked = await _hold_thread(ledger)
+    calls = [
+        asyncio.ensure_future(
+            runner.execute("charge", CountingOperation(), request={"n": n}, idempotency_key=f"k{n}")
+        )
+        for n in range(4)
+    ]
+    await asyncio.sleep(0.05)
+    gate.set()
+    await blocked
+    await asyncio.gather(*calls)
+    await live.on_thread(conn, lambda: conn._conn.set_trace_callback(None))
+    await ledger.close()
+    assert ("BEGIN", False) in seen  # a group ran
+    assert [verb for verb, free in seen if free] == []
+
+
+async def test_a_cancelled_caller_leaves_no_write_behind(tmp_path: Path) -> None:
+    """A claim given up before its group ran never runs later, when nobody waits for it."""
+    ledger = SQLiteLedger(tmp_path / "ledger.sqlite3")
+    runner = ActionRunner(ledger, lease=None)
+    await runner.execute("charge", CountingOperation(), request={}, idempotency_key="warm")
+    gate, blocked = await _hold_thread(ledger)
+    op = CountingOperation()
+    call = asyncio.ensure_future(
+        runner.execute("charge", op, request={"n": 1}, idempotency_key="given-up")
+    )
+    await asyncio.sleep(0.05)  # its look-up is queued on the held thread
+    call.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await call
+    gate.set()
+    await blocked
+    # Other writes flush the queue afterwards: the given-up claim is not among them.
+    await runner.execute("charge", CountingOperation(), request={}, idempotency_key="later")
+    assert await ledger.receipts(idempotency_key="given-up") == []
+    assert op.calls == 0
+    assert ledger._group._queue == []
+    await ledger.close()
+
+
+async def test_one_key_claimed_by_many_in_one_group_runs_once(tmp_path: Path) -> None:
+    ledger = SQLiteLedger(tmp_path / "ledger.sqlite3")
+    runner = ActionRunner(ledger, lease=None)
+    await runner.execute("charge", CountingOperation(), request={}, idempotency_key="warm")
+    gate, blocked = await _hold_thread(ledger)
+    op = CountingOperation("ch_1")
+    calls = [
+        asyncio.ensure_future(runner.execute("charge", op, request={"n": 1}, idempotency_key="hot"))
+        for _ in range(8)
+    ]
+    await asyncio.sleep(0.05)
+    gate.set()
+    await blocked
+    outcomes = await asyncio.gather(*calls, return_exceptions=True)
+    assert op.calls == 1
+    confirmed = [o for o in outcomes if not isinstance(o, BaseException)]
+    assert confirmed, outcomes
+    assert {o.receipt.action_id for o in confirmed} == {confirmed[0].receipt.action_id}
+    await ledger.close()
+
+
+async def test_a_failed_group_commit_under_the_runner_is_read_back_and_never_repeated(
+    tmp_path: Path,
+) -> None:
+    """Claims in a group whose COMMIT fails: nothing ran, each caller is told so, none runs twice."""
+    ledger = SQLiteLedger(tmp_path / "ledger.sqlite3")
+    runner = ActionRunner(ledger, lease=None)
+    await runner.execute("charge", CountingOperation(), request={}, idempotency_key="warm")
+    group = ledger._group
+    real_flush = group.flush
+    failures = {"left": 1}
+
+    def flush_once_failing(db: sqlite3.Connection) -> None:
+        with group._lock:
+            queued = len(group._queue)
+        if queued > 1 and failures["left"]:
+            failures["left"] -= 1
+            real_flush(FailingDb(db, "COMMIT"))  # type: ignore[arg-type]
+        else:
+            real_flush(db)
+
+    group.flush = flush_once_failing  # type: ignore[method-assign]
+    ops = [CountingOperation(f"ch_{n}") for n in range(4)]
+    outcomes = await _first_calls_held_together(ledger, runner, ops)
+    assert failures["left"] == 0
+    for op, outcome in zip(ops, outcomes, strict=True):
+        # The claim was not stored: the operation never ran, and the caller knows.
+        assert isinstance(outcome, NothingInvokedError), outcome
+        assert op.calls == 0
+    assert await ledger.receipts(idempotency_key="k0") == []
+    # Retried, each runs exactly once.
+    done = [
+        await runner.execute("charge", ops[n], request={"n": n}, idempotency_key=f"k{n}")
+        for n in range(4)
+    ]
+    assert [r.status for r in done] == [ActionStatus.CONFIRMED] * 4
+    assert [op.calls for op in ops] == [1] * 4
+    await ledger.close()
+
+
+async def test_a_failed_group_commit_of_outcomes_leaves_claims_pending_never_repeated(
+    tmp_path: Path,
+) -> None:
+    """Outcomes in a group whose COMMIT fails: each caller learns its outcome was not recorded,
+    and the claims stay held, so no retry runs the operation again."""
+    ledger = SQLiteLedger(tmp_path / "ledger.sqlite3")
+    runner = ActionRunner(ledger, lease=None)
+    await runner.execute("charge", CountingOperation(), request={}, idempotency_key="warm")
+    group = ledger._group
+    real_flush = group.flush
+    state = {"armed": False, "failed": 0}
+
+    def flush(db: sqlite3.Connection) -> None:
+        with group._lock:
+            queued = len(group._queue)
+        if state["armed"] and queued > 1 and not state["failed"]:
+            state["failed"] = queued
+            real_flush(FailingDb(db, "COMMIT"))  # type: ignore[arg-type]
+        else:
+            real_flush(db)
+
+    group.flush = flush  # type: ignore[method-assign]
+    conn = await ledger._connection()
+    gate = threading.Event()
+    invoked = asyncio.Event()
+    counts = [0] * 4
+    holders: list[asyncio.Future[Any]] = []
+
+    def op_for(n: int) -> Any:
+        async def run() -> str:
+            counts[n] += 1
+            if sum(counts) == 4:  # the last one in: hold the thread, then let all four finish
+                state["armed"] = True
+                holders.append(asyncio.ensure_future(live.on_thread(conn, lambda: gate.wait(10))))
+                await asyncio.sleep(0)  # the hold is queued on the thread before any outcome
+                asyncio.get_running_loop().call_later(0.1, gate.set)
+                invoked.set()
+            await invoked.wait()
+            return f"ch_{n}"
+
+        return run
+
+    outcomes = await asyncio.gather(
+        *(
+            runner.execute("charge", op_for(n), request={"n": n}, idempotency_key=f"k{n}")
+            for n in range(4)
+        ),
+        return_exceptions=True,
+    )
+    assert state["failed"] == 4  # the four outcomes, queued behind the held thread: one group
+    assert counts == [1, 1, 1, 1]
+    for outcome in outcomes:
+        assert isinstance(outcome, OutcomeNotRecordedError), outcome
+    pending = await ledger.receipts(pending=True)
+    assert len(pending) == 4
+    # A retry never repeats a call whose outcome was lost: the claims stay held.
+    for n in range(4):
+        with pytest.raises(DataoadError):
+            await runner.execute("charge", op_for(n), request={"n": n}, idempotency_key=f"k{n}")
+    assert counts == [1, 1, 1, 1]
+    await ledger.close()
+
+
+async def test_a_group_that_cannot_be_rolled_back_leaves_a_ledger_that_refuses_everything(
+    tmp_path: Path,
+) -> None:
+    """COMMIT and ROLLBACK both fail: the connection would show uncommitted claims as stored.
+
+    The ledger then refuses every read and write on it, so no read-back can
+    prove a claim that was never committed: nothing is invoked.
+    """
+    path = tmp_path / "ledger.sqlite3"
+    ledger = SQLiteLedger(path)
+    runner = ActionRunner(ledger, lease=None)
+    await runner.execute("charge", CountingOperation(), request={}, idempotency_key="warm")
+    group = ledger._group
+    real_flush = group.flush
+
+    def flush(db: sqlite3.Connection) -> None:
+        with group._lock:
+            several = len(group._queue) > 1
+        real_flush(FailingDb(db, "COMMIT", "ROLLBACK") if several else db)  # type: ignore[arg-type]
+
+    group.flush = flush  # type: ignore[method-assign]
+    ops = [CountingOperation(f"ch_{n}") for n in range(3)]
+    outcomes = await _first_calls_held_together(ledger, runner, ops)
+    assert [type(o) for o in outcomes] == [NothingInvokedError] * 3
+    assert [op.calls for op in ops] == [0, 0, 0]
+    with pytest.raises(BrokenConnectionError):
+        await ledger.get("0" * 32)
+    later = await asyncio.gather(
+        runner.execute("charge", CountingOperation(), request={}, idempotency_key="later"),
+        return_exceptions=True,
+    )
+    assert isinstance(later[0], NothingInvokedError)
+    await ledger.close()  # closing rolls the stuck transaction back
+    async with SQLiteLedger(path) as fresh:
+        assert [r.idempotency_key for r in await fresh.receipts()] == ["warm"]
+
+
+async def test_a_caller_cancelled_while_its_group_waits_for_the_lock_never_writes(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "ledger.sqlite3"
+    ledger = SQLiteLedger(path, busy_timeout=5)
+    runner = ActionRunner(ledger, lease=None)
+    await runner.execute("charge", CountingOperation(), request={}, idempotency_key="warm")
+    holder = os.open(tmp_path / "ledger.sqlite3.lock", os.O_CREAT | os.O_RDWR, 0o600)
+    fcntl.flock(holder, fcntl.LOCK_EX)  # another process writing: the group waits
+    op = CountingOperation()
+    call = asyncio.ensure_future(
+        runner.execute("charge", op, request={"n": 1}, idempotency_key="given-up")
+    )
+    await asyncio.sleep(0.2)  # its claim's group is waiting for the lock
+    call.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await call
+    os.close(holder)  # the group gets the lock, and finds its only write withdrawn
+    await runner.execute("charge", CountingOperation(), request={}, idempotency_key="after")
+    assert await ledger.receipts(idempotency_key="given-up") == []
+    assert op.calls == 0
+    await ledger.close()
+
+
+def test_a_program_ending_while_a_write_is_queued_ends(tmp_path: Path) -> None:
+    """``asyncio.run`` cancels every task at its end; a write queued then (and the runner's
+    own write on cancellation) is still answered, so the program ends."""
+    code = f"""
+import asyncio
+from dataoad import SQLiteLedger
+
+async def worker(ledger):
+    try:
+        await ledger.release("a" * 32, 1)
+    except asyncio.CancelledError:
+        await ledger.release("b" * 32, 1)  # a best-effort write on cancellation
+        raise
+
+async def main():
+    ledger = SQLiteLedger({str(tmp_path / "ledger.sqlite3")!r})
+    await ledger.get("c" * 32)
+    asyncio.get_running_loop().create_task(worker(ledger))
+    # main ends in the same turn the worker queues its write
+
+asyncio.run(main())
+print("ended")
+"""
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=False
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "ended"
+
+
+async def test_an_error_that_is_not_one_statements_fails_the_whole_group(
+    tmp_path: Path, db: sqlite3.Connection
+) -> None:
+    group = writer(tmp_path)
+    entries = [group.enqueue(INSERT, {"k": f"k{n}", "v": n}) for n in range(3)]
+
+    class DiskFull:
+        def __init__(self) -> None:
+            self.writes = 0
+
+        @property
+        def in_transaction(self) -> bool:
+            return db.in_transaction
+
+        def execute(self, sql: str, *args: Any) -> Any:
+            if sql.startswith("INSERT"):
+                self.writes += 1
+                if self.writes == 2:  # SQLite kept the transaction, but the disk is full
+                    raise sqlite3.OperationalError("database or disk is full")
+            return db.execute(sql, *args)
+
+    group.flush(DiskFull())  # type: ignore[arg-type]
+    for entry in entries:
+        with pytest.raises(sqlite3.OperationalError):
+            answer(entry)
+    assert stored(tmp_path / "g.sqlite3") == {}

@@ -1,0 +1,464 @@
+"""SQLiteLedger specifics: files, schema, durability, processes, crashes, faults."""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import os
+import sqlite3
+import stat
+import subprocess
+import sys
+from datetime import datetime
+from pathlib import Path
+
+import pytest
+
+from dataoad import (
+    ActionInProgressError,
+    ActionPersistenceError,
+    ActionRunner,
+    ActionStatus,
+    ClaimState,
+    LedgerFileError,
+    RecoveryRefusedError,
+    SQLiteLedger,
+)
+from dataoad.ledgers._codec import row_of
+from dataoad.ledgers.sqlite import APPLICATION_ID, MIGRATIONS, SCHEMA_VERSION
+from dataoad.testing import make_receipt
+from suite_support.ledger_child import CRASH_POINTS, EffectsVerifier, contend_in_processes
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def digest(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+async def test_new_files_are_readable_by_their_owner_only(tmp_path: Path) -> None:
+    db = tmp_path / "ledger.sqlite3"
+
+    async with SQLiteLedger(db) as ledger:
+        await ActionRunner(ledger).execute("a", lambda: 1, request={}, idempotency_key="k")
+    for path in tmp_path.iterdir():
+        mode = stat.S_IMODE(path.stat().st_mode)
+        assert mode & 0o077 == 0, f"{path.name} is {oct(mode)}"
+
+
+async def test_opens_lazily_and_works_as_in_the_seed(tmp_path: Path) -> None:
+    ledger = SQLiteLedger(tmp_path / "dataoad.sqlite3")
+    runner = ActionRunner(ledger)
+    assert not (tmp_path / "dataoad.sqlite3").exists()
+    result = await runner.execute("a", lambda: "v", request={}, idempotency_key="k")
+    assert result.status is ActionStatus.CONFIRMED
+    await ledger.close()
+    await ledger.close()
+
+
+async def test_completed_receipts_and_claims_survive_a_restart(tmp_path: Path) -> None:
+    db = tmp_path / "ledger.sqlite3"
+    calls = 0
+
+    def op() -> str:
+        nonlocal calls
+        calls += 1
+        return "v"
+
+    async def first() -> object:
+        async with SQLiteLedger(db) as ledger:
+            return (
+                await ActionRunner(ledger).execute("a", op, request={"x": 1}, idempotency_key="k")
+            ).receipt
+
+    async def second() -> object:
+        async with SQLiteLedger(db) as ledger:
+            return await ActionRunner(ledger).execute(
+                "a", op, request={"x": 1}, idempotency_key="k"
+            )
+
+    receipt = await first()
+    replay = await second()
+    assert calls == 1
+    assert replay.replayed is True  # type: ignore[attr-defined]
+    assert replay.receipt == receipt  # type: ignore[attr-defined]
+
+
+async def _rejected(path: Path, match: str) -> None:
+    before = digest(path)
+    names = sorted(p.name for p in path.parent.iterdir())
+
+    ledger = SQLiteLedger(path)
+    with pytest.raises(LedgerFileError, match=match):
+        await ledger.find("a", "k")
+    await ledger.close()
+    assert digest(path) == before, "a rejected file was modified"
+    # Any reader of a WAL-mode database (our read-only probe included) makes
+    # SQLite create its shared-memory and log sidecars; nothing else may appear.
+    sidecars = {f"{path.name}-wal", f"{path.name}-shm"}
+    after = sorted(p.name for p in path.parent.iterdir() if p.name not in sidecars)
+    assert after == [n for n in names if n not in sidecars]
+
+
+async def test_a_foreign_sqlite_file_is_rejected_unchanged(tmp_path: Path) -> None:
+    path = tmp_path / "other.db"
+    with contextlib.closing(sqlite3.connect(path)) as conn, conn:
+        conn.execute("CREATE TABLE customers (id INTEGER PRIMARY KEY)")
+    await _rejected(path, "not a Dataoad ledger")
+
+
+async def test_a_corrupt_file_is_rejected_unchanged(tmp_path: Path) -> None:
+    path = tmp_path / "corrupt.sqlite3"
+    path.write_bytes(b"this is not a database at all" * 100)
+    await _rejected(path, "not a SQLite database, or corrupt")
+
+
+async def test_a_newer_schema_is_rejected_unchanged(tmp_path: Path) -> None:
+    path = tmp_path / "ledger.sqlite3"
+
+    async with SQLiteLedger(path) as ledger:
+        await ledger.claim(make_receipt())
+    with contextlib.closing(sqlite3.connect(path)) as conn, conn:
+        conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION + 1}")
+        conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    await _rejected(path, "newer than")
+
+
+async def test_an_older_schema_is_migrated_keeping_every_receipt(tmp_path: Path) -> None:
+    path = tmp_path / "v1.sqlite3"
+    receipt = make_receipt()
+    with contextlib.closing(sqlite3.connect(path)) as conn, conn:
+        for statement in MIGRATIONS[1]:
+            conn.execute(statement)
+        conn.execute(f"PRAGMA application_id = {APPLICATION_ID}")
+        conn.execute("PRAGMA user_version = 1")
+        conn.execute(
+            f"INSERT INTO receipts VALUES ({', '.join('?' * 18)})",
+            row_of(receipt, datetime.isoformat)[:18],  # v0.1's columns
+        )
+
+    async with SQLiteLedger(path) as ledger:
+        assert await ledger.get(receipt.action_id) == receipt
+    with contextlib.closing(sqlite3.connect(path)) as conn, conn:
+        assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION
+        indexes = {row[1] for row in conn.execute("PRAGMA index_list(receipts)")}
+        assert "receipts_by_age" in indexes
+
+
+def test_invalid_constructor_arguments_are_refused(tmp_path: Path) -> None:
+    from dataoad import InvalidArgumentError
+
+    for kwargs in ({"synchronous": "OFF"}, {"busy_timeout": -1}, {"busy_timeout": "1"}):
+        with pytest.raises(InvalidArgumentError):
+            SQLiteLedger(tmp_path / "x.sqlite3", **kwargs)  # type: ignore[arg-type]
+    with pytest.raises(InvalidArgumentError):
+        SQLiteLedger(":memory:")
+    with pytest.raises(InvalidArgumentError):
+        SQLiteLedger(3)  # type: ignore[arg-type]
+
+
+async def test_missing_folder_is_a_clear_error(tmp_path: Path) -> None:
+    ledger = SQLiteLedger(tmp_path / "nope" / "ledger.sqlite3")
+    with pytest.raises(ActionPersistenceError, match="does not exist"):
+        await ActionRunner(ledger).execute("a", lambda: 1, request={}, idempotency_key="k")
+    await ledger.close()
+
+
+# -- faults of the database itself -----------------------------------------------------
+
+
+async def test_busy_past_the_timeout_does_not_invoke(tmp_path: Path) -> None:
+    db = tmp_path / "ledger.sqlite3"
+    calls = 0
+
+    def op() -> None:
+        nonlocal calls
+        calls += 1
+
+    async with SQLiteLedger(db, busy_timeout=0.05) as ledger:
+        await ledger.find("a", "k")  # create the file
+        blocker = sqlite3.connect(db, isolation_level=None)
+        blocker.execute("BEGIN IMMEDIATE")  # a writer that ignores our queue
+        try:
+            with pytest.raises(ActionPersistenceError, match="locked") as info:
+                await ActionRunner(ledger).execute("a", op, request={}, idempotency_key="k")
+            assert info.value.operation_invoked is False
+        finally:
+            blocker.execute("ROLLBACK")
+            blocker.close()
+        assert calls == 0
+        assert await ledger.find("a", "k") is None
+
+
+async def test_a_full_database_surfaces_as_persistence_error_before_invoking(
+    tmp_path: Path,
+) -> None:
+    db = tmp_path / "ledger.sqlite3"
+    calls = 0
+
+    def op() -> None:
+        nonlocal calls
+        calls += 1
+
+    async with SQLiteLedger(db) as ledger:
+        runner = ActionRunner(ledger)
+        await runner.execute("a", op, request={}, idempotency_key="first")
+        conn = await ledger._connection()
+        # SQLITE_FULL, as a full disk reports it: no page may be added.
+        pages = (await conn.execute_fetchall("PRAGMA page_count"))[0][0]
+        await conn.execute(f"PRAGMA max_page_count = {pages}")
+        padding = {"pad": "x" * 20_000}
+        with pytest.raises(ActionPersistenceError, match="full") as info:
+            await runner.execute("a", op, request={}, idempotency_key="k", metadata=padding)
+        assert info.value.operation_invoked is False
+        assert calls == 1
+        first = await ledger.find("a", "first")
+        assert first is not None
+        assert first.final_status is ActionStatus.CONFIRMED
+
+
+@pytest.mark.skipif(not hasattr(os, "geteuid"), reason="POSIX permissions only")
+async def test_a_read_only_file_surfaces_as_persistence_error(tmp_path: Path) -> None:
+    # Root ignores file modes, so the attempt runs in a child without privileges.
+    folder = Path(f"/tmp/dataoad-ro-{os.getpid()}")
+    folder.mkdir(mode=0o755, exist_ok=True)
+    os.chmod(folder, 0o777)
+    db = folder / "ledger.sqlite3"
+
+    async with SQLiteLedger(db) as ledger:
+        await ActionRunner(ledger).execute("a", lambda: 1, request={}, idempotency_key="k")
+    with contextlib.closing(sqlite3.connect(db)) as conn, conn:
+        conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    for path in folder.iterdir():
+        os.chmod(path, 0o444)
+    script = (
+        "import asyncio, os, sys\n"
+        "from dataoad import ActionRunner, SQLiteLedger, ActionPersistenceError\n"
+        "import dataoad.testing, aiosqlite, sqlite3, json, uuid, hashlib, threading\n"
+        "if os.geteuid() == 0:  # import first: the stdlib lives under /root\n"
+        "    os.setgid(65534); os.setuid(65534)\n"
+        "calls = []\n"
+        "async def main():\n"
+        f"    ledger = SQLiteLedger({str(db)!r})\n"
+        "    try:\n"
+        "        await ActionRunner(ledger).execute('a', lambda: calls.append(1), request={}, idempotency_key='k2')\n"
+        "    except ActionPersistenceError as exc:\n"
+        "        print('refused', exc.operation_invoked, len(calls))\n"
+        "    finally:\n"
+        "        await ledger.close()\n"
+        "asyncio.run(main())\n"
+    )
+    try:
+        done = subprocess.run(
+            [sys.executable, "-c", script],
+            capture_output=True,
+            text=True,
+            cwd=ROOT,
+            check=False,
+            timeout=60,
+        )
+        assert done.returncode == 0, done.stderr
+        assert done.stdout.strip() == "refused False 0"
+    finally:
+        for path in folder.iterdir():
+            os.chmod(path, 0o600)
+            path.unlink()
+        folder.rmdir()
+
+
+# -- several processes ----------------------------------------------------------------
+
+
+async def test_processes_contending_for_the_same_keys(tmp_path: Path) -> None:
+    db, effects = tmp_path / "ledger.sqlite3", tmp_path / "effects.log"
+    keys, processes = 1000, 4
+
+    async with SQLiteLedger(db) as ledger:
+        await ledger.find("act", "none")
+    summaries = contend_in_processes(str(db), effects, keys, processes)
+    lines = effects.read_text().split()
+    # Exactly one effect per key: one winner each, and nothing invoked twice.
+    assert sorted(lines) == sorted(f"k{n}" for n in range(keys))
+    assert sum(s["won"] for s in summaries) == keys
+    for summary in summaries:
+        assert summary["won"] + summary["replayed"] + summary["in_progress"] == keys
+        # Every process got a real share of the work: nobody was starved out.
+        assert summary["won"] >= keys // processes // 4, summaries
+
+    async with SQLiteLedger(db) as ledger:
+        receipts = await ledger.receipts()
+        assert len(receipts) == keys
+        assert all(r.final_status is ActionStatus.CONFIRMED for r in receipts)
+
+
+# -- crashes ----------------------------------------------------------------------------
+
+
+# NORMAL too: the README promises it survives a process crash (not power loss).
+@pytest.mark.parametrize("synchronous", ["FULL", "NORMAL"])
+@pytest.mark.parametrize("point", CRASH_POINTS)
+async def test_sigkill_at_each_protocol_point_leaves_a_safe_state(
+    tmp_path: Path, point: str, synchronous: str
+) -> None:
+    db, effects = tmp_path / "ledger.sqlite3", tmp_path / "effects.log"
+    child = subprocess.run(
+        [
+            *(sys.executable, "-m", "suite_support.ledger_child", "crash"),
+            *(str(db), str(effects), point, synchronous),
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert child.returncode == -9, f"child was not killed: {child.returncode} {child.stderr}"
+    effects_before = effects.read_text().split() if effects.exists() else []
+    calls = 0
+
+    async def op() -> str:
+        nonlocal calls
+        calls += 1
+        return "again"
+
+    async with SQLiteLedger(db) as ledger:
+        runner = ActionRunner(ledger)
+        receipt = await ledger.find("charge", "order-1")
+        assert receipt is not None, "the claim was lost"
+        kwargs = {
+            "request": {"amount": 1},
+            "idempotency_key": "order-1",
+            "provider_reference": "order-1",
+        }
+        if receipt.claim_state is ClaimState.PENDING:
+            # The claim still blocks a duplicate.
+            with pytest.raises(ActionInProgressError):
+                await runner.execute("charge", op, **kwargs)
+            if receipt.attempts == 0:
+                assert point == "after_claim"
+                await runner.release_unstarted(receipt.action_id)
+                result = await runner.execute("charge", op, **kwargs)
+                assert result.status is ActionStatus.CONFIRMED
+                assert calls == 1
+                return
+            with pytest.raises(RecoveryRefusedError):
+                await runner.release_unstarted(receipt.action_id)
+            result = await runner.recover_pending(receipt.action_id, EffectsVerifier(effects))
+        else:
+            assert point == "during_completion"
+            result = await runner.execute("charge", op, **kwargs)
+            assert result.replayed
+        expected = ActionStatus.CONFIRMED if effects_before else ActionStatus.FAILED
+        assert result.status is expected
+        assert calls == 0, "the operation was invoked again after the crash"
+    assert (effects.read_text().split() if effects.exists() else []) == effects_before
+    expected_effects = [] if point in ("after_claim", "after_attempt_start") else ["order-1"]
+    assert effects_before == expected_effects
+
+
+async def test_the_receipts_listing_applies_every_filter(tmp_path: Path) -> None:
+    from datetime import UTC, datetime, timedelta, timezone
+
+    from dataoad import ActionStatus, DefinitiveFailure
+    from dataoad.testing import FaultyLedger, LedgerFault
+
+    async with SQLiteLedger(tmp_path / "l.sqlite3") as ledger:
+        runner = ActionRunner(ledger)
+
+        def decline() -> None:
+            raise DefinitiveFailure("declined")
+
+        ok = await runner.execute("charge", lambda: 1, request={}, idempotency_key="a")
+        failed = await runner.execute("charge", decline, request={}, idempotency_key="b")
+        faulty = FaultyLedger(ledger)
+        faulty.inject("record", LedgerFault.FAIL_BEFORE_WRITE)
+        with pytest.raises(ActionPersistenceError):
+            await ActionRunner(faulty).execute("refund", lambda: 1, request={}, idempotency_key="c")
+        ids = lambda receipts: [r.idempotency_key for r in receipts]  # noqa: E731
+        assert ids(await ledger.receipts()) == ["a", "b", "c"]
+        assert ids(await ledger.receipts(final_status=ActionStatus.FAILED)) == ["b"]
+        assert ids(await ledger.receipts(pending=True)) == ["c"]
+        assert ids(await ledger.receipts(pending=False)) == ["a", "b"]
+        assert ids(await ledger.receipts(action_name="refund")) == ["c"]
+        assert ids(await ledger.receipts(limit=2)) == ["a", "b"]
+        # "since" is compared as a time, whatever the caller's time zone.
+        since = failed.receipt.created_at.astimezone(timezone(timedelta(hours=-5)))
+        assert ids(await ledger.receipts(since=since)) == ["b", "c"]
+        later = datetime.now(UTC) + timedelta(days=1)
+        assert await ledger.receipts(since=later) == []
+        assert (await ledger.receipts(final_status=ActionStatus.CONFIRMED))[0] == ok.receipt
+
+
+def test_a_failing_contended_lock_wait_surfaces_its_error(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import fcntl
+
+    from dataoad.ledgers import _writer_lock
+
+    lock = _writer_lock.WriterLock(tmp_path / "lock")
+
+    def flock(fd: int, operation: int) -> None:
+        if operation & fcntl.LOCK_NB:
+            raise BlockingIOError  # contended: wait on a thread
+        raise OSError(37, "No locks available")
+
+    monkeypatch.setattr(_writer_lock.fcntl, "flock", flock)
+    with pytest.raises(OSError, match="No locks available"), lock.hold(5.0):
+        pytest.fail("the lock was not held, yet the block ran")
+
+
+async def test_the_listing_compares_times_in_utc_whatever_the_local_zone(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import time
+    from datetime import timedelta
+
+    monkeypatch.setenv("TZ", "Asia/Tokyo")
+    time.tzset()
+    try:
+        async with SQLiteLedger(tmp_path / "l.sqlite3") as ledger:
+            done = await ActionRunner(ledger).execute(
+                "charge", lambda: 1, request={}, idempotency_key="a"
+            )
+            created = done.receipt.created_at
+            assert await ledger.receipts(since=created - timedelta(minutes=1)) == [done.receipt]
+            assert await ledger.receipts(since=created + timedelta(minutes=1)) == []
+    finally:
+        monkeypatch.delenv("TZ")
+        time.tzset()
+
+
+def test_a_timed_out_lock_wait_hands_the_lock_back(tmp_path: Path) -> None:
+    # Otherwise the waiting thread would take the lock after its caller gave
+    # up and hold it for ever: every other writer, in every process, would hang.
+    import fcntl
+    import os
+    import threading
+    import time
+
+    from dataoad.ledgers._writer_lock import LedgerBusyError, WriterLock
+
+    path = tmp_path / "lock"
+    holder = os.open(path, os.O_CREAT | os.O_RDWR, 0o600)
+    fcntl.flock(holder, fcntl.LOCK_EX)
+    before = set(threading.enumerate())
+    started = time.monotonic()
+    with pytest.raises(LedgerBusyError, match="busy_timeout"), WriterLock(path).hold(0.1):
+        pytest.fail("the lock was held by another descriptor, yet the block ran")
+    assert time.monotonic() - started < 2
+    os.close(holder)  # the abandoned waiter's thread now gets the lock, and drops it
+    # Wait for that thread to finish before looking: a look while it is still
+    # queued in the kernel could take the lock first and pass by luck.
+    for thread in set(threading.enumerate()) - before:
+        if thread.name == "dataoad-sqlite-lock":
+            thread.join(5)
+            assert not thread.is_alive(), "the abandoned wait never got the lock"
+    other = os.open(path, os.O_RDWR)
+    try:
+        try:
+            fcntl.flock(other, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            pytest.fail("the abandoned wait kept the lock")
+    finally:
+        os.close(other)

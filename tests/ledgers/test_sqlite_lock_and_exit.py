@@ -1,0 +1,272 @@
+"""SQLite's writer lock is held only around one statement and waited for boundedly;
+no ledger, closed or not, keeps the interpreter from exiting.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import fcntl
+import os
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+from dataoad import (
+    ActionPersistenceError,
+    ActionRunner,
+    ActionStatus,
+    ClaimState,
+    SQLiteLedger,
+)
+from suite_support import REQUEST, CountingOperation, lock_is_free
+from suite_support.services import PostgresTestTable
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.mark.asyncio
+async def test_the_writer_lock_is_not_held_while_the_event_loop_is_busy(tmp_path: Path) -> None:
+    path = tmp_path / "ledger.sqlite3"
+    async with SQLiteLedger(path) as ledger:
+        done = await ActionRunner(ledger).execute(
+            "charge", CountingOperation(), request=REQUEST, idempotency_key="k"
+        )
+        groups_run = len(ledger._group.group_sizes)
+        # A write statement (a release the ledger will refuse) is now in flight.
+        write = asyncio.create_task(ledger.release(done.receipt.action_id, done.receipt.version))
+        await asyncio.sleep(0)
+        # Something blocks the loop (a sync call, a slow task). The statement
+        # runs on its own thread meanwhile; the lock must not wait for the
+        # loop to come back before it is released. A free lock alone proves
+        # nothing (the statement may not have started yet): wait until its
+        # group has run, then look. (The loop stays blocked until then, or
+        # for 10 s: no machine is that slow.)
+        lock = Path(f"{path}.lock")
+        deadline = time.monotonic() + 10
+        while len(ledger._group.group_sizes) == groups_run and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert len(ledger._group.group_sizes) > groups_run, "the write did not run on its thread"
+        assert lock_is_free(lock), "the writer lock stayed held while the loop was blocked"
+        assert not write.done()  # the loop was blocked all along
+        assert await write is False
+
+
+@pytest.mark.asyncio
+async def test_a_stuck_lock_holder_bounds_the_wait_and_nothing_is_invoked(tmp_path: Path) -> None:
+    path = tmp_path / "ledger.sqlite3"
+    async with SQLiteLedger(path):
+        pass  # create the file
+    # Another process holds the writer lock and never lets go (as a SIGSTOPped one would).
+    holder = os.open(f"{path}.lock", os.O_CREAT | os.O_RDWR, 0o600)
+    fcntl.flock(holder, fcntl.LOCK_EX)
+    try:
+        op = CountingOperation()
+        async with SQLiteLedger(path, busy_timeout=0.2) as ledger:
+            started = time.monotonic()
+            with pytest.raises(ActionPersistenceError) as raised:
+                await asyncio.wait_for(
+                    ActionRunner(ledger).execute(
+                        "charge", op, request=REQUEST, idempotency_key="k"
+                    ),
+                    timeout=10,
+                )
+            assert time.monotonic() - started < 5
+            assert raised.value.operation_invoked is False
+            assert "busy_timeout" in str(raised.value.__cause__)
+            assert op.calls == 0
+            assert await ledger.find("charge", "k") is None
+    finally:
+        os.close(holder)
+
+
+@pytest.mark.asyncio
+async def test_a_stuck_lock_holder_before_the_outcome_keeps_the_claim_pending(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "ledger.sqlite3"
+    holder: list[int] = []
+
+    def take_the_lock() -> None:
+        fd = os.open(f"{path}.lock", os.O_CREAT | os.O_RDWR, 0o600)
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        holder.append(fd)
+
+    async def charge() -> str:
+        take_the_lock()  # another process grabs the lock while we charge
+        return "ch_1"
+
+    try:
+        async with SQLiteLedger(path, busy_timeout=0.2) as ledger:
+            with pytest.raises(ActionPersistenceError) as raised:
+                await asyncio.wait_for(
+                    ActionRunner(ledger).execute(
+                        "charge", charge, request=REQUEST, idempotency_key="k"
+                    ),
+                    timeout=10,
+                )
+            assert raised.value.operation_invoked is True
+            assert raised.value.observed_status is ActionStatus.CONFIRMED
+            stored = await ledger.find("charge", "k")
+            assert stored is not None
+            assert stored.claim_state is ClaimState.PENDING
+            assert stored.attempts == 1
+    finally:
+        for fd in holder:
+            os.close(fd)
+
+
+@pytest.mark.asyncio
+async def test_opening_and_inspecting_a_ledger_never_waits_on_the_writer_lock(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "ledger.sqlite3"
+    async with SQLiteLedger(path) as ledger:
+        done = await ActionRunner(ledger).execute(
+            "charge", CountingOperation(), request=REQUEST, idempotency_key="k"
+        )
+    holder = os.open(f"{path}.lock", os.O_CREAT | os.O_RDWR, 0o600)
+    fcntl.flock(holder, fcntl.LOCK_EX)
+    try:
+        # As `dataoad recover` / `receipts list` do: a fresh ledger, then reads.
+        async def inspect() -> None:
+            async with SQLiteLedger(path, busy_timeout=30) as fresh:
+                assert await fresh.get(done.receipt.action_id) == done.receipt
+                assert [r.action_id for r in await fresh.receipts()] == [done.receipt.action_id]
+
+        await asyncio.wait_for(inspect(), timeout=5)
+    finally:
+        os.close(holder)
+
+
+EXIT_SCRIPT = """
+import asyncio, gc, sys
+from dataoad import ActionRunner, InMemoryLedger, PostgresLedger, SQLiteLedger
+
+keep = []
+
+async def main(kind, where, mode):
+    if kind == "sqlite":
+        ledger = SQLiteLedger(where)
+    elif kind == "postgres":
+        dsn, table = where.split(" ")
+        ledger = PostgresLedger(dsn, table=table, min_size=1, max_size=2)
+    else:
+        ledger = InMemoryLedger()
+    await ActionRunner(ledger).execute("a", lambda: 1, request={}, idempotency_key="k")
+    if mode == "kept":
+        keep.append(ledger)  # alive and never closed at exit
+    else:
+        del ledger  # collected without close()
+        gc.collect()
+
+asyncio.run(main(*sys.argv[1:4]))
+print("main done", flush=True)
+"""
+
+
+@pytest.mark.parametrize("mode", ["collected", "kept"])
+@pytest.mark.parametrize("kind", ["memory", "sqlite", "postgres"])
+def test_an_unclosed_ledger_never_keeps_the_interpreter_from_exiting(
+    tmp_path: Path, kind: str, mode: str
+) -> None:
+    script = tmp_path / "unclosed.py"
+    script.write_text(EXIT_SCRIPT)
+    table: PostgresTestTable | None = None
+    where = str(tmp_path / "l.sqlite3")
+    if kind == "postgres":
+        table = PostgresTestTable()
+        asyncio.run(table.create())
+        where = f"{table.dsn} {table.table}"
+    try:
+        done = subprocess.run(
+            [sys.executable, str(script), kind, where, mode],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            timeout=30,
+        )
+    finally:
+        if table is not None:
+            asyncio.run(table.drop())
+    assert done.returncode == 0, done.stderr
+    assert "main done" in done.stdout
+
+
+def test_pytest_never_hangs_on_a_forgotten_close(tmp_path: Path) -> None:
+    test_file = tmp_path / "test_forgetful.py"
+    test_file.write_text(
+        textwrap.dedent(
+            """
+            import asyncio
+            from dataoad import ActionRunner, SQLiteLedger
+
+            def test_forgets_to_close(tmp_path):
+                async def main():
+                    ledger = SQLiteLedger(tmp_path / "l.sqlite3")
+                    await ActionRunner(ledger).execute(
+                        "a", lambda: 1, request={}, idempotency_key="k"
+                    )
+                asyncio.run(main())
+            """
+        )
+    )
+    done = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(test_file)],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "1 passed" in done.stdout
+
+
+async def test_every_write_statement_runs_while_the_writer_lock_is_held(tmp_path: Path) -> None:
+    """The README's lock discipline: each write runs inside the cross-process writer lock.
+
+    Without it, correctness rests on SQLite's own busy handler, which
+    starves processes. Every statement the connection runs is traced; each
+    one that writes must find the lock taken (by the ledger itself).
+    """
+    ledger = SQLiteLedger(tmp_path / "ledger.sqlite3")
+    lock_file = tmp_path / "ledger.sqlite3.lock"
+    runner = ActionRunner(ledger)
+    await runner.execute("charge", CountingOperation(), request=REQUEST, idempotency_key="warm")
+    unlocked: list[str] = []
+    writes: list[str] = []
+
+    def trace(statement: str) -> None:
+        verb = statement.lstrip().split(None, 1)[0].upper()
+        if verb in ("INSERT", "UPDATE", "DELETE", "REPLACE"):
+            writes.append(statement)
+            if lock_is_free(lock_file):
+                unlocked.append(statement)
+
+    conn = ledger._conn
+    assert conn is not None
+    await conn._execute(conn._conn.set_trace_callback, trace)
+    await runner.execute("charge", CountingOperation(), request=REQUEST, idempotency_key="k")
+    await conn._execute(conn._conn.set_trace_callback, None)
+    await ledger.close()
+    assert len(writes) >= 2, writes  # the claim (counting attempt 1), the outcome
+    assert unlocked == [], unlocked
+
+
+async def test_a_new_ledger_is_durable_by_default(tmp_path: Path) -> None:
+    """The documented defaults: WAL with synchronous=FULL (a commit survives power loss), 5 s busy_timeout."""
+    ledger = SQLiteLedger(tmp_path / "ledger.sqlite3")
+    assert ledger.synchronous == "FULL"
+    await ledger.get("0" * 32)  # opens the connection
+    conn = ledger._conn
+    assert conn is not None
+    [(synchronous,)] = await conn.execute_fetchall("PRAGMA synchronous")
+    [(journal,)] = await conn.execute_fetchall("PRAGMA journal_mode")
+    [(busy_ms,)] = await conn.execute_fetchall("PRAGMA busy_timeout")
+    await ledger.close()
+    assert synchronous == 2, "synchronous must be FULL (2) unless asked otherwise"
+    assert journal == "wal"
+    assert (ledger.busy_timeout, busy_ms) == (5.0, 5000), "the documented 5 s busy_timeout"

@@ -1,0 +1,104 @@
+"""``python -m benchmarks``: runs without the dev extra, keeps what it measured, judges goals.
+
+(The figures themselves are not checked here: timings belong in benchmarks,
+never in tests.)
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+
+# Runs the benchmark with the dev tools made unimportable, as in an install
+# without the dev extra.
+WITHOUT_DEV_TOOLS = (
+    "import runpy, sys\n"
+    "for name in ('hypothesis', 'pytest', 'stateful_tests', 'models'):\n"
+    "    sys.modules[name] = None\n"
+    "sys.argv = ['benchmarks', *sys.argv[1:]]\n"
+    "runpy.run_module('benchmarks', run_name='__main__', alter_sys=True)\n"
+)
+
+
+def run_benchmarks(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-c", WITHOUT_DEV_TOOLS, *args],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+
+
+def test_runs_without_the_dev_extra_and_marks_every_goal(tmp_path: Path) -> None:
+    out = tmp_path / "bench.json"
+    done = run_benchmarks(
+        "--quick",
+        "--no-postgres",
+        "--rounds",
+        "1",
+        "--sections",
+        "calls",
+        "floors",
+        "suite",
+        "--json",
+        str(out),
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    report = json.loads(out.read_text())
+    assert "memory: Dataoad" in report["results"]
+    assert "sqlite NORMAL: aiosqlite floor" in report["results"]
+    # Counts, not timings: these goals hold on any machine.
+    for goal in (
+        "commits per first call (goal <= 2)",
+        "commits added by a retry (goal <= 1)",
+        "writes per replay (goal <= 0)",
+        "ledger calls per replay (goal <= 1)",
+    ):
+        assert report["verdicts"][goal] == "met", goal
+    # Without --peers each peer's goal says it was not measured, never met.
+    assert report["verdicts"]["memory: first call / Powertools (goal <= 0.5)"] == "not measured"
+    assert report["results"]["verification suite speed"].startswith("skipped: needs the dev extra")
+    goals = [name for name in report["ratios"] if "(goal " in name]
+    assert goals
+    assert set(report["verdicts"]) == set(goals)
+    assert set(report["verdicts"].values()) <= {"met", "missed", "not measured"}
+    for name in goals:
+        line = next(line for line in done.stdout.splitlines() if line.startswith(name))
+        assert line.endswith((" met", " missed", " not measured")), line
+
+
+def test_no_postgres_starts_no_server(tmp_path: Path) -> None:
+    done = run_benchmarks("--quick", "--no-postgres", "--sections", "postgres")
+    assert done.returncode == 0, done.stderr
+    assert "PostgreSQL" not in done.stdout
+    assert "pgbench" not in done.stdout
+
+
+def test_a_failing_measurement_keeps_the_figures_measured_so_far(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import benchmarks.__main__ as bench
+
+    async def broken(*args: object) -> None:
+        raise OSError("disk full")
+
+    monkeypatch.setattr(bench, "run_growth", broken)
+    out = tmp_path / "bench.json"
+    code = bench.main(
+        ["--quick", "--no-postgres", "--sections", "floors", "growth", "--json", str(out)]
+    )
+    assert code == 1
+    report = json.loads(out.read_text())
+    assert "request check and hash (Dataoad)" in report["results"]  # measured before the failure
+    assert report["results"]["growth: FAILED"] == "OSError: disk full"
+    printed = capsys.readouterr().out
+    assert "request check and hash (Dataoad)" in printed
+    assert "growth: FAILED" in printed

@@ -1,0 +1,129 @@
+"""The shape of the suite itself: async tests are written as async tests.
+
+A test that defines a coroutine only to run it once (``asyncio.run(inner())``
+or ``await inner()``) hides its body one level down; once, such a wrapper was
+never called at all and its test could not fail. pytest-asyncio runs
+``async def`` tests directly, so the wrapper is never needed.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _runs_once(node: ast.AST, name: str) -> bool:
+    """Whether ``node`` is a statement that only runs ``name()`` (awaited or ``asyncio.run``).
+
+    Only a bare statement: a coroutine whose result the test goes on to use
+    is a phase of the test (before and after a restart, say), not a wrapper.
+    """
+    if not isinstance(node, ast.Expr):
+        return False
+    value = node.value
+    if isinstance(value, ast.Await):
+        value = value.value
+    elif (
+        isinstance(value, ast.Call)
+        and isinstance(value.func, ast.Attribute)
+        and value.func.attr == "run"
+        and isinstance(value.func.value, ast.Name)
+        and value.func.value.id == "asyncio"
+        and len(value.args) == 1
+    ):
+        value = value.args[0]
+    else:
+        return False
+    return (
+        isinstance(value, ast.Call) and isinstance(value.func, ast.Name) and value.func.id == name
+    )
+
+
+def wrapped_tests(source: str) -> list[str]:
+    """Tests in ``source`` that hide their body in a coroutine they only run once.
+
+    In an async test, awaiting a coroutine defined for the purpose never
+    helps. A sync test may need several event loops (a restart) or sync
+    work around them (a CLI, a subprocess); one that does nothing but run
+    its inner coroutine is an async test written the long way.
+    """
+    found = []
+    for test in ast.walk(ast.parse(source)):
+        if not isinstance(test, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            continue
+        if not test.name.startswith("test"):
+            continue
+        loops = [
+            n
+            for n in ast.walk(test)
+            if isinstance(n, ast.Call)
+            and isinstance(n.func, ast.Attribute)
+            and n.func.attr == "run"
+            and isinstance(n.func.value, ast.Name)
+            and n.func.value.id == "asyncio"
+        ]
+        for inner in test.body:
+            if not isinstance(inner, ast.AsyncFunctionDef) or inner.decorator_list:
+                continue  # a decorated one is under test (``@guarded``), not a wrapper
+            uses = [n for n in ast.walk(test) if isinstance(n, ast.Name) and n.id == inner.name]
+            runs = [s for s in test.body if _runs_once(s, inner.name)]
+            if len(uses) != 1 or len(runs) != 1:
+                continue
+            body = [
+                s
+                for s in test.body
+                if not (isinstance(s, ast.Expr) and isinstance(s.value, ast.Constant))
+            ]
+            awaited = isinstance(test, ast.AsyncFunctionDef)
+            if awaited or (len(loops) == 1 and body == [inner, runs[0]]):
+                found.append(f"{test.name} wraps its body in {inner.name}()")
+    return found
+
+
+def test_no_test_wraps_its_body_in_an_inner_coroutine() -> None:
+    offenders = []
+    for path in sorted((ROOT / "tests").rglob("test_*.py")):
+        for found in wrapped_tests(path.read_text(encoding="utf-8")):
+            offenders.append(f"{path.relative_to(ROOT)}: {found}")
+    assert offenders == []
+
+
+def test_the_check_sees_a_wrapper() -> None:
+    source = (
+        "import asyncio\n"
+        "def test_a():\n"
+        "    async def scenario():\n"
+        "        pass\n"
+        "    asyncio.run(scenario())\n"
+        "async def test_b():\n"
+        "    async def body():\n"
+        "        pass\n"
+        "    await body()\n"
+        "async def test_e():\n"
+        "    async def first():\n"
+        "        return 1\n"
+        "    receipt = await first()\n"
+        "    assert receipt\n"
+        "async def test_c():\n"
+        "    async def held():\n"
+        "        pass\n"
+        "    task = asyncio.create_task(held())\n"
+        "    await task\n"
+        "def test_d():\n"
+        "    async def before():\n"
+        "        pass\n"
+        "    asyncio.run(before())\n"
+        "    subprocess.run(['dataoad', 'recover'])\n"
+        "def test_f():\n"
+        '    """A docstring."""\n'
+        "    async def main():\n"
+        "        pass\n"
+        "    asyncio.run(main())\n"
+    )
+    assert wrapped_tests(source) == [
+        "test_a wraps its body in scenario()",
+        "test_b wraps its body in body()",
+        "test_f wraps its body in main()",
+    ]
