@@ -137,6 +137,17 @@ def test_recover_with_a_verifier_that_raises_records_nothing_and_says_why(store:
     assert "release-unstarted" in stranded_pending.stderr
 
 
+def test_a_write_takes_an_id_prefix_of_exactly_eight_characters(store: Store) -> None:
+    """Seven are refused (exit 2, nothing changed); eight, the documented least, are enough."""
+    stranded = str(listing(store, "--pending")[0]["action_id"])
+    seven = dataoad("release-unstarted", stranded[:7], "--yes", cwd=store.cwd, env=store.env)
+    assert seven.returncode == 2
+    assert listing(store, "--pending")
+    eight = dataoad("release-unstarted", stranded[:8], "--yes", cwd=store.cwd, env=store.env)
+    assert eight.returncode == 0, eight.stderr
+    assert listing(store, "--pending") == []
+
+
 def test_recover_by_key_with_json_and_writes_need_eight_characters_of_an_id(
     store: Store,
 ) -> None:

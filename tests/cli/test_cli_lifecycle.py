@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import json
 import stat
@@ -13,6 +14,7 @@ from typing import Any
 import pytest
 
 from dataoad import ActionStatus, InvalidArgumentError, SQLiteLedger
+from dataoad._cli_lifecycle import parse_age
 from dataoad._receipt import utc_now
 from dataoad.ledgers.sqlite_reader import SQLiteReader
 from dataoad.testing import make_receipt
@@ -268,3 +270,19 @@ async def test_a_reader_counts_what_a_prune_would_delete_and_deletes_nothing(
         assert len(await reader.receipts()) == 5
     finally:
         await reader.close()
+
+
+@pytest.mark.parametrize(
+    ("text", "seconds"),
+    [("90s", 90), ("90m", 5_400), ("12h", 43_200), ("30d", 2_592_000), ("2w", 1_209_600)],
+)
+def test_every_age_unit_means_what_the_docs_say(text: str, seconds: int) -> None:
+    assert parse_age(text) == timedelta(seconds=seconds)
+
+
+def test_an_age_of_a_hundred_years_is_accepted_and_a_second_more_refused() -> None:
+    hundred_years = 100 * 365 * 86_400
+    assert parse_age(f"{hundred_years}s") == timedelta(seconds=hundred_years)
+    for past in (f"{hundred_years + 1}s", "0s", "0d"):
+        with pytest.raises(argparse.ArgumentTypeError):
+            parse_age(past)

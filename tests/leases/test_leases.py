@@ -592,3 +592,33 @@ async def test_a_sweep_settles_a_stale_claim_that_gained_evidence_after_it_was_l
     assert ledger.merged
     assert [r.receipt.idempotency_key for r in results] == ["started"]
     assert await ledger.receipts(pending=True) == []
+
+
+async def test_a_lease_is_renewed_three_times_per_lease() -> None:
+    """The docs: renewed three times per lease, so a lease survives two lost renewals."""
+
+    class SteppedClock:
+        """The runner's clock: records each sleep and holds it until the test lets go."""
+
+        def __init__(self) -> None:
+            self.sleeps: list[float] = []
+            self.asked = asyncio.Event()
+
+        def monotonic(self) -> float:
+            return 0.0
+
+        async def sleep(self, seconds: float) -> None:
+            self.sleeps.append(seconds)
+            self.asked.set()
+            await asyncio.Event().wait()  # cancelled with the attempt
+
+    clock = SteppedClock()
+
+    async def charge() -> str:
+        await clock.asked.wait()
+        return "ch_1"
+
+    runner = ActionRunner(InMemoryLedger(), owner="A", lease=LEASE, clock=clock)
+    result = await runner.execute("charge", charge, request=REQUEST, idempotency_key="k")
+    assert result.status is ActionStatus.CONFIRMED
+    assert clock.sleeps == [LEASE / 3]

@@ -53,7 +53,10 @@ async def test_every_backend_lists_and_filters_alike(new_ledger: Any) -> None:
         assert keys(await ledger.receipts(limit=2)) == ["a", "b"]
         third = everything[2].created_at
         assert keys(await ledger.receipts(since=third)) == ["c", "d"]
-        assert await ledger.receipts(since=everything[-1].created_at + timedelta(days=1)) == []
+        # Inclusive, to the microsecond: the newest is listed from its own instant, not after.
+        newest = everything[-1].created_at
+        assert keys(await ledger.receipts(since=newest))[-1:] == ["d"]
+        assert await ledger.receipts(since=newest + timedelta(microseconds=1)) == []
         assert await ledger.get(ids["b"]) == everything[1]
         assert keys(await ledger.receipts(idempotency_key="c")) == ["c"]
         assert keys(await ledger.receipts(idempotency_key="c", action_name="charge")) == []
