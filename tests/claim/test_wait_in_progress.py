@@ -320,3 +320,7 @@ async def test_waiting_backs_off_by_doubling_and_stops_at_the_deadline() -> None
     with pytest.raises(ActionInProgressError):
         await execute(runner, wait_in_progress=3.0)
     assert max(sleeps) == WAIT_MAX_DELAY
+    # Never past the deadline: 3 s is no sum of the back-off's delays, so the last
+    # sleep is cut to what remains (a full one would wait 3.065 s).
+    assert now[0] == pytest.approx(3.0)
+    assert sleeps[-1] < WAIT_MAX_DELAY

@@ -433,3 +433,51 @@ async def test_a_verifier_with_no_answer_still_settles_a_stranded_claim_as_unkno
     assert result.receipt.observations[-1].error == "verifier raised ConnectionError"
     assert "cus_42" not in repr(await ledger.get(receipt.action_id))
     await closing(ledger)
+
+
+async def test_the_newest_observation_is_kept_even_when_no_older_one_may_go(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Trimming drops the oldest that prove nothing new, never the newest (the receipt's
+    ``verification``), even when every older one must stay and the bound is passed."""
+    import dataoad._evidence as evidence
+
+    monkeypatch.setattr(evidence, "MAX_KEPT_OBSERVATIONS", 3)
+    runner = ActionRunner(InMemoryLedger())
+
+    async def lost() -> None:
+        raise TimeoutError("response lost")
+
+    first = await runner.execute(
+        "charge", lost, request={}, idempotency_key="k", provider_reference=REF
+    )
+    action_id = first.receipt.action_id
+    # Two readers at once: a retry-safe absence and a confirmation contradict each
+    # other (UNKNOWN, both kept); a later confirmation names another request. Each
+    # decides the status, the conflict or a request id, so none may be dropped.
+    both_asked = asyncio.Event()
+    asked: list[str] = []
+
+    def answering(answer: VerificationResult) -> Any:
+        async def verify(receipt: Any) -> VerificationResult:
+            asked.append(answer.outcome.value)
+            if len(asked) == 2:
+                both_asked.set()
+            await both_asked.wait()
+            return answer
+
+        return verify
+
+    absent = VerificationResult.absent(verified_provider_reference=REF, retry_safe=True)
+    await asyncio.gather(
+        runner.reconcile(action_id, answering(absent)),
+        runner.reconcile(action_id, answering(confirmed(rid="pr_a"))),
+    )
+    await runner.reconcile(action_id, fixed_verifier(confirmed(rid="pr_b")))
+    down = VerificationResult.unknown(verified_provider_reference=REF, reason="down")
+    await runner.reconcile(action_id, fixed_verifier(down))
+    stored = await runner.receipt(action_id)
+    kept = stored.metadata["verification_observations"]
+    assert len(kept) == 4  # over the bound: nothing older could go
+    assert kept[-1] == stored.metadata["verification"]
+    assert kept[-1]["health"] == "UNAVAILABLE"
