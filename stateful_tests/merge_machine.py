@@ -254,6 +254,20 @@ class MergeMachineBase(RuleBasedStateMachine):
                 f"{len(writers)} reconcilers wrote; the receipt counts {counted} observations "
                 f"and keeps {len(recorded)} ({', '.join(self.answers[c.name] for c in writers)})",
             )
+        # The newest observation is the receipt's verification: trimming past the
+        # bound may drop old ones, never it.
+        newest = recorded[-1] if recorded else None
+        if newest is not None and (
+            newest.get("number") != counted or receipt.metadata.get("verification") != newest
+        ):
+            raise violation(
+                self.history,
+                "the-newest-observation-is-kept",
+                f"the receipt counts {counted} observations but keeps up to number "
+                f"{newest.get('number')} ({[o.get('number') for o in recorded]}), and its "
+                "verification is "
+                + ("that one" if receipt.metadata.get("verification") == newest else "another"),
+            )
         expected, conflict = merge(
             classify_verification(ANSWERS[self.answers[c.name]][1]) for c in writers
         )

@@ -553,6 +553,26 @@ def _observations_truncated_oldest_first(mp: pytest.MonkeyPatch) -> dict[str, An
     return {}
 
 
+def _newest_observation_dropped(mp: pytest.MonkeyPatch) -> dict[str, Any]:
+    real = evidence_module.keep_observations
+
+    def buggy(
+        attempts: Any, observations: Sequence[Any], limit: int | None = None
+    ) -> tuple[Any, ...]:
+        kept = list(real(attempts, observations, limit))
+        bound = evidence_module.MAX_KEPT_OBSERVATIONS if limit is None else limit
+        # The trimming loop runs one step too far: past the bound, with every
+        # older one needed, it tries the newest too, which proves nothing new.
+        if len(kept) > bound and kept[-1] is observations[-1]:
+            target = evidence_module.settle(attempts, kept)
+            if evidence_module.settle(attempts, kept[:-1]) == target:
+                kept = kept[:-1]
+        return tuple(kept)
+
+    mp.setattr(observing_module, "keep_observations", buggy)
+    return {}
+
+
 def _trusts_return_when_verifier_fails(mp: pytest.MonkeyPatch) -> dict[str, Any]:
     """With a verifier, a normal return counts as CONFIRMED whenever the verifier
     raises or answers with something else (the README: it only proves that
@@ -854,6 +874,14 @@ PLANTED_BUGS = [
         "merge",
         names("merge-is-order-independent", "every-provider-request-id-is-kept"),
         _observations_truncated_oldest_first,
+    ),
+    PlantedBug(
+        "newest-observation-dropped",
+        "more observations than a receipt keeps, every older one needed, then one proving nothing",
+        "merge",
+        # A merge that dropped the newest may count it as never written, too.
+        names("the-newest-observation-is-kept", "every-observation-is-kept"),
+        _newest_observation_dropped,
     ),
     PlantedBug(
         "never-retries",
