@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from models.explore import ContenderPlan
 
-__all__ = ["BOUNDS", "ESCAPE", "LEASE_BOUNDS", "RETRYING"]
+__all__ = ["BOUNDS", "ESCAPE", "LEASE_BOUNDS", "LIFECYCLE_BOUNDS", "RETRYING"]
 
 P = ContenderPlan
 RETRYING, ESCAPE = "retry-failed", "retry-unknown (escape hatch)"
@@ -104,4 +104,34 @@ LEASE_BOUNDS["large"] = [
         (n, plans, faults + 1, 1, expiries)
         for n, plans, faults, _, expiries in LEASE_BOUNDS["default"]
     ]
+]
+
+#: Lifecycle scenarios, explored on the real runner only (the abstract model
+#: has no lifecycle): a key freed by expiry (asked for exactly the age its
+#: receipt has reached by the ledger's clock) or by an operator's reopen,
+#: beside duplicates, in every order. name -> [(scenario, contenders, fault
+#: budget per run, crashes per run)]; a fault here is also a provider's
+#: decline, without which no receipt is FAILED and nothing may be reopened.
+LIFECYCLE_BOUNDS: dict[str, list[tuple[str, list[ContenderPlan], int, int]]] = {
+    "default": [
+        (
+            "an expiry beside a duplicate",
+            [P("order-1"), P("order-1", kind="expire"), P("order-1")],
+            0,
+            0,
+        ),
+        (
+            "a reopen racing an expiry",
+            [
+                P("order-1", with_verifier=False),
+                P("order-1", kind="reopen"),
+                P("order-1", kind="expire"),
+            ],
+            1,
+            0,
+        ),
+    ],
+}
+LIFECYCLE_BOUNDS["large"] = [
+    (name, plans, faults + 1, 1) for name, plans, faults, _ in LIFECYCLE_BOUNDS["default"]
 ]

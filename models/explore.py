@@ -39,7 +39,7 @@ class ContenderPlan:
     """One contender of a scenario: an execute, or an operator's recovery."""
 
     key: str
-    kind: str = "execute"  # execute | reconcile | recover | release
+    kind: str = "execute"  # execute | reconcile | recover | release | expire | reopen
     policy: str = "default"  # default | retry-failed | retry-unknown (escape hatch)
     with_verifier: bool = True
     wait: str = "no wait"  # how long a duplicate waits for the claim holder (virtual time)

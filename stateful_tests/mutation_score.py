@@ -116,6 +116,7 @@ TESTS = [
     "tests/claim/test_storable_text.py",
     "tests/ledgers/test_storage_hygiene.py",
     "tests/claim/test_wait_in_progress.py",
+    "tests/claim/test_documented_bounds.py",
     "tests/attempts/test_operation_counts.py",
     "tests/attempts/test_cancellation.py",
     "tests/front_ends/test_logging.py",
@@ -168,7 +169,7 @@ def config(modules: list[str]) -> str:
         "\n[tool.mutmut]\n"
         'source_paths = ["dataoad/"]\n'
         f"only_mutate = [{quoted}]\n"
-        'also_copy = ["stateful_tests/", "models/", "conftest.py", "examples/", "fault_scenarios/"]\n'
+        'also_copy = ["stateful_tests/", "suite_support/", "models/", "conftest.py", "examples/", "fault_scenarios/"]\n'
         f"pytest_add_cli_args = {json.dumps(['-n', '0', *PYTEST_OPTIONS])}\n"
         f"pytest_add_cli_args_test_selection = [{tests}]\n"
     )

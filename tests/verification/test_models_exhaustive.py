@@ -15,9 +15,15 @@ from typing import Any
 
 import pytest
 
-from models.bounds import BOUNDS, LEASE_BOUNDS
+from models.bounds import BOUNDS, LEASE_BOUNDS, LIFECYCLE_BOUNDS
 from models.explore import explore
-from stateful_tests.exhaustive import OUT_OF_REACH, RealRunnerRun, main, quiet_hypothesis
+from stateful_tests.exhaustive import (
+    OUT_OF_REACH,
+    RealRunnerRun,
+    main,
+    quiet_hypothesis,
+    scenarios,
+)
 from stateful_tests.planted_bugs import PLANTED_BUGS, planted
 
 # Slow (bounded exhaustive exploration of the real runner): left out of the quick loop, python -m pytest -m "not slow".
@@ -49,6 +55,12 @@ TRIGGER = {
     "retry-start-failure-says-not-invoked": "1 contender, retrying policy, 3 faults",
     "claim-counts-no-attempt": "2 contenders, 1 key",
     "claim-proven-by-key-only": "2 contenders, 1 key",
+    # The lifecycle's scenarios (models.bounds.LIFECYCLE_BOUNDS).
+    "unknown-receipt-expires": "a reopen racing an expiry",
+    "reopens-confirmed": "a reopen racing an expiry",
+    "expires-without-being-asked": "an expiry beside a duplicate",
+    "expiry-by-the-caller-clock": "an expiry beside a duplicate",
+    "expiry-boundary-exclusive": "an expiry beside a duplicate",
 }
 
 
@@ -76,7 +88,7 @@ def test_default_bound_is_clean_and_reports_its_coverage() -> None:
     done = _module("stateful_tests.exhaustive", timeout=880)
     assert done.returncode == 0, done.stdout + done.stderr
     lines = [line for line in done.stdout.splitlines() if line.startswith("real runner:")]
-    assert len(lines) == len(BOUNDS["default"])
+    assert len(lines) == len(BOUNDS["default"]) + len(LIFECYCLE_BOUNDS["default"])
     total = re.search(r"total: (\d+) distinct states, (\d+) schedules", done.stdout)
     assert total is not None
     assert int(total.group(1)) > 1000
@@ -90,7 +102,7 @@ def test_every_planted_bug_is_either_triggered_or_declared_out_of_reach() -> Non
 @pytest.mark.parametrize("name", sorted(TRIGGER))
 def test_planted_bug_is_found_exhaustively(name: str) -> None:
     bug = next(b for b in PLANTED_BUGS if b.name == name)
-    scenario = next(s for s in BOUNDS["default"] if s[0] == TRIGGER[name])
+    scenario = next(s for s in scenarios("default") if s[0] == TRIGGER[name])
     _, plans, faults, crashes = scenario
     with planted(bug) as overrides, quiet_hypothesis():
         result = explore(
