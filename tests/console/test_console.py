@@ -175,7 +175,9 @@ def test_an_action_needs_the_token_and_the_csrf_token_and_is_audited(
         page = http.get(f"/receipts/{store.unknown_id}")
         csrf = re.search(r'name="csrf" value="([^"]+)"', page.text)
         assert csrf is not None
-        assert http.post(target, data=form).status_code == 403  # no CSRF token
+        assert http.post(target, data=form).status_code == 403  # an empty CSRF token
+        absent = {k: v for k, v in form.items() if k != "csrf"}
+        assert http.post(target, data=absent).status_code == 403  # no CSRF field at all
         wrong = {**form, "csrf": csrf.group(1)[:-1] + "x"}
         assert http.post(target, data=wrong).status_code == 403
         no_reason = {**form, "csrf": csrf.group(1), "reason": " "}
@@ -244,3 +246,24 @@ def test_the_bind_rules(
             check_bind(host, allow_remote=remote, token=token, allow_actions=actions)
     assert is_loopback("127.8.9.10")
     assert not is_loopback("example.com")
+
+
+async def test_the_queue_ages_receipts_by_the_ledger_clock_not_this_hosts() -> None:
+    """console.md: ages are the ledger's clock's; a host whose clock is off shows them right."""
+    from datetime import UTC, datetime
+
+    from dataoad import ActionRunner, InMemoryLedger
+    from dataoad._console.data import queue
+    from dataoad.testing import ManualClock
+
+    clock = ManualClock(datetime(2020, 1, 1, tzinfo=UTC))  # years behind this host
+    ledger = InMemoryLedger(clock=clock)
+
+    async def lost() -> None:
+        raise TimeoutError("response lost")
+
+    await ActionRunner(ledger).execute("charge", lost, request={}, idempotency_key="k")
+    clock.advance(90)
+    (row,) = (await queue(ledger, namespace=None, page=1)).rows
+    assert row["kind"] == "UNKNOWN"
+    assert row["age_seconds"] == 90
