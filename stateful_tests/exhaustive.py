@@ -299,6 +299,7 @@ OUT_OF_REACH = {
     "group-answers-writes-a-rollback-took-back": "a SQLite grouped-writer bug (the group machine)",
     "group-commits-each-write-alone": "a SQLite grouped-writer bug (the group machine)",
     "group-serves-after-a-failed-rollback": "a SQLite grouped-writer bug (the group machine)",
+    "group-fails-whole-on-a-refused-statement": "a SQLite grouped-writer bug (the group machine)",
     "observations-truncated-oldest-first": "losing an observation is judged by the merge machine",
     "newest-observation-dropped": "losing an observation is judged by the merge machine",
     "sync-operation-on-the-loop": "this explorer's operations are async; the runner machine has sync ones",

@@ -255,4 +255,117 @@ PLANTED_EXAMPLES = [
             "::test_with_synchronous_replication_a_failover_loses_nothing_and_charges_nothing_twice",
         ),
     ),
+    # v0.3 surfaces, written from outside without reading the tests (#42):
+    # of 20 such changes, the ones on engines, PostgreSQL, the audit and the console.
+    PlantedExample(
+        "intent-key-order-swapped",
+        "intent_key is the SHA-256 of RFC 8785 [scope, action, request] (docs/how-to/engines/index.md)",
+        "dataoad/_intent.py",
+        "    canonical = rfc8785.dumps([scope, action_name, request])\n",
+        "    canonical = rfc8785.dumps([action_name, scope, request])\n",
+        ("tests/engines/test_intent_key.py::test_fixed_vectors",),
+    ),
+    PlantedExample(
+        "engine-lease-wait-not-doubled",
+        "a re-executed engine step waits twice the lease plus 5 s for a dead worker's claim (docs/how-to/engines/dbos.md)",
+        "dataoad/integrations/_engine.py",
+        "min(2 * lease + 5, MAX_WAIT_IN_PROGRESS)",
+        "min(lease + 5, MAX_WAIT_IN_PROGRESS)",
+        ("tests/engines/test_engine_step.py",),
+    ),
+    PlantedExample(
+        "engine-replayed-unknown-returned",
+        "in every engine an UNKNOWN reaches the workflow as UnresolvedActionError, a replayed one too",
+        "dataoad/integrations/_engine.py",
+        "        if result.status is ActionStatus.UNKNOWN:\n",
+        "        if result.status is ActionStatus.UNKNOWN and not result.replayed:\n",
+        (
+            "tests/engines/test_temporal.py::test_an_ambiguous_attempt_is_not_retried_and_a_retry_anyway_charges_nothing",
+        ),
+    ),
+    PlantedExample(
+        "langgraph-task-key-uses-task-id",
+        "a node's default key survives a checkpoint lost in the crash",
+        "dataoad/integrations/langgraph.py",
+        '    return engine_key("langgraph", thread, str(step), "/".join(str(p) for p in path))\n',
+        '    return engine_key("langgraph", thread, namespace, str(step), "/".join(str(p) for p in path))\n',
+        (
+            "tests/engines/test_langgraph.py::test_worker_killed_then_resumed_from_the_sqlite_checkpoint[after_claim-verifier-ainvoke]",
+        ),
+    ),
+    PlantedExample(
+        "pgbouncer-statement-cache-kept",
+        "PostgresLedger keeps no server-side state across transactions behind PgBouncer",
+        "dataoad/ledgers/_postgres_pooler.py",
+        '        **({"statement_cache_size": 0} if pooled else {}),\n',
+        "",
+        (
+            "tests/ledgers/test_postgres_contract.py::TestPostgresLedgerThroughPgBouncer::test_one_winner_among_concurrent_claims",
+        ),
+        needs_postgres=True,
+    ),
+    PlantedExample(
+        "durability-potential-standby-counted-sync",
+        "durability() is unsafe without a synchronous standby; a potential one is not",
+        "dataoad/ledgers/_durability.py",
+        'SYNCHRONOUS_STATES: Final = frozenset({"sync", "quorum"})\n',
+        'SYNCHRONOUS_STATES: Final = frozenset({"sync", "quorum", "potential"})\n',
+        ("tests/ledgers/test_durability.py::test_every_postgres_rule_on_both_sides",),
+    ),
+    PlantedExample(
+        "audit-default-namespace-filter-ignored",
+        'audit(namespace="") lists the default namespace\'s records only',
+        "dataoad/ledgers/_audit.py",
+        "            if value is not None:\n                conditions.append(test)\n",
+        "            if value:\n                conditions.append(test)\n",
+        (
+            "tests/console/test_operator_audit.py::test_the_listing_filters_at_its_exact_bounds[sqlite]",
+        ),
+    ),
+    PlantedExample(
+        "audit-limit-keeps-oldest",
+        "audit(limit=N) lists the newest N",
+        "dataoad/ledgers/_audit.py",
+        "    return found if limit is None else found[:limit]\n",
+        "    return found if limit is None else found[-limit:]\n",
+        ("tests/console/test_operator_audit.py::test_a_prune_through_the_api_is_audited[memory]",),
+    ),
+    PlantedExample(
+        "receipt-operator-records-keep-oldest",
+        "a receipt carries its newest 100 operator records",
+        "dataoad/ledgers/_codec.py",
+        "    return json_text(items[-MAX_RECEIPT_OPERATOR_RECORDS:])\n",
+        "    return json_text(items[:MAX_RECEIPT_OPERATOR_RECORDS])\n",
+        (
+            "tests/console/test_operator_audit.py::test_a_receipt_carries_its_newest_records_and_the_audit_all[sqlite]",
+        ),
+    ),
+    PlantedExample(
+        "console-age-by-host-clock",
+        "the console ages receipts by the ledger's clock (docs: console)",
+        "dataoad/_console/data.py",
+        "    now = await ledger_now(ledger)\n",
+        "    now = utc_now()\n",
+        (
+            "tests/console/test_console.py::test_the_queue_ages_receipts_by_the_ledger_clock_not_this_hosts",
+        ),
+    ),
+    PlantedExample(
+        "console-remote-readonly-without-token",
+        "the console binds beyond loopback only with --allow-remote and a token",
+        "dataoad/_console/security.py",
+        '        if token is None:\n            raise ValueError("--allow-remote needs a token: set DATAOAD_CONSOLE_TOKEN")\n',
+        '        if token is None and allow_actions:\n            raise ValueError("--allow-remote needs a token: set DATAOAD_CONSOLE_TOKEN")\n',
+        ("tests/console/test_console.py::test_the_bind_rules",),
+    ),
+    PlantedExample(
+        "console-csrf-missing-accepted",
+        "every console action needs the CSRF token",
+        "dataoad/_console/app.py",
+        "        if not isinstance(given, str) or not same_secret(given, csrf):\n",
+        "        if isinstance(given, str) and not same_secret(given, csrf):\n",
+        (
+            "tests/console/test_console.py::test_an_action_needs_the_token_and_the_csrf_token_and_is_audited[sqlite]",
+        ),
+    ),
 ]

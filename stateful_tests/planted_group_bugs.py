@@ -61,6 +61,19 @@ def _serves_after_failed_rollback(mp: pytest.MonkeyPatch) -> dict[str, Any]:
     return {"writer_class": ServesAfterAFailedRollback}
 
 
+def _refused_statement_fails_the_group(mp: pytest.MonkeyPatch) -> dict[str, Any]:
+    import dataoad.ledgers._sqlite_group as group_module
+
+    # A constraint SQLite refuses (a duplicate key) read as a failure of the
+    # whole transaction: the other writes of the group fail with it.
+    mp.setattr(
+        group_module,
+        "_STATEMENT_ERRORS",
+        tuple(e for e in group_module._STATEMENT_ERRORS if e is not sqlite3.IntegrityError),
+    )
+    return {}
+
+
 GROUP_BUGS = [
     PlantedBug(
         "group-answers-writes-a-rollback-took-back",
@@ -82,5 +95,12 @@ GROUP_BUGS = [
         "group",
         names("group-answers-follow-the-model", "group-stores-exactly-what-it-answered"),
         _serves_after_failed_rollback,
+    ),
+    PlantedBug(
+        "group-fails-whole-on-a-refused-statement",
+        "a group holding a write that SQLite refuses (a duplicate claim) beside others",
+        "group",
+        names("group-answers-follow-the-model", "group-stores-exactly-what-it-answered"),
+        _refused_statement_fails_the_group,
     ),
 ]
