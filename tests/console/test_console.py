@@ -160,6 +160,15 @@ def test_with_a_token_nothing_is_shown_before_logging_in(
         assert "HttpOnly" in cookie
         assert "SameSite=strict" in cookie or "SameSite=Strict" in cookie
         assert http.get("/").status_code == 200
+        # Logging out needs the page's CSRF token too: absent, empty or wrong, it is refused.
+        csrf = re.search(r'name="csrf" value="([^"]+)"', http.get("/").text)
+        assert csrf is not None
+        for form in ({}, {"csrf": ""}, {"csrf": csrf.group(1)[:-1] + "x"}):
+            assert http.post("/logout", data=form, follow_redirects=False).status_code == 403
+            assert http.get("/", follow_redirects=False).status_code == 200  # still logged in
+        out = http.post("/logout", data={"csrf": csrf.group(1)}, follow_redirects=False)
+        assert out.status_code == 303
+        assert http.get("/", follow_redirects=False).headers["location"] == "/login"
 
 
 def test_an_action_needs_the_token_and_the_csrf_token_and_is_audited(
