@@ -368,4 +368,53 @@ PLANTED_EXAMPLES = [
             "tests/console/test_console.py::test_an_action_needs_the_token_and_the_csrf_token_and_is_audited[sqlite]",
         ),
     ),
+    # Boundary rules (#42): each bound's limit moved by one step.
+    PlantedExample(
+        "wait-sleeps-past-its-deadline",
+        "wait_in_progress waits at most its seconds, then raises (README)",
+        "dataoad/_runner.py",
+        "                await self._clock.sleep(min(delay, remaining))\n",
+        "                await self._clock.sleep(delay)\n",
+        (
+            "tests/claim/test_wait_in_progress.py::test_waiting_backs_off_by_doubling_and_stops_at_the_deadline",
+        ),
+    ),
+    PlantedExample(
+        "renewed-twice-per-lease",
+        "a lease is renewed three times per lease, so it survives two lost renewals (docs/concepts/leases.md)",
+        "dataoad/_leases.py",
+        "RENEWALS_PER_LEASE: Final = 3\n",
+        "RENEWALS_PER_LEASE: Final = 2\n",
+        ("tests/leases/test_leases.py::test_a_lease_is_renewed_three_times_per_lease",),
+    ),
+    PlantedExample(
+        "request-bound-exclusive",
+        "a request of exactly max_request_bytes is accepted; one byte more is refused",
+        "dataoad/_canonical.py",
+        "    if max_bytes is not None and len(canonical) > max_bytes:\n",
+        "    if max_bytes is not None and len(canonical) >= max_bytes:\n",
+        (
+            "tests/claim/test_documented_bounds.py::test_a_request_is_bounded_in_utf8_bytes_not_characters",
+        ),
+    ),
+    PlantedExample(
+        "busy-timeout-bounds-exclusive",
+        "SQLiteLedger takes a busy_timeout in [0, 3600]",
+        "dataoad/ledgers/sqlite.py",
+        "not 0 <= busy_timeout <= 3600",
+        "not 0 < busy_timeout < 3600",
+        (
+            "tests/claim/test_documented_bounds.py::test_a_busy_timeout_at_its_limit_is_accepted_and_one_step_past_refused",
+        ),
+    ),
+    PlantedExample(
+        "error-cut-at-its-bound",
+        "an error of at most 1,000 characters is kept whole (API.md)",
+        "dataoad/_receipt.py",
+        "    if len(text) > MAX_ERROR_LENGTH:\n",
+        "    if len(text) >= MAX_ERROR_LENGTH:\n",
+        (
+            "tests/claim/test_documented_bounds.py::test_an_error_of_exactly_the_bound_is_kept_whole_and_one_more_is_cut",
+        ),
+    ),
 ]
