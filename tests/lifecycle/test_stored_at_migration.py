@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from dataoad import ActionRunner, ActionStatus, PostgresLedger, SQLiteLedger
+from dataoad._clock import utc_now
 from dataoad.ledgers._codec import COLUMNS
 from dataoad.ledgers.postgres import SCHEMA_VERSION as PG_SCHEMA
 from dataoad.ledgers.sqlite import SCHEMA_VERSION
@@ -48,11 +49,20 @@ async def _check_migrated(ledger: Any, before: dict[tuple[str, str], Any]) -> No
     for receipt in after.values():
         # The best time such a row has: the writer's updated_at.
         assert receipt.stored_at == receipt.updated_at
-    # Ages are now the ledger's: a day's expiry still replays, a second's frees the key.
+    # Ages are now the ledger's: an expiry a day longer than the receipt's age still
+    # replays, a second's frees the key. The fixture's receipts were stored when it was
+    # written (2026-12-03), so the day is added to their age, not taken as the age: a
+    # fixed day's expiry turned this test red a day after the fixture was made. (This
+    # host's clock stands in for the ledger's here: both are this machine's.)
     runner = ActionRunner(ledger, lease=None)
     done = after[("", "done")]
+    age = (utc_now() - done.stored_at).total_seconds()
     kept = await runner.execute(
-        "charge", lambda: "again", request={"n": 1}, idempotency_key="done", expires_after=86_400
+        "charge",
+        lambda: "again",
+        request={"n": 1},
+        idempotency_key="done",
+        expires_after=age + 86_400,
     )
     assert kept.replayed
     assert kept.receipt.action_id == done.action_id
