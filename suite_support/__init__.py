@@ -364,3 +364,22 @@ def lock_is_free(lock_file: Path) -> bool:
     finally:
         os.close(fd)  # also releases it
     return True
+
+
+async def reconciled_at_once(runner: Any, action_id: str, *answers: VerificationResult) -> None:
+    """Reconcile ``action_id`` once per answer, concurrently: every verifier is asked before
+    any answers, so the answers meet in one merge race (contradicting ones: UNKNOWN)."""
+    all_asked = asyncio.Event()
+    asked: list[VerificationResult] = []
+
+    def answering(answer: VerificationResult) -> Any:
+        async def verify(receipt: Any) -> VerificationResult:
+            asked.append(answer)
+            if len(asked) == len(answers):
+                all_asked.set()
+            await all_asked.wait()
+            return answer
+
+        return verify
+
+    await asyncio.gather(*(runner.reconcile(action_id, answering(a)) for a in answers))

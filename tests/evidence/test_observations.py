@@ -25,6 +25,7 @@ from suite_support import (
     confirmed,
     execute,
     fixed_verifier,
+    reconciled_at_once,
     stranded,
     unknown,
 )
@@ -455,24 +456,8 @@ async def test_the_newest_observation_is_kept_even_when_no_older_one_may_go(
     # Two readers at once: a retry-safe absence and a confirmation contradict each
     # other (UNKNOWN, both kept); a later confirmation names another request. Each
     # decides the status, the conflict or a request id, so none may be dropped.
-    both_asked = asyncio.Event()
-    asked: list[str] = []
-
-    def answering(answer: VerificationResult) -> Any:
-        async def verify(receipt: Any) -> VerificationResult:
-            asked.append(answer.outcome.value)
-            if len(asked) == 2:
-                both_asked.set()
-            await both_asked.wait()
-            return answer
-
-        return verify
-
     absent = VerificationResult.absent(verified_provider_reference=REF, retry_safe=True)
-    await asyncio.gather(
-        runner.reconcile(action_id, answering(absent)),
-        runner.reconcile(action_id, answering(confirmed(rid="pr_a"))),
-    )
+    await reconciled_at_once(runner, action_id, absent, confirmed(rid="pr_a"))
     await runner.reconcile(action_id, fixed_verifier(confirmed(rid="pr_b")))
     down = VerificationResult.unknown(verified_provider_reference=REF, reason="down")
     await runner.reconcile(action_id, fixed_verifier(down))

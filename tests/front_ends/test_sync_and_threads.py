@@ -28,7 +28,7 @@ from dataoad import (
     run_tool,
 )
 from dataoad.testing import FaultyLedger, LedgerFault
-from suite_support import REF, REQUEST, closing
+from suite_support import REF, REQUEST, closing, reconciled_at_once
 
 request_id: contextvars.ContextVar[str] = contextvars.ContextVar("request_id", default="none")
 
@@ -465,27 +465,11 @@ async def test_repeated_replays_with_a_verifier_keep_the_receipt_bounded(
         # Two reconcilers read at once and contradict each other (a fenced
         # absence, a confirmation): the receipt becomes UNKNOWN and must keep
         # both, however many observations come after.
-        both_asked = asyncio.Event()
-        asked: list[str] = []
-
-        def answering(answer: VerificationResult) -> Any:
-            async def verify(receipt: Any) -> VerificationResult:
-                asked.append(answer.outcome.value)
-                if len(asked) == 2:
-                    both_asked.set()
-                await both_asked.wait()
-                return answer
-
-            return verify
-
         absent = VerificationResult.absent(verified_provider_reference=REF, retry_safe=True)
         confirmed = VerificationResult.confirmed(
             verified_provider_reference=REF, provider_request_id="a"
         )
-        await asyncio.gather(
-            runner.reconcile(first.receipt.action_id, answering(absent)),
-            runner.reconcile(first.receipt.action_id, answering(confirmed)),
-        )
+        await reconciled_at_once(runner, first.receipt.action_id, absent, confirmed)
 
         def still_down(receipt: Any) -> VerificationResult:
             return VerificationResult.unknown(reason="still down")
