@@ -279,14 +279,12 @@ def rebased_over_evidence(
     None when ``stored`` changed in any other way (the owner's write is then
     refused as before).
     """
+    # Everything but the evidence must be ``durable``'s to the letter: the
+    # last comparison holds the holder, the fence, the attempts, the claim's
+    # state and the retirement to that (equality covers every such field).
     if (
-        not stored.is_pending
-        or stored.owner != durable.owner
-        or stored.fencing_token != durable.fencing_token
-        or stored.attempts != durable.attempts
+        stored.version <= durable.version
         or len(stored.attempt_records) != len(durable.attempt_records)
-        or stored.version <= durable.version
-        or stored.retired_at is not None
         or caller_metadata(stored) != caller_metadata(durable)
         or stored.evolve(
             attempt_records=durable.attempt_records,

@@ -326,6 +326,20 @@ async def test_a_sweep_error_event_carries_the_error_at_error_level() -> None:
     assert "injected" in str(event.error)
 
 
+async def test_a_sweep_whose_verifier_raises_says_so_and_leaves_the_claim_unknown() -> None:
+    _, ledger = await stranded(("a",))
+    seen_events = Recorder()
+
+    def broken(receipt: Any) -> VerificationResult:
+        raise RuntimeError("provider API down")
+
+    results = await ActionRunner(ledger, owner="S", observers=[seen_events]).recover_stale(broken)
+    assert [r.status for r in results] == [UNKNOWN]
+    (event,) = seen_events.of(EventKind.VERIFICATION_FAILED)
+    assert event.receipt.idempotency_key == "a"
+    assert event.level == logging.WARNING
+
+
 async def test_a_ledger_that_cannot_list_is_named_in_the_refusal() -> None:
     with pytest.raises(InvalidArgumentError) as info:
         await ActionRunner(Unlisted(), owner="S").recover_stale()  # type: ignore[arg-type]

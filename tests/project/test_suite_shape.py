@@ -9,6 +9,7 @@ never called at all and its test could not fail. pytest-asyncio runs
 from __future__ import annotations
 
 import ast
+import fnmatch
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -127,3 +128,38 @@ def test_the_check_sees_a_wrapper() -> None:
         "test_b wraps its body in body()",
         "test_f wraps its body in main()",
     ]
+
+
+def _unselected(root: Path) -> list[str]:
+    """Test files of the mutated code's rooms that the mutation run neither selects nor excuses."""
+    from stateful_tests import mutation_score as score
+
+    selected = {t.split("::")[0] for t in score.TESTS}
+    missing = []
+    for room in score.SELECTED_ROOMS:
+        for path in sorted((root / "tests" / room).glob("test_*.py")):
+            name = path.relative_to(root).as_posix()
+            if (
+                name not in selected
+                and name not in score.NOT_SELECTED
+                and not fnmatch.fnmatch(name, score.NOT_SELECTED_PATTERN)
+            ):
+                missing.append(name)
+    return missing
+
+
+def test_the_mutation_run_selects_every_test_of_the_rooms_it_mutates() -> None:
+    assert _unselected(ROOT) == []
+
+
+def test_the_mutation_selection_check_sees_a_missing_file(tmp_path: Path) -> None:
+    (tmp_path / "tests" / "leases").mkdir(parents=True)
+    (tmp_path / "tests" / "leases" / "test_forgotten.py").write_text("")
+    assert _unselected(tmp_path) == ["tests/leases/test_forgotten.py"]
+
+
+def test_every_excused_or_selected_test_file_exists() -> None:
+    from stateful_tests import mutation_score as score
+
+    named = {t.split("::")[0] for t in score.TESTS} | set(score.NOT_SELECTED)
+    assert sorted(n for n in named if not (ROOT / n).exists()) == []
