@@ -51,8 +51,8 @@ from dataoad._failure import DefinitiveFailure
 from dataoad._leases import (
     Tenure,
     keep_lease,
-    rebased_over_evidence,
     settle_started,
+    start_rebased_over_evidence,
     take_over,
 )
 from dataoad._observing import (
@@ -341,8 +341,9 @@ async def _start(
             durable,
             events,
             tenure.lease,
-            # A fenced worker's evidence merged under this holder is folded in.
-            rebase=rebased_over_evidence,
+            # A fenced worker's evidence merged under this holder is folded in,
+            # unless it takes away what allowed this attempt.
+            rebase=start_rebased_over_evidence,
         )
     except ActionPersistenceError as exc:
         if first:

@@ -54,6 +54,7 @@ __all__ = [
     "keep_lease",
     "merge_zombie_evidence",
     "rebased_over_evidence",
+    "start_rebased_over_evidence",
     "recover_stale",
     "settle_started",
     "take_over",
@@ -305,6 +306,29 @@ def rebased_over_evidence(
         record = stored.attempt_records[min(observation.attempt, len(stored.attempt_records)) - 1]
         rebased = _zombie_merged(rebased, record, observation) or rebased
     return rebased.evolve(version=stored.version + 1, updated_at=utc_now())
+
+
+def start_rebased_over_evidence(
+    proposed: ActionReceipt, durable: ActionReceipt, stored: ActionReceipt
+) -> ActionReceipt | None:
+    """An attempt start rebuilt over a fenced worker's evidence, as ``rebased_over_evidence``.
+
+    None also when that evidence takes away what allowed the retry: once
+    the earlier attempts no longer all prove FAILED (the fenced worker saw
+    its call succeed, say), the ledger holds evidence that the effect may
+    have happened, and no new attempt may start over it. The start is then
+    refused, nothing is invoked, and the claim settles read-only.
+    """
+    rebased = rebased_over_evidence(proposed, durable, stored)
+    if rebased is None:
+        return None
+    earlier = [
+        attempt_evidence(r.execution_status, r.verification_status)
+        for r in rebased.attempt_records[:-1]
+    ]
+    if aggregate_attempts(earlier) is not ActionStatus.FAILED:
+        return None
+    return rebased
 
 
 async def merge_zombie_evidence(

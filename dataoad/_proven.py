@@ -220,7 +220,8 @@ class ProvenLedger(ProvenReads):
             ) from write.error
         raise NothingInvokedError(
             f"action {proposed.action_id} changed before attempt {proposed.attempts} could "
-            "start (released or recovered concurrently?); the operation was not invoked",
+            "start (released or recovered concurrently, or a fenced worker's evidence that "
+            "the effect may have happened merged in?); the operation was not invoked",
             receipt=shown,
             operation_invoked=False,
         )

@@ -139,6 +139,7 @@ TESTS = [
     "tests/ledgers/test_sqlite_group_commit.py",
     "tests/ledgers/test_row_encoding.py",
     "tests/lifecycle/test_lifecycle.py",
+    "tests/lifecycle/test_retire_writes.py",
     "tests/front_ends/test_execute_options.py",
     "tests/front_ends/test_tool_outcome.py",
     "tests/front_ends/test_close_and_exit.py",

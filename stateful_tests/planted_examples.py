@@ -417,4 +417,15 @@ PLANTED_EXAMPLES = [
             "tests/claim/test_documented_bounds.py::test_an_error_of_exactly_the_bound_is_kept_whole_and_one_more_is_cut",
         ),
     ),
+    PlantedExample(
+        "retry-started-over-a-zombies-success",
+        "no new attempt starts over durable evidence that an earlier attempt may have taken "
+        "effect (a fenced worker's success merged in before the holder's retry started)",
+        "dataoad/_leases.py",
+        "    if aggregate_attempts(earlier) is not ActionStatus.FAILED:\n",
+        "    if aggregate_attempts(earlier) is None:\n",
+        (
+            "tests/leases/test_owner_outcome_after_zombie.py::test_the_holders_retry_starts_over_a_zombies_evidence_only_while_it_allows_one",
+        ),
+    ),
 ]

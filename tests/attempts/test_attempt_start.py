@@ -218,7 +218,8 @@ async def test_an_attempt_start_error_carries_what_a_concurrent_writer_stored() 
         assert stored.attempts == 1
         if not raises:
             assert str(info.value).endswith(
-                "start (released or recovered concurrently?); the operation was not invoked"
+                "start (released or recovered concurrently, or a fenced worker's evidence that "
+                "the effect may have happened merged in?); the operation was not invoked"
             )
 
 

@@ -27,6 +27,7 @@ from dataoad import (
     ClaimFencedError,
     DefinitiveFailure,
     InMemoryLedger,
+    NothingInvokedError,
     RetryPolicy,
     SQLiteLedger,
     VerificationResult,
@@ -178,3 +179,87 @@ async def test_a_sqlite_process_whose_clock_runs_ahead_never_takes_a_live_lease(
                     )
         finish.set()
         assert (await holder).status is ActionStatus.CONFIRMED
+
+
+@pytest.mark.parametrize("zombie_saw", ["declined", "confirmed"])
+async def test_the_holders_retry_starts_over_a_zombies_evidence_only_while_it_allows_one(
+    ledger: Any, clock: ManualClock, zombie_saw: str
+) -> None:
+    """A's evidence lands between B's read-only check and B's attempt start.
+
+    A retry-safe decline leaves B's retry allowed: the start is rebuilt over
+    it and B's attempt runs. A success A saw is durable evidence that the
+    charge may have happened: B must not start a second charge over it
+    (nothing is invoked; the claim settles read-only).
+    """
+    a_started, a_finish, a_done = asyncio.Event(), asyncio.Event(), asyncio.Event()
+    charges: list[str] = []
+
+    async def a_charge() -> str:
+        a_started.set()
+        await a_finish.wait()
+        charges.append("A")
+        if zombie_saw == "declined":
+            raise DefinitiveFailure("card declined", retryable=True)
+        return "ch_A"
+
+    async def b_charge() -> str:
+        charges.append("B")
+        return "ch_B"
+
+    async def verifier(receipt: Any) -> VerificationResult:
+        if "B" in charges:
+            return VerificationResult.confirmed(verified_provider_reference="order-1")
+        if not a_done.is_set():
+            # B looked while A's request was in flight; A returns (fenced,
+            # its evidence merged) before B can count its attempt.
+            a_finish.set()
+            await a_done.wait()
+        return VerificationResult.absent(verified_provider_reference="order-1", retry_safe=True)
+
+    async def zombie() -> None:
+        try:
+            with pytest.raises(ClaimFencedError):
+                await ActionRunner(ledger, owner="A", lease=LEASE).execute(
+                    "charge",
+                    a_charge,
+                    request=REQUEST,
+                    idempotency_key="k",
+                    provider_reference="order-1",
+                )
+        finally:
+            a_done.set()
+
+    a = asyncio.create_task(zombie())
+    await a_started.wait()
+    clock.advance(LEASE + 1)
+    b = ActionRunner(ledger, owner="B", lease=LEASE)
+    call = b.execute(
+        "charge",
+        b_charge,
+        request=REQUEST,
+        idempotency_key="k",
+        provider_reference="order-1",
+        verifier=verifier,
+        policy=RetryPolicy(max_attempts=2, retry_on_failed=True),
+    )
+    if zombie_saw == "declined":
+        result = await call
+        await a
+        assert charges == ["A", "B"]
+        assert result.status is ActionStatus.CONFIRMED
+        stored = await ledger.get(result.receipt.action_id)
+        assert stored == result.receipt
+        assert stored.attempt_records[0].execution_status is ActionStatus.FAILED  # A's, folded in
+        assert stored.attempts == 2
+    else:
+        with pytest.raises(NothingInvokedError) as refused:
+            await call
+        await a
+        assert charges == ["A"]  # never a second charge over A's success
+        assert refused.value.operation_invoked is False
+        stored = await ledger.get(refused.value.receipt.action_id)
+        assert stored.is_pending
+        assert stored.owner == "B"
+        assert stored.attempts == 1
+        assert stored.attempt_records[0].execution_status is ActionStatus.CONFIRMED

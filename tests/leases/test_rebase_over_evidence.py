@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 
 from dataoad import ActionReceipt, ActionStatus, ClaimState, ObservationSource
-from dataoad._leases import _zombie_merged, rebased_over_evidence
+from dataoad._leases import _zombie_merged, rebased_over_evidence, start_rebased_over_evidence
 from dataoad._receipt import AttemptRecord
 from dataoad._records import VerificationObservation
 from dataoad.testing import ManualClock
@@ -195,3 +195,43 @@ def test_a_later_version_alone_rebases_the_holders_write_stamped_anew() -> None:
     assert rebased.version == stored.version + 1
     assert rebased.attempt_records == final.attempt_records
     assert rebased.updated_at != final.updated_at
+
+
+def verified_absent(durable: ActionReceipt) -> ActionReceipt:
+    """``durable`` after the holder's verifier proved attempt 2 absent, retry-safe."""
+    records = list(durable.attempt_records)
+    records[1] = dataclasses.replace(
+        records[1], execution_status=UNKNOWN, verification_status=FAILED, finished_at=CLOCK()
+    )
+    return durable.evolve(attempt_records=tuple(records))
+
+
+@pytest.mark.parametrize(
+    ("zombie_saw", "may_start"),
+    [(FAILED, True), (UNKNOWN, True), (CONFIRMED, False)],
+    ids=["a decline", "a lost answer", "a success"],
+)
+def test_a_retry_starts_over_a_zombies_evidence_only_while_it_still_allows_one(
+    zombie_saw: ActionStatus, may_start: bool
+) -> None:
+    durable = verified_absent(claim())
+    # What the zombie saw comes with its words (a lost answer changes nothing else).
+    stored = the_zombie_saw(durable, zombie_saw, error="what the zombie saw")
+    start = holders_write(durable)
+    rebased = start_rebased_over_evidence(start, durable, stored)
+    if may_start:
+        outcome = rebased_over_evidence(start, durable, stored)
+        assert rebased is not None
+        assert outcome is not None
+        assert rebased.evolve(updated_at=outcome.updated_at) == outcome
+        assert rebased.attempts == 3
+    else:
+        # The earlier attempts no longer all prove FAILED: no new attempt over them.
+        assert rebased is None
+        assert rebased_over_evidence(start, durable, stored) is not None  # an outcome still folds
+
+
+def test_a_start_is_never_rebased_where_an_outcome_would_not_be() -> None:
+    durable = verified_absent(claim())
+    stored = the_zombie_saw(durable, FAILED).evolve(owner="B")
+    assert start_rebased_over_evidence(holders_write(durable), durable, stored) is None

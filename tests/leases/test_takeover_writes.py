@@ -22,10 +22,12 @@ from dataoad import (
     ActionInProgressError,
     ActionRunner,
     ActionStatus,
+    DefinitiveFailure,
     EventKind,
     InMemoryLedger,
     InvalidArgumentError,
     NothingInvokedError,
+    RetryPolicy,
 )
 from dataoad.testing import FaultyLedger, LedgerFault, ManualClock
 from suite_support import Recorder
@@ -171,6 +173,28 @@ async def test_a_runner_without_leases_runs_on_a_ledger_from_before_leases() -> 
     assert result.taken_over is False  # a plain first call took nothing over
     assert op.calls == [1]
     stored = await ledger.inner.find("charge", "k")
+    assert stored is not None
+    assert stored.lease_expires_at is None
+
+
+async def test_a_runner_without_leases_retries_on_a_ledger_from_before_leases() -> None:
+    """A retry's attempt start passes no lease to a ledger whose start_attempt takes none."""
+    ledger = LedgerBeforeLeases()
+    answers = iter([DefinitiveFailure("busy", retryable=True), "ch_2"])
+
+    async def op() -> str:
+        answer = next(answers)
+        if isinstance(answer, Exception):
+            raise answer
+        return answer
+
+    result = await ActionRunner(  # type: ignore[arg-type]
+        ledger, lease=None, policy=RetryPolicy(max_attempts=2, retry_on_failed=True)
+    ).execute("charge", op, request=REQUEST, idempotency_key="k")
+    assert result.status is ActionStatus.CONFIRMED
+    assert result.receipt.attempts == 2
+    stored = await ledger.inner.find("charge", "k")
+    assert stored == result.receipt
     assert stored is not None
     assert stored.lease_expires_at is None
 

@@ -1,0 +1,138 @@
+"""Freeing a key through the proven-write rule: what is announced, proven, refused or raised.
+
+``test_lifecycle.py`` drives expiry and ``reopen`` end to end; these pin the
+write underneath both: a freed key is announced once (``RETIRED``), a lost
+acknowledgement is proven by reading back, a write that cannot be proven
+either way raises ``NothingInvokedError``, and a write that failed after
+another writer changed the receipt is decided afresh, not raised.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from dataoad import (
+    ActionRunner,
+    ActionStatus,
+    DefinitiveFailure,
+    EventKind,
+    InMemoryLedger,
+    NothingInvokedError,
+    RecoveryRefusedError,
+)
+from dataoad._receipt import utc_now
+from dataoad.testing import FaultyLedger, LedgerFault
+from suite_support import Recorder
+
+
+async def declined() -> str:
+    raise DefinitiveFailure("card declined")
+
+
+async def paid() -> str:
+    return "ch_1"
+
+
+async def a_receipt(ledger: Any, operation: Any) -> tuple[ActionRunner, Recorder, str]:
+    """A runner that records its events, and the id of a definitive receipt it wrote."""
+    seen = Recorder()
+    runner = ActionRunner(ledger, observers=[seen])
+    done = await runner.execute("charge", operation, request={}, idempotency_key="k")
+    assert done.status in (ActionStatus.CONFIRMED, ActionStatus.FAILED)
+    assert done.receipt.version == WRITTEN_AT
+    return runner, seen, done.receipt.action_id
+
+
+#: The version of a receipt the runner completed in one attempt (claim, outcome).
+WRITTEN_AT = 2
+
+
+def retired_events(seen: Recorder) -> list[tuple[str, int, bool]]:
+    return [
+        (e.fields["reason"], e.receipt.version, e.receipt.retired_at is not None)
+        for e in seen.of(EventKind.RETIRED)
+    ]
+
+
+@pytest.mark.parametrize("fault", [None, LedgerFault.LOSE_ACKNOWLEDGEMENT])
+async def test_an_expired_key_is_announced_freed_once(fault: LedgerFault | None) -> None:
+    inner = InMemoryLedger()
+    ledger = FaultyLedger(inner)
+    runner, seen, action_id = await a_receipt(ledger, paid)
+    if fault is not None:
+        ledger.inject("retire", fault)  # committed, acknowledgement lost: proven by reading
+    fresh = await runner.execute("charge", paid, request={}, idempotency_key="k", expires_after=0)
+    assert not fresh.replayed
+    assert retired_events(seen) == [("expired", WRITTEN_AT + 1, True)]
+    old = await inner.get(action_id)
+    assert old is not None
+    assert old.retired_at is not None
+
+
+@pytest.mark.parametrize("fault", [None, LedgerFault.LOSE_ACKNOWLEDGEMENT])
+async def test_a_reopened_key_is_announced_freed_once(fault: LedgerFault | None) -> None:
+    inner = InMemoryLedger()
+    ledger = FaultyLedger(inner)
+    runner, seen, action_id = await a_receipt(ledger, declined)
+    if fault is not None:
+        ledger.inject("retire", fault)
+    await runner.reopen(action_id)
+    assert retired_events(seen) == [("reopened", WRITTEN_AT + 1, True)]
+
+
+async def test_a_retire_that_cannot_be_proven_says_which_action_and_why() -> None:
+    ledger = FaultyLedger(InMemoryLedger())
+    runner, seen, action_id = await a_receipt(ledger, declined)
+    ledger.inject("retire", LedgerFault.FAIL_BEFORE_WRITE)
+    with pytest.raises(NothingInvokedError) as info:
+        await runner.reopen(action_id)
+    message = str(info.value)
+    assert message.startswith(f"freeing the key of action {action_id} could not be proven (")
+    assert "injected" in message
+    assert message.endswith("); nothing was invoked")
+    assert info.value.receipt is None
+    assert seen.of(EventKind.RETIRED) == []
+
+
+async def test_a_retire_whose_read_back_fails_too_is_raised_not_taken_for_a_refusal() -> None:
+    inner = InMemoryLedger()
+    ledger = FaultyLedger(inner)
+    runner, _, action_id = await a_receipt(ledger, declined)
+    ledger.inject("retire", LedgerFault.FAIL_BEFORE_WRITE)
+
+    def then_reads_fail(method: str) -> None:
+        if method == "retire":  # the reopen's own read went through; the read-back fails
+            ledger.inject("get", LedgerFault.FAIL_BEFORE_WRITE)
+
+    ledger.on_call = then_reads_fail
+    with pytest.raises(NothingInvokedError, match="freeing the key"):
+        await runner.reopen(action_id)
+    stored = await inner.get(action_id)
+    assert stored is not None
+    assert stored.retired_at is None
+
+
+async def test_a_retire_that_fails_after_another_writer_changed_the_receipt_decides_again() -> None:
+    class ChangedThenFails(InMemoryLedger):
+        """A zombie's UNKNOWN evidence lands, then the retire's connection drops."""
+
+        async def retire(self, receipt: Any, **options: Any) -> bool:
+            stored = await self.get(receipt.action_id)
+            assert stored is not None
+            await self.record(
+                stored.evolve(
+                    final_status=ActionStatus.UNKNOWN,
+                    version=stored.version + 1,
+                    updated_at=utc_now(),
+                )
+            )
+            raise ConnectionError("connection reset")
+
+    ledger = ChangedThenFails()
+    runner, _, action_id = await a_receipt(ledger, declined)
+    # Not "could not be proven": the read-back shows the change, so reopen
+    # decides on what is stored now, an UNKNOWN it must refuse.
+    with pytest.raises(RecoveryRefusedError, match="UNKNOWN"):
+        await runner.reopen(action_id)
