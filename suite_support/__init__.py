@@ -16,6 +16,7 @@ from dataoad import (
     ActionPersistenceError,
     ActionReceipt,
     ActionRunner,
+    ActionStatus,
     DefinitiveFailure,
     EventKind,
     InMemoryLedger,
@@ -23,6 +24,7 @@ from dataoad import (
     VerificationHealth,
     VerificationResult,
 )
+from dataoad._receipt import utc_now
 from dataoad.testing import FaultyLedger, LedgerFault, unstarted_claim
 
 FAIL = LedgerFault.FAIL_BEFORE_WRITE
@@ -383,3 +385,29 @@ async def reconciled_at_once(runner: Any, action_id: str, *answers: Verification
         return verify
 
     await asyncio.gather(*(runner.reconcile(action_id, answering(a)) for a in answers))
+
+
+class UnknownLandsFirst(InMemoryLedger):
+    """A ledger where a zombie's UNKNOWN evidence lands just before each retire.
+
+    ``then`` is raised after it (the retire's connection dropped), or the
+    retire goes on and is refused by the changed receipt.
+    """
+
+    def __init__(self, then: Exception | None = None) -> None:
+        super().__init__()
+        self.then = then
+
+    async def retire(self, receipt: Any, **options: Any) -> bool:
+        stored = await self.get(receipt.action_id)
+        assert stored is not None
+        await self.record(
+            stored.evolve(
+                final_status=ActionStatus.UNKNOWN,
+                version=stored.version + 1,
+                updated_at=utc_now(),
+            )
+        )
+        if self.then is not None:
+            raise self.then
+        return await super().retire(receipt, **options)

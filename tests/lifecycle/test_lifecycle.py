@@ -29,6 +29,7 @@ from dataoad import (
 )
 from dataoad._receipt import utc_now
 from dataoad.testing import PaymentVerifier
+from suite_support import UnknownLandsFirst
 from suite_support.services import PostgresTestTable
 
 
@@ -367,22 +368,7 @@ async def test_reopen_frees_a_definitive_failure_only(ledger: Any) -> None:
 
 
 async def test_reopen_decides_again_when_the_receipt_changes_under_it() -> None:
-    class MergesFirst(InMemoryLedger):
-        """A ledger where a zombie's UNKNOWN evidence lands just before the reopen."""
-
-        async def retire(self, receipt: Any, **options: Any) -> bool:
-            stored = await self.get(receipt.action_id)
-            assert stored is not None
-            await self.record(
-                stored.evolve(
-                    final_status=ActionStatus.UNKNOWN,
-                    version=stored.version + 1,
-                    updated_at=utc_now(),
-                )
-            )
-            return await super().retire(receipt, **options)
-
-    ledger = MergesFirst()
+    ledger = UnknownLandsFirst()
     runner = ActionRunner(ledger)
     failed = await runner.execute("charge", Calls(declined), request={}, idempotency_key="f")
     with pytest.raises(RecoveryRefusedError, match="UNKNOWN"):

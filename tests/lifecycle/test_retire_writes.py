@@ -22,9 +22,8 @@ from dataoad import (
     NothingInvokedError,
     RecoveryRefusedError,
 )
-from dataoad._receipt import utc_now
 from dataoad.testing import FaultyLedger, LedgerFault
-from suite_support import Recorder
+from suite_support import Recorder, UnknownLandsFirst
 
 
 async def declined() -> str:
@@ -115,22 +114,8 @@ async def test_a_retire_whose_read_back_fails_too_is_raised_not_taken_for_a_refu
 
 
 async def test_a_retire_that_fails_after_another_writer_changed_the_receipt_decides_again() -> None:
-    class ChangedThenFails(InMemoryLedger):
-        """A zombie's UNKNOWN evidence lands, then the retire's connection drops."""
-
-        async def retire(self, receipt: Any, **options: Any) -> bool:
-            stored = await self.get(receipt.action_id)
-            assert stored is not None
-            await self.record(
-                stored.evolve(
-                    final_status=ActionStatus.UNKNOWN,
-                    version=stored.version + 1,
-                    updated_at=utc_now(),
-                )
-            )
-            raise ConnectionError("connection reset")
-
-    ledger = ChangedThenFails()
+    # A zombie's UNKNOWN evidence lands, then the retire's connection drops.
+    ledger = UnknownLandsFirst(then=ConnectionError("connection reset"))
     runner, _, action_id = await a_receipt(ledger, declined)
     # Not "could not be proven": the read-back shows the change, so reopen
     # decides on what is stored now, an UNKNOWN it must refuse.
