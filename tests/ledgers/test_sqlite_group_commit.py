@@ -18,6 +18,7 @@ import subprocess
 import sys
 import threading
 from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -33,10 +34,10 @@ from dataoad import (
     SQLiteLedger,
 )
 from dataoad.ledgers import _sqlite_live as live
-from dataoad.ledgers._sqlite_group import BrokenConnectionError, GroupWriter, answer
+from dataoad.ledgers._sqlite_group import BrokenConnectionError, GroupWriter, QueuedWrite, answer
 from dataoad.ledgers._statements import SQLITE, compile_sql
 from dataoad.ledgers._writer_lock import WriterLock
-from suite_support import CountingOperation, lock_is_free
+from suite_support import CountingOperation, lock_is_free, unstarted
 
 INSERT = compile_sql(
     "INSERT INTO t (k, v) VALUES (:k, :v) ON CONFLICT (k) DO NOTHING RETURNING k", SQLITE
@@ -532,3 +533,216 @@ async def test_an_error_that_is_not_one_statements_fails_the_whole_group(
         with pytest.raises(sqlite3.OperationalError):
             answer(entry)
     assert stored(tmp_path / "g.sqlite3") == {}
+
+
+# -- withdrawing a write, a closed connection, a stuck transaction ----------------
+
+
+def test_a_write_is_withdrawn_until_its_group_runs_it_and_never_after(
+    tmp_path: Path, db: sqlite3.Connection
+) -> None:
+    group = writer(tmp_path)
+    queued = group.enqueue(INSERT, {"k": "queued", "v": 1})
+    assert group.withdraw(queued) is True
+    assert group._queue == []  # taken out of the queue
+    not_yet = QueuedWrite(INSERT, {"k": "not yet", "v": 2})
+    assert group.withdraw(not_yet) is True
+    group.put(not_yet)  # a put on its way after the caller gave up: skipped
+    assert group._queue == []
+    verdicts: list[bool] = []
+    running = group.enqueue(INSERT, {"k": "running", "v": 3})
+    other = group.enqueue(INSERT, {"k": "other", "v": 4})
+
+    class GivesUpMidGroup:
+        """The caller of ``running`` gives up while its group runs: too late."""
+
+        in_transaction = property(lambda self: db.in_transaction)
+
+        def execute(self, sql: str, *args: Any) -> Any:
+            if sql.startswith("INSERT") and not verdicts:
+                verdicts.append(group.withdraw(running))
+            return db.execute(sql, *args)
+
+    group.flush(GivesUpMidGroup())  # type: ignore[arg-type]
+    assert verdicts == [False]
+    assert answer(running) == [("running",)]  # it ran, and says so
+    assert answer(other) == [("other",)]
+    for gone in (queued, not_yet):
+        with pytest.raises(DataoadError, match="never run"):
+            answer(gone)
+    assert stored(tmp_path / "g.sqlite3") == {"running": 3, "other": 4}
+
+
+def test_a_write_withdrawn_while_its_group_waits_for_the_lock_is_not_failed_with_it(
+    tmp_path: Path, db: sqlite3.Connection
+) -> None:
+    group = writer(tmp_path, busy_timeout=0.05)
+    kept = group.enqueue(INSERT, {"k": "kept", "v": 1})
+    given_up = group.enqueue(INSERT, {"k": "given up", "v": 2})
+    holder = os.open(tmp_path / "g.sqlite3.lock", os.O_CREAT | os.O_RDWR, 0o600)
+    fcntl.flock(holder, fcntl.LOCK_EX)
+    real_hold = group._writer.hold
+
+    def hold(timeout: float) -> Any:
+        group.withdraw(given_up)  # its caller gives up while the group waits
+        return real_hold(timeout)
+
+    group._writer.hold = hold  # type: ignore[method-assign]
+    try:
+        group.flush(db)
+    finally:
+        os.close(holder)
+    with pytest.raises(LedgerBusyError):
+        answer(kept)
+    with pytest.raises(DataoadError, match="never run"):
+        answer(given_up)  # nobody waits for it: it is not answered with the group's error
+    assert stored(tmp_path / "g.sqlite3") == {}
+
+
+async def test_a_write_given_up_while_its_group_waits_for_the_lock_never_runs(
+    tmp_path: Path,
+) -> None:
+    """Any write, not only a claim: its caller is cancelled while the group waits."""
+    path = tmp_path / "ledger.sqlite3"
+    ledger = SQLiteLedger(path, busy_timeout=5)
+    claim = await unstarted(ledger, "k")
+    holder = os.open(tmp_path / "ledger.sqlite3.lock", os.O_CREAT | os.O_RDWR, 0o600)
+    fcntl.flock(holder, fcntl.LOCK_EX)
+    try:
+        release = asyncio.ensure_future(ledger.release(claim.action_id, claim.version))
+        await asyncio.sleep(0.2)  # its group waits for the lock
+        release.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await release
+    finally:
+        os.close(holder)
+    assert await ledger.release("0" * 32, 1) is False  # a later group runs; the release not
+    assert await ledger.get(claim.action_id) == claim
+    await ledger.close()
+
+
+async def test_writes_queued_on_a_closed_connection_fail_with_its_error(tmp_path: Path) -> None:
+    import aiosqlite
+
+    conn = await aiosqlite.connect(tmp_path / "closed.sqlite3")
+    await conn.close()
+    group = writer(tmp_path)
+    entry = group.put(group.new_entry(INSERT, {"k": "a", "v": 1}))
+    with pytest.raises(ValueError, match="the SQLite connection is closed"):
+        await group.flushed(conn, entry)
+    assert group._queue == []
+    assert group.withdraw(entry) is False  # answered already: nothing left to take back
+    # Nothing is left scheduled: the next write schedules a flush of its own.
+    assert group._flush_queued is False
+
+
+async def test_a_flush_the_thread_never_ran_answers_its_writes(tmp_path: Path) -> None:
+    group = writer(tmp_path)
+    never: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+    entry = group.put(group.new_entry(INSERT, {"k": "a", "v": 1}))
+    never.cancel()  # the thread stopped before it ran the flush
+    group._after_flush(never)
+    with pytest.raises(DataoadError, match=r"^the ledger's connection stopped$"):
+        answer(entry)
+    assert group.withdraw(entry) is False  # answered already: nothing left to take back
+    assert group._queue == []
+    ran: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+    kept = group.put(group.new_entry(INSERT, {"k": "b", "v": 2}))
+    ran.set_result(None)
+    group._after_flush(ran)  # a flush that ran: nothing to answer here
+    assert group._queue == [kept]
+
+
+def test_a_stuck_transaction_breaks_the_writer_and_says_what_to_do(
+    tmp_path: Path, db: sqlite3.Connection
+) -> None:
+    group = writer(tmp_path)
+    entries = [group.enqueue(INSERT, {"k": f"k{n}", "v": n}) for n in range(2)]
+    group.flush(FailingDb(db, "COMMIT", "ROLLBACK"))  # type: ignore[arg-type]
+    assert str(group.broken) == (
+        "a failed group of writes could not be rolled back; this ledger's connection "
+        "is unusable: close the ledger and open it again"
+    )
+    with pytest.raises(BrokenConnectionError, match="close the ledger and open it again"):
+        group.check_usable()
+    for entry in entries:
+        with pytest.raises(sqlite3.OperationalError, match="injected at COMMIT"):
+            answer(entry)
+    db.execute("ROLLBACK")
+
+
+def test_a_transaction_that_fails_is_rolled_back_and_one_that_succeeds_commits(
+    tmp_path: Path, db: sqlite3.Connection
+) -> None:
+    group = writer(tmp_path)
+    trace = Statements(db)
+
+    def insert_then_fail() -> None:
+        db.execute("INSERT INTO t VALUES ('a', 1)")
+        raise RuntimeError("body failed")
+
+    with pytest.raises(RuntimeError):
+        group.transaction(db, insert_then_fail)
+    assert not db.in_transaction
+    assert group.broken is None
+    assert trace.seen[-1] == "ROLLBACK"
+    assert group.transaction(db, lambda: db.execute("INSERT INTO t VALUES ('b', 2)").rowcount) == 1
+    assert trace.seen[-1] == "COMMIT"
+    assert stored(tmp_path / "g.sqlite3") == {"b": 2}
+
+
+def test_a_group_reads_the_ledgers_clock_once_for_all_its_statements(
+    tmp_path: Path, db: sqlite3.Connection
+) -> None:
+    readings: list[datetime] = []
+    handed: list[datetime | None] = []
+
+    def clock() -> datetime:
+        readings.append(datetime(2026, 1, 1, tzinfo=UTC) + timedelta(seconds=len(readings)))
+        return readings[-1]
+
+    def params(statement: Any, values: dict[str, Any], now: datetime | None) -> Any:
+        handed.append(now)
+        return statement.bind(values)
+
+    group = GroupWriter(WriterLock(tmp_path / "g.sqlite3.lock"), 1.0, params, clock)
+    for n in range(3):
+        group.enqueue(INSERT, {"k": f"k{n}", "v": n})
+    group.flush(db)
+    assert handed == [readings[0]] * 3  # its writes commit at one moment
+    group.enqueue(INSERT, {"k": "lone", "v": 9})
+    group.flush(db)
+    assert handed[3:] == [readings[1]]  # a lone write is handed the clock too
+    assert len(readings) == 2
+
+
+async def test_writes_queued_together_are_flushed_once_and_nothing_is_left_unhandled(
+    tmp_path: Path,
+) -> None:
+    import aiosqlite
+
+    conn = await aiosqlite.connect(tmp_path / "g.sqlite3", isolation_level=None)
+    await conn.execute("CREATE TABLE t (k TEXT PRIMARY KEY, v INTEGER NOT NULL)")
+    loop = asyncio.get_running_loop()
+    unhandled: list[dict[str, Any]] = []
+    loop.set_exception_handler(lambda _, context: unhandled.append(context))
+    group = writer(tmp_path)
+    flushes: list[int] = []
+    real_flush = group.flush
+
+    def flush(db: sqlite3.Connection) -> None:
+        flushes.append(len(group._queue))
+        real_flush(db)
+
+    group.flush = flush  # type: ignore[method-assign]
+    try:
+        entries = [group.put(group.new_entry(INSERT, {"k": f"k{n}", "v": n})) for n in range(3)]
+        answers = await asyncio.gather(*(group.flushed(conn, e) for e in entries))
+        await asyncio.sleep(0.05)  # any callback left over has run by now
+    finally:
+        loop.set_exception_handler(None)
+        await conn.close()
+    assert answers == [[("k0",)], [("k1",)], [("k2",)]]
+    assert flushes == [3]  # one flush queued for all three, not one each
+    assert group.group_sizes == [3]
+    assert unhandled == []
