@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pickle
+from typing import Any
 
 import pytest
 
@@ -13,6 +14,9 @@ from dataoad import (
     ActionStatus,
     ClaimState,
     InMemoryLedger,
+    LedgerUnusableError,
+    NothingInvokedError,
+    OutcomeNotRecordedError,
 )
 from dataoad.testing import FaultyLedger, LedgerFault, ManualClock
 from suite_support import REF, REQUEST, CountingOperation, confirmed, fixed_verifier, unstarted
@@ -113,6 +117,26 @@ async def test_failed_claim_does_not_invoke() -> None:
     assert op.calls == 0
     assert info.value.operation_invoked is False
     assert inner.snapshot() == []
+    assert str(info.value).endswith(
+        "the operation was not invoked. Re-read the ledger: if the claim was stored, it "
+        "counts attempt 1 (claim and attempt start are one write) and settles read-only "
+        "(recover_pending) or by a lease takeover"
+    )
+
+
+async def test_a_claim_on_a_ledger_that_cannot_be_used_gives_no_recovery_advice() -> None:
+    class NotSetUp(InMemoryLedger):
+        async def claim(self, receipt: Any, **options: Any) -> Any:
+            raise LedgerUnusableError("no schema yet: run migrate")
+
+    op = CountingOperation()
+    with pytest.raises(NothingInvokedError) as info:
+        await ActionRunner(NotSetUp()).execute("a", op, request=REQUEST, idempotency_key="k")
+    assert op.calls == 0
+    assert str(info.value).endswith(
+        "(LedgerUnusableError: no schema yet: run migrate); the operation was not invoked. "
+        "The ledger cannot be used as set up: fix it and call again"
+    )
 
 
 async def test_unprovable_claim_does_not_invoke_and_keeps_the_claim_as_a_barrier() -> None:
@@ -225,3 +249,24 @@ async def test_lost_acknowledgement_of_reconciliation_is_resolved_by_read_back()
     result = await runner.reconcile(first.receipt.action_id, fixed_verifier(confirmed()))
     assert result.status is ActionStatus.CONFIRMED
     assert (await inner.get(first.receipt.action_id)) == result.receipt
+
+
+async def test_an_outcome_refused_over_a_receipt_that_is_gone_is_not_recorded() -> None:
+    class Vanishes(InMemoryLedger):
+        """The outcome write is refused, and the receipt cannot be read back any more."""
+
+        refused = False
+
+        async def record(self, receipt: Any) -> bool:
+            self.refused = True
+            return False
+
+        async def get(self, action_id: str) -> Any:
+            return None if self.refused else await super().get(action_id)
+
+    op = CountingOperation("value")
+    with pytest.raises(OutcomeNotRecordedError) as info:
+        await ActionRunner(Vanishes()).execute("a", op, request=REQUEST, idempotency_key="k")
+    assert op.calls == 1
+    assert info.value.operation_invoked is True
+    assert "the claim changed concurrently" in str(info.value)
