@@ -175,9 +175,9 @@ class ProvenLedger(ProvenReads):
         """Count the attempt durably before invoking, or raise NothingInvokedError.
 
         Returns what was stored. ClaimFencedError (nothing invoked) when the
-        claim was taken over. Refused because a fenced worker's evidence was
-        merged under its holder, the start is rebuilt over it by ``rebase``
-        (see ``record_outcome``) and written again.
+        claim was taken over. Refused (or failed) because a fenced worker's
+        evidence was merged under its holder, the start is rebuilt over it by
+        ``rebase`` (see ``record_outcome``) and written again.
         """
         base = previous
         write = _Write()
@@ -194,8 +194,10 @@ class ProvenLedger(ProvenReads):
                 events.emit(EventKind.ATTEMPT_START_ACKNOWLEDGEMENT_RECOVERED, proposed)
             if write.proven:
                 return proposed
+            # Refused, or failed while the claim moved: what is stored decides
+            # (a write that failed never counts unless the read-back proves it).
             stored = write.stored
-            if write.error is not None or rebase is None or stored is None:
+            if rebase is None or stored is None:
                 break
             rebased = rebase(proposed, base, stored)
             if rebased is None:
@@ -243,8 +245,8 @@ class ProvenLedger(ProvenReads):
 
         OutcomeNotRecordedError when it cannot be; ClaimFencedError (with what
         is stored now) when the claim was taken over. When the write is
-        refused because the claim moved without leaving its holder (a fenced
-        worker's evidence merged into it), ``rebase(final, base, stored)``
+        refused, or fails, because the claim moved without leaving its holder
+        (a fenced worker's evidence merged into it), ``rebase(final, base, stored)``
         gives the outcome (written over ``base``) rebuilt over what is stored,
         which is written instead (bounded rounds): the holder's outcome is
         always recorded.
@@ -260,9 +262,14 @@ class ProvenLedger(ProvenReads):
                 events.emit(EventKind.OUTCOME_ACKNOWLEDGEMENT_RECOVERED, final)
             if write.proven:
                 return final
-            if write.error is not None or rebase is None:
+            if rebase is None:
                 break
-            back = await self._read_back(functools.partial(self.ledger.get, mine.action_id))
+            # A failed write read back already; a refusal reads what is stored now.
+            back = (
+                write
+                if write.error is not None
+                else await self._read_back(functools.partial(self.ledger.get, mine.action_id))
+            )
             stored = back.stored
             rebased = None if stored is None else rebase(final, base, stored)
             if stored is None or rebased is None:

@@ -17,7 +17,16 @@ from typing import Any
 
 import pytest
 
-from dataoad import ActionReceipt, ActionStatus, ClaimState, ObservationSource
+from dataoad import (
+    ActionReceipt,
+    ActionRunner,
+    ActionStatus,
+    ClaimState,
+    DefinitiveFailure,
+    InMemoryLedger,
+    ObservationSource,
+    RetryPolicy,
+)
 from dataoad._leases import _zombie_merged, rebased_over_evidence, start_rebased_over_evidence
 from dataoad._receipt import AttemptRecord
 from dataoad._records import VerificationObservation
@@ -235,3 +244,60 @@ def test_a_start_is_never_rebased_where_an_outcome_would_not_be() -> None:
     durable = verified_absent(claim())
     stored = the_zombie_saw(durable, FAILED).evolve(owner="B")
     assert start_rebased_over_evidence(holders_write(durable), durable, stored) is None
+
+
+# -- through the proven write: a write that fails while evidence lands -----------
+
+
+class EvidenceLandsThenFails(InMemoryLedger):
+    """On the first ``verb`` write: a fenced worker's evidence about attempt 1 lands, then
+    the write's connection drops (nothing of it stored)."""
+
+    def __init__(self, verb: str) -> None:
+        super().__init__()
+        self.verb = verb
+        self.struck = False
+
+    async def _strike(self, receipt: ActionReceipt) -> None:
+        if self.struck:
+            return
+        self.struck = True
+        stored = await self.get(receipt.action_id)
+        assert stored is not None
+        first = dataclasses.replace(stored.attempt_records[0], provider_request_id="ch_zombie")
+        merged = _zombie_merged(stored, first, None)
+        assert merged is not None
+        assert await super().record(merged)
+        raise ConnectionError("connection reset")
+
+    async def start_attempt(self, receipt: ActionReceipt, **options: Any) -> bool:
+        if self.verb == "start_attempt":
+            await self._strike(receipt)
+        return await super().start_attempt(receipt, **options)
+
+    async def record(self, receipt: ActionReceipt) -> bool:
+        if self.verb == "record" and receipt.claim_state is ClaimState.COMPLETED:
+            await self._strike(receipt)
+        return await super().record(receipt)
+
+
+@pytest.mark.parametrize("verb", ["start_attempt", "record"])
+async def test_a_write_that_fails_while_evidence_lands_is_rebuilt_over_it(verb: str) -> None:
+    ledger = EvidenceLandsThenFails(verb)
+    answers = iter([DefinitiveFailure("busy", retryable=True), "ch_2"])
+
+    async def op() -> str:
+        answer = next(answers)
+        if isinstance(answer, Exception):
+            raise answer
+        return answer
+
+    result = await ActionRunner(
+        ledger, policy=RetryPolicy(max_attempts=2, retry_on_failed=True)
+    ).execute("charge", op, request={}, idempotency_key="k")
+    assert ledger.struck
+    assert result.status is CONFIRMED
+    assert result.receipt.attempts == 2  # each attempt ran once
+    stored = await ledger.get(result.receipt.action_id)
+    assert stored == result.receipt
+    assert stored.attempt_records[0].provider_request_id == "ch_zombie"  # folded in

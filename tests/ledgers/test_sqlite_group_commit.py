@@ -34,7 +34,13 @@ from dataoad import (
     SQLiteLedger,
 )
 from dataoad.ledgers import _sqlite_live as live
-from dataoad.ledgers._sqlite_group import BrokenConnectionError, GroupWriter, QueuedWrite, answer
+from dataoad.ledgers._sqlite_group import (
+    BrokenConnectionError,
+    GroupWriter,
+    QueuedWrite,
+    _settle,
+    answer,
+)
 from dataoad.ledgers._statements import SQLITE, compile_sql
 from dataoad.ledgers._writer_lock import WriterLock
 from suite_support import CountingOperation, lock_is_free, unstarted
@@ -746,3 +752,110 @@ async def test_writes_queued_together_are_flushed_once_and_nothing_is_left_unhan
     assert flushes == [3]  # one flush queued for all three, not one each
     assert group.group_sizes == [3]
     assert unhandled == []
+
+
+def test_a_transaction_left_open_on_the_connection_is_never_built_on(
+    tmp_path: Path, db: sqlite3.Connection
+) -> None:
+    db.execute("BEGIN")
+    db.execute("INSERT INTO t VALUES ('stray', 1)")  # someone else's, never committed
+    group = writer(tmp_path)
+    entries = [group.enqueue(INSERT, {"k": f"k{n}", "v": n}) for n in range(2)]
+    group.flush(db)
+    assert [answer(e) for e in entries] == [[("k0",)], [("k1",)]]
+    assert group.broken is None
+    assert stored(tmp_path / "g.sqlite3") == {"k0": 0, "k1": 1}
+
+
+def test_a_broken_writer_runs_nothing_more_on_its_connection(
+    tmp_path: Path, db: sqlite3.Connection
+) -> None:
+    group = writer(tmp_path)
+    group.enqueue(INSERT, {"k": "a", "v": 1})
+    group.enqueue(INSERT, {"k": "b", "v": 2})
+    failing = FailingDb(db, "COMMIT", "ROLLBACK")
+    group.flush(failing)  # type: ignore[arg-type]
+    assert group.broken is not None
+    trace = Statements(db)
+    later = group.enqueue(INSERT, {"k": "c", "v": 3})
+    group.flush(failing)  # type: ignore[arg-type]
+    with pytest.raises(BrokenConnectionError):
+        answer(later)
+    with pytest.raises(BrokenConnectionError):
+        group.transaction(db, lambda: db.execute("INSERT INTO t VALUES ('d', 4)"))
+    assert trace.seen == []  # not even a rollback
+    assert db.in_transaction  # left as it is, for closing the ledger to undo
+    db.execute("ROLLBACK")
+
+
+class RollsBackAt:
+    """A connection on which one INSERT makes SQLite roll the whole transaction back.
+
+    ``raises`` is what that statement raises (None: it returns, as a
+    statement can after SQLite abandoned the transaction).
+    """
+
+    def __init__(self, db: sqlite3.Connection, key: str, raises: Exception | None) -> None:
+        self._db, self._key, self._raises = db, key, raises
+
+    @property
+    def in_transaction(self) -> bool:
+        return self._db.in_transaction
+
+    def execute(self, sql: str, *args: Any) -> Any:
+        if sql.startswith("INSERT") and args and self._key in args[0]:
+            self._db.execute("ROLLBACK")
+            if self._raises is not None:
+                raise self._raises
+            return self._db.execute("SELECT 1 WHERE 0")
+        return self._db.execute(sql, *args)
+
+
+@pytest.mark.parametrize(
+    ("raises", "message"),
+    [
+        (sqlite3.IntegrityError("ROLLBACK constraint"), "ROLLBACK constraint"),
+        (None, "transaction rolled back"),
+    ],
+    ids=["its own error", "no error of its own"],
+)
+def test_a_statement_that_rolls_the_transaction_back_fails_the_whole_group(
+    tmp_path: Path, db: sqlite3.Connection, raises: Exception | None, message: str
+) -> None:
+    group = writer(tmp_path)
+    entries = [group.enqueue(INSERT, {"k": f"k{n}", "v": n}) for n in range(3)]
+    group.flush(RollsBackAt(db, "k1", raises))  # type: ignore[arg-type]
+    for entry in entries:
+        with pytest.raises(sqlite3.DatabaseError) as info:
+            answer(entry)
+        assert str(info.value) == message
+    assert stored(tmp_path / "g.sqlite3") == {}
+    assert group.broken is None
+
+
+@pytest.mark.parametrize(("before", "after"), [(999, 1000), (1000, 501)])
+def test_the_record_of_group_sizes_is_kept_to_about_a_thousand(
+    tmp_path: Path, db: sqlite3.Connection, before: int, after: int
+) -> None:
+    group = writer(tmp_path)
+    group.group_sizes.extend([1] * before)
+    group.enqueue(INSERT, {"k": "a", "v": 1})
+    group.flush(db)
+    assert len(group.group_sizes) == after
+    assert group.group_sizes[-1] == 1
+
+
+async def test_writes_whose_loop_has_closed_are_settled_without_an_error(tmp_path: Path) -> None:
+    other = asyncio.new_event_loop()
+    orphan = QueuedWrite(INSERT, {"k": "a", "v": 1}, other.create_future())
+    other.close()  # its caller's loop is gone: nobody waits any more
+    mine = QueuedWrite(INSERT, {"k": "b", "v": 2}, asyncio.get_running_loop().create_future())
+    _settle([orphan, mine])  # no RuntimeError from the closed loop
+    assert mine.done is not None
+    await mine.done
+
+
+def test_a_write_that_never_ran_says_so() -> None:
+    with pytest.raises(DataoadError) as info:
+        answer(QueuedWrite(INSERT, {"k": "a", "v": 1}))
+    assert str(info.value) == "the write was never run: its ledger stopped"
