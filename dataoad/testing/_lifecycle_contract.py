@@ -289,7 +289,9 @@ class LifecycleContract:
         async def check(ledger: Any) -> None:
             one = await self._aged(ledger, ActionStatus.UNKNOWN, "x", days=40)
             two = await self._aged(ledger, ActionStatus.UNKNOWN, "y", days=41)
-            merged = one.evolve(metadata={"reconciled": "late"}, version=one.version + 1)
+            # The oldest changes: it comes first in the batch, and the rest of
+            # the batch is still pruned after it.
+            merged = two.evolve(metadata={"reconciled": "late"}, version=two.version + 1)
 
             async def reconcile_meanwhile(batch: Sequence[ActionReceipt]) -> None:
                 other = self.peer(ledger)
@@ -305,8 +307,8 @@ class LifecycleContract:
                 before_delete=reconcile_meanwhile,
             )
             assert deleted == 1
-            assert await ledger.get(one.action_id) == merged
-            assert await ledger.get(two.action_id) is None
+            assert await ledger.get(two.action_id) == merged
+            assert await ledger.get(one.action_id) is None
 
         self._life(check)
 

@@ -24,14 +24,17 @@ from dataoad import (
     ActionRunner,
     ActionStatus,
     AuditNotRecordedError,
+    ClaimState,
     DefinitiveFailure,
     InMemoryLedger,
     InvalidArgumentError,
     OperatorRecord,
     RecoveryRefusedError,
+    RetryPolicy,
     SQLiteLedger,
     SyncActionRunner,
 )
+from dataoad._receipt import AttemptRecord
 from dataoad._records import MAX_RECEIPT_OPERATOR_RECORDS
 from dataoad.testing import ManualClock
 from suite_support import (
@@ -39,6 +42,7 @@ from suite_support import (
     CountingOperation,
     closing,
     confirmed,
+    execute,
     fenced_absent,
     fixed_verifier,
     stranded,
@@ -147,6 +151,70 @@ async def test_a_receipt_keeps_its_records_whatever_copy_a_writer_holds(
     assert after is not None
     assert after.retired_at is not None
     assert after.operator_records == (note,)
+
+
+async def test_every_write_of_a_claim_keeps_its_operator_records(
+    clocked: tuple[Any, ManualClock],
+) -> None:
+    """A takeover, a new attempt's start and the outcome each write the next version:
+    none of them drops the records the ledger appended before."""
+    ledger, clock = clocked
+    left = await stranded(ledger)  # its worker's 30 s lease runs out below
+    note = await ledger.append_audit(
+        OperatorRecord("ana", "h", "verify", left.action_id, "", "looked", "PENDING")
+    )
+    clock.advance(60)
+    settled = await execute(
+        ActionRunner(ledger, owner="B", policy=RetryPolicy(max_attempts=2, retry_on_failed=True)),
+        CountingOperation("ch_2"),
+        verifier=fixed_verifier(fenced_absent(), confirmed()),
+    )
+    assert settled.taken_over
+    assert settled.receipt.attempts == 2  # taken over, a new attempt started, its outcome
+    stored = await ledger.get(left.action_id)
+    assert stored is not None
+    assert stored.version > left.version + 2
+    assert stored.operator_records == (note,)
+
+
+async def test_writes_from_a_copy_read_before_a_record_keep_it(
+    clocked: tuple[Any, ManualClock],
+) -> None:
+    """Take over, start an attempt, record: each written from a copy that lacks the record."""
+    ledger, clock = clocked
+    left = await stranded(ledger)
+    held = await ledger.get(left.action_id)  # read before the operator's record
+    assert held is not None
+    note = await ledger.append_audit(
+        OperatorRecord("ana", "h", "verify", held.action_id, "", "looked", "PENDING")
+    )
+    clock.advance(60)
+    now = clock()
+    taken = held.evolve(
+        owner="B", fencing_token=held.fencing_token + 1, version=held.version + 1, updated_at=now
+    )
+    second = AttemptRecord(number=2, started_at=now)
+    started = taken.evolve(
+        attempts=2,
+        attempt_records=(*taken.attempt_records, second),
+        version=taken.version + 1,
+    )
+    done = started.evolve(
+        claim_state=ClaimState.COMPLETED,
+        execution_status=ActionStatus.UNKNOWN,
+        final_status=ActionStatus.UNKNOWN,
+        version=started.version + 1,
+    )
+    writes = [
+        ("take_over", lambda: ledger.take_over(taken, lease=30.0)),
+        ("start_attempt", lambda: ledger.start_attempt(started, lease=30.0)),
+        ("record", lambda: ledger.record(done)),
+    ]
+    for verb, write in writes:
+        assert await write(), verb
+        stored = await ledger.get(held.action_id)
+        assert stored is not None
+        assert stored.operator_records == (note,), verb
 
 
 async def test_a_receipt_carries_its_newest_records_and_the_audit_all(

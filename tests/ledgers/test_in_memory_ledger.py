@@ -6,6 +6,8 @@ import asyncio
 import contextlib
 import threading
 
+import pytest
+
 from dataoad import ActionInProgressError, ActionRunner, ActionStatus, InMemoryLedger
 
 
@@ -55,3 +57,23 @@ async def test_a_claim_reusing_a_stored_action_id_is_refused_by_name() -> None:
     with pytest.raises(ValueError, match=f"^action id '{first.action_id}' already exists$"):
         await ledger.claim(clash)
     assert await ledger.find(clash.action_name, "k2") is None
+
+
+async def test_a_claim_that_does_not_hold_its_key_is_refused_by_name() -> None:
+    from dataoad._receipt import utc_now
+    from dataoad.testing._ledger_contract import make_receipt
+
+    ledger = InMemoryLedger()
+    with pytest.raises(ValueError, match="must hold its key") as info:
+        await ledger.claim(make_receipt(retired_at=utc_now()))
+    assert str(info.value) == "a new claim must hold its key (retired_at is None)"
+    assert await ledger.receipts() == []
+
+
+def test_an_operator_record_not_yet_stamped_round_trips_through_json() -> None:
+    from dataoad import OperatorRecord
+
+    record = OperatorRecord("ana", "h", "verify", None, "", "looked", "PENDING")
+    assert record.at is None
+    assert record.to_json()["at"] is None
+    assert OperatorRecord.from_json(record.to_json()) == record
