@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import json
 import math
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -622,3 +623,42 @@ async def test_a_lease_is_renewed_three_times_per_lease() -> None:
     result = await runner.execute("charge", charge, request=REQUEST, idempotency_key="k")
     assert result.status is ActionStatus.CONFIRMED
     assert clock.sleeps == [LEASE / 3]
+
+
+async def test_a_renewal_extends_the_lease_by_a_whole_lease_from_the_ledgers_now() -> None:
+    ledger_clock = ManualClock()
+    ledger = InMemoryLedger(clock=ledger_clock)
+    start = ledger_clock()
+    renewed = asyncio.Event()
+
+    class OneRenewal:
+        """The runner's clock: a third of the lease passes once, then it holds."""
+
+        def __init__(self) -> None:
+            self.slept = 0
+
+        def monotonic(self) -> float:
+            return 0.0
+
+        async def sleep(self, seconds: float) -> None:
+            self.slept += 1
+            if self.slept == 1:
+                ledger_clock.advance(seconds)
+                return
+            renewed.set()
+            await asyncio.Event().wait()  # cancelled with the attempt
+
+    seen: list[Any] = []
+
+    async def charge() -> str:
+        seen.append((await ledger.find("charge", "k")).lease_expires_at)
+        await renewed.wait()
+        seen.append((await ledger.find("charge", "k")).lease_expires_at)
+        return "ch_1"
+
+    runner = ActionRunner(ledger, owner="A", lease=LEASE, clock=OneRenewal())
+    await runner.execute("charge", charge, request=REQUEST, idempotency_key="k")
+    assert seen == [
+        start + timedelta(seconds=LEASE),
+        start + timedelta(seconds=LEASE / 3 + LEASE),
+    ]

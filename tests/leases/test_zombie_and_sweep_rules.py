@@ -23,6 +23,7 @@ from dataoad import (
     EventKind,
     InMemoryLedger,
     InvalidArgumentError,
+    NothingInvokedError,
     ObservationSource,
     RetryPolicy,
     VerificationResult,
@@ -307,6 +308,20 @@ async def test_a_sweep_goes_on_past_a_released_claim_and_a_renewed_one() -> None
     assert b.is_pending
 
 
+async def test_a_sweep_settles_the_stale_claims_of_its_own_namespace_only() -> None:
+    clock = ManualClock()
+    ledger = InMemoryLedger(clock=clock)
+    for namespace in ("tenant-a", "tenant-b"):
+        await crash_with_reference(ActionRunner(ledger, owner="A", namespace=namespace), "k")
+    clock.advance(LEASE)
+    results = await ActionRunner(ledger, owner="S", namespace="tenant-a").recover_stale()
+    assert [(r.receipt.namespace, r.status) for r in results] == [("tenant-a", UNKNOWN)]
+    other = await ledger.find("charge", "k", "tenant-b")
+    assert other is not None
+    assert other.is_pending
+    assert other.owner == "A"  # not taken over: another tenant's claim
+
+
 async def test_a_runner_without_leases_still_sweeps_under_the_default_lease() -> None:
     _, ledger = await stranded(("a",))
     results = await ActionRunner(ledger, owner="S", lease=None).recover_stale()
@@ -338,6 +353,20 @@ async def test_a_sweep_whose_verifier_raises_says_so_and_leaves_the_claim_unknow
     (event,) = seen_events.of(EventKind.VERIFICATION_FAILED)
     assert event.receipt.idempotency_key == "a"
     assert event.level == logging.WARNING
+
+
+async def test_a_listing_that_fails_stops_the_sweep_before_anything_is_settled() -> None:
+    _, inner = await stranded(("a",))
+    faulty = FaultyLedger(inner)
+    faulty.inject("receipts", LedgerFault.FAIL_BEFORE_WRITE)
+    with pytest.raises(NothingInvokedError) as info:
+        await ActionRunner(faulty, owner="S").recover_stale()
+    assert str(info.value).startswith("could not list the stale claims: ")
+    assert "injected" in str(info.value)
+    assert str(info.value).endswith("; nothing was settled")
+    assert info.value.operation_invoked is False
+    assert info.value.receipt is None
+    assert faulty.calls == ["receipts"]
 
 
 async def test_a_ledger_that_cannot_list_is_named_in_the_refusal() -> None:

@@ -121,3 +121,34 @@ async def test_a_retire_that_fails_after_another_writer_changed_the_receipt_deci
     # decides on what is stored now, an UNKNOWN it must refuse.
     with pytest.raises(RecoveryRefusedError, match="UNKNOWN"):
         await runner.reopen(action_id)
+
+
+async def test_a_receipt_too_young_to_expire_is_answered_as_read_again() -> None:
+    """Refused by the ledger's clock: the receipt read again is the same, so it replays,
+    without a second claim."""
+    ledger = FaultyLedger(InMemoryLedger())
+    seen = Recorder()
+    runner = ActionRunner(ledger, observers=[seen], namespace="tenant")
+    first = await runner.execute("charge", paid, request={}, idempotency_key="k")
+    ledger.calls.clear()
+    again = await runner.execute(
+        "charge", paid, request={}, idempotency_key="k", expires_after=3600
+    )
+    assert again.replayed
+    assert again.receipt == first.receipt
+    assert ledger.calls == ["claim", "retire", "find"]  # read again in its namespace
+    assert seen.of(EventKind.RETIRED) == []
+
+
+async def test_a_receipt_that_cannot_be_read_again_after_a_refused_expiry_is_raised() -> None:
+    ledger = FaultyLedger(InMemoryLedger())
+    runner = ActionRunner(ledger)
+    await runner.execute("charge", paid, request={}, idempotency_key="k")
+    ledger.inject("find", LedgerFault.FAIL_BEFORE_WRITE)
+    with pytest.raises(NothingInvokedError) as info:
+        await runner.execute("charge", paid, request={}, idempotency_key="k", expires_after=3600)
+    assert str(info.value).startswith("could not read the ledger for 'charge': ")
+    assert "injected" in str(info.value)
+    assert str(info.value).endswith("; nothing was invoked")
+    assert info.value.operation_invoked is False
+    assert info.value.receipt is None
