@@ -61,8 +61,6 @@ class Observation:
 
     result: VerificationResult | None
     record: VerificationObservation
-    #: Without a usable answer: what went wrong, in full (bounded), for the caller.
-    said: str | None = None
 
     @property
     def status(self) -> ActionStatus:
@@ -237,7 +235,7 @@ def _no_answer(
         source=source.value,
         said=said,
     )
-    return Observation(None, _record(source, attempt, ActionStatus.UNKNOWN, None, stored), said)
+    return Observation(None, _record(source, attempt, ActionStatus.UNKNOWN, None, stored))
 
 
 def with_observation(

@@ -134,6 +134,44 @@ async def test_non_retryable_definitive_failure_is_not_retried() -> None:
     assert result.status is FAILED
 
 
+async def test_a_failure_whose_retryable_flag_cannot_be_read_is_not_retried() -> None:
+    class Unreadable(DefinitiveFailure):
+        @property  # type: ignore[override]
+        def retryable(self) -> bool:
+            raise RuntimeError("flag lookup failed")
+
+        @retryable.setter
+        def retryable(self, value: bool) -> None:
+            pass  # set by DefinitiveFailure.__init__; reading it is what fails
+
+    op = CountingOperation(Unreadable("declined"), "ok")
+    result = await execute(op, policy=RETRY_FAILED)
+    assert op.calls == 1
+    assert result.status is FAILED
+    assert [r.retry_decision for r in result.receipt.attempt_records] == ["stop"]
+
+
+async def test_a_retrys_start_is_stamped_with_its_attempts_start() -> None:
+    ledger = InMemoryLedger()
+    seen: list[tuple[object, object]] = []
+    calls = 0
+
+    async def op() -> str:
+        nonlocal calls
+        calls += 1
+        if calls == 1:
+            raise DefinitiveFailure("busy", retryable=True)
+        stored = (await ledger.receipts(pending=True))[0]
+        seen.append((stored.updated_at, stored.attempt_records[-1].started_at))
+        return "ok"
+
+    await ActionRunner(ledger).execute(
+        "charge", op, request=REQUEST, idempotency_key="k", policy=RETRY_FAILED
+    )
+    ((updated_at, started_at),) = seen
+    assert updated_at == started_at
+
+
 async def test_unknown_is_never_retried_even_when_failed_retries_are_allowed() -> None:
     op = CountingOperation(TimeoutError(), "ok")
     result = await execute(op, policy=RETRY_FAILED)

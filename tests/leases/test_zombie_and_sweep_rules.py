@@ -353,6 +353,8 @@ async def test_a_sweep_whose_verifier_raises_says_so_and_leaves_the_claim_unknow
     (event,) = seen_events.of(EventKind.VERIFICATION_FAILED)
     assert event.receipt.idempotency_key == "a"
     assert event.level == logging.WARNING
+    assert event.fields["source"] == "recover"
+    assert "provider API down" in event.fields["said"]
 
 
 async def test_a_listing_that_fails_stops_the_sweep_before_anything_is_settled() -> None:
