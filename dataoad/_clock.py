@@ -16,7 +16,7 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Protocol, TypeAlias, runtime_checkable
 
-__all__ = ["Clock", "LedgerClock", "SystemClock", "utc_now", "wall_time"]
+__all__ = ["Clock", "LedgerClock", "SystemClock", "utc_now"]
 
 #: A ledger's wall clock: returns the current time as an aware datetime.
 LedgerClock: TypeAlias = Callable[[], datetime]
@@ -38,16 +38,6 @@ class Clock(Protocol):
     async def sleep(self, seconds: float) -> None:
         """Let ``seconds`` pass (the event loop keeps running)."""
         ...
-
-
-def wall_time(clock: object) -> datetime:
-    """The runner's wall time: ``clock.wall_time()`` when the clock has one, else UTC now.
-
-    No decision reads it: every age is the ledger's to judge, by its own
-    clock. Tests and the state machines skew it to show exactly that.
-    """
-    read = getattr(clock, "wall_time", None)
-    return read() if callable(read) else utc_now()
 
 
 class SystemClock:

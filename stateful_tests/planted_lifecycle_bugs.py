@@ -21,7 +21,7 @@ import dataoad._retiring as retiring_module
 import dataoad._runner as runner_module
 import dataoad.ledgers.memory as memory_module
 from dataoad import ActionReceipt, ActionStatus, ClaimState, InMemoryLedger, SQLiteLedger
-from dataoad._clock import wall_time
+from dataoad._clock import utc_now
 from dataoad.ledgers._pruning import DeleteExact, NextBatch
 from dataoad.ledgers.sqlite import _SQL
 from stateful_tests.planted import PlantedBug, names
@@ -81,6 +81,13 @@ def _expires_unasked(mp: pytest.MonkeyPatch) -> dict[str, Any]:
 
 
 _CALLER_CLOCK: contextvars.ContextVar[Any] = contextvars.ContextVar("caller_clock")
+
+
+def wall_time(clock: object) -> datetime:
+    """The caller's wall time, as a runner reading its own clock would (no rule of the
+    library reads it: that is the planted bug)."""
+    read = getattr(clock, "wall_time", None)
+    return read() if callable(read) else utc_now()
 
 
 def _expiry_by_caller_clock(mp: pytest.MonkeyPatch) -> dict[str, Any]:
