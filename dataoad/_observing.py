@@ -194,9 +194,11 @@ async def observe(
         # Only the type is stored: the message may carry a provider's values
         # (a URL, a response body). The event logs it, bounded.
         raised = f"verifier raised {type(exc).__name__}"
+        said = bounded_error(exc)
         if isinstance(exc, _NoAnswerInTime):
-            raised = f"verifier raised TimeoutError: {exc}"
-        return _no_answer(events, receipt, source, attempt, raised, bounded_error(exc))
+            # The runner's own words, safe to store; the log names no private class.
+            raised = said = f"verifier raised TimeoutError: {exc}"
+        return _no_answer(events, receipt, source, attempt, raised, said)
     if type(result) is not VerificationResult:
         invalid = f"verifier returned {type(result).__qualname__}, not a VerificationResult"
         return _no_answer(events, receipt, source, attempt, invalid, invalid)

@@ -12,6 +12,7 @@ from dataoad import (
     ActionRunner,
     ActionStatus,
     ClaimState,
+    EventKind,
     InMemoryLedger,
     InvalidArgumentError,
     Ledger,
@@ -21,6 +22,7 @@ from dataoad import (
 from suite_support import (
     REF,
     CountingOperation,
+    Recorder,
     closing,
     confirmed,
     execute,
@@ -409,10 +411,16 @@ async def test_a_verifier_with_no_answer_leaves_a_completed_receipt_as_it_was(
         for verb in (runner.reconcile, runner.recover_pending):
             result = await verb(first.receipt.action_id, verifier)
             assert result.status is ActionStatus.UNKNOWN
+            assert result.replayed is False  # an operator's verb, not a replay
             assert result.receipt == before
             assert await ledger.get(first.receipt.action_id) == before
+        # A caller retrying the key replays it, verified again to no avail.
+        again = await execute(runner, CountingOperation("never"), verifier=verifier)
+        assert again.replayed is True
+        assert again.status is ActionStatus.UNKNOWN
+        assert again.receipt == before
     failed = [r.getMessage() for r in caplog.records if "verification_failed" in r.getMessage()]
-    assert len(failed) == 6
+    assert len(failed) == 9
     assert "cus_42" in failed[0]
     settled = await runner.reconcile(first.receipt.action_id, fixed_verifier(confirmed()))
     assert settled.status is ActionStatus.CONFIRMED
@@ -466,3 +474,69 @@ async def test_the_newest_observation_is_kept_even_when_no_older_one_may_go(
     assert len(kept) == 4  # over the bound: nothing older could go
     assert kept[-1] == stored.metadata["verification"]
     assert kept[-1]["health"] == "UNAVAILABLE"
+
+
+async def _slowly_confirmed(receipt: Any) -> VerificationResult:
+    await asyncio.sleep(0.3)
+    return confirmed()
+
+
+async def _its_own_timeout(receipt: Any) -> VerificationResult:
+    raise TimeoutError("the provider's read timed out")
+
+
+@pytest.mark.parametrize(
+    ("verifier", "time_limit", "stored", "said"),
+    [
+        (
+            fixed_verifier("not a result"),
+            30.0,
+            "verifier returned str, not a VerificationResult",
+            "verifier returned str, not a VerificationResult",
+        ),
+        (
+            fixed_verifier(_forged(provider_request_id="pr\x00hidden")),
+            30.0,
+            "verifier returned a VerificationResult that no ledger can store",
+            "verifier returned a VerificationResult that no ledger can store",
+        ),
+        (
+            _slowly_confirmed,
+            0.05,
+            "verifier raised TimeoutError: no answer within 0.05 s",
+            "verifier raised TimeoutError: no answer within 0.05 s",
+        ),
+        (
+            _its_own_timeout,
+            30.0,
+            "verifier raised TimeoutError",
+            "TimeoutError: the provider's read timed out",
+        ),
+    ],
+    ids=["not a result", "unstorable", "past the time limit", "its own TimeoutError"],
+)
+async def test_a_verifier_without_a_usable_answer_is_stored_and_announced_as_such(
+    verifier: Any, time_limit: float, stored: str, said: str
+) -> None:
+    seen = Recorder()
+    result = await execute(
+        ActionRunner(InMemoryLedger(), observers=[seen], verifier_timeout=time_limit),
+        CountingOperation(TimeoutError("lost")),
+        verifier=verifier,
+    )
+    assert result.status is U
+    assert result.receipt.metadata["verification"]["error"] == stored
+    (event,) = seen.of(EventKind.VERIFICATION_FAILED)
+    assert event.receipt is not None
+    assert event.receipt.action_id == result.receipt.action_id
+    assert event.fields["source"] == "execute"
+    assert event.fields["said"] == said
+
+
+async def test_without_a_time_limit_a_slow_verifier_is_waited_for() -> None:
+    result = await execute(
+        ActionRunner(InMemoryLedger(), verifier_timeout=None),
+        CountingOperation(TimeoutError("lost")),
+        verifier=_slowly_confirmed,
+    )
+    assert result.status is C

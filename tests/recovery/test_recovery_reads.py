@@ -192,3 +192,20 @@ async def test_persistence_errors_are_named_by_what_the_caller_must_do(
     # The class and the flag say the same thing, and both match what happened.
     assert error.operation_invoked is (expected == "OutcomeNotRecordedError")
     assert op.calls == (1 if error.operation_invoked else 0)
+
+
+async def test_an_action_of_another_namespace_is_not_found_and_the_error_says_where() -> None:
+    from dataoad import ActionNotFoundError, InMemoryLedger
+
+    ledger = InMemoryLedger()
+    done = await ActionRunner(ledger, namespace="tenant-a").execute(
+        "charge", CountingOperation("ok"), request=REQUEST, idempotency_key="k"
+    )
+    action_id = done.receipt.action_id
+    with pytest.raises(ActionNotFoundError) as elsewhere:
+        await ActionRunner(ledger, namespace="tenant-b").receipt(action_id)
+    assert str(elsewhere.value) == f"no action with id {action_id!r} in namespace 'tenant-b'"
+    with pytest.raises(ActionNotFoundError) as default:
+        await ActionRunner(ledger).receipt(action_id)
+    assert str(default.value) == f"no action with id {action_id!r}"
+    assert (await ActionRunner(ledger, namespace="tenant-a").receipt(action_id)) == done.receipt
