@@ -12,6 +12,7 @@ from dataoad import (
     ActionRunner,
     ActionStatus,
     DefinitiveFailure,
+    EventKind,
     InMemoryLedger,
     InvalidArgumentError,
     RetryPolicy,
@@ -21,6 +22,7 @@ from suite_support import (
     REF,
     REQUEST,
     CountingOperation,
+    Recorder,
     confirmed,
     events,
     fenced_absent,
@@ -170,6 +172,16 @@ async def test_a_retrys_start_is_stamped_with_its_attempts_start() -> None:
     )
     ((updated_at, started_at),) = seen
     assert updated_at == started_at
+
+
+async def test_each_attempt_is_announced_with_the_receipt_that_counts_it() -> None:
+    recorder = Recorder()
+    op = CountingOperation(DefinitiveFailure("busy", retryable=True), "ok")
+    await ActionRunner(InMemoryLedger(), observers=[recorder]).execute(
+        "charge", op, request=REQUEST, idempotency_key="k", policy=RETRY_FAILED
+    )
+    started = recorder.of(EventKind.ATTEMPT_STARTED)
+    assert [e.receipt.attempts for e in started] == [1, 2]
 
 
 async def test_unknown_is_never_retried_even_when_failed_retries_are_allowed() -> None:

@@ -118,6 +118,13 @@ async def test_metadata_is_bounded_in_utf8_bytes_not_characters() -> None:
     assert await _runs(runner, metadata={"n": WIDE * 25}) is ActionStatus.CONFIRMED
     tight = ActionRunner(InMemoryLedger(), max_metadata_bytes=limit - 1)
     await _refused(tight, InvalidRequestError, metadata={"n": WIDE * 25})
+    with pytest.raises(InvalidRequestError) as info:
+        await _runs(tight, metadata={"n": WIDE * 25})
+    assert info.value.path == "metadata"
+    assert str(info.value) == (
+        f"metadata is {limit} bytes as JSON, over this runner's max_metadata_bytes={limit - 1}: "
+        "it is stored and rewritten with every transition of the receipt"
+    )
 
 
 async def test_a_request_is_bounded_in_utf8_bytes_not_characters() -> None:

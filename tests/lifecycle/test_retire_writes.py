@@ -152,3 +152,20 @@ async def test_a_receipt_that_cannot_be_read_again_after_a_refused_expiry_is_rai
     assert str(info.value).endswith("; nothing was invoked")
     assert info.value.operation_invoked is False
     assert info.value.receipt is None
+
+
+async def test_the_claim_made_after_an_expiry_holds_a_lease_like_any_claim() -> None:
+    ledger = InMemoryLedger()
+    runner = ActionRunner(ledger, lease=30.0)
+    await runner.execute("charge", paid, request={}, idempotency_key="k")
+    leases: list[object] = []
+
+    async def looks() -> str:
+        (pending,) = await ledger.receipts(pending=True)
+        leases.append(pending.lease_expires_at)
+        return "ch_2"
+
+    fresh = await runner.execute("charge", looks, request={}, idempotency_key="k", expires_after=0)
+    assert not fresh.replayed
+    assert len(leases) == 1
+    assert leases[0] is not None  # a worker that dies now is taken over, not held forever
