@@ -57,9 +57,6 @@ EXECUTE_OPTIONS: Final = (
     "expires_after",
 )
 
-#: The bounds of a runner built without any.
-_DEFAULT_BOUNDS: Final = Bounds()
-
 #: Longest accepted ``wait_in_progress``, in seconds.
 MAX_WAIT_IN_PROGRESS: Final = 3600.0
 
@@ -206,9 +203,9 @@ def prepare_call(
     metadata: dict[str, Any] | None,
     policy: object,
     default_policy: RetryPolicy,
-    namespace: str = "",
-    expires_after: object = None,
-    bounds: Bounds = _DEFAULT_BOUNDS,
+    namespace: str,
+    expires_after: object,
+    bounds: Bounds,
 ) -> Call:
     """Every ``execute`` argument checked, in the order documented, and the request hashed."""
     check_text_arg("action_name", action_name)

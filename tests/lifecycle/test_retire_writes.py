@@ -19,6 +19,7 @@ from dataoad import (
     DefinitiveFailure,
     EventKind,
     InMemoryLedger,
+    InvalidArgumentError,
     NothingInvokedError,
     RecoveryRefusedError,
 )
@@ -169,3 +170,18 @@ async def test_the_claim_made_after_an_expiry_holds_a_lease_like_any_claim() -> 
     assert not fresh.replayed
     assert len(leases) == 1
     assert leases[0] is not None  # a worker that dies now is taken over, not held forever
+
+
+async def test_expiry_on_a_ledger_that_cannot_free_keys_is_refused_by_name() -> None:
+    class NoRetire(InMemoryLedger):
+        retire = None  # a ledger written before v0.2's lifecycle
+
+    ledger = NoRetire()
+    with pytest.raises(InvalidArgumentError) as info:
+        await ActionRunner(ledger).execute(
+            "charge", paid, request={}, idempotency_key="k", expires_after=60
+        )
+    assert str(info.value) == (
+        f"ledger {NoRetire.__qualname__} cannot free keys (no retire), so it cannot expire receipts"
+    )
+    assert await ledger.receipts() == []
