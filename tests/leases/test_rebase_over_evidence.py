@@ -31,6 +31,7 @@ from dataoad._leases import _zombie_merged, rebased_over_evidence, start_rebased
 from dataoad._receipt import AttemptRecord
 from dataoad._records import VerificationObservation
 from dataoad.testing import ManualClock
+from suite_support import CountingOperation
 
 CONFIRMED, FAILED, UNKNOWN = ActionStatus.CONFIRMED, ActionStatus.FAILED, ActionStatus.UNKNOWN
 CLOCK = ManualClock()
@@ -284,13 +285,7 @@ class EvidenceLandsThenFails(InMemoryLedger):
 @pytest.mark.parametrize("verb", ["start_attempt", "record"])
 async def test_a_write_that_fails_while_evidence_lands_is_rebuilt_over_it(verb: str) -> None:
     ledger = EvidenceLandsThenFails(verb)
-    answers = iter([DefinitiveFailure("busy", retryable=True), "ch_2"])
-
-    async def op() -> str:
-        answer = next(answers)
-        if isinstance(answer, Exception):
-            raise answer
-        return answer
+    op = CountingOperation(DefinitiveFailure("busy", retryable=True), "ch_2")
 
     result = await ActionRunner(
         ledger, policy=RetryPolicy(max_attempts=2, retry_on_failed=True)

@@ -30,7 +30,7 @@ from dataoad import (
     RetryPolicy,
 )
 from dataoad.testing import FaultyLedger, LedgerFault, ManualClock
-from suite_support import Recorder
+from suite_support import CountingOperation, Recorder
 from suite_support.leases import LEASE, REQUEST, counting, crash_after_start
 
 
@@ -180,13 +180,7 @@ async def test_a_runner_without_leases_runs_on_a_ledger_from_before_leases() -> 
 async def test_a_runner_without_leases_retries_on_a_ledger_from_before_leases() -> None:
     """A retry's attempt start passes no lease to a ledger whose start_attempt takes none."""
     ledger = LedgerBeforeLeases()
-    answers = iter([DefinitiveFailure("busy", retryable=True), "ch_2"])
-
-    async def op() -> str:
-        answer = next(answers)
-        if isinstance(answer, Exception):
-            raise answer
-        return answer
+    op = CountingOperation(DefinitiveFailure("busy", retryable=True), "ch_2")
 
     result = await ActionRunner(  # type: ignore[arg-type]
         ledger, lease=None, policy=RetryPolicy(max_attempts=2, retry_on_failed=True)
