@@ -87,7 +87,7 @@ class ProvenLedger(ProvenReads):
 
     __slots__ = ("ledger", "namespace")
 
-    def __init__(self, ledger: Ledger, namespace: str = "") -> None:
+    def __init__(self, ledger: Ledger, namespace: str) -> None:
         self.ledger = ledger
         self.namespace = namespace
 
@@ -169,8 +169,8 @@ class ProvenLedger(ProvenReads):
         previous: ActionReceipt,
         events: EventSink,
         lease: float | None = None,
-        rebase: Callable[[ActionReceipt, ActionReceipt, ActionReceipt], ActionReceipt | None]
-        | None = None,
+        *,
+        rebase: Callable[[ActionReceipt, ActionReceipt, ActionReceipt], ActionReceipt | None],
     ) -> ActionReceipt:
         """Count the attempt durably before invoking, or raise NothingInvokedError.
 
@@ -197,7 +197,7 @@ class ProvenLedger(ProvenReads):
             # Refused, or failed while the claim moved: what is stored decides
             # (a write that failed never counts unless the read-back proves it).
             stored = write.stored
-            if rebase is None or stored is None:
+            if stored is None:
                 break
             rebased = rebase(proposed, base, stored)
             if rebased is None:
@@ -238,8 +238,7 @@ class ProvenLedger(ProvenReads):
         observed_metadata: Mapping[str, Any],
         value: object,
         has_value: bool,
-        rebase: Callable[[ActionReceipt, ActionReceipt, ActionReceipt], ActionReceipt | None]
-        | None = None,
+        rebase: Callable[[ActionReceipt, ActionReceipt, ActionReceipt], ActionReceipt | None],
     ) -> ActionReceipt:
         """Record an invoked operation's outcome and return what was recorded.
 
@@ -262,15 +261,9 @@ class ProvenLedger(ProvenReads):
                 events.emit(EventKind.OUTCOME_ACKNOWLEDGEMENT_RECOVERED, final)
             if write.proven:
                 return final
-            if rebase is None:
-                break
-            # A failed write read back already; a refusal reads what is stored now.
-            back = (
-                write
-                if write.error is not None
-                else await self._read_back(functools.partial(self.ledger.get, mine.action_id))
-            )
-            stored = back.stored
+            stored = (
+                await self._read_back(functools.partial(self.ledger.get, mine.action_id))
+            ).stored
             rebased = None if stored is None else rebase(final, base, stored)
             if stored is None or rebased is None:
                 break

@@ -164,7 +164,7 @@ class TakesOverAfterWaiting(ActionRunner):
                 raise
             policy = kwargs.get("policy") or self.policy
             return await attempts_module.run_attempts(
-                ProvenLedger(self.ledger),
+                ProvenLedger(self.ledger, ""),
                 current,
                 operation,
                 None,

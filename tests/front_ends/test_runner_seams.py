@@ -434,7 +434,7 @@ async def test_an_unproven_merge_carries_what_a_read_back_found() -> None:
     faulty.get = get  # type: ignore[method-assign]
     proposed = current.evolve(version=current.version + 1)
     with pytest.raises(NothingInvokedError) as info:
-        await ProvenLedger(faulty).merge(proposed, current)
+        await ProvenLedger(faulty, "").merge(proposed, current)
     assert info.value.receipt == newer
     assert "acknowledgement lost" in str(info.value)
 
