@@ -175,7 +175,7 @@ def _owner_ignores_merged_evidence(mp: pytest.MonkeyPatch) -> dict[str, Any]:
     # V1 of v0.2: the owner never rebuilds its outcome over a zombie's merge.
     ignore = lambda final, base, stored: None  # noqa: E731
     mp.setattr(completing_module, "rebased_over_evidence", ignore)
-    mp.setattr(attempts_module, "rebased_over_evidence", ignore)
+    mp.setattr(attempts_module, "start_rebased_over_evidence", ignore)
     return {}
 
 
