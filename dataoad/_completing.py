@@ -96,13 +96,29 @@ def completed(
 def exposed_value(
     settlement: Settlement, execution: Execution, observation: Observation | None
 ) -> object:
-    """The value the caller may see: the operation's own, or a correlated recovered one."""
+    """The value the caller may see: the operation's own, or a correlated recovered one.
+
+    The operation's own value is tied to the retained provider request id
+    only when that id is none or its own attempt's confirmation named it: a
+    value from one charge is never shown under another charge's id.
+    """
     if settlement.final_status is not ActionStatus.CONFIRMED:
         return MISSING
     conflict = settlement.provider_request_id_conflict
-    if execution.value is not MISSING and not conflict:
-        return execution.value
     result = None if observation is None else observation.result
+    own_id = (
+        result.provider_request_id
+        if result is not None
+        and observation is not None
+        and observation.status is ActionStatus.CONFIRMED
+        else None
+    )
+    if (
+        execution.value is not MISSING
+        and not conflict
+        and settlement.provider_request_id in (None, own_id)
+    ):
+        return execution.value
     if (
         result is not None
         and result.has_value
@@ -154,10 +170,12 @@ async def complete(
             None if observation is None else observation.record,
             events,
         ) from None
-    if recorded is not final and recorded.final_status is not final.final_status:
-        # Evidence merged under this owner changed the statement: only a value
-        # the new statement still vouches for may be shown.
-        value = value if recorded.final_status is ActionStatus.CONFIRMED else MISSING
+    if recorded is not final:
+        # A fenced worker's evidence was folded in (a second confirmation,
+        # another provider id): the same rule decides again over all of it.
+        value = exposed_value(
+            settle(recorded.attempt_records, recorded.observations), execution, observation
+        )
     events.emit(EventKind.COMPLETED, recorded)
     return ActionResult(recorded, value=value, taken_over=taken_over)
 

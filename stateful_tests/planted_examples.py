@@ -428,4 +428,16 @@ PLANTED_EXAMPLES = [
             "tests/leases/test_owner_outcome_after_zombie.py::test_the_holders_retry_starts_over_a_zombies_evidence_only_while_it_allows_one",
         ),
     ),
+    PlantedExample(
+        "value-kept-over-a-zombies-other-charge",
+        "a value is withheld when it cannot be correlated to the retained provider request id "
+        "(the holder's own value, once a fenced worker's confirmation of another charge is "
+        "folded into its outcome)",
+        "dataoad/_completing.py",
+        "    if recorded is not final:\n",
+        "    if recorded is not final and recorded.final_status is not final.final_status:\n",
+        (
+            "tests/leases/test_owner_outcome_after_zombie.py::test_the_owners_value_is_withheld_once_a_zombies_other_charge_is_folded_in",
+        ),
+    ),
 ]

@@ -128,7 +128,9 @@ async def test_replay_never_exposes_a_value_even_after_reconciling() -> None:
 
 def test_no_value_is_exposed_from_conflicting_or_missing_evidence() -> None:
     """The exposure rule on its own: a conflict between confirmations hides even the
-    operation's own value, and without an observation there is nothing to recover."""
+    operation's own value, so does a retained id its own confirmation did not name
+    (the value belongs to some other charge), and without an observation there is
+    nothing to recover."""
     from dataoad._completing import Execution as _Execution
     from dataoad._completing import exposed_value as _exposed_value
     from dataoad._evidence import Settlement
@@ -143,13 +145,26 @@ def test_no_value_is_exposed_from_conflicting_or_missing_evidence() -> None:
             provider_request_ids=ids,
         )
 
-    returned = _Execution(ActionStatus.UNKNOWN, value={"charge": "ch_1"})
-    assert _exposed_value(settled("pr_1"), returned, None) == {"charge": "ch_1"}
-    assert _exposed_value(settled("pr_1", "pr_2"), returned, None) is MISSING
-    nothing = _Execution(ActionStatus.UNKNOWN)
-    assert _exposed_value(settled("pr_1"), nothing, None) is MISSING
     from dataoad._observing import Observation, _record
     from dataoad._records import ObservationSource
+
+    def own(status: ActionStatus, rid: str | None) -> Observation:
+        answer = VerificationResult(
+            outcome=status, verified_provider_reference=REF, provider_request_id=rid
+        )
+        return Observation(answer, _record(ObservationSource.EXECUTE, 1, status, answer, None))
+
+    returned = _Execution(ActionStatus.UNKNOWN, value={"charge": "ch_1"})
+    assert _exposed_value(settled(), returned, None) == {"charge": "ch_1"}
+    assert _exposed_value(settled("pr_1"), returned, own(C, "pr_1")) == {"charge": "ch_1"}
+    assert _exposed_value(settled(), returned, own(C, None)) == {"charge": "ch_1"}
+    assert _exposed_value(settled("pr_1"), returned, None) is MISSING
+    assert _exposed_value(settled("pr_1"), returned, own(C, None)) is MISSING
+    assert _exposed_value(settled("pr_1"), returned, own(C, "pr_2")) is MISSING
+    assert _exposed_value(settled("pr_1"), returned, own(ActionStatus.UNKNOWN, "pr_1")) is MISSING
+    assert _exposed_value(settled("pr_1", "pr_2"), returned, own(C, "pr_1")) is MISSING
+    nothing = _Execution(ActionStatus.UNKNOWN)
+    assert _exposed_value(settled("pr_1"), nothing, None) is MISSING
 
     answer = VerificationResult.confirmed(
         verified_provider_reference=REF, provider_request_id="pr_1", value="recovered"

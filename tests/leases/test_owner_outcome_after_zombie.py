@@ -11,7 +11,7 @@ skewed clocks of the two workers' hosts play no part (only the ledger's).
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
 
@@ -37,6 +37,32 @@ from suite_support.services import PostgresTestTable
 
 REQUEST = {"amount": 100}
 LEASE = 30.0
+
+
+class PausedCall:
+    """A provider call that waits until ``finish`` is set, then counts itself in ``calls``."""
+
+    def __init__(self, name: str, calls: list[str], answer: Callable[[], str]) -> None:
+        self.name, self.calls, self.answer = name, calls, answer
+        self.started, self.finish = asyncio.Event(), asyncio.Event()
+
+    async def __call__(self) -> str:
+        self.started.set()
+        await self.finish.wait()
+        self.calls.append(self.name)
+        return self.answer()
+
+
+def charge_order_1(ledger: Any, owner: str, operation: Any, **options: Any) -> Any:
+    """``owner``'s call of ``operation`` for the one charge every test here makes."""
+    return ActionRunner(ledger, owner=owner, lease=LEASE).execute(
+        "charge",
+        operation,
+        request=REQUEST,
+        idempotency_key="k",
+        provider_reference="order-1",
+        **options,
+    )
 
 
 @pytest.fixture
@@ -68,23 +94,15 @@ async def ledger(
 async def test_the_owner_records_its_outcome_over_a_zombies_merged_evidence(
     ledger: Any, clock: ManualClock, zombie_saw: str
 ) -> None:
-    a_started, a_finish = asyncio.Event(), asyncio.Event()
-    b_started, b_finish = asyncio.Event(), asyncio.Event()
     charges: list[str] = []
 
-    async def a_charge() -> str:
-        a_started.set()
-        await a_finish.wait()
-        charges.append("A")
+    def a_answer() -> str:
         if zombie_saw == "declined":
             raise DefinitiveFailure("card declined")
         return "ch_A"
 
-    async def b_charge() -> str:
-        b_started.set()
-        await b_finish.wait()
-        charges.append("B")
-        return "ch_B"
+    a_charge = PausedCall("A", charges, a_answer)
+    b_charge = PausedCall("B", charges, lambda: "ch_B")
 
     def verifier(receipt: Any) -> VerificationResult:
         # The provider's view: B's charge once made; before it, nothing yet
@@ -94,30 +112,14 @@ async def test_the_owner_records_its_outcome_over_a_zombies_merged_evidence(
         return VerificationResult.absent(verified_provider_reference="order-1", retry_safe=True)
 
     policy = RetryPolicy(max_attempts=2, retry_on_failed=True)
-    zombie = asyncio.create_task(
-        ActionRunner(ledger, owner="A", lease=LEASE).execute(
-            "charge",
-            a_charge,
-            request=REQUEST,
-            idempotency_key="k",
-            provider_reference="order-1",
-        )
-    )
-    await a_started.wait()
+    zombie = asyncio.create_task(charge_order_1(ledger, "A", a_charge))
+    await a_charge.started.wait()
     clock.advance(LEASE + 1)  # A is paused past its lease
     owner = asyncio.create_task(
-        ActionRunner(ledger, owner="B", lease=LEASE).execute(
-            "charge",
-            b_charge,
-            request=REQUEST,
-            idempotency_key="k",
-            provider_reference="order-1",
-            verifier=verifier,
-            policy=policy,
-        )
+        charge_order_1(ledger, "B", b_charge, verifier=verifier, policy=policy)
     )
-    await b_started.wait()  # B took over, verified absence, and runs attempt 2
-    a_finish.set()
+    await b_charge.started.wait()  # B took over, verified absence, and runs attempt 2
+    a_charge.finish.set()
     with pytest.raises(ClaimFencedError) as fenced:
         await zombie
     assert fenced.value.operation_invoked is True
@@ -125,7 +127,7 @@ async def test_the_owner_records_its_outcome_over_a_zombies_merged_evidence(
     assert merged.is_pending
     assert merged.owner == "B"
     assert merged.attempt_records[0].execution_status is not None  # A's evidence is in
-    b_finish.set()
+    b_charge.finish.set()
     result = await owner  # before the fix: OutcomeNotRecordedError
     assert result.taken_over
     stored = await ledger.get(result.receipt.action_id)
@@ -220,13 +222,7 @@ async def test_the_holders_retry_starts_over_a_zombies_evidence_only_while_it_al
     async def zombie() -> None:
         try:
             with pytest.raises(ClaimFencedError):
-                await ActionRunner(ledger, owner="A", lease=LEASE).execute(
-                    "charge",
-                    a_charge,
-                    request=REQUEST,
-                    idempotency_key="k",
-                    provider_reference="order-1",
-                )
+                await charge_order_1(ledger, "A", a_charge)
         finally:
             a_done.set()
 
@@ -263,3 +259,68 @@ async def test_the_holders_retry_starts_over_a_zombies_evidence_only_while_it_al
         assert stored.owner == "B"
         assert stored.attempts == 1
         assert stored.attempt_records[0].execution_status is ActionStatus.CONFIRMED
+
+
+@pytest.mark.parametrize("owner_names_its_charge", [True, False])
+async def test_the_owners_value_is_withheld_once_a_zombies_other_charge_is_folded_in(
+    ledger: Any, clock: ManualClock, owner_names_its_charge: bool
+) -> None:
+    """A's verified success (charge ``ch_A``) lands after B started attempt 2.
+
+    B's own charge succeeds too, and its outcome is rebuilt over A's
+    evidence. The receipt is CONFIRMED with ``ch_A`` retained (and, when B's
+    verifier named ``ch_B``, both ids and a conflict). B's value belongs to
+    ``ch_B``: it cannot be correlated to the retained id, so it is withheld,
+    as the specification asks of any uncorrelated value.
+    """
+    charges: list[str] = []
+
+    def no_response() -> str:
+        raise TimeoutError("no response")  # ambiguous: A reads back
+
+    a_charge = PausedCall("A", charges, no_response)
+    b_charge = PausedCall("B", charges, lambda: "value of ch_B")
+
+    def a_verifier(receipt: Any) -> VerificationResult:
+        return VerificationResult.confirmed(
+            verified_provider_reference="order-1", provider_request_id="ch_A"
+        )
+
+    def b_verifier(receipt: Any) -> VerificationResult:
+        if "B" in charges:
+            return VerificationResult.confirmed(
+                verified_provider_reference="order-1",
+                provider_request_id="ch_B" if owner_names_its_charge else None,
+            )
+        # B looks while A's request is still in flight: nothing yet.
+        return VerificationResult.absent(verified_provider_reference="order-1", retry_safe=True)
+
+    zombie = asyncio.create_task(charge_order_1(ledger, "A", a_charge, verifier=a_verifier))
+    await a_charge.started.wait()
+    clock.advance(LEASE + 1)
+    owner = asyncio.create_task(
+        charge_order_1(
+            ledger,
+            "B",
+            b_charge,
+            verifier=b_verifier,
+            policy=RetryPolicy(max_attempts=2, retry_on_failed=True),
+        )
+    )
+    await b_charge.started.wait()  # B's attempt 2 is running
+    a_charge.finish.set()
+    with pytest.raises(ClaimFencedError):
+        await zombie
+    b_charge.finish.set()
+    result = await owner
+    assert charges == ["A", "B"]
+    stored = await ledger.get(result.receipt.action_id)
+    assert stored == result.receipt
+    assert stored.final_status is ActionStatus.CONFIRMED
+    if owner_names_its_charge:
+        assert sorted(stored.metadata["provider_request_ids"]) == ["ch_A", "ch_B"]
+        assert stored.metadata["provider_request_id_conflict"] is True
+    else:
+        assert stored.provider_request_id == "ch_A"
+        assert list(stored.metadata["provider_request_ids"]) == ["ch_A"]
+    assert result.value_available is False
