@@ -57,6 +57,7 @@ SAFETY_CRITICAL_MUTANTS = [
     "dataoad._runner.*",
     "dataoad._arguments.*",
     "dataoad._attempts.*",
+    "dataoad._completing.*",
     "dataoad._settling.*",
     "dataoad._observing.*",
     "dataoad._proven.*",

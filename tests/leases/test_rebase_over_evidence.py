@@ -296,3 +296,41 @@ async def test_a_write_that_fails_while_evidence_lands_is_rebuilt_over_it(verb: 
     stored = await ledger.get(result.receipt.action_id)
     assert stored == result.receipt
     assert stored.attempt_records[0].provider_request_id == "ch_zombie"  # folded in
+
+
+def test_an_observation_the_holders_write_dropped_is_not_brought_back(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Observations are kept bounded: each write drops the oldest that prove nothing more.
+
+    Attempt 1's confirmation naming ``ch_1`` is still needed in ``stored``
+    (nothing else there names ``ch_1``), but the holder's own write dropped
+    it, as its own confirmation names ``ch_1`` too. Only what the zombie
+    added since ``durable`` is folded in: what ``durable`` already held is
+    the holder's to keep or drop, and is not brought back (which would also
+    renumber the zombie's answer).
+    """
+    from dataoad._observing import caller_metadata, protocol_metadata, with_observation
+
+    monkeypatch.setattr("dataoad._evidence.MAX_KEPT_OBSERVATIONS", 2)
+
+    def observed(receipt: ActionReceipt, *seen: VerificationObservation) -> ActionReceipt:
+        observations = receipt.observations
+        for observation in seen:
+            observations = with_observation(receipt.attempt_records, observations, observation)
+        metadata = protocol_metadata(caller_metadata(receipt), observations, None)
+        return receipt.evolve(metadata=metadata)
+
+    first = dataclasses.replace(answer(CONFIRMED, attempt=1, seconds=1), provider_request_id="ch_1")
+    durable = observed(claim(), first, answer(UNKNOWN, seconds=2))
+    own = dataclasses.replace(answer(CONFIRMED, seconds=6), provider_request_id="ch_1")
+    final = observed(holders_write(durable), own)
+    assert [o.attempt for o in final.observations] == [2, 2]  # attempt 1's answer dropped
+    zombies = answer(UNKNOWN, seconds=7)
+    stored = the_zombie_saw(durable, None, zombies)
+    assert first in [dataclasses.replace(o, number=None) for o in stored.observations]
+    rebased = rebased_over_evidence(final, durable, stored)
+    assert rebased is not None
+    kept = rebased.observations
+    assert [dataclasses.replace(o, number=None) for o in kept] == [own, zombies]
+    assert [o.number for o in kept] == [3, 4]

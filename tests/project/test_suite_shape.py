@@ -163,3 +163,21 @@ def test_every_excused_or_selected_test_file_exists() -> None:
 
     named = {t.split("::")[0] for t in score.TESTS} | set(score.NOT_SELECTED)
     assert sorted(n for n in named if not (ROOT / n).exists()) == []
+
+
+def _modules_without_mutants(modules: list[str], patterns: list[str]) -> list[str]:
+    """Modules of the run whose mutants no pattern scores (they would be mutated, then ignored)."""
+    dotted = {m: m.removesuffix(".py").replace("/", ".") + "." for m in modules}
+    return [m for m in modules if not any(p.startswith(dotted[m]) for p in patterns)]
+
+
+def test_every_safety_critical_module_is_scored() -> None:
+    """`_completing` was mutated by --safety-critical but matched by no pattern until 2026-12-04."""
+    from stateful_tests import mutation_score as score
+
+    assert (
+        _modules_without_mutants(score.SAFETY_CRITICAL_MODULES, score.SAFETY_CRITICAL_MUTANTS) == []
+    )
+    assert _modules_without_mutants(["dataoad/_completing.py"], ["dataoad._attempts.*"]) == [
+        "dataoad/_completing.py"
+    ]
