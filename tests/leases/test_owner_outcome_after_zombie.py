@@ -108,7 +108,9 @@ async def test_the_owner_records_its_outcome_over_a_zombies_merged_evidence(
         # The provider's view: B's charge once made; before it, nothing yet
         # (A's request is still in flight when B looks).
         if "B" in charges:
-            return VerificationResult.confirmed(verified_provider_reference="order-1")
+            return VerificationResult.confirmed(
+                verified_provider_reference="order-1", provider_request_id="ch_B"
+            )
         return VerificationResult.absent(verified_provider_reference="order-1", retry_safe=True)
 
     policy = RetryPolicy(max_attempts=2, retry_on_failed=True)
@@ -141,8 +143,10 @@ async def test_the_owner_records_its_outcome_over_a_zombies_merged_evidence(
     # A charge B saw succeed: CONFIRMED either way, judged from every attempt.
     assert stored.final_status is ActionStatus.CONFIRMED
     assert charges == ["A", "B"]
-    if zombie_saw == "declined":
-        assert result.value == "ch_B"
+    # A's evidence named no other charge: B's value is still tied to the
+    # retained id its own confirmation named, and is shown.
+    assert stored.provider_request_id == "ch_B"
+    assert result.value == "ch_B"
 
 
 async def test_a_sqlite_process_whose_clock_runs_ahead_never_takes_a_live_lease(
