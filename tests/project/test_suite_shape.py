@@ -181,3 +181,26 @@ def test_every_safety_critical_module_is_scored() -> None:
     assert _modules_without_mutants(["dataoad/_completing.py"], ["dataoad._attempts.*"]) == [
         "dataoad/_completing.py"
     ]
+
+
+def test_a_triage_counts_only_for_the_mutated_code_it_was_written_for(tmp_path: Path) -> None:
+    from stateful_tests import mutation_score as score
+
+    triage = tmp_path / "equivalents.txt"
+    triage.write_text(
+        "# a comment\n"
+        "m.x_f__mutmut_1\tcase only\tsql = 'SELECT'\n"
+        "m.x_f__mutmut_2\tolder entry, no code recorded\n"
+    )
+    known = score.reviewed(triage)
+    assert known["m.x_f__mutmut_1"] == score.Triage("case only", "sql = 'SELECT'")
+    assert known["m.x_f__mutmut_2"] == score.Triage("older entry, no code recorded", None)
+    assert score.stale_triage(known, {"m.x_f__mutmut_1": "sql = 'SELECT'"}) == {}
+    stale = score.stale_triage(
+        known, {"m.x_f__mutmut_1": "sql = 'SELEC'", "m.x_f__mutmut_2": "x = 1"}
+    )
+    assert stale == {
+        "m.x_f__mutmut_1": "its triage was written for `sql = 'SELECT'`, "
+        "this mutant puts in `sql = 'SELEC'`",
+        "m.x_f__mutmut_2": "its triage records no mutated code",
+    }
