@@ -308,6 +308,41 @@ async def test_a_sweep_goes_on_past_a_released_claim_and_a_renewed_one() -> None
     assert b.is_pending
 
 
+@pytest.mark.parametrize("meanwhile", ["its write failed", "another sweep took it"])
+async def test_a_refused_take_over_is_tried_again_only_over_merged_evidence(meanwhile: str) -> None:
+    """A sweep takes a claim over again, within the same sweep, only when a zombie's
+    evidence was merged into it meanwhile (same holder, same fence, same lease). A
+    take-over whose write failed, or a claim another sweep now holds, is tried once:
+    the first is left stale for the next sweep, the second is not this sweep's."""
+    clock, ledger = await stranded(("a",))
+    faulty = FaultyLedger(ledger)
+    (claim,) = list(ledger._by_id.values())
+    if meanwhile == "its write failed":
+        faulty.inject("take_over", LedgerFault.FAIL_BEFORE_WRITE)
+    else:
+
+        def taken_by_another_sweep(method: str) -> None:
+            if method == "take_over":
+                ledger._by_id[claim.action_id] = dataclasses.replace(
+                    claim,
+                    owner="T",
+                    fencing_token=claim.fencing_token + 1,
+                    lease_expires_at=clock() + timedelta(seconds=LEASE),
+                    version=claim.version + 1,
+                )
+
+        faulty.on_call = taken_by_another_sweep
+    assert await ActionRunner(faulty, owner="S").recover_stale() == []
+    assert faulty.calls.count("take_over") == 1
+    stored = await ledger.get(claim.action_id)
+    assert stored.is_pending
+    assert stored.owner == ("A" if meanwhile == "its write failed" else "T")
+    if meanwhile == "its write failed":
+        faulty.on_call = None
+        (settled,) = await ActionRunner(faulty, owner="S").recover_stale()  # the next sweep
+        assert settled.receipt.owner == "S"
+
+
 async def test_a_sweep_settles_the_stale_claims_of_its_own_namespace_only() -> None:
     clock = ManualClock()
     ledger = InMemoryLedger(clock=clock)
