@@ -20,6 +20,8 @@ from dataoad import (
     ActionRunner,
     ActionStatus,
     ClaimState,
+    LedgerBusyError,
+    OperatorRecord,
     SQLiteLedger,
 )
 from suite_support import REQUEST, CountingOperation, lock_is_free
@@ -81,6 +83,42 @@ async def test_a_stuck_lock_holder_bounds_the_wait_and_nothing_is_invoked(tmp_pa
             assert await ledger.find("charge", "k") is None
     finally:
         os.close(holder)
+
+
+async def test_an_operator_record_meets_a_stuck_lock_holder_within_busy_timeout(
+    tmp_path: Path,
+) -> None:
+    """An audit record is written in its own transaction under the writer lock: a
+    process stuck holding the lock bounds its wait by ``busy_timeout`` too, and
+    nothing is recorded."""
+    path = tmp_path / "ledger.sqlite3"
+    async with SQLiteLedger(path):
+        pass  # create the file
+    holder = os.open(f"{path}.lock", os.O_CREAT | os.O_RDWR, 0o600)
+    fcntl.flock(holder, fcntl.LOCK_EX)
+    released = False
+
+    def release() -> None:
+        nonlocal released
+        if not released:
+            released = True
+            os.close(holder)
+
+    # A wait with no bound would hold the connection's thread for ever; the
+    # holder lets go after 3 s, so such a bug fails this test instead of hanging it.
+    asyncio.get_running_loop().call_later(3, release)
+    try:
+        async with SQLiteLedger(path, busy_timeout=0.2) as ledger:
+            started = time.monotonic()
+            with pytest.raises(LedgerBusyError, match="busy_timeout"):
+                await ledger.append_audit(
+                    OperatorRecord("ana", "h", "verify", None, "", "looked", "-")
+                )
+            assert time.monotonic() - started < 2
+            release()
+            assert await ledger.audit() == []
+    finally:
+        release()
 
 
 @pytest.mark.asyncio
