@@ -245,6 +245,48 @@ async def test_concurrent_first_calls_commit_together_and_each_runs_once(tmp_pat
     await ledger.close()
 
 
+async def test_the_claims_of_one_group_are_stamped_with_one_reading_of_the_ledger_clock(
+    tmp_path: Path,
+) -> None:
+    """A group's writes commit at one moment: its claims share their ``stored_at`` and
+    lease end, although the ledger's clock moves on every reading."""
+    readings: list[datetime] = []
+
+    def ticking() -> datetime:
+        readings.append(datetime(2026, 1, 1, tzinfo=UTC) + timedelta(seconds=len(readings)))
+        return readings[-1]
+
+    ledger = SQLiteLedger(tmp_path / "ledger.sqlite3", clock=ticking)
+    runner = ActionRunner(ledger, lease=30)
+    let_go = asyncio.Event()
+
+    async def paused() -> str:
+        await let_go.wait()
+        return "ch"
+
+    await runner.execute("charge", lambda: "warm", request={}, idempotency_key="warm")
+    groups_before = len(ledger._group.group_sizes)
+    gate, blocked = await _hold_thread(ledger)
+    calls = [
+        asyncio.ensure_future(
+            runner.execute("charge", paused, request={"n": n}, idempotency_key=f"k{n}")
+        )
+        for n in range(4)
+    ]
+    await asyncio.sleep(0.05)  # every call has looked its key up and queued its claim
+    gate.set()
+    await blocked
+    while len(ledger._group.group_sizes) == groups_before:  # noqa: ASYNC110 - not run yet
+        await asyncio.sleep(0.01)
+    assert ledger._group.group_sizes[groups_before] == 4
+    claims = [await ledger.find("charge", f"k{n}") for n in range(4)]
+    assert len({c.stored_at for c in claims if c is not None}) == 1
+    assert len({c.lease_expires_at for c in claims if c is not None}) == 1
+    let_go.set()
+    await asyncio.gather(*calls)
+    await ledger.close()
+
+
 async def test_every_statement_of_a_group_runs_under_the_writer_lock(tmp_path: Path) -> None:
     ledger = SQLiteLedger(tmp_path / "ledger.sqlite3")
     runner = ActionRunner(ledger, lease=None)
