@@ -52,3 +52,30 @@ def test_no_attempts_and_no_observations_settle_without_error() -> None:
     settlement = settle((), ())
     assert settlement.verification_status is None
     assert settlement.final_status is U
+
+
+def test_trimming_observations_looks_past_one_it_must_keep() -> None:
+    """``keep_observations`` drops, oldest first, every observation that proves nothing
+    more; one that decides the status is kept, and the next one is still considered."""
+    from dataoad._evidence import keep_observations
+    from dataoad._records import ObservationSource, VerificationObservation
+
+    at = datetime(2026, 1, 1, tzinfo=UTC)
+    attempts = [AttemptRecord(number=1, started_at=at, execution_status=ActionStatus.UNKNOWN)]
+
+    def seen(status: ActionStatus, number: int) -> VerificationObservation:
+        return VerificationObservation(
+            source=ObservationSource.RECONCILE,
+            attempt=1,
+            status=status,
+            observed_at=at,
+            provider_request_id="p1" if status is ActionStatus.CONFIRMED else None,
+            number=number,
+        )
+
+    deciding = seen(ActionStatus.CONFIRMED, 1)
+    nothing_more = seen(ActionStatus.UNKNOWN, 2)
+    newest = seen(ActionStatus.UNKNOWN, 3)
+    kept = keep_observations(attempts, (deciding, nothing_more, newest), limit=2)
+    assert kept == (deciding, newest)
+    assert settle(attempts, kept) == settle(attempts, (deciding, nothing_more, newest))

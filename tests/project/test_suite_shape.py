@@ -204,3 +204,9 @@ def test_a_triage_counts_only_for_the_mutated_code_it_was_written_for(tmp_path: 
         "this mutant puts in `sql = 'SELEC'`",
         "m.x_f__mutmut_2": "its triage records no mutated code",
     }
+
+
+def test_every_triage_entry_records_the_code_it_was_written_for() -> None:
+    from stateful_tests import mutation_score as score
+
+    assert [n for n, t in score.reviewed().items() if not t.mutated] == []
