@@ -9,7 +9,7 @@ behaviour, a tab, the code the mutant puts in) is triaged while the mutant
 still puts in that code; any other survivor makes the exit status 1.
 
     python -m stateful_tests.mutation_score                       # policy and evidence rules
-    python -m stateful_tests.mutation_score --safety-critical     # about two hours on 2 cores
+    python -m stateful_tests.mutation_score --safety-critical     # about an hour on 2 cores
 """
 
 from __future__ import annotations
@@ -322,7 +322,7 @@ def main() -> int:
     parser.add_argument(
         "--safety-critical",
         action="store_true",
-        help="the runner, verifier answers and ledger transitions (about two hours on 2 cores)",
+        help="the runner, verifier answers and ledger transitions (about an hour on 2 cores)",
     )
     parser.add_argument(
         "--keep",
@@ -428,11 +428,11 @@ def main() -> int:
         f"mutants: {total}, killed: {killed} ({len(rechecked)} of them only when rechecked "
         f"against every example test), survived: {len(survivors)}"
     )
-    print(f"raw score: {killed / total:.1%}")
+    print(f"raw score: {killed / total:.2%}")
     for name in rechecked:
         print(f"  rechecked   {name}: killed by the example tests mutmut did not select")
     print(
-        f"after triage ({len(triaged)} reviewed as equivalent): {(killed + len(triaged)) / total:.1%}"
+        f"after triage ({len(triaged)} reviewed as equivalent): {(killed + len(triaged)) / total:.2%}"
     )
     for name in triaged:
         print(f"  equivalent  {name}: {trusted[name].reason}")
