@@ -379,10 +379,21 @@ class ProvenLedger(ProvenReads):
         write = await self._prove(
             lambda: self.ledger.release(action_id, receipt.version), None, action_id
         )
-        if write.proven:
+        if write.proven and write.error is None:
             events.emit(EventKind.RELEASED, receipt)
             return
         if write.error is not None:
+            if write.proven:
+                # Gone, but absence does not prove this delete: another release,
+                # or a prune once another worker had started and completed the
+                # claim, leaves the same absence.
+                raise NothingInvokedError(
+                    f"the release of action {action_id} could not be confirmed "
+                    f"({bounded_error(write.error)}): the claim is gone, removed by this "
+                    "release or by another writer (a release, or a prune once it had completed)",
+                    receipt=receipt,
+                    operation_invoked=False,
+                ) from write.error
             # Not proven: either the read-back failed, or the claim is still there.
             if write.read_error is not None:
                 raise NothingInvokedError(

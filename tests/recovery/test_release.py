@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import logging
-
 import pytest
 
 from dataoad import (
@@ -13,6 +11,7 @@ from dataoad import (
     ActionStatus,
     ClaimState,
     InMemoryLedger,
+    NothingInvokedError,
     RecoveryRefusedError,
 )
 from dataoad.testing import FaultyLedger, LedgerFault
@@ -54,7 +53,14 @@ async def test_an_unacknowledged_release_is_settled_by_reading_back(
     faulty.inject("release", LOSE if committed else FAIL)
     runner = ActionRunner(faulty)
     if committed:
-        await runner.release_unstarted(claim.action_id)
+        # Gone, but the absence cannot say whose delete it was (see the next test).
+        with pytest.raises(NothingInvokedError) as unconfirmed:
+            await runner.release_unstarted(claim.action_id)
+        assert str(unconfirmed.value).startswith(
+            f"the release of action {claim.action_id} could not be confirmed"
+        )
+        assert "the claim is gone" in str(unconfirmed.value)
+        assert unconfirmed.value.operation_invoked is False
         assert await ledger.get(claim.action_id) is None
     else:
         with pytest.raises(ActionPersistenceError) as failed:
@@ -63,8 +69,25 @@ async def test_an_unacknowledged_release_is_settled_by_reading_back(
         assert failed.value.operation_invoked is False
         assert str(failed.value).startswith(f"the release of action {claim.action_id} failed")
         assert await ledger.get(claim.action_id) == claim
-    if committed:
-        assert events(caplog)[-1][:2] == ("released", logging.INFO)
+    assert "released" not in [e[0] for e in events(caplog)]
+
+
+async def test_a_failed_release_is_not_reported_when_the_claim_went_another_way() -> None:
+    """The release's delete fails; meanwhile another worker takes the claim over, runs
+    it, and an operator prunes it. The release read back no receipt, and once counted
+    that as its own delete: it reported releasing a claim that had been started."""
+    ledger = InMemoryLedger()
+    claim = await unstarted(ledger)
+    faulty = FaultyLedger(ledger)
+    faulty.inject("release", FAIL)
+
+    def started_and_pruned_meanwhile(method: str) -> None:
+        if method == "release":
+            del ledger._by_id[claim.action_id]
+
+    faulty.on_call = started_and_pruned_meanwhile
+    with pytest.raises(NothingInvokedError, match="could not be confirmed"):
+        await ActionRunner(faulty).release_unstarted(claim.action_id)
 
 
 async def test_a_release_whose_read_back_fails_carries_the_claim_it_meant_to_release() -> None:
