@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Sequence
 from types import TracebackType
-from typing import Any, Final, TypeVar, overload
+from typing import Any, TypeVar, overload
 
 from dataoad._arguments import (
     check_clock,
@@ -33,7 +33,6 @@ from dataoad._bounds import (
     check_bounds,
 )
 from dataoad._clock import Clock
-from dataoad._errors import ActionInProgressError
 from dataoad._events import EventKind, EventSink, RunnerObserver
 from dataoad._identity import check_namespace
 from dataoad._in_flight import calls_in_flight
@@ -46,14 +45,11 @@ from dataoad._receipt import ActionReceipt
 from dataoad._result import ActionResult
 from dataoad._retiring import check_lifecycle
 from dataoad._verification import AnyVerifier
+from dataoad._waiting import until_the_holder_finishes
 
 __all__ = ["ActionRunner"]
 
 T = TypeVar("T")
-
-#: First and longest pause between looks at a claim held by another caller.
-WAIT_FIRST_DELAY: Final = 0.005
-WAIT_MAX_DELAY: Final = 0.25
 
 
 class _Verb:
@@ -250,22 +246,12 @@ class ActionRunner(OperatorVerbs):
             if call.expires_after is not None:
                 check_lifecycle(self._store.ledger, "expire receipts")
             wait = check_wait(wait_in_progress)
-            deadline = None if wait is None else self._clock.monotonic() + wait
-            delay = WAIT_FIRST_DELAY
-            while True:
-                try:
-                    verb.result = await execute_once(self._store, call, verb.events, self._tenure)
-                    return verb.result  # type: ignore[no-any-return]
-                except ActionInProgressError:
-                    if deadline is None:
-                        raise
-                    remaining = deadline - self._clock.monotonic()
-                    if remaining <= 0:
-                        raise
-                # Poll the ledger, backing off: the claim holder is usually quick,
-                # and a stranded claim must not be hammered.
-                await self._clock.sleep(min(delay, remaining))
-                delay = min(delay * 2, WAIT_MAX_DELAY)
+
+            async def look() -> ActionResult[Any]:
+                return await execute_once(self._store, call, verb.events, self._tenure)
+
+            verb.result = await until_the_holder_finishes(look, wait, self._clock)
+            return verb.result  # type: ignore[no-any-return]
 
     async def receipt(self, action_id: str) -> ActionReceipt:
         """The stored receipt for ``action_id``; ActionNotFoundError if none."""

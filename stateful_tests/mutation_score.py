@@ -35,6 +35,7 @@ DEFAULT_MODULES = ["dataoad/_policy.py", "dataoad/_evidence.py"]
 #: every SQLite test, which alone would take hours).
 SAFETY_CRITICAL_MODULES = [
     "dataoad/_runner.py",
+    "dataoad/_waiting.py",
     "dataoad/_arguments.py",
     "dataoad/_attempts.py",
     "dataoad/_completing.py",
@@ -57,6 +58,7 @@ SAFETY_CRITICAL_MODULES = [
 ]
 SAFETY_CRITICAL_MUTANTS = [
     "dataoad._runner.*",
+    "dataoad._waiting.*",
     "dataoad._arguments.*",
     "dataoad._attempts.*",
     "dataoad._completing.*",

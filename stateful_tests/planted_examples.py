@@ -372,9 +372,9 @@ PLANTED_EXAMPLES = [
     PlantedExample(
         "wait-sleeps-past-its-deadline",
         "wait_in_progress waits at most its seconds, then raises (README)",
-        "dataoad/_runner.py",
-        "                await self._clock.sleep(min(delay, remaining))\n",
-        "                await self._clock.sleep(delay)\n",
+        "dataoad/_waiting.py",
+        "        await clock.sleep(min(delay, remaining))\n",
+        "        await clock.sleep(delay)\n",
         (
             "tests/claim/test_wait_in_progress.py::test_waiting_backs_off_by_doubling_and_stops_at_the_deadline",
         ),

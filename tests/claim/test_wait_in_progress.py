@@ -287,7 +287,7 @@ async def test_wait_in_progress_accepts_its_documented_maximum() -> None:
 
 async def test_waiting_backs_off_by_doubling_and_stops_at_the_deadline() -> None:
     from dataoad import ActionInProgressError
-    from dataoad._runner import WAIT_FIRST_DELAY, WAIT_MAX_DELAY
+    from dataoad._waiting import WAIT_FIRST_DELAY, WAIT_MAX_DELAY
 
     # The README's numbers: back off from 5 ms to 250 ms between looks.
     assert (WAIT_FIRST_DELAY, WAIT_MAX_DELAY) == (0.005, 0.25)
