@@ -31,6 +31,7 @@ from dataoad import (
     DefinitiveFailure,
     LeasingLedger,
     Ledger,
+    LedgerBusyError,
     VerificationHealth,
     VerificationResult,
     current_attempt,
@@ -153,6 +154,8 @@ class Contender:
     ledger_faults: list[tuple[str, LedgerFault]] = dataclasses.field(default_factory=list)
     #: (method, seconds): how long each write that met a stuck lock holder took.
     lock_waits: list[tuple[str, float]] = dataclasses.field(default_factory=list)
+    #: (method, seconds): those of them that gave up (LedgerBusyError), and after how long.
+    lock_give_ups: list[tuple[str, float]] = dataclasses.field(default_factory=list)
     #: Whether its operation runs on a worker thread (a sync operation).
     in_thread: bool = False
     #: Whether its sync operation was called on the event loop's thread.
@@ -207,6 +210,15 @@ class Contender:
     #: A duplicate sent when the ledger's clock stood at a claim's lease end
     #: (``"exactly"``) or a microsecond before it (``"early"``): (side, action_id).
     lease_edge: tuple[str, str] | None = None
+    #: ``execute(wait_in_progress=...)``: how long it may wait for a claim holder.
+    wait: float | None = None
+    #: Every reading of the runner's monotonic clock it made (its wait's looks).
+    clock_readings: list[float] = dataclasses.field(default_factory=list)
+    #: (clock reading, seconds): every pause of its wait between two looks.
+    pauses: list[tuple[float, float]] = dataclasses.field(default_factory=list)
+    #: ``max_request_bytes`` relative to its request's canonical size: ``"exactly"``
+    #: or ``"a byte short"`` (None: the default bound, far above it).
+    request_bound: str | None = None
 
     def __repr__(self) -> str:
         where = "finished" if self.finished else f"parked at {self.parked_at}"
@@ -476,6 +488,9 @@ class GatedLedger(FaultyLedger):
         started = time.monotonic()
         try:
             return await call()
+        except LedgerBusyError:
+            contender.lock_give_ups.append((method, time.monotonic() - started))
+            raise
         finally:
             contender.lock_waits.append((method, time.monotonic() - started))
             let_go()

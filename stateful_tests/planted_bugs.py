@@ -45,6 +45,7 @@ from dataoad._proven import ProvenLedger
 from dataoad._verification import VerificationResult
 from dataoad.ledgers._statements import SQLITE, compile_sql
 from stateful_tests.planted import PlantedBug, ReleasesStartedClaimsLedger, names
+from stateful_tests.planted_bound_bugs import BOUND_BUGS
 from stateful_tests.planted_claim_bugs import CLAIM_BUGS
 from stateful_tests.planted_group_bugs import GROUP_BUGS
 from stateful_tests.planted_lease_bugs import LEASE_BUGS
@@ -908,3 +909,4 @@ PLANTED_BUGS += CLAIM_BUGS
 PLANTED_BUGS += LEASE_BUGS
 PLANTED_BUGS += LIFECYCLE_BUGS
 PLANTED_BUGS += GROUP_BUGS
+PLANTED_BUGS += BOUND_BUGS

@@ -20,6 +20,7 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any, ClassVar
 
+import rfc8785
 from hypothesis import event, note
 from hypothesis import strategies as st
 from hypothesis.stateful import (
@@ -43,13 +44,16 @@ from dataoad import (
     RetryPolicy,
     SQLiteLedger,
 )
+from dataoad._bounds import DEFAULT_MAX_REQUEST_BYTES
 from dataoad.testing import unstarted_claim
 from models.world import World
-from stateful_tests import invariants as inv
 from stateful_tests import (
+    bound_invariants,  # noqa: F401  (registers the bound properties)
     lease_invariants,  # noqa: F401  (registers the lease properties)
     lifecycle_invariants,  # noqa: F401  (registers the lifecycle properties)
 )
+from stateful_tests import invariants as inv
+from stateful_tests.bound_rules import BoundRules
 from stateful_tests.group_rules import GroupCommitRules
 from stateful_tests.harness import (
     REACHED,
@@ -118,6 +122,9 @@ class VirtualClock:
         self.heartbeats = heartbeats
 
     def monotonic(self) -> float:
+        contender = current_contender()
+        if contender is not None:
+            contender.clock_readings.append(self.now)
         return self.now
 
     async def sleep(self, seconds: float) -> None:
@@ -127,6 +134,7 @@ class VirtualClock:
             return
         if contender is not None:
             contender.waited = True
+            contender.pauses.append((self.now, seconds))
         self.now += seconds
         await asyncio.sleep(0)
 
@@ -264,7 +272,7 @@ DUPLICATE_ARGUMENTS: dict[str, st.SearchStrategy[Any]] = {
 }
 
 
-class RunnerMachineBase(LifecycleRules, LeaseRules, RuleBasedStateMachine):
+class RunnerMachineBase(LifecycleRules, LeaseRules, BoundRules, RuleBasedStateMachine):
     """Backend-independent rules; subclasses choose the ledger and the runner."""
 
     backend: ClassVar[str] = "memory"
@@ -303,6 +311,9 @@ class RunnerMachineBase(LifecycleRules, LeaseRules, RuleBasedStateMachine):
         warnings.simplefilter("ignore", RuntimeWarning)
         self.saved_observation_limit = evidence_module.MAX_KEPT_OBSERVATIONS
         evidence_module.MAX_KEPT_OBSERVATIONS = OBSERVATION_LIMIT
+        #: The bounds the bound properties judge by (None: not met on this backend).
+        self.observation_bound: int | None = OBSERVATION_LIMIT
+        self.busy_timeout: float | None = SQLITE_BUSY_TIMEOUT if self.backend == "sqlite" else None
         self.folder: Path | None = None
         self.clients: list[Ledger] = []
         self.postgres: PostgresTestTable | None = None
@@ -438,6 +449,7 @@ class RunnerMachineBase(LifecycleRules, LeaseRules, RuleBasedStateMachine):
         runs_in: str = "the event loop",
         expires: bool = False,
         early: float = 0.0,
+        request_bound: str | None = None,
     ) -> None:
         if split_key(key)[0] in self.namespaces_being_pruned() or (
             not expires and key in self.keys_being_freed()
@@ -470,6 +482,8 @@ class RunnerMachineBase(LifecycleRules, LeaseRules, RuleBasedStateMachine):
             expires_after=expires_after,
         )
         c.too_early_by = early
+        c.wait = WAITS[wait]
+        c.request_bound = request_bound
         held = self.holder(key)
         if expires and not early and held is not None and self._definitive(key):
             c.expires_exactly = (held.action_id, held.version)
@@ -497,9 +511,18 @@ class RunnerMachineBase(LifecycleRules, LeaseRules, RuleBasedStateMachine):
             request = {"amount": amount, "key": key}
         elif form == "amount as float":
             request = {"key": key, "amount": float(amount)}
+        size = len(rfc8785.dumps(request))
+        bound = {None: DEFAULT_MAX_REQUEST_BYTES, "exactly": size, "a byte short": size - 1}
+        if request_bound is not None:
+            self.history.add(
+                f"contender {name}",
+                f"its runner's max_request_bytes={bound[request_bound]}; the request is "
+                f"{size} bytes in canonical form",
+            )
         client = self.new_client()
         runner = self.runner_class(
             self.gated(client),
+            max_request_bytes=bound[request_bound],
             policy=POLICIES[policy],
             clock=SkewedClock(self.virtual_time, EARLY_SKEW if early else timedelta())
             if expires
