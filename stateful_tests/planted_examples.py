@@ -440,4 +440,16 @@ PLANTED_EXAMPLES = [
             "tests/leases/test_owner_outcome_after_zombie.py::test_the_owners_value_is_withheld_once_a_zombies_other_charge_is_folded_in",
         ),
     ),
+    PlantedExample(
+        "release-reported-when-the-claim-is-gone",
+        "a release is reported only when proven: one whose write raised and whose claim is gone "
+        "may have been another writer's (a release, or a prune after another worker ran it)",
+        "dataoad/_proven.py",
+        "        if write.proven and write.error is None:\n",
+        "        if write.proven:\n",
+        (
+            "tests/recovery/test_release.py::test_a_failed_release_is_not_reported_when_the_claim_went_another_way",
+            "tests/recovery/test_release.py::test_an_unacknowledged_release_is_settled_by_reading_back",
+        ),
+    ),
 ]
