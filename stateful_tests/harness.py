@@ -14,7 +14,6 @@ import asyncio
 import contextvars
 import dataclasses
 import enum
-import fcntl
 import json
 import os
 import time
@@ -40,6 +39,7 @@ from dataoad.testing import FaultyLedger, LedgerFaultError
 from dataoad.testing import LedgerFault as InjectedFault
 from dataoad.testing._trace_html import render_html, steps_from_history
 from models.world import World
+from suite_support.writer_lock import HeldWriterLock
 
 T = TypeVar("T")
 
@@ -474,17 +474,8 @@ class GatedLedger(FaultyLedger):
         # another process would) and lets go only after LOCK_HOLD_SECONDS.
         path = getattr(self.inner, "path", None)
         assert path is not None, "LOCK_HELD is drawn only for SQLite"
-        fd = os.open(f"{path}.lock", os.O_CREAT | os.O_RDWR, 0o600)
-        fcntl.flock(fd, fcntl.LOCK_EX)
-        closed = False
-
-        def let_go() -> None:
-            nonlocal closed
-            if not closed:
-                closed = True
-                os.close(fd)
-
-        asyncio.get_running_loop().call_later(LOCK_HOLD_SECONDS, let_go)
+        stuck = HeldWriterLock(path)
+        stuck.release_after(LOCK_HOLD_SECONDS)
         started = time.monotonic()
         try:
             return await call()
@@ -493,7 +484,7 @@ class GatedLedger(FaultyLedger):
             raise
         finally:
             contender.lock_waits.append((method, time.monotonic() - started))
-            let_go()
+            stuck.release()
 
     async def _unfaulted(
         self, method: str, fault: InjectedFault | None, call: Callable[[], Awaitable[T]]

@@ -11,8 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import fcntl
-import os
 import sqlite3
 import subprocess
 import sys
@@ -44,6 +42,7 @@ from dataoad.ledgers._sqlite_group import (
 from dataoad.ledgers._statements import SQLITE, compile_sql
 from dataoad.ledgers._writer_lock import WriterLock
 from suite_support import CountingOperation, lock_is_free, unstarted
+from suite_support.writer_lock import HeldWriterLock
 
 INSERT = compile_sql(
     "INSERT INTO t (k, v) VALUES (:k, :v) ON CONFLICT (k) DO NOTHING RETURNING k", SQLITE
@@ -170,13 +169,9 @@ def test_a_group_that_cannot_have_the_writer_lock_writes_nothing(
     tmp_path: Path, db: sqlite3.Connection
 ) -> None:
     group = writer(tmp_path, busy_timeout=0.05)
-    holder = os.open(tmp_path / "g.sqlite3.lock", os.O_CREAT | os.O_RDWR, 0o600)
-    fcntl.flock(holder, fcntl.LOCK_EX)
-    try:
+    with HeldWriterLock(tmp_path / "g.sqlite3"):
         entries = [group.enqueue(INSERT, {"k": f"k{n}", "v": n}) for n in range(2)]
         group.flush(db)
-    finally:
-        os.close(holder)
     for entry in entries:
         with pytest.raises(LedgerBusyError):
             answer(entry)
@@ -508,8 +503,7 @@ async def test_a_caller_cancelled_while_its_group_waits_for_the_lock_never_write
     ledger = SQLiteLedger(path, busy_timeout=5)
     runner = ActionRunner(ledger, lease=None)
     await runner.execute("charge", CountingOperation(), request={}, idempotency_key="warm")
-    holder = os.open(tmp_path / "ledger.sqlite3.lock", os.O_CREAT | os.O_RDWR, 0o600)
-    fcntl.flock(holder, fcntl.LOCK_EX)  # another process writing: the group waits
+    holder = HeldWriterLock(path)  # another process writing: the group waits
     op = CountingOperation()
     call = asyncio.ensure_future(
         runner.execute("charge", op, request={"n": 1}, idempotency_key="given-up")
@@ -518,7 +512,7 @@ async def test_a_caller_cancelled_while_its_group_waits_for_the_lock_never_write
     call.cancel()
     with pytest.raises(asyncio.CancelledError):
         await call
-    os.close(holder)  # the group gets the lock, and finds its only write withdrawn
+    holder.release()  # the group gets the lock, and finds its only write withdrawn
     await runner.execute("charge", CountingOperation(), request={}, idempotency_key="after")
     assert await ledger.receipts(idempotency_key="given-up") == []
     assert op.calls == 0
@@ -627,8 +621,6 @@ def test_a_write_withdrawn_while_its_group_waits_for_the_lock_is_not_failed_with
     group = writer(tmp_path, busy_timeout=0.05)
     kept = group.enqueue(INSERT, {"k": "kept", "v": 1})
     given_up = group.enqueue(INSERT, {"k": "given up", "v": 2})
-    holder = os.open(tmp_path / "g.sqlite3.lock", os.O_CREAT | os.O_RDWR, 0o600)
-    fcntl.flock(holder, fcntl.LOCK_EX)
     real_hold = group._writer.hold
 
     def hold(timeout: float) -> Any:
@@ -636,10 +628,8 @@ def test_a_write_withdrawn_while_its_group_waits_for_the_lock_is_not_failed_with
         return real_hold(timeout)
 
     group._writer.hold = hold  # type: ignore[method-assign]
-    try:
+    with HeldWriterLock(tmp_path / "g.sqlite3"):
         group.flush(db)
-    finally:
-        os.close(holder)
     with pytest.raises(LedgerBusyError):
         answer(kept)
     with pytest.raises(DataoadError, match="never run"):
@@ -654,16 +644,12 @@ async def test_a_write_given_up_while_its_group_waits_for_the_lock_never_runs(
     path = tmp_path / "ledger.sqlite3"
     ledger = SQLiteLedger(path, busy_timeout=5)
     claim = await unstarted(ledger, "k")
-    holder = os.open(tmp_path / "ledger.sqlite3.lock", os.O_CREAT | os.O_RDWR, 0o600)
-    fcntl.flock(holder, fcntl.LOCK_EX)
-    try:
+    with HeldWriterLock(path):
         release = asyncio.ensure_future(ledger.release(claim.action_id, claim.version))
         await asyncio.sleep(0.2)  # its group waits for the lock
         release.cancel()
         with pytest.raises(asyncio.CancelledError):
             await release
-    finally:
-        os.close(holder)
     assert await ledger.release("0" * 32, 1) is False  # a later group runs; the release not
     assert await ledger.get(claim.action_id) == claim
     await ledger.close()

@@ -5,8 +5,6 @@ no ledger, closed or not, keeps the interpreter from exiting.
 from __future__ import annotations
 
 import asyncio
-import fcntl
-import os
 import subprocess
 import sys
 import textwrap
@@ -26,6 +24,7 @@ from dataoad import (
 )
 from suite_support import REQUEST, CountingOperation, lock_is_free
 from suite_support.services import PostgresTestTable
+from suite_support.writer_lock import HeldWriterLock
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -63,9 +62,7 @@ async def test_a_stuck_lock_holder_bounds_the_wait_and_nothing_is_invoked(tmp_pa
     async with SQLiteLedger(path):
         pass  # create the file
     # Another process holds the writer lock and never lets go (as a SIGSTOPped one would).
-    holder = os.open(f"{path}.lock", os.O_CREAT | os.O_RDWR, 0o600)
-    fcntl.flock(holder, fcntl.LOCK_EX)
-    try:
+    with HeldWriterLock(path):
         op = CountingOperation()
         async with SQLiteLedger(path, busy_timeout=0.2) as ledger:
             started = time.monotonic()
@@ -81,8 +78,6 @@ async def test_a_stuck_lock_holder_bounds_the_wait_and_nothing_is_invoked(tmp_pa
             assert "busy_timeout" in str(raised.value.__cause__)
             assert op.calls == 0
             assert await ledger.find("charge", "k") is None
-    finally:
-        os.close(holder)
 
 
 async def test_an_operator_record_meets_a_stuck_lock_holder_within_busy_timeout(
@@ -94,20 +89,10 @@ async def test_an_operator_record_meets_a_stuck_lock_holder_within_busy_timeout(
     path = tmp_path / "ledger.sqlite3"
     async with SQLiteLedger(path):
         pass  # create the file
-    holder = os.open(f"{path}.lock", os.O_CREAT | os.O_RDWR, 0o600)
-    fcntl.flock(holder, fcntl.LOCK_EX)
-    released = False
-
-    def release() -> None:
-        nonlocal released
-        if not released:
-            released = True
-            os.close(holder)
-
-    # A wait with no bound would hold the connection's thread for ever; the
-    # holder lets go after 3 s, so such a bug fails this test instead of hanging it.
-    asyncio.get_running_loop().call_later(3, release)
-    try:
+    with HeldWriterLock(path) as holder:
+        # A wait with no bound would hold the connection's thread for ever; the
+        # holder lets go after 3 s, so such a bug fails this test instead of hanging it.
+        holder.release_after(3)
         async with SQLiteLedger(path, busy_timeout=0.2) as ledger:
             started = time.monotonic()
             with pytest.raises(LedgerBusyError, match="busy_timeout"):
@@ -115,10 +100,8 @@ async def test_an_operator_record_meets_a_stuck_lock_holder_within_busy_timeout(
                     OperatorRecord("ana", "h", "verify", None, "", "looked", "-")
                 )
             assert time.monotonic() - started < 2
-            release()
+            holder.release()
             assert await ledger.audit() == []
-    finally:
-        release()
 
 
 @pytest.mark.asyncio
@@ -126,15 +109,10 @@ async def test_a_stuck_lock_holder_before_the_outcome_keeps_the_claim_pending(
     tmp_path: Path,
 ) -> None:
     path = tmp_path / "ledger.sqlite3"
-    holder: list[int] = []
-
-    def take_the_lock() -> None:
-        fd = os.open(f"{path}.lock", os.O_CREAT | os.O_RDWR, 0o600)
-        fcntl.flock(fd, fcntl.LOCK_EX)
-        holder.append(fd)
+    holder: list[HeldWriterLock] = []
 
     async def charge() -> str:
-        take_the_lock()  # another process grabs the lock while we charge
+        holder.append(HeldWriterLock(path))  # another process grabs the lock while we charge
         return "ch_1"
 
     try:
@@ -153,8 +131,8 @@ async def test_a_stuck_lock_holder_before_the_outcome_keeps_the_claim_pending(
             assert stored.claim_state is ClaimState.PENDING
             assert stored.attempts == 1
     finally:
-        for fd in holder:
-            os.close(fd)
+        for hold in holder:
+            hold.release()
 
 
 @pytest.mark.asyncio
@@ -166,9 +144,7 @@ async def test_opening_and_inspecting_a_ledger_never_waits_on_the_writer_lock(
         done = await ActionRunner(ledger).execute(
             "charge", CountingOperation(), request=REQUEST, idempotency_key="k"
         )
-    holder = os.open(f"{path}.lock", os.O_CREAT | os.O_RDWR, 0o600)
-    fcntl.flock(holder, fcntl.LOCK_EX)
-    try:
+    with HeldWriterLock(path):
         # As `dataoad recover` / `receipts list` do: a fresh ledger, then reads.
         async def inspect() -> None:
             async with SQLiteLedger(path, busy_timeout=30) as fresh:
@@ -176,8 +152,6 @@ async def test_opening_and_inspecting_a_ledger_never_waits_on_the_writer_lock(
                 assert [r.action_id for r in await fresh.receipts()] == [done.receipt.action_id]
 
         await asyncio.wait_for(inspect(), timeout=5)
-    finally:
-        os.close(holder)
 
 
 EXIT_SCRIPT = """
