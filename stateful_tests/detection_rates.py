@@ -1,7 +1,7 @@
 """``python -m stateful_tests.detection_rates``: how reliably each planted bug is found.
 
-For every planted bug, run its machine under the ``ci`` profile with fresh
-seeds (10 by default) and report how many seeds found it; the median time to
+For every planted bug, run its machine under the ``ci`` profile, at the budget
+CI gives that machine on memory, with fresh seeds (10 by default) and report how many seeds found it; the median time to
 the first counterexample (the first failing run, before any shrinking, machine
 set-up included); and the median time to, and number of steps in, the shrunk
 counterexample Hypothesis reports (shrinking runs to Hypothesis's own
@@ -27,6 +27,7 @@ from hypothesis.stateful import run_state_machine_as_test
 import stateful_tests.profiles  # noqa: F401  (registers and loads the Hypothesis profiles)
 from dataoad import SQLiteLedger
 from stateful_tests.exhaustive import quiet_hypothesis
+from stateful_tests.harness import IN_MEMORY_RUNNER_FACTOR
 from stateful_tests.invariants import InvariantViolation
 from stateful_tests.planted_bugs import PLANTED_BUGS, PlantedBug, planted
 from stateful_tests.search import machine
@@ -84,8 +85,14 @@ def runs_on(bug: PlantedBug, backend: str) -> bool:
 def one_seed(
     bug: PlantedBug, n: int, backend: str, max_examples: int | None = None, shrink: bool = True
 ) -> Run:
-    """Search for ``bug`` with seed ``n`` under the ci profile."""
+    """Search for ``bug`` with seed ``n`` under the ci profile, at its machine's CI budget.
+
+    The runner machine's bugs get the in-memory runner machine's budget
+    (``IN_MEMORY_RUNNER_FACTOR`` times the profile's), on either backend.
+    """
     ci = settings.get_profile("ci")
+    if bug.machine == "runner":
+        ci = settings(ci, max_examples=ci.max_examples * IN_MEMORY_RUNNER_FACTOR)
     if max_examples is not None:
         ci = settings(ci, max_examples=max_examples)
     if not shrink:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from stateful_tests.harness import io_bound_settings
+from stateful_tests.harness import in_memory_runner_settings, io_bound_settings
 from stateful_tests.runner_machine import (
     RunnerMachineMemory,
     RunnerMachinePostgres,
@@ -11,6 +11,7 @@ from stateful_tests.runner_machine import (
 )
 
 TestRunnerMachineMemory = RunnerMachineMemory.TestCase
+TestRunnerMachineMemory.settings = in_memory_runner_settings()
 TestRunnerMachineSQLite = RunnerMachineSQLite.TestCase
 TestRunnerMachinePostgres = RunnerMachinePostgres.TestCase
 TestRunnerMachineSQLite.settings = io_bound_settings()
