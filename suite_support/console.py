@@ -13,7 +13,13 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from dataoad import ActionRunner, DefinitiveFailure, SQLiteLedger, VerificationResult
+from dataoad import (
+    ActionRunner,
+    DefinitiveFailure,
+    PostgresLedger,
+    SQLiteLedger,
+    VerificationResult,
+)
 from dataoad.testing import ManualClock
 from suite_support import unstarted
 from suite_support.services import PostgresTestTable
@@ -109,3 +115,30 @@ def console_store(kind: str, folder: Path) -> Iterator[ConsoleStore]:
         yield ConsoleStore(table.dsn, f"public.{table.table}", folder, *ids)
     finally:
         asyncio.run(table.drop())
+
+
+def add_tenant_failure(store: ConsoleStore) -> str:
+    """A FAILED charge of namespace ``tenant`` under the default namespace's key ``declined``; its id."""
+
+    def declined() -> None:
+        raise DefinitiveFailure("declined")
+
+    async def add(ledger: Any) -> str:
+        runner = ActionRunner(ledger, namespace="tenant")
+        failed = await runner.execute(
+            "charge", declined, request={"n": 4}, idempotency_key="declined"
+        )
+        return failed.receipt.action_id
+
+    async def in_store() -> str:
+        if store.table is None:
+            async with SQLiteLedger(store.folder / "ledger.sqlite3") as ledger:
+                return await add(ledger)
+        schema, _, table = store.table.rpartition(".")
+        ledger = PostgresLedger(store.url, schema=schema, table=table)
+        try:
+            return await add(ledger)
+        finally:
+            await ledger.close()
+
+    return asyncio.run(in_store())

@@ -29,7 +29,7 @@ from dataoad._cli_serve import console_settings
 from dataoad._console.app import build_app
 from dataoad._console.security import check_bind, is_loopback
 from dataoad.ledgers.sqlite_reader import SQLiteReader
-from suite_support.console import HOSTILE, ConsoleStore, console_store
+from suite_support.console import HOSTILE, ConsoleStore, add_tenant_failure, console_store
 
 TOKEN = "a-token-of-at-least-16-characters"
 
@@ -214,6 +214,37 @@ def test_an_action_needs_the_token_and_the_csrf_token_and_is_audited(
         outcomes = [r["outcome"] for r in http.get("/api/audit").json()["records"]]
         assert outcomes[0].startswith("refused: ")
         assert outcomes[1:] == ["CONFIRMED"]
+
+
+def test_an_action_on_another_namespaces_receipt_runs_in_that_namespace(
+    store: ConsoleStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A console action runs where the CLI's verb would: in the receipt's own namespace.
+    Reopening tenant's FAILED charge frees tenant's key, leaves the default namespace's
+    receipt under the same key untouched, and is audited in tenant."""
+    tenant_id = add_tenant_failure(store)
+    with client(store, monkeypatch, TOKEN, allow_actions=True) as http:
+        http.post("/login", data={"token": TOKEN})
+        page = http.get(f"/receipts/{tenant_id}")
+        csrf = re.search(r'name="csrf" value="([^"]+)"', page.text)
+        assert csrf is not None
+        form = {"operator": "ana", "reason": "INC-10", "csrf": csrf.group(1)}
+        done = http.post(f"/receipts/{tenant_id}/reopen", data=form)
+        assert done.status_code == 200, done.text
+        assert "reopened" in done.text
+        data = http.get(f"/api/receipts/{tenant_id}").json()
+        assert data["receipt"]["namespace"] == "tenant"
+        assert data["receipt"]["retired_at"] is not None
+        (record,) = data["operator_records"]
+        assert (record["operator"], record["verb"], record["namespace"]) == (
+            "ana",
+            "reopen",
+            "tenant",
+        )
+        untouched = http.get(f"/api/receipts/{store.failed_id}").json()
+        assert untouched["receipt"]["namespace"] == ""
+        assert untouched["receipt"]["retired_at"] is None
+        assert untouched["operator_records"] == []
 
 
 def test_every_response_forbids_scripts_and_foreign_assets(
