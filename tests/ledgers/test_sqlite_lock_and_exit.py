@@ -8,6 +8,7 @@ import asyncio
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 from pathlib import Path
 
@@ -102,6 +103,37 @@ async def test_an_operator_record_meets_a_stuck_lock_holder_within_busy_timeout(
             assert time.monotonic() - started < 2
             holder.release()
             assert await ledger.audit() == []
+
+
+async def test_a_lock_let_go_within_busy_timeout_is_waited_for_and_the_write_lands(
+    tmp_path: Path,
+) -> None:
+    """The other side of the bound: a writer that meets the lock waits for it, and once
+    the holder lets go before busy_timeout runs out, its write lands and the call runs."""
+    path = tmp_path / "ledger.sqlite3"
+    async with SQLiteLedger(path):
+        pass  # create the file
+    op = CountingOperation()
+    with HeldWriterLock(path) as holder:
+        async with SQLiteLedger(path, busy_timeout=5) as ledger:
+            call = asyncio.ensure_future(
+                ActionRunner(ledger).execute("charge", op, request=REQUEST, idempotency_key="k")
+            )
+            # Let go only once the claim's write is queued on the lock (its helper
+            # thread blocked in flock), so the write has really met a held lock.
+            for _ in range(1000):
+                if any(t.name == "dataoad-sqlite-lock" for t in threading.enumerate()):
+                    break
+                await asyncio.sleep(0.005)
+            else:
+                pytest.fail("the claim's write never queued on the held lock")
+            assert not call.done()
+            await asyncio.sleep(0.05)  # still waiting: well within its busy_timeout
+            assert not call.done()
+            holder.release()
+            result = await asyncio.wait_for(call, timeout=10)
+            assert result.status is ActionStatus.CONFIRMED
+            assert op.calls == 1
 
 
 @pytest.mark.asyncio
