@@ -59,7 +59,13 @@ async def test_an_unacknowledged_release_is_settled_by_reading_back(
         assert str(unconfirmed.value).startswith(
             f"the release of action {claim.action_id} could not be confirmed"
         )
-        assert "the claim is gone" in str(unconfirmed.value)
+        message = str(unconfirmed.value)
+        # Why it is unconfirmed, in the words an operator reads, and the write's own error.
+        assert "the claim is gone, removed by this release or by another writer" in message
+        assert "(a release, or a prune once it had completed)" in message
+        assert "injected: release committed, acknowledgement lost" in message
+        # The claim it meant to release, as the other unconfirmed releases carry it.
+        assert unconfirmed.value.receipt == claim
         assert unconfirmed.value.operation_invoked is False
         assert await ledger.get(claim.action_id) is None
     else:
