@@ -291,8 +291,9 @@ async def run_attempts(
         records[-1] = dataclasses.replace(finished, retry_decision="retry" if retry else "stop")
         if retry:
             if status is ActionStatus.UNKNOWN:
-                # Point at the caller of execute (run_attempts < execute_once < execute).
-                warnings.warn(UNKNOWN_RETRY_WARNING, RuntimeWarning, stacklevel=4)
+                # Point at the caller of execute (run_attempts < execute_once < the
+                # runner's look < _waiting.until_the_holder_finishes < execute).
+                warnings.warn(UNKNOWN_RETRY_WARNING, RuntimeWarning, stacklevel=6)
             events.emit(
                 EventKind.RETRYING,
                 durable,

@@ -279,6 +279,12 @@ def run_real(
 #: Planted bugs of the ledger and merge machines that the runner explorer
 #: cannot reach, and why; their own machines find them.
 _NO_LEASE_CLOCK = "leases need the ledger clock, which only the runner machine moves so far"
+_NO_WAIT = "no caller here waits for a claim holder; the runner machine's waiters do"
+_NO_SIZE_BOUND = "its runners keep the default request bound; the runner machine meets the bound"
+_FEW_OBSERVATIONS = (
+    "its receipts get at most two observations, far below the bound of 16; the runner machine "
+    "lowers the bound to 2 and replays UNKNOWN receipts past it"
+)
 _NO_PRUNE = "this explorer's lifecycle scenarios free keys by expiry and reopen; prune is the ledger and runner machines'"
 _NO_TOO_EARLY = (
     "it shows only to a caller asking for just more than a receipt's age: the runner machine's"
@@ -326,6 +332,18 @@ OUT_OF_REACH = {
     "retire-without-version-check": "it needs a change landing between a retire's read and its write, which no scenario here makes; the ledger machine races them",
     "expiry-from-the-claim": _NO_TOO_EARLY,
     "prune-at-the-cutoff": _NO_PRUNE,
+    "waiter-gives-up-a-pause-early": _NO_WAIT,
+    "waiter-sleeps-past-its-deadline": _NO_WAIT,
+    "wait-without-back-off": _NO_WAIT,
+    "request-bound-exclusive": _NO_SIZE_BOUND,
+    "request-bound-of-the-default": _NO_SIZE_BOUND,
+    "busy-timeout-in-milliseconds": "a SQLite bug; this explorer runs InMemoryLedger",
+    "observations-dropped-at-the-bound": _FEW_OBSERVATIONS,
+    "observations-kept-past-the-bound": _FEW_OBSERVATIONS,
+    "settle-hears-a-stale-observation": (
+        "it needs a verifier's answer about one attempt and then another attempt of the same "
+        "claim; no scenario here retries after a reconcile (checked: not found in 13 s)"
+    ),
 }
 
 

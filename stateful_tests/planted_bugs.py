@@ -50,6 +50,7 @@ from stateful_tests.planted_claim_bugs import CLAIM_BUGS
 from stateful_tests.planted_group_bugs import GROUP_BUGS
 from stateful_tests.planted_lease_bugs import LEASE_BUGS
 from stateful_tests.planted_lifecycle_bugs import LIFECYCLE_BUGS
+from stateful_tests.planted_settle_bugs import SETTLE_BUGS
 
 # -- runner and evidence bugs -------------------------------------------------------
 
@@ -910,3 +911,4 @@ PLANTED_BUGS += LEASE_BUGS
 PLANTED_BUGS += LIFECYCLE_BUGS
 PLANTED_BUGS += GROUP_BUGS
 PLANTED_BUGS += BOUND_BUGS
+PLANTED_BUGS += SETTLE_BUGS
