@@ -28,7 +28,7 @@ _REQUEST: Final = ("amount", "alternate_reference")
 
 
 class BoundRules:
-    """A caller whose request meets its runner's size bound exactly, or a byte over it."""
+    """Callers at a request-size bound (exactly, or a byte over) and verifier replays of UNKNOWN receipts."""
 
     order_keys: list[str]
     contenders_list: list[Contender]
