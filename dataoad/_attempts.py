@@ -21,10 +21,10 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import logging
-import uuid
+import os
 import warnings
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from typing import Any, Final
 
 from dataoad._blocking import call_maybe_async
 from dataoad._completing import (
@@ -112,11 +112,21 @@ async def execute_once(
     )
 
 
+#: A random (version 4) UUID's bits, set on 128 random bits.
+_UUID4_MASK: Final = ~((0xF000 << 64) | (0xC000 << 48)) & ((1 << 128) - 1)
+_UUID4_BITS: Final = (0x4000 << 64) | (0x8000 << 48)
+
+
+def _new_action_id() -> str:
+    """A random UUID4 as 32 hex digits, as ``uuid.uuid4().hex`` writes it, at half its cost."""
+    return f"{int.from_bytes(os.urandom(16), 'big') & _UUID4_MASK | _UUID4_BITS:032x}"
+
+
 def _fused_claim(store: ProvenLedger, call: Call, tenure: Tenure) -> ActionReceipt:
     """A new claim with attempt 1 already counted: claim and attempt start in one write."""
     now = utc_now()
     return ActionReceipt(
-        action_id=uuid.uuid4().hex,
+        action_id=_new_action_id(),
         action_name=call.action_name,
         idempotency_key=call.idempotency_key,
         request_hash=call.digest,
@@ -268,19 +278,9 @@ async def run_attempts(
             and observation.status is ActionStatus.CONFIRMED
             else None
         )
-        finished = AttemptRecord(
-            number=number,
-            started_at=records[-1].started_at,
-            execution_status=execution.status,
-            verification_status=verification_status,
-            error=execution.error,
-            provider_request_id=confirmed_id,
-            finished_at=utc_now(),
-        )
-        records[-1] = finished
-        status = aggregate_attempts(
-            [attempt_evidence(r.execution_status, r.verification_status) for r in records]
-        )
+        evidence = [attempt_evidence(r.execution_status, r.verification_status) for r in records]
+        evidence[-1] = attempt_evidence(execution.status, verification_status)
+        status = aggregate_attempts(evidence)
         assert status is not None
         if execution.status is ActionStatus.FAILED:
             retryable = execution.retryable
@@ -288,7 +288,16 @@ async def run_attempts(
             # FAILED through read-back is fenced, retry-safe absence by definition.
             retryable = verification_status is ActionStatus.FAILED
         retry = policy.should_retry(status, number, retryable)
-        records[-1] = dataclasses.replace(finished, retry_decision="retry" if retry else "stop")
+        records[-1] = AttemptRecord(
+            number=number,
+            started_at=records[-1].started_at,
+            execution_status=execution.status,
+            verification_status=verification_status,
+            error=execution.error,
+            provider_request_id=confirmed_id,
+            retry_decision="retry" if retry else "stop",
+            finished_at=utc_now(),
+        )
         if retry:
             if status is ActionStatus.UNKNOWN:
                 # Point at the caller of execute (run_attempts < execute_once < the

@@ -26,6 +26,7 @@ import contextvars
 import inspect
 import queue
 import threading
+import types
 from collections.abc import Callable, Iterator
 from typing import Any, Final, TypeVar
 
@@ -53,6 +54,9 @@ _placement: contextvars.ContextVar[Placement | None] = contextvars.ContextVar(
 
 def is_async_callable(fn: object) -> bool:
     """Whether calling ``fn`` only creates a coroutine (so it may run on the loop)."""
+    # The common case, a plain ``async def``, without inspect's unwrapping.
+    if type(fn) is types.FunctionType and fn.__code__.co_flags & inspect.CO_COROUTINE:
+        return True
     if inspect.iscoroutinefunction(fn):
         return True
     call = getattr(fn, "__call__", None)  # noqa: B004 - an async __call__ is what we look for

@@ -7,10 +7,8 @@ late request refused by the provider itself.
 
 from __future__ import annotations
 
-import contextlib
 import contextvars
 import dataclasses
-from collections.abc import Iterator
 
 from dataoad._receipt import ActionReceipt
 
@@ -41,11 +39,16 @@ def current_attempt() -> AttemptContext | None:
     return _current.get()
 
 
-@contextlib.contextmanager
-def running_attempt(receipt: ActionReceipt) -> Iterator[None]:
-    """Within this block, ``current_attempt()`` describes ``receipt``'s latest attempt."""
-    token = _current.set(
-        AttemptContext(
+class running_attempt:
+    """Within this block, ``current_attempt()`` describes ``receipt``'s latest attempt.
+
+    A class, not a generator: every attempt enters it.
+    """
+
+    __slots__ = ("_context", "_token")
+
+    def __init__(self, receipt: ActionReceipt) -> None:
+        self._context = AttemptContext(
             action_id=receipt.action_id,
             action_name=receipt.action_name,
             idempotency_key=receipt.idempotency_key,
@@ -53,8 +56,9 @@ def running_attempt(receipt: ActionReceipt) -> Iterator[None]:
             attempt=receipt.attempts,
             fencing_token=receipt.fencing_token,
         )
-    )
-    try:
-        yield
-    finally:
-        _current.reset(token)
+
+    def __enter__(self) -> None:
+        self._token = _current.set(self._context)
+
+    def __exit__(self, *exc_info: object) -> None:
+        _current.reset(self._token)

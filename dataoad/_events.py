@@ -58,10 +58,6 @@ class EventKind(enum.Enum):
     RETIRED = "retired"
 
 
-#: Events only observers see: the log has one record per transition, not per call.
-_NOT_LOGGED = frozenset({EventKind.CALL_STARTED, EventKind.CALL_FINISHED})
-
-
 @dataclasses.dataclass(frozen=True, slots=True)
 class RunnerEvent:
     """One emitted event. ``call`` ties it to the verb call it happened in."""
@@ -120,7 +116,9 @@ class EventSink:
         **fields: Any,
     ) -> None:
         """Log ``event`` (unless call-level) and hand it to every observer."""
-        if event not in _NOT_LOGGED:
+        # Call-level events only observers see: the log has one record per
+        # transition, not per call.
+        if event is not EventKind.CALL_STARTED and event is not EventKind.CALL_FINISHED:
             log_event(event.value, receipt, level=level, **fields)
         if not self._observers:
             return

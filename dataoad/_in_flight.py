@@ -21,22 +21,25 @@ EXIT_WAIT: Final = 60.0
 class InFlight:
     """A count of calls running, and a way to wait until none is."""
 
-    __slots__ = ("_count", "_idle", "_threads")
+    __slots__ = ("_count", "_idle", "_lock", "_threads")
 
     def __init__(self) -> None:
-        self._idle = threading.Condition(threading.Lock())
+        # Every call enters and leaves: the raw lock's C-level ``with`` where no
+        # one waits (the condition shares it).
+        self._lock = threading.Lock()
+        self._idle = threading.Condition(self._lock)
         self._count = 0
         #: Threads with a blocking call in flight (a sync caller waits on its own).
         self._threads: dict[int, int] = {}
 
     def enter(self) -> None:
         """One more call is running."""
-        with self._idle:
+        with self._lock:
             self._count += 1
 
     def leave(self) -> None:
         """One call ended."""
-        with self._idle:
+        with self._lock:
             self._count -= 1
             if self._count == 0:
                 self._idle.notify_all()

@@ -24,7 +24,7 @@ import logging
 import os
 import secrets
 import socket
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import Awaitable, Callable
 from typing import Any, Final
 
 from dataoad._clock import Clock, SystemClock
@@ -86,51 +86,63 @@ def default_owner() -> str:
     return bound_text(f"{host}:{os.getpid()}:{secrets.token_hex(4)}")
 
 
-@contextlib.asynccontextmanager
-async def keep_lease(
-    store: ProvenLedger, held: ActionReceipt, tenure: Tenure, events: EventSink
-) -> AsyncIterator[None]:
+class keep_lease:
     """Renew ``held``'s lease in the background while the block runs (the attempt).
 
     On the system clock a timer starts the renewals once a third of the
     lease has passed, so the many attempts that end sooner cost no task; a
     clock of a test's own drives a renewal task from the start (its sleeps
-    are how the state machines step renewals).
+    are how the state machines step renewals). A class, not a generator:
+    every attempt enters it, and a generator-based context manager cost a
+    tenth of a first call in memory.
     """
-    lease = tenure.lease
-    if lease is None:
-        yield
-        return
-    interval = lease / RENEWALS_PER_LEASE
 
-    async def renewing(wait_first: bool) -> None:
+    __slots__ = ("_events", "_held", "_store", "_tasks", "_tenure", "_timer")
+
+    def __init__(
+        self, store: ProvenLedger, held: ActionReceipt, tenure: Tenure, events: EventSink
+    ) -> None:
+        self._store = store
+        self._held = held
+        self._tenure = tenure
+        self._events = events
+        self._tasks: list[asyncio.Task[None]] = []
+        self._timer: asyncio.TimerHandle | None = None
+
+    async def __aenter__(self) -> None:
+        lease = self._tenure.lease
+        if lease is None:
+            return
+        interval = lease / RENEWALS_PER_LEASE
+        if type(self._tenure.clock) is SystemClock:
+            self._timer = asyncio.get_running_loop().call_later(interval, self._start, False)
+        else:
+            self._start(True)
+
+    def _start(self, wait_first: bool) -> None:
+        name = f"{RENEWAL_TASK_NAME}:{self._held.action_id}"
+        self._tasks.append(asyncio.create_task(self._renewing(wait_first), name=name))
+
+    async def _renewing(self, wait_first: bool) -> None:
+        lease = self._tenure.lease
+        assert lease is not None
+        interval = lease / RENEWALS_PER_LEASE
         while True:
             if wait_first:
-                await tenure.clock.sleep(interval)
+                await self._tenure.clock.sleep(interval)
             wait_first = True
-            kept = await store.renew(held, lease)
+            kept = await self._store.renew(self._held, lease)
             if kept is None:
                 continue  # one lost renewal is within the lease's margin
             if not kept:
                 # Taken over or completed: the outcome write will say which.
-                events.emit(EventKind.FENCED, held, level=logging.WARNING)
+                self._events.emit(EventKind.FENCED, self._held, level=logging.WARNING)
                 return
 
-    name = f"{RENEWAL_TASK_NAME}:{held.action_id}"
-    tasks: list[asyncio.Task[None]] = []
-    timer = None
-    if type(tenure.clock) is SystemClock:
-        timer = asyncio.get_running_loop().call_later(
-            interval, lambda: tasks.append(asyncio.create_task(renewing(False), name=name))
-        )
-    else:
-        tasks.append(asyncio.create_task(renewing(True), name=name))
-    try:
-        yield
-    finally:
-        if timer is not None:
-            timer.cancel()
-        for task in tasks:
+    async def __aexit__(self, *exc_info: object) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+        for task in self._tasks:
             task.cancel()
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await task

@@ -266,6 +266,8 @@ def protocol_metadata(
     recovery: RecoveryRecord | None = None,
 ) -> FrozenDict:
     """Caller metadata plus the reserved protocol keys derived from the facts."""
+    if not observations and recovery is None and type(base) is FrozenDict:
+        return base  # already frozen, and nothing derived to add
     metadata = dict(base)
     if observations:
         stored = tuple(o.to_json() for o in observations)

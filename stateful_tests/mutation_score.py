@@ -123,6 +123,7 @@ TESTS = [
     "tests/claim/test_wait_in_progress.py",
     "tests/claim/test_documented_bounds.py",
     "tests/attempts/test_operation_counts.py",
+    "tests/attempts/test_call_allocations.py",
     "tests/attempts/test_cancellation.py",
     "tests/front_ends/test_logging.py",
     "tests/front_ends/test_guard.py",
