@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import math
 from datetime import timedelta
 from pathlib import Path
@@ -298,6 +299,105 @@ async def test_an_attempt_shorter_than_a_third_of_the_lease_starts_no_renewal_ta
     assert renewal_tasks() == []  # ended with its attempt
 
 
+class RenewalsCounted(InMemoryLedger):
+    """Counts the renewals the runner asks for; ``refuse`` answers each with a refusal."""
+
+    def __init__(self, *, refuse: bool = False) -> None:
+        super().__init__()
+        self.renewals = 0
+        self.refuse = refuse
+
+    async def renew(self, action_id: str, fencing_token: int, lease: float) -> bool:
+        self.renewals += 1
+        return False if self.refuse else await super().renew(action_id, fencing_token, lease)
+
+
+async def test_the_first_renewal_comes_at_a_third_of_the_lease_not_later() -> None:
+    # Lease 0.6 s: renewals at 0.2 s and 0.4 s. An attempt of 0.3 s sees exactly
+    # the first; a timer that started the task with a pause first would renew at 0.4 s.
+    ledger = RenewalsCounted()
+    renewals_seen: list[int] = []
+
+    async def slow() -> str:
+        await asyncio.sleep(0.3)
+        renewals_seen.append(ledger.renewals)
+        return "ch"
+
+    runner = ActionRunner(ledger, owner="A", lease=0.6)
+    await runner.execute("charge", slow, request=REQUEST, idempotency_key="k")
+    assert renewals_seen == [1]
+
+
+async def test_a_runner_clock_renews_only_after_its_first_pause() -> None:
+    # On a clock of the runner's own the renewal task starts with the attempt
+    # and pauses a third of the lease first: no renewal before that pause.
+    ledger = RenewalsCounted()
+    renewals_at_pause: list[int] = []
+
+    class HeldClock:
+        def monotonic(self) -> float:
+            return 0.0
+
+        async def sleep(self, seconds: float) -> None:
+            renewals_at_pause.append(ledger.renewals)
+            await asyncio.Event().wait()  # cancelled with the attempt
+
+    async def charge() -> str:
+        for _ in range(20):
+            await asyncio.sleep(0)  # the renewal task runs up to its pause
+        return "ch"
+
+    runner = ActionRunner(ledger, owner="A", lease=LEASE, clock=HeldClock())
+    await runner.execute("charge", charge, request=REQUEST, idempotency_key="k")
+    assert renewals_at_pause == [0]
+    assert ledger.renewals == 0
+
+
+async def test_a_refused_renewal_reports_the_held_claim_as_fenced_at_warning() -> None:
+    ledger = RenewalsCounted(refuse=True)
+    events: list[Any] = []
+
+    class Collect:
+        def on_event(self, event: Any) -> None:
+            events.append(event)
+
+    async def slow() -> str:
+        await asyncio.sleep(0.25)  # past the first renewal at 0.1 s
+        return "ch"
+
+    runner = ActionRunner(ledger, owner="A", lease=0.3, observers=[Collect()])
+    result = await runner.execute("charge", slow, request=REQUEST, idempotency_key="k")
+    fenced = [e for e in events if e.kind.value == "fenced"]
+    assert ledger.renewals == 1  # a refusal ends the renewals: the write will say why
+    assert len(fenced) == 1
+    assert fenced[0].receipt is not None
+    assert fenced[0].receipt.action_id == result.receipt.action_id
+    assert fenced[0].receipt.owner == "A"
+    assert fenced[0].level == logging.WARNING
+
+
+async def test_a_renewal_task_that_raised_never_replaces_the_attempts_outcome() -> None:
+    # A renewal that fails (here: the runner's clock raises) is a lost renewal,
+    # never the attempt's outcome: the operation ran and its outcome is recorded.
+    class BrokenClock:
+        def monotonic(self) -> float:
+            return 0.0
+
+        async def sleep(self, seconds: float) -> None:
+            raise RuntimeError("clock broke")
+
+    op = counting()
+
+    async def charge() -> str:
+        await asyncio.sleep(0.01)  # the renewal task fails meanwhile
+        return str(await op())
+
+    runner = ActionRunner(InMemoryLedger(), owner="A", lease=LEASE, clock=BrokenClock())
+    result = await runner.execute("charge", charge, request=REQUEST, idempotency_key="k")
+    assert result.status is ActionStatus.CONFIRMED
+    assert len(op.calls) == 1
+
+
 async def test_current_attempt_tells_sync_and_async_operations_their_fence() -> None:
     seen: list[Any] = []
 
@@ -321,6 +421,12 @@ async def test_current_attempt_tells_sync_and_async_operations_their_fence() -> 
     ]
     assert seen[0].provider_reference == "r"
     assert current_attempt() is None
+    # It names the action each ran under, as its receipt does.
+    ids = [(await runner.ledger.find("charge", key)) for key in ("a", "s")]
+    assert [(c.action_id, c.action_name) for c in seen] == [
+        (r.action_id, "charge") for r in ids if r is not None
+    ]
+    assert len({c.action_id for c in seen}) == 2
 
 
 def test_current_attempt_tells_a_sync_runners_operation_its_fence() -> None:
