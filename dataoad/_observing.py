@@ -266,8 +266,9 @@ def protocol_metadata(
     recovery: RecoveryRecord | None = None,
 ) -> FrozenDict:
     """Caller metadata plus the reserved protocol keys derived from the facts."""
-    if not observations and recovery is None and type(base) is FrozenDict:
-        return base  # already frozen, and nothing derived to add
+    if not observations and recovery is None:
+        # Nothing derived to add: the caller's metadata, frozen (a frozen one is kept as is).
+        return freeze(base)  # type: ignore[no-any-return]
     metadata = dict(base)
     if observations:
         stored = tuple(o.to_json() for o in observations)
