@@ -287,6 +287,12 @@ def checked_request_hash(request: object, max_bytes: int | None = None) -> str:
     return hashlib.sha256(canonical).hexdigest()
 
 
+# One encoder for every call: ``json.dumps`` with options builds a new one
+# each time, which cost as much as encoding a small object. It is reentrant
+# (each ``encode`` keeps its own state), so threads may share it.
+_JSON_TEXT: Final = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+
+
 def json_text(value: Any) -> str:
     """Compact JSON text, as ledgers store it; NaN and infinities are refused, as everywhere."""
-    return json.dumps(value, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+    return _JSON_TEXT.encode(value)

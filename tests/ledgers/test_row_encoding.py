@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime, timedelta, timezone
 
 from hypothesis import given
 from hypothesis import strategies as st
@@ -17,16 +17,20 @@ from dataoad.testing import make_receipt
 _T0 = datetime(2026, 1, 1, tzinfo=UTC)
 
 statuses = st.none() | st.sampled_from(ActionStatus)
-moments = st.integers(0, 10**9).map(lambda us: _T0 + timedelta(microseconds=us))
+moments = st.integers(0, 10**9).map(lambda us: _T0 + timedelta(microseconds=us)) | st.datetimes(
+    timezones=st.none() | st.timezones() | st.just(timezone(timedelta(hours=5, seconds=7)))
+)
+# Any code point, lone surrogates, quotes, backslashes and controls included.
+texts = st.text(st.characters(codec=None, exclude_categories=()), max_size=40)
 records = st.builds(
     AttemptRecord,
-    number=st.integers(1, 50),
+    number=st.integers(0, 2**70) | st.booleans(),
     started_at=moments,
     execution_status=statuses,
     verification_status=statuses,
-    error=st.none() | st.text(max_size=40),
-    provider_request_id=st.none() | st.text(max_size=20),
-    retry_decision=st.none() | st.sampled_from(["retry", "stop"]),
+    error=st.none() | texts,
+    provider_request_id=st.none() | texts,
+    retry_decision=st.none() | st.sampled_from(["retry", "stop"]) | texts,
     finished_at=st.none() | moments,
 )
 
@@ -64,6 +68,18 @@ def test_attempt_records_text_is_byte_identical_to_a_fresh_encoding(
     evolved = (*rs[:-1], changed)
     assert attempts_json(evolved) == _fresh(evolved)
     assert attempts_from(attempts_json(evolved)) == evolved
+
+
+@given(
+    st.sampled_from(["error", "provider_request_id", "retry_decision"]),
+    st.integers() | st.lists(st.integers(), max_size=2),
+)
+def test_a_field_of_an_undeclared_type_is_written_as_json_would_write_it(
+    field: str, value: object
+) -> None:
+    record = AttemptRecord(number=1, started_at=_T0, **{field: value})  # type: ignore[arg-type]
+    assert attempts_json((record,)) == _fresh((record,))
+    assert json.loads(attempts_json((record,)))[0][field] == value
 
 
 def test_an_equal_but_new_record_is_encoded_afresh_and_a_full_cache_starts_over() -> None:
