@@ -72,6 +72,11 @@ class _Write:
         return self.proven and self.error is not None
 
 
+#: The two answers of a write that did not raise (a _Write is immutable: shared).
+_PROVEN: Final = _Write(proven=True)
+_REFUSED: Final = _Write()
+
+
 def fenced(stored: ActionReceipt | None, mine: ActionReceipt) -> bool:
     """Whether ``stored`` shows that ``mine``'s holder lost the claim to a later owner."""
     return stored is not None and stored.fencing_token > mine.fencing_token
@@ -122,7 +127,7 @@ class ProvenLedger(ProvenReads):
             back = await self._read_back(lambda: self.ledger.get(action_id))
             proven = not back.read_failed and proves(back.stored, expected)
             return dataclasses.replace(back, proven=proven, error=exc)
-        return _Write(proven=done)
+        return _PROVEN if done else _REFUSED
 
     # -- writes ------------------------------------------------------------------
 

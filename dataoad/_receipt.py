@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from datetime import datetime
 from typing import Any, Final, Literal
 
@@ -76,7 +76,7 @@ class AttemptRecord:
         return self.finished_at is not None
 
 
-@dataclasses.dataclass(frozen=True, slots=True)
+@dataclasses.dataclass(frozen=True)
 class ActionReceipt:
     """An immutable snapshot of one idempotency claim, as the ledger holds it.
 
@@ -171,39 +171,32 @@ class ActionReceipt:
         already frozen: only changed metadata and attempt records are frozen
         again (the receipt transitions of every call go through here).
         """
-        unknown = changes.keys() - _FIELD_SET
-        if unknown:
-            raise TypeError(f"ActionReceipt has no field {sorted(unknown)[0]!r}")
-        new = _copy_with(self, changes)
+        if not _FIELD_SET.issuperset(changes):
+            unknown = sorted(changes.keys() - _FIELD_SET)
+            raise TypeError(f"ActionReceipt has no field {unknown[0]!r}")
+        # ``changes`` is this call's own dict: normalised in place, then copied in.
         if "version" in changes and "stored_at" not in changes:
             # A new version is not stored yet: when it is, is the ledger's to say.
-            object.__setattr__(new, "stored_at", None)
+            changes["stored_at"] = None
         if "metadata" in changes:
-            object.__setattr__(new, "metadata", freeze(new.metadata))
+            changes["metadata"] = freeze(changes["metadata"])
         if "attempt_records" in changes:
-            object.__setattr__(new, "attempt_records", tuple(new.attempt_records))
+            changes["attempt_records"] = tuple(changes["attempt_records"])
+        new = _copy_with(self, changes)
         if new.lease_expires_at is not None and new.claim_state is ClaimState.COMPLETED:
-            object.__setattr__(new, "lease_expires_at", None)
+            new.__dict__["lease_expires_at"] = None
         return new
 
 
-_FIELD_NAMES: Final = tuple(field.name for field in dataclasses.fields(ActionReceipt))
-_FIELD_SET: Final = frozenset(_FIELD_NAMES)
+_FIELD_SET: Final = frozenset(field.name for field in dataclasses.fields(ActionReceipt))
 
 
-def _compile_copy() -> Callable[[ActionReceipt, dict[str, Any]], ActionReceipt]:
-    # One straight line per field, as dataclasses writes __init__: a loop of
-    # getattr calls over the fields cost more than the rest of a transition.
-    lines = ["def copy_with(self, c):", "    new = _new(_cls)"]
-    lines += [
-        f"    _set(new, {name!r}, c[{name!r}] if {name!r} in c else self.{name})"
-        for name in _FIELD_NAMES
-    ]
-    lines.append("    return new")
-    scope: dict[str, Any] = {"_new": object.__new__, "_set": object.__setattr__}
-    scope["_cls"] = ActionReceipt
-    exec("\n".join(lines), scope)
-    return scope["copy_with"]  # type: ignore[no-any-return]
-
-
-_copy_with: Final = _compile_copy()
+def _copy_with(receipt: ActionReceipt, changes: dict[str, Any]) -> ActionReceipt:
+    # A receipt keeps its fields in its __dict__ (no slots) so that a copy is
+    # two dict updates: field by field, a copy cost more than the rest of a
+    # transition, and every call makes several.
+    new = object.__new__(ActionReceipt)
+    fields = new.__dict__
+    fields.update(receipt.__dict__)
+    fields.update(changes)
+    return new
