@@ -299,28 +299,28 @@ async def test_an_attempt_shorter_than_a_third_of_the_lease_starts_no_renewal_ta
     assert renewal_tasks() == []  # ended with its attempt
 
 
-class RenewalsCounted(InMemoryLedger):
-    """Counts the renewals the runner asks for; ``refuse`` answers each with a refusal."""
-
-    def __init__(self, *, refuse: bool = False) -> None:
-        super().__init__()
-        self.renewals = 0
-        self.refuse = refuse
+class RefusesRenewals(FaultyLedger):
+    """Answers every renewal with a refusal (the claim was fenced); ``calls`` records each."""
 
     async def renew(self, action_id: str, fencing_token: int, lease: float) -> bool:
-        self.renewals += 1
-        return False if self.refuse else await super().renew(action_id, fencing_token, lease)
+        await self._fault("renew")
+        return False
+
+
+def renewals(ledger: FaultyLedger) -> int:
+    """How many renewals the runner asked ``ledger`` for."""
+    return ledger.calls.count("renew")
 
 
 async def test_the_first_renewal_comes_at_a_third_of_the_lease_not_later() -> None:
     # Lease 0.6 s: renewals at 0.2 s and 0.4 s. An attempt of 0.3 s sees exactly
     # the first; a timer that started the task with a pause first would renew at 0.4 s.
-    ledger = RenewalsCounted()
+    ledger = FaultyLedger(InMemoryLedger())
     renewals_seen: list[int] = []
 
     async def slow() -> str:
         await asyncio.sleep(0.3)
-        renewals_seen.append(ledger.renewals)
+        renewals_seen.append(renewals(ledger))
         return "ch"
 
     runner = ActionRunner(ledger, owner="A", lease=0.6)
@@ -331,7 +331,7 @@ async def test_the_first_renewal_comes_at_a_third_of_the_lease_not_later() -> No
 async def test_a_runner_clock_renews_only_after_its_first_pause() -> None:
     # On a clock of the runner's own the renewal task starts with the attempt
     # and pauses a third of the lease first: no renewal before that pause.
-    ledger = RenewalsCounted()
+    ledger = FaultyLedger(InMemoryLedger())
     renewals_at_pause: list[int] = []
 
     class HeldClock:
@@ -339,7 +339,7 @@ async def test_a_runner_clock_renews_only_after_its_first_pause() -> None:
             return 0.0
 
         async def sleep(self, seconds: float) -> None:
-            renewals_at_pause.append(ledger.renewals)
+            renewals_at_pause.append(renewals(ledger))
             await asyncio.Event().wait()  # cancelled with the attempt
 
     async def charge() -> str:
@@ -350,11 +350,11 @@ async def test_a_runner_clock_renews_only_after_its_first_pause() -> None:
     runner = ActionRunner(ledger, owner="A", lease=LEASE, clock=HeldClock())
     await runner.execute("charge", charge, request=REQUEST, idempotency_key="k")
     assert renewals_at_pause == [0]
-    assert ledger.renewals == 0
+    assert renewals(ledger) == 0
 
 
 async def test_a_refused_renewal_reports_the_held_claim_as_fenced_at_warning() -> None:
-    ledger = RenewalsCounted(refuse=True)
+    ledger = RefusesRenewals(InMemoryLedger())
     events: list[Any] = []
 
     class Collect:
@@ -368,7 +368,7 @@ async def test_a_refused_renewal_reports_the_held_claim_as_fenced_at_warning() -
     runner = ActionRunner(ledger, owner="A", lease=0.3, observers=[Collect()])
     result = await runner.execute("charge", slow, request=REQUEST, idempotency_key="k")
     fenced = [e for e in events if e.kind.value == "fenced"]
-    assert ledger.renewals == 1  # a refusal ends the renewals: the write will say why
+    assert renewals(ledger) == 1  # a refusal ends the renewals: the write will say why
     assert len(fenced) == 1
     assert fenced[0].receipt is not None
     assert fenced[0].receipt.action_id == result.receipt.action_id
