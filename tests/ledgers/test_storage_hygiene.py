@@ -4,9 +4,17 @@ from __future__ import annotations
 
 import dataclasses
 import json
+from datetime import UTC, datetime
+from typing import Any
 
-from dataoad import ActionRunner, ActionStatus, InMemoryLedger
-from dataoad._receipt import MAX_ERROR_LENGTH
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from dataoad import ActionReceipt, ActionRunner, ActionStatus, ClaimState, InMemoryLedger
+from dataoad._frozen import FrozenDict
+from dataoad._receipt import MAX_ERROR_LENGTH, AttemptRecord
+from dataoad.testing import make_receipt
 from suite_support import REF, CountingOperation, confirmed, fixed_verifier
 
 
@@ -95,3 +103,89 @@ async def test_receipts_are_immutable_snapshots() -> None:
     else:
         raise AssertionError("receipt was mutable")
     assert (await runner.receipt(result.receipt.action_id)).attempts == 1
+
+
+# -- ActionReceipt.evolve: every transition of every call copies through it ----------------
+
+_T1 = datetime(2026, 1, 2, tzinfo=UTC)
+
+
+def test_evolve_copies_and_leaves_the_original_as_it_was() -> None:
+    original = make_receipt(metadata={"k": [1]}, stored_at=_T1, lease_expires_at=_T1)
+    before = dataclasses.asdict(original)
+    copy = original.evolve(attempts=1, error="boom")
+    assert copy is not original
+    assert (copy.attempts, copy.error) == (1, "boom")
+    assert dataclasses.asdict(original) == before
+    # Nothing of the copy is the original's to change: not even its field store.
+    assert vars(copy) is not vars(original)
+    assert copy.metadata is original.metadata  # unchanged and deeply frozen: shared
+    for field in dataclasses.fields(ActionReceipt):
+        if field.name not in ("attempts", "error"):
+            assert getattr(copy, field.name) == getattr(original, field.name), field.name
+
+
+def test_evolve_refuses_an_unknown_field_and_builds_nothing() -> None:
+    original = make_receipt()
+    with pytest.raises(TypeError, match="has no field 'atempts'"):
+        original.evolve(atempts=2, version=2)
+    assert original.attempts == 0
+    assert original.version == 1
+
+
+def test_a_new_version_is_not_stored_until_the_ledger_says_so() -> None:
+    stored = make_receipt(stored_at=_T1)
+    assert stored.evolve(version=2).stored_at is None
+    assert stored.evolve(version=2, stored_at=_T1).stored_at == _T1  # a ledger stamping it
+    assert stored.evolve(error="same version").stored_at == _T1  # a stamp of this version
+
+
+def test_evolve_freezes_what_it_is_given() -> None:
+    metadata: dict[str, Any] = {"k": [1]}
+    records = [AttemptRecord(number=1, started_at=_T1)]
+    copy = make_receipt().evolve(metadata=metadata, attempt_records=records, attempts=1)
+    metadata["k"].append(2)
+    records.append(AttemptRecord(number=2, started_at=_T1))
+    assert copy.metadata == {"k": (1,)}  # lists freeze to tuples
+    assert isinstance(copy.metadata, FrozenDict)
+    assert copy.attempt_records == (AttemptRecord(number=1, started_at=_T1),)
+    assert type(copy.attempt_records) is tuple
+
+
+def test_nobody_holds_a_completed_claim() -> None:
+    held = make_receipt(lease_expires_at=_T1)
+    assert held.evolve(version=2).lease_expires_at == _T1
+    assert held.evolve(claim_state=ClaimState.COMPLETED, version=2).lease_expires_at is None
+    assert (
+        held.evolve(lease_expires_at=_T1, claim_state=ClaimState.COMPLETED).lease_expires_at is None
+    )
+
+
+@given(
+    st.fixed_dictionaries(
+        {},
+        optional={
+            "attempts": st.integers(0, 5),
+            "error": st.none() | st.text(max_size=5),
+            "version": st.integers(1, 9),
+            "claim_state": st.sampled_from(ClaimState),
+            "final_status": st.none() | st.sampled_from(ActionStatus),
+            "owner": st.none() | st.text(max_size=5),
+            "lease_expires_at": st.none() | st.just(_T1),
+            "stored_at": st.none() | st.just(_T1),
+            "metadata": st.dictionaries(st.text(max_size=3), st.integers(), max_size=2),
+        },
+    )
+)
+def test_evolve_builds_what_a_fresh_receipt_of_those_fields_would_be(
+    changes: dict[str, Any],
+) -> None:
+    original = make_receipt(stored_at=_T1, lease_expires_at=_T1, metadata={"m": 1})
+    copy = original.evolve(**changes)
+    fields = {f.name: getattr(original, f.name) for f in dataclasses.fields(ActionReceipt)}
+    fields.update(changes)
+    if "version" in changes and "stored_at" not in changes:
+        fields["stored_at"] = None
+    fresh = ActionReceipt(**fields)
+    for field in dataclasses.fields(ActionReceipt):  # compare=False fields included
+        assert getattr(copy, field.name) == getattr(fresh, field.name), field.name
