@@ -33,6 +33,7 @@ from benchmarks import _contention as contention
 from benchmarks import _growth as growth
 from benchmarks import _postgres as pg
 from benchmarks import _retention as retention
+from benchmarks import _structure as structure
 from dataoad import ActionRunner, InMemoryLedger, PostgresLedger, SQLiteLedger
 from dataoad._canonical import checked_request_hash
 
@@ -92,6 +93,7 @@ async def run_first_calls(args: argparse.Namespace, report: dict[str, Any]) -> N
     """First calls and replays on every storage: Dataoad, floors and (--peers) peers."""
     results, ratios = report["results"], report["ratios"]
     ratios.update(await calls.operation_counts())
+    ratios.update(await structure.structure_figures())
     rounds = args.rounds or (3 if args.quick else 6)
     count = 200 if args.quick else 1000
     report["calls"] = {"rounds": rounds, "calls per round": count, "peers": args.peers}

@@ -422,6 +422,16 @@ def call_goals(figures: dict[str, dict[str, dict[str, float] | str]]) -> dict[st
             ratios["memory: replay / floor (goal <= 1.5)"] = _ratio(
                 dataoad, against("floor"), "replay_us"
             )
+            # #40's goals, beside the older ones above.
+            ratios["memory: first call / Powertools dict layer, #40 (goal <= 1.0)"] = _ratio(
+                dataoad, against("Powertools"), "first_us"
+            )
+            ratios["memory: first call / floor, #40 (goal <= 4.0)"] = _ratio(
+                dataoad, against("floor"), "first_us"
+            )
+            ratios["memory: replay / Powertools dict layer, #40 (goal <= 1.0)"] = _ratio(
+                dataoad, against("Powertools"), "replay_us"
+            )
             sync = against("Dataoad, sync operation")
             if not isinstance(sync, str) and not isinstance(dataoad, str):
                 ratios["memory: thread hop of a sync operation, us"] = (

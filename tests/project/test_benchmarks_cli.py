@@ -6,6 +6,7 @@ never in tests.)
 
 from __future__ import annotations
 
+import itertools
 import json
 import subprocess
 import sys
@@ -102,3 +103,16 @@ def test_a_failing_measurement_keeps_the_figures_measured_so_far(
     printed = capsys.readouterr().out
     assert "request check and hash (Dataoad)" in printed
     assert "growth: FAILED" in printed
+
+
+async def test_the_structure_trace_follows_one_first_call_through_the_library() -> None:
+    from benchmarks._structure import first_call_path, structure_figures
+
+    path = await first_call_path()
+    assert path[0] == "dataoad._runner"  # execute is where the call enters
+    assert {"dataoad._attempts", "dataoad._proven", "dataoad.ledgers.memory"} <= set(path)
+    assert all(module.startswith("dataoad") for module in path)
+    assert all(a != b for a, b in itertools.pairwise(path))  # a stop is a change
+    figures = await structure_figures()
+    assert figures["first call: library modules entered, #40 (goal <= 8)"] == len(set(path))
+    assert figures["first call: module changes along the way"] == len(path)
