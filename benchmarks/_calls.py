@@ -34,7 +34,7 @@ import time
 import uuid
 from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
 import aiosqlite
 import rfc8785
@@ -401,6 +401,35 @@ def _ratio(a: Any, b: Any, which: str) -> float | str:
     return float(a[which]) / float(b[which])
 
 
+_FIRST, _REPLAY = "first_us", "replay_us"
+#: Each storage's goal ratios: (what Dataoad is divided by, the figure, the label).
+_GOALS: Final[dict[str, tuple[tuple[str, str, str], ...]]] = {
+    "memory": (
+        ("floor", _FIRST, "first call / floor (goal <= 2.5)"),
+        ("Powertools", _FIRST, "first call / Powertools (goal <= 0.5)"),
+        ("floor", _REPLAY, "replay / floor (goal <= 1.5)"),
+        # #40's goals, beside the older ones above.
+        ("Powertools", _FIRST, "first call / Powertools dict layer, #40 (goal <= 1.0)"),
+        ("floor", _FIRST, "first call / floor, #40 (goal <= 4.0)"),
+        ("Powertools", _REPLAY, "replay / Powertools dict layer, #40 (goal <= 1.0)"),
+    ),
+    "sqlite FULL": (
+        ("floor", _FIRST, "first call / three sqlite3 statements (goal <= 1.0)"),
+        ("Powertools", _FIRST, "first call / Powertools sqlite3 layer (goal <= 1.2)"),
+    ),
+    "sqlite NORMAL": (
+        ("aiosqlite floor", _FIRST, "first call / two aiosqlite statements (goal <= 1.2)"),
+        ("floor", _FIRST, "first call / three inline sqlite3 statements"),
+    ),
+    "postgres": (
+        ("floor", _FIRST, "first call / three asyncpg statements (goal <= 1.0)"),
+        ("idemkit", _FIRST, "first call / idemkit (goal <= 0.6)"),
+        ("Powertools", _FIRST, "first call / Powertools psycopg layer (goal <= 1.0)"),
+        ("floor", _REPLAY, "replay / one asyncpg SELECT (goal <= 2.0)"),
+    ),
+}
+
+
 def call_goals(figures: dict[str, dict[str, dict[str, float] | str]]) -> dict[str, float | str]:
     """Every ratio the performance goals state (named with their goal), and each peer's."""
     ratios: dict[str, float | str] = {}
@@ -412,58 +441,14 @@ def call_goals(figures: dict[str, dict[str, dict[str, float] | str]]) -> dict[st
         def against(name: str, row: Any = row) -> Any:
             return row.get(name, "not measured (no --peers)")
 
+        for divisor, figure, label in _GOALS[storage]:
+            ratios[f"{storage}: {label}"] = _ratio(dataoad, against(divisor), figure)
         if storage == "memory":
-            ratios["memory: first call / floor (goal <= 2.5)"] = _ratio(
-                dataoad, against("floor"), "first_us"
-            )
-            ratios["memory: first call / Powertools (goal <= 0.5)"] = _ratio(
-                dataoad, against("Powertools"), "first_us"
-            )
-            ratios["memory: replay / floor (goal <= 1.5)"] = _ratio(
-                dataoad, against("floor"), "replay_us"
-            )
-            # #40's goals, beside the older ones above.
-            ratios["memory: first call / Powertools dict layer, #40 (goal <= 1.0)"] = _ratio(
-                dataoad, against("Powertools"), "first_us"
-            )
-            ratios["memory: first call / floor, #40 (goal <= 4.0)"] = _ratio(
-                dataoad, against("floor"), "first_us"
-            )
-            ratios["memory: replay / Powertools dict layer, #40 (goal <= 1.0)"] = _ratio(
-                dataoad, against("Powertools"), "replay_us"
-            )
             sync = against("Dataoad, sync operation")
             if not isinstance(sync, str) and not isinstance(dataoad, str):
                 ratios["memory: thread hop of a sync operation, us"] = (
                     sync["first_us"] - dataoad["first_us"]
                 )
-        elif storage == "sqlite FULL":
-            ratios["sqlite FULL: first call / three sqlite3 statements (goal <= 1.0)"] = _ratio(
-                dataoad, against("floor"), "first_us"
-            )
-            ratios["sqlite FULL: first call / Powertools sqlite3 layer (goal <= 1.2)"] = _ratio(
-                dataoad, against("Powertools"), "first_us"
-            )
-        elif storage == "sqlite NORMAL":
-            ratios["sqlite NORMAL: first call / two aiosqlite statements (goal <= 1.2)"] = _ratio(
-                dataoad, against("aiosqlite floor"), "first_us"
-            )
-            ratios["sqlite NORMAL: first call / three inline sqlite3 statements"] = _ratio(
-                dataoad, against("floor"), "first_us"
-            )
-        else:
-            ratios["postgres: first call / three asyncpg statements (goal <= 1.0)"] = _ratio(
-                dataoad, against("floor"), "first_us"
-            )
-            ratios["postgres: first call / idemkit (goal <= 0.6)"] = _ratio(
-                dataoad, against("idemkit"), "first_us"
-            )
-            ratios["postgres: first call / Powertools psycopg layer (goal <= 1.0)"] = _ratio(
-                dataoad, against("Powertools"), "first_us"
-            )
-            ratios["postgres: replay / one asyncpg SELECT (goal <= 2.0)"] = _ratio(
-                dataoad, against("floor"), "replay_us"
-            )
         for name in PEERS:
             peer = row.get(name)
             if peer is None or (isinstance(peer, str) and peer.startswith("not measured")):
