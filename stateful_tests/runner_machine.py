@@ -851,16 +851,24 @@ class RunnerMachineBase(LifecycleRules, LeaseRules, BoundRules, RuleBasedStateMa
         self._observe()
 
     def _observe(self) -> None:
+        # The reads are sent together: on SQLite each is a hop to the
+        # observer's connection thread, and awaited one by one they made a
+        # SQLite run about 15 % slower. Every contender is parked at a gate
+        # meanwhile, so together or in turn they read the same ledger.
         async def read() -> dict[str, ActionReceipt | None]:
             seen: dict[str, ActionReceipt | None] = {}
-            for key in self.order_keys:
-                namespace, idempotency_key = split_key(key)
-                stored = await self.observer.find(ACTION, idempotency_key, namespace)
+            found = await asyncio.gather(
+                *(
+                    self.observer.find(ACTION, key, namespace)
+                    for namespace, key in map(split_key, self.order_keys)
+                )
+            )
+            for stored in found:
                 if stored is not None:
                     seen[stored.action_id] = stored
-            for action_id in self.observed:
-                if action_id not in seen:
-                    seen[action_id] = await self.observer.get(action_id)
+            missing = [action_id for action_id in self.observed if action_id not in seen]
+            by_id = await asyncio.gather(*(self.observer.get(a) for a in missing))
+            seen.update(zip(missing, by_id, strict=True))
             return seen
 
         self.transitions = {}
