@@ -15,7 +15,13 @@ Configurations, on SQLite (WAL, synchronous=FULL) and PostgreSQL:
 * floors: SQLite, a group-commit writer on its own thread running the two
   statements of a fused claim and its completion, each awaited, with one
   transaction per group; PostgreSQL, the same two statements through an
-  asyncpg pool of the ledger's default size (10).
+  asyncpg pool of the ledger's default size (10);
+* layers between them, to say where a gap lies: Dataoad's ledger alone
+  (its ``claim`` and ``record`` of the receipts a first call writes, built
+  by the runner's own code, with no runner above), and on PostgreSQL
+  Dataoad's own two statements and table through a plain asyncpg pool of
+  the same size (the server's work on Dataoad's row, at the floor's client
+  cost).
 
 Rounds interleave the configurations; a figure is the median over rounds.
 Beside the ratios, the run's commit latency (one fsync of a small file in
@@ -26,6 +32,7 @@ costs on this machine today.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import os
 import sqlite3
 import statistics
@@ -38,7 +45,22 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.peers import Session, Storage, load
-from dataoad import ActionRunner, PostgresLedger, SQLiteLedger
+from dataoad import (
+    ActionReceipt,
+    ActionRunner,
+    ActionStatus,
+    InMemoryLedger,
+    PostgresLedger,
+    RetryPolicy,
+    SQLiteLedger,
+)
+from dataoad._attempts import Call, _fused_claim
+from dataoad._canonical import checked_request_hash
+from dataoad._clock import SystemClock, utc_now
+from dataoad._completing import completed
+from dataoad._leases import DEFAULT_LEASE, Tenure, default_owner
+from dataoad._proven import ProvenLedger
+from dataoad.ledgers._codec import values_of
 
 __all__ = ["LEVELS", "concurrency_goals", "run_concurrency"]
 
@@ -57,20 +79,14 @@ async def _noop() -> None:
 # -- Dataoad --------------------------------------------------------------------------------
 
 
-async def open_dataoad(storage: Storage, prefix: str) -> Session:
-    """``execute`` of a no-op, on SQLite FULL or a default-pool PostgresLedger."""
+async def _open_ledger(storage: Storage, prefix: str) -> tuple[Any, Callable[[], Awaitable[None]]]:
+    """A fresh SQLite FULL file or a default-pool PostgresLedger table, and how to drop it."""
     if storage.kind == "sqlite":
         ledger: Any = SQLiteLedger(storage.folder / f"{prefix}dataoad.sqlite3")
     else:
         assert storage.dsn is not None
         ledger = PostgresLedger(storage.dsn, table=f"bench_{uuid.uuid4().hex[:12]}")
         await ledger.migrate()
-    runner = ActionRunner(ledger)
-
-    async def first(n: int) -> Any:
-        return await runner.execute(
-            "charge", _noop, request={"n": n}, idempotency_key=f"{prefix}k{n}"
-        )
 
     async def close() -> None:
         if storage.kind == "postgres":
@@ -78,6 +94,104 @@ async def open_dataoad(storage: Storage, prefix: str) -> Session:
             for suffix in ("", "_schema", "_audit"):
                 await pool.execute(f'DROP TABLE IF EXISTS "public"."{ledger.table}{suffix}"')
         await ledger.close()
+
+    return ledger, close
+
+
+async def open_dataoad(storage: Storage, prefix: str) -> Session:
+    """``execute`` of a no-op, on SQLite FULL or a default-pool PostgresLedger."""
+    ledger, close = await _open_ledger(storage, prefix)
+    runner = ActionRunner(ledger)
+
+    async def first(n: int) -> Any:
+        return await runner.execute(
+            "charge", _noop, request={"n": n}, idempotency_key=f"{prefix}k{n}"
+        )
+
+    return Session(first, first, close)
+
+
+#: Who the ledger-alone configurations write as (the runner's own claim builder needs one).
+_TENURE = Tenure(owner=default_owner(), lease=DEFAULT_LEASE, clock=SystemClock())
+_STORE_SCOPE = ProvenLedger(InMemoryLedger(), "")
+
+
+def _writes_of_a_first_call(key: str) -> tuple[ActionReceipt, Callable[[ActionReceipt], Any]]:
+    """The claim a first call writes and how its completion is built, by the runner's own code."""
+    call = Call(
+        action_name="charge",
+        operation=_noop,
+        idempotency_key=key,
+        digest=checked_request_hash({"n": key}),
+        provider_reference=None,
+        verify=None,
+        risk=None,
+        metadata={},
+        policy=RetryPolicy(),
+    )
+    claim = _fused_claim(_STORE_SCOPE, call, _TENURE)
+
+    def completed_from(stored: ActionReceipt) -> ActionReceipt:
+        finished = dataclasses.replace(
+            stored.attempt_records[-1],
+            execution_status=ActionStatus.CONFIRMED,
+            retry_decision="stop",
+            finished_at=utc_now(),
+        )
+        final, _ = completed(stored, [finished], (), stored.metadata, None)
+        return final
+
+    return claim, completed_from
+
+
+async def open_ledger_alone(storage: Storage, prefix: str) -> Session:
+    """The ledger's two writes of a first call (claim, then record), with no runner above it.
+
+    What the ledger costs (encoding, statements, commits): the gap between
+    this and the floor is the ledger's, between Dataoad and this the runner's.
+    """
+    ledger, close = await _open_ledger(storage, prefix)
+
+    async def first(n: int) -> None:
+        claim, completion_of = _writes_of_a_first_call(f"{prefix}k{n}")
+        stored, created = await ledger.claim(claim, lease=DEFAULT_LEASE)
+        if not created:
+            raise RuntimeError(f"the claim of a fresh key was not created: {stored!r}")
+        await _noop()
+        if not await ledger.record(completion_of(stored)):
+            raise RuntimeError("the completion of a fresh claim was refused")
+
+    return Session(first, first, close)
+
+
+async def open_postgres_statements(storage: Storage, prefix: str) -> Session:
+    """The PostgresLedger's own two statements and table, straight through an asyncpg pool.
+
+    Dataoad's schema and SQL at the floor's client cost: the gap between the
+    fused floor and this is the server's work on Dataoad's row (its width,
+    its indexes, the claim's look-up), which no client-side change removes.
+    """
+    import asyncpg
+
+    ledger, close_ledger = await _open_ledger(storage, prefix)
+    pool = await asyncpg.create_pool(storage.dsn, min_size=POOL_SIZE, max_size=POOL_SIZE)
+    claim_sql, record_sql = ledger._sql["claim_or_held"], ledger._sql["record"]
+
+    async def first(n: int) -> None:
+        claim, completion_of = _writes_of_a_first_call(f"{prefix}k{n}")
+        values = {**values_of(claim), "now": None, "lease": DEFAULT_LEASE}
+        rows = await pool.fetch(claim_sql.sql, *claim_sql.bind(values))
+        if not rows or not rows[0][-1]:
+            raise RuntimeError(f"the claim of a fresh key was not created: {rows!r}")
+        await _noop()
+        final = completion_of(claim)
+        values = {**values_of(final), "previous_version": 1, "now": None}
+        if not await pool.fetch(record_sql.sql, *record_sql.bind(values)):
+            raise RuntimeError("the completion of a fresh claim was refused")
+
+    async def close() -> None:
+        await pool.close()
+        await close_ledger()
 
     return Session(first, first, close)
 
@@ -276,7 +390,10 @@ def _plan(kind: str, peers: bool) -> dict[str, Opener | str]:
     plan: dict[str, Opener | str] = {
         "floor": open_sqlite_floor if kind == "sqlite" else open_postgres_floor,
         "Dataoad": open_dataoad,
+        "Dataoad's ledger alone": open_ledger_alone,
     }
+    if kind == "postgres":
+        plan["Dataoad's statements, asyncpg"] = open_postgres_statements
     if peers:
         peer = load("Powertools")
         probe = Storage(kind, Path("."), synchronous="FULL", dsn="postgresql://")
@@ -319,8 +436,8 @@ async def run_concurrency(
                     try:
                         await run_level(session.first, 4, 20, 10_000_000)  # warm
                         for n, level in enumerate(LEVELS):
-                            figures = await run_level(session.first, level, calls, n * 1_000_000)
-                            samples.setdefault((storage, name, level), []).append(figures)
+                            measured = await run_level(session.first, level, calls, n * 1_000_000)
+                            samples.setdefault((storage, name, level), []).append(measured)
                     finally:
                         await session.close()
     figures: dict[str, dict[str, dict[int, dict[str, float]] | str]] = {}
@@ -330,7 +447,7 @@ async def run_concurrency(
             if isinstance(opener, str):
                 figures[storage][name] = opener
                 continue
-            levels = {}
+            levels: dict[int, dict[str, float]] = {}
             for level in LEVELS:
                 taken = samples.get((storage, name, level), [])
                 if not taken:
@@ -382,4 +499,22 @@ def concurrency_goals(
             goals[f"postgres: throughput at C={level} / fused 2-statement floor (goal >= 0.95)"] = (
                 ratio("postgres", "Dataoad", "floor", level, "per_second")
             )
+    # Where a throughput gap lies: each layer against the one below it.
+    layers = (
+        ("Dataoad's ledger alone", "floor", "ledger alone / floor"),
+        ("Dataoad", "Dataoad's ledger alone", "Dataoad / its ledger alone"),
+        ("Dataoad's statements, asyncpg", "floor", "Dataoad's statements / fused floor"),
+        (
+            "Dataoad's ledger alone",
+            "Dataoad's statements, asyncpg",
+            "ledger alone / its statements",
+        ),
+    )
+    for storage in ("sqlite FULL", "postgres"):
+        for upper, lower, label in layers:
+            if storage in figures and upper in figures[storage] and lower in figures[storage]:
+                for level in LEVELS:
+                    goals[f"{storage}: throughput at C={level}, {label}"] = ratio(
+                        storage, upper, lower, level, "per_second"
+                    )
     return goals

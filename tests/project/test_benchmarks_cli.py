@@ -116,3 +116,36 @@ async def test_the_structure_trace_follows_one_first_call_through_the_library() 
     figures = await structure_figures()
     assert figures["first call: library modules entered, #40 (goal <= 8)"] == len(set(path))
     assert figures["first call: module changes along the way"] == len(path)
+
+
+async def test_the_ledger_alone_writes_what_a_first_call_writes(tmp_path: Path) -> None:
+    # "ledger alone" separates the runner's cost from the ledger's only if it
+    # makes the same writes as a first call: same commits, same stored receipt.
+    from benchmarks._concurrency import open_dataoad, open_ledger_alone
+    from benchmarks.peers import Storage
+    from dataoad import SQLiteLedger
+
+    storage = Storage("sqlite", tmp_path, synchronous="FULL")
+    stored = {}
+    for name, opener in (("runner", open_dataoad), ("alone", open_ledger_alone)):
+        session = await opener(storage, f"{name}-")
+        await session.first(1)
+        await session.close()
+        async with SQLiteLedger(tmp_path / f"{name}-dataoad.sqlite3") as ledger:
+            (stored[name],) = await ledger.receipts()
+    fields = (
+        "claim_state",
+        "final_status",
+        "execution_status",
+        "verification_status",
+        "attempts",
+        "version",
+        "fencing_token",
+        "lease_expires_at",
+    )
+    alone, runner = stored["alone"], stored["runner"]
+    assert [getattr(alone, f) for f in fields] == [getattr(runner, f) for f in fields]
+    record_fields = ("number", "execution_status", "verification_status", "retry_decision")
+    assert [[getattr(r, f) for f in record_fields] for r in alone.attempt_records] == [
+        [getattr(r, f) for f in record_fields] for r in runner.attempt_records
+    ]
