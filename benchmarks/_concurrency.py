@@ -20,8 +20,8 @@ Configurations, on SQLite (WAL, synchronous=FULL) and PostgreSQL:
   (its ``claim`` and ``record`` of the receipts a first call writes, built
   by the runner's own code, with no runner above), and on PostgreSQL
   Dataoad's own two statements and table through a plain asyncpg pool of
-  the same size (the server's work on Dataoad's row, at the floor's client
-  cost).
+  the same size (what Dataoad's row costs the driver and the server, with
+  none of the ledger's own Python).
 
 Rounds interleave the configurations; a figure is the median over rounds.
 Beside the ratios, the run's commit latency (one fsync of a small file in
@@ -167,9 +167,10 @@ async def open_ledger_alone(storage: Storage, prefix: str) -> Session:
 async def open_postgres_statements(storage: Storage, prefix: str) -> Session:
     """The PostgresLedger's own two statements and table, straight through an asyncpg pool.
 
-    Dataoad's schema and SQL at the floor's client cost: the gap between the
-    fused floor and this is the server's work on Dataoad's row (its width,
-    its indexes, the claim's look-up), which no client-side change removes.
+    Dataoad's schema and SQL at the floor's kind of client: the gap between
+    the fused floor and this is what Dataoad's row costs the driver and the
+    server (its 30 to 40 values, its indexes, the claim's look-up), with
+    none of the ledger's own Python.
     """
     import asyncpg
 

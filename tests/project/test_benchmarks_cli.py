@@ -119,8 +119,8 @@ async def test_the_structure_trace_follows_one_first_call_through_the_library() 
 
 
 async def test_the_ledger_alone_writes_what_a_first_call_writes(tmp_path: Path) -> None:
-    # "ledger alone" separates the runner's cost from the ledger's only if it
-    # makes the same writes as a first call: same commits, same stored receipt.
+    # "ledger alone" separates the runner's cost from the ledger's only if its
+    # two writes store what a first call's store.
     from benchmarks._concurrency import open_dataoad, open_ledger_alone
     from benchmarks.peers import Storage
     from dataoad import SQLiteLedger
