@@ -21,11 +21,11 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import logging
-import os
 import warnings
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any, Final
+from typing import Any
 
+from dataoad._action_ids import new_action_id
 from dataoad._blocking import call_maybe_async
 from dataoad._completing import (
     Execution,
@@ -112,21 +112,11 @@ async def execute_once(
     )
 
 
-#: A random (version 4) UUID's bits, set on 128 random bits.
-_UUID4_MASK: Final = ~((0xF000 << 64) | (0xC000 << 48)) & ((1 << 128) - 1)
-_UUID4_BITS: Final = (0x4000 << 64) | (0x8000 << 48)
-
-
-def _new_action_id() -> str:
-    """A random UUID4 as 32 hex digits, as ``uuid.uuid4().hex`` writes it, at half its cost."""
-    return f"{int.from_bytes(os.urandom(16), 'big') & _UUID4_MASK | _UUID4_BITS:032x}"
-
-
 def _fused_claim(store: ProvenLedger, call: Call, tenure: Tenure) -> ActionReceipt:
     """A new claim with attempt 1 already counted: claim and attempt start in one write."""
     now = utc_now()
     return ActionReceipt(
-        action_id=_new_action_id(),
+        action_id=new_action_id(),
         action_name=call.action_name,
         idempotency_key=call.idempotency_key,
         request_hash=call.digest,
