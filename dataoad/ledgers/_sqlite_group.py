@@ -81,8 +81,13 @@ class QueuedWrite:
     rows: list[Any] | None = None
     error: BaseException | None = None
     #: "new", "queued", "taken" (by a flush waiting for the lock), "running"
-    #: (the lock is held: it runs) or "withdrawn" (by its caller: it never runs).
+    #: (the lock is held: it runs), "answered" (by its look-up: it never runs)
+    #: or "withdrawn" (by its caller: it never runs).
     state: str = "new"
+    #: A read run by the flush before the writer lock; what it finds (not None)
+    #: answers the entry instead of its write, which then never runs.
+    look_up: Callable[[sqlite3.Connection], Any] | None = None
+    found: Any = None
 
 
 class GroupWriter:
@@ -107,9 +112,16 @@ class GroupWriter:
         #: Sizes of the groups run, for tests and benchmarks (the latest 1,000 or so).
         self.group_sizes: list[int] = []
 
-    def new_entry(self, statement: Statement, values: dict[str, Any]) -> QueuedWrite:
-        """A write not queued yet, answered on the running loop."""
-        return QueuedWrite(statement, values, asyncio.get_running_loop().create_future())
+    def new_entry(
+        self,
+        statement: Statement,
+        values: dict[str, Any],
+        look_up: Callable[[sqlite3.Connection], Any] | None = None,
+    ) -> QueuedWrite:
+        """A write not queued yet, answered on the running loop (see ``QueuedWrite.look_up``)."""
+        return QueuedWrite(
+            statement, values, asyncio.get_running_loop().create_future(), look_up=look_up
+        )
 
     async def write(
         self, conn: aiosqlite.Connection, statement: Statement, values: dict[str, Any]
@@ -191,22 +203,47 @@ class GroupWriter:
             return  # an earlier flush took these writes
         group: list[QueuedWrite] = []
         try:
-            self.check_usable()  # before waiting for the lock: it would serve nothing
-            with self._writer.hold(self._busy_timeout):
-                with self._lock:  # from here on a write runs: no caller takes it back
-                    group = [e for e in taken if e.state == "taken"]
-                    for entry in group:
-                        entry.state = "running"
-                if group:
-                    self._run(db, group)
+            self.check_usable()  # before reading, or waiting for the lock: it would serve nothing
+            if self._look_up(db, taken):
+                with self._writer.hold(self._busy_timeout):
+                    with self._lock:  # from here on a write runs: no caller takes it back
+                        group = [e for e in taken if e.state == "taken"]
+                        for entry in group:
+                            entry.state = "running"
+                    if group:
+                        self._run(db, group)
         except BaseException as exc:  # no lock, a broken connection, or no commit
-            group = [e for e in taken if e.state != "withdrawn"]
+            group = [e for e in taken if e.state not in ("withdrawn", "answered")]
             self._fail_all(group, exc)
         else:
-            self.group_sizes.append(len(group))
+            if group:
+                self.group_sizes.append(len(group))
             if len(self.group_sizes) > 1000:
                 del self.group_sizes[:500]
         _settle(taken)
+
+    def _look_up(self, db: sqlite3.Connection, taken: list[QueuedWrite]) -> bool:
+        """Run the look-ups of ``taken`` outside the writer lock; whether any write is left.
+
+        A replay finds its key held and is answered from this read: it takes
+        no writer lock and writes nothing. A write whose look-up found nothing
+        still runs under its own condition, so a key claimed between the read
+        and the write is refused by the write, never overwritten.
+        """
+        left = False
+        for entry in taken:
+            if entry.look_up is not None and entry.state == "taken":
+                try:
+                    entry.found = entry.look_up(db)
+                except Exception as exc:  # this read alone failed: so does its entry
+                    entry.error = exc
+                if entry.found is not None or entry.error is not None:
+                    with self._lock:
+                        if entry.state == "taken":  # else withdrawn meanwhile: nobody waits
+                            entry.state, entry.rows = "answered", []
+                    continue
+            left = left or entry.state == "taken"
+        return left
 
     def check_usable(self) -> None:
         """BrokenConnectionError once a failed group could not be rolled back (reads too:

@@ -27,7 +27,6 @@ from dataoad._in_flight import EXIT_WAIT, wait_for_calls
 
 __all__ = [
     "connect",
-    "more_work_queued",
     "on_thread",
     "queue_on_thread",
     "stop",
@@ -80,17 +79,6 @@ def queue_on_thread(conn: aiosqlite.Connection, fn: Callable[[], T]) -> asyncio.
     future: asyncio.Future[T] = asyncio.get_running_loop().create_future()
     conn._tx.put_nowait((future, fn))
     return future
-
-
-def more_work_queued(conn: aiosqlite.Connection) -> bool:
-    """On the connection's thread: whether more work waits behind the current item.
-
-    True is only a hint (work queued meanwhile is not seen); when aiosqlite
-    gives no way to tell, False.
-    """
-    queue = getattr(conn, "_tx", None)
-    empty = getattr(queue, "empty", None)
-    return callable(empty) and not empty()
 
 
 def stop(conn: aiosqlite.Connection) -> None:

@@ -9,6 +9,9 @@ Design notes (the why):
   the previous group was being synced, each statement still conditional,
   each caller answered after the commit that holds its write. A lone write
   is one statement in autocommit, one hop to aiosqlite's connection thread.
+  A claim's look-up of its key is queued with its insert and run by the
+  same flush, so no claim costs a hop of its own; a replay is answered by
+  that read and takes no writer lock.
 * Uniqueness of ``(action_name, idempotency_key)`` is a table constraint, never
   a read-then-write.
 * SQLite's own busy handler is unfair across processes (a waiting process
@@ -64,7 +67,7 @@ from dataoad.ledgers._sqlite_file import (
     clock_text,
     file_clock,
 )
-from dataoad.ledgers._sqlite_group import GroupWriter, QueuedWrite, answer
+from dataoad.ledgers._sqlite_group import GroupWriter
 from dataoad.ledgers._sqlite_schema import MIGRATIONS as MIGRATIONS
 from dataoad.ledgers._sqlite_setup import initialise, open_file
 from dataoad.ledgers._statements import SQLITE, Statement, Statements
@@ -88,6 +91,12 @@ def _values_of(receipt: ActionReceipt) -> dict[str, Any]:
 
 def _receipt_of(row: Sequence[Any]) -> ActionReceipt:
     return receipt_of(row, datetime.fromisoformat)
+
+
+def _holder(sql: str, args: tuple[Any, ...], db: sqlite3.Connection) -> ActionReceipt | None:
+    """On the connection's thread: the receipt holding a claim's key, or None."""
+    rows = db.execute(sql, args).fetchall()
+    return _receipt_of(rows[0]) if rows else None
 
 
 class SQLiteLedger(SQLiteAudit):
@@ -262,24 +271,20 @@ class SQLiteLedger(SQLiteAudit):
     ) -> tuple[ActionReceipt, bool]:
         """Look the key up and claim it only if nobody holds it.
 
-        A held key is answered from a read (a replay takes no write lock and
-        writes nothing); a free one gets one conditional insert, queued in
-        the same hop and committed with the group of concurrent writes.
+        The look-up and the conditional insert are queued together and run by
+        the next flush, with those of concurrent callers: a held key is
+        answered from the read (a replay takes no write lock and writes
+        nothing); a free one is inserted in the group's commit.
         """
         values = {**_values_of(receipt), "now": None, "lease": lease}
+        find = _SQL["find"]
+        look_up = functools.partial(_holder, find.sql, find.bind(values))
         conn = await self._connection()
         while True:
-            entry = self._group.new_entry(_SQL["claim"], values)
-            try:
-                found = await live.on_thread(
-                    conn, functools.partial(self._find_or_queue, conn, values, entry)
-                )
-            except BaseException:
-                self._group.withdraw(entry)  # queued, then given up: it must not run later
-                raise
-            if isinstance(found, ActionReceipt):
-                return found, False
-            made = answer(entry) if found else await self._group.flushed(conn, entry)
+            entry = self._group.new_entry(_SQL["claim"], values, look_up)
+            made = await self._group.flushed(conn, self._group.put(entry))
+            if entry.found is not None:
+                return entry.found, False
             if made:
                 _, expires, stored = made[0]
                 return receipt.evolve(
@@ -287,23 +292,6 @@ class SQLiteLedger(SQLiteAudit):
                     stored_at=datetime.fromisoformat(stored),
                 ), True
             # Claimed since the look (or claimed and released): look again.
-
-    def _find_or_queue(
-        self, conn: aiosqlite.Connection, values: dict[str, Any], entry: QueuedWrite
-    ) -> ActionReceipt | bool:
-        """The key's holder; else the claim queued (False) or, alone, run now (True)."""
-        self._group.check_usable()
-        find = _SQL["find"]
-        rows = conn._conn.execute(find.sql, find.bind(values)).fetchall()
-        if rows:
-            return _receipt_of(rows[0])
-        self._group.put(entry)
-        if live.more_work_queued(conn):
-            # Left for the next flush: the claims of concurrent callers,
-            # looked up in this same run of the thread's queue, commit as one.
-            return False
-        self._group.flush(conn._conn)  # nobody else is waiting: one hop, not two
-        return True
 
     async def get(self, action_id: str) -> ActionReceipt | None:
         """The receipt with this action id, or None."""

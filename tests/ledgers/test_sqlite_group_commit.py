@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import sqlite3
 import subprocess
 import sys
@@ -887,3 +888,139 @@ def test_a_write_that_never_ran_says_so() -> None:
     with pytest.raises(DataoadError) as info:
         answer(QueuedWrite(INSERT, {"k": "a", "v": 1}))
     assert str(info.value) == "the write was never run: its ledger stopped"
+
+
+def _finds(value: Any) -> Any:
+    """A look-up that answers ``value`` (None: finds nothing), counting its reads."""
+
+    def look_up(db: sqlite3.Connection) -> Any:
+        look_up.reads += 1  # type: ignore[attr-defined]
+        return value
+
+    look_up.reads = 0  # type: ignore[attr-defined]
+    return look_up
+
+
+def _looked_up(group: GroupWriter, look_up: Any, k: str, v: int) -> QueuedWrite:
+    return group.put(QueuedWrite(INSERT, {"k": k, "v": v}, look_up=look_up))
+
+
+def test_a_write_whose_look_up_finds_is_answered_by_it_and_never_runs(
+    tmp_path: Path, db: sqlite3.Connection
+) -> None:
+    group = writer(tmp_path)
+    held = _looked_up(group, _finds("the holder"), "held", 1)
+    free = _looked_up(group, _finds(None), "free", 2)
+    plain = group.enqueue(INSERT, {"k": "plain", "v": 3})
+    trace = Statements(db)
+    group.flush(db)
+    assert (held.found, answer(held)) == ("the holder", [])
+    assert (free.found, answer(free)) == (None, [("free",)])
+    assert answer(plain) == [("plain",)]
+    assert trace.seen == ["BEGIN", "INSERT", "INSERT", "COMMIT"]  # the held one never ran
+    assert group.group_sizes == [2]
+    assert stored(tmp_path / "g.sqlite3") == {"free": 2, "plain": 3}
+
+
+def test_writes_all_answered_by_their_look_ups_take_no_writer_lock(
+    tmp_path: Path, db: sqlite3.Connection
+) -> None:
+    """Replays are reads: another writer holding the lock does not hold them up."""
+    group = writer(tmp_path, busy_timeout=0.05)
+    finds = _finds("the holder")
+    entries = [_looked_up(group, finds, f"k{n}", n) for n in range(3)]
+    with HeldWriterLock(tmp_path / "g.sqlite3"):
+        group.flush(db)
+    assert [(e.found, answer(e)) for e in entries] == [("the holder", [])] * 3
+    assert finds.reads == 3
+    assert group.group_sizes == []  # no group ran
+    # A write left by its look-up does wait for the lock, and fails without it.
+    left = _looked_up(group, _finds(None), "free", 1)
+    with HeldWriterLock(tmp_path / "g.sqlite3"):
+        group.flush(db)
+    with pytest.raises(LedgerBusyError):
+        answer(left)
+    assert stored(tmp_path / "g.sqlite3") == {}
+
+
+def test_a_look_up_that_raises_fails_its_write_alone(
+    tmp_path: Path, db: sqlite3.Connection
+) -> None:
+    group = writer(tmp_path)
+
+    def broken(db: sqlite3.Connection) -> Any:
+        raise sqlite3.DatabaseError("a row that cannot be read")
+
+    bad = _looked_up(group, broken, "bad", 1)
+    good = _looked_up(group, _finds(None), "good", 2)
+    group.flush(db)
+    with pytest.raises(sqlite3.DatabaseError, match="cannot be read"):
+        answer(bad)
+    assert answer(good) == [("good",)]
+    assert stored(tmp_path / "g.sqlite3") == {"good": 2}  # the failed one never wrote
+
+
+def test_a_broken_writer_runs_no_look_up(tmp_path: Path, db: sqlite3.Connection) -> None:
+    """Its connection would read its own uncommitted writes."""
+    group = writer(tmp_path)
+    group.broken = BrokenConnectionError("broken")
+    finds = _finds("the holder")
+    entry = _looked_up(group, finds, "k", 1)
+    group.flush(db)
+    with pytest.raises(BrokenConnectionError):
+        answer(entry)
+    assert finds.reads == 0
+
+
+async def test_a_replay_is_answered_while_another_writer_holds_the_lock(tmp_path: Path) -> None:
+    path = tmp_path / "ledger.sqlite3"
+    ledger = SQLiteLedger(path, busy_timeout=0.1)
+    claim = await unstarted(ledger, "k")
+    with HeldWriterLock(path):
+        held, created = await ledger.claim(dataclasses.replace(claim, action_id="f" * 32), lease=30)
+        assert (held, created) == (claim, False)
+        with pytest.raises(LedgerBusyError):  # a free key needs the lock
+            await ledger.claim(
+                dataclasses.replace(claim, action_id="e" * 32, idempotency_key="free"), lease=30
+            )
+    assert await ledger.find("charge", "free") is None
+    await ledger.close()
+
+
+async def test_concurrent_claims_are_looked_up_by_one_flush(tmp_path: Path) -> None:
+    """No claim costs a hop of its own to the connection's thread: one flush reads and
+    writes them all, replays included."""
+    ledger = SQLiteLedger(tmp_path / "ledger.sqlite3")
+    claim = await unstarted(ledger, "held")
+    conn = await ledger._connection()
+    hops: list[object] = []
+    real = conn._tx
+
+    class CountingQueue:
+        """The thread's queue of work, counting what is put on it."""
+
+        def put_nowait(self, item: Any) -> None:
+            hops.append(item)
+            real.put_nowait(item)
+
+    gate, blocked = await _hold_thread(ledger)
+    conn._tx = CountingQueue()  # type: ignore[assignment]
+    fresh = [
+        dataclasses.replace(claim, action_id=f"{n:032x}", idempotency_key=f"k{n}") for n in range(8)
+    ]
+    claims = [asyncio.ensure_future(ledger.claim(r, lease=30)) for r in fresh]
+    replay = asyncio.ensure_future(
+        ledger.claim(dataclasses.replace(claim, action_id="f" * 32), lease=30)
+    )
+    await asyncio.sleep(0.05)
+    gate.set()
+    await blocked
+    made = await asyncio.gather(*claims)
+    assert await replay == (claim, False)
+    conn._tx = real
+    assert len(hops) == 1  # one flush for nine claims
+    assert [created for _, created in made] == [True] * 8
+    assert ledger._group.group_sizes[-1] == 8
+    for receipt, _ in made:
+        assert await ledger.find("charge", receipt.idempotency_key) == receipt
+    await ledger.close()
