@@ -1,11 +1,14 @@
 """The grouped writer's machine: concurrent callers' writes committed as groups, with faults.
 
 Callers queue conditional writes on one SQLite connection's ``GroupWriter``
-(an insert of a free key, a compare-and-set of a value, a write that breaks
-a CHECK) and the machine flushes the queue as one group, with a fault drawn
-for it: none, the writer lock held by another process, a statement that
-raises, SQLite rolling the whole transaction back at a statement, a failed
-COMMIT. A reference model applies the same writes in queue order.
+(an insert of a free key, a claim that looks its key up first and is
+answered by that read when the key is held, a compare-and-set of a value, a
+write that breaks a CHECK) and the machine flushes the queue as one group,
+with a fault drawn for it: none, the writer lock held by another process, a
+look-up or a statement that raises, SQLite rolling the whole transaction
+back at a statement, a failed COMMIT. A reference model runs the look-ups
+on what was committed before the flush, then applies the writes left in
+queue order.
 
 Properties, checked after every flush:
 
@@ -15,7 +18,8 @@ Properties, checked after every flush:
 * ``group-stores-exactly-what-it-answered``: the file holds the model: a
   write answered as done is stored, and a write that failed left nothing.
 * ``group-commits-once``: a group of several writes is one transaction (one
-  BEGIN, at most one COMMIT), under the writer lock.
+  BEGIN, at most one COMMIT), under the writer lock; a write answered by its
+  look-up never runs.
 """
 
 from __future__ import annotations
@@ -52,6 +56,7 @@ INSERT = compile_sql(
     "INSERT INTO t (k, v) VALUES (:k, :v) ON CONFLICT (k) DO NOTHING RETURNING k", SQLITE
 )
 SWAP = compile_sql("UPDATE t SET v = :new WHERE k = :k AND v = :old RETURNING v", SQLITE)
+HOLDER = "SELECT v FROM t WHERE k = ?"
 #: The faults a flush may meet (none, most often).
 FAULTS = st.sampled_from(
     [
@@ -62,6 +67,7 @@ FAULTS = st.sampled_from(
         "lock held",
         "statement refused",
         "statement error",
+        "look-up fails",
         "rolled back",
         "commit fails",
         "commit and rollback fail",
@@ -83,6 +89,7 @@ class _FaultyDb:
     def __init__(self, db: sqlite3.Connection, fault: str, at: int, trace: list[str]) -> None:
         self._db, self._fault, self._at, self._trace = db, fault, at, trace
         self._writes = 0
+        self._reads = 0
 
     @property
     def in_transaction(self) -> bool:
@@ -91,6 +98,10 @@ class _FaultyDb:
     def execute(self, sql: str, *args: Any) -> Any:
         verb = sql.split(None, 1)[0].upper()
         self._trace.append(verb)
+        if verb == "SELECT":
+            self._reads += 1
+            if self._reads == self._at and self._fault == "look-up fails":
+                raise _Injected("look-up fails")
         if verb in ("INSERT", "UPDATE"):
             self._writes += 1
             if self._writes == self._at and self._fault == "statement refused":
@@ -136,8 +147,11 @@ class GroupMachineBase(RuleBasedStateMachine):
         self.db.close()
         shutil.rmtree(self.folder, ignore_errors=True)
 
-    def _queue(self, caller: int, write: tuple[Any, ...], statement: Any, values: Any) -> None:
-        self.queued.append((self.writer.enqueue(statement, values), write))
+    def _queue(
+        self, caller: int, write: tuple[Any, ...], statement: Any, values: Any, look_up: Any = None
+    ) -> None:
+        entry = self.writer.put(QueuedWrite(statement, values, look_up=look_up))
+        self.queued.append((entry, write))
         self.history.add(f"caller {caller}", f"queues {write}")
 
     @initialize(key=st.sampled_from(KEYS), value=VALUES)
@@ -149,6 +163,11 @@ class GroupMachineBase(RuleBasedStateMachine):
     def insert(self, caller: int, key: str, value: int) -> None:
         """A caller claims a key if it is free."""
         self._queue(caller, ("insert", key, value), INSERT, {"k": key, "v": value})
+
+    @rule(caller=st.integers(1, 4), key=st.sampled_from(KEYS), value=VALUES)
+    def claim(self, caller: int, key: str, value: int) -> None:
+        """A caller claims a key as the ledger does: answered by its holder if it is held."""
+        self._queue(caller, ("claim", key, value), INSERT, {"k": key, "v": value}, _holder_of(key))
 
     @rule(caller=st.integers(1, 4), key=st.sampled_from(KEYS), old=VALUES, new=VALUES)
     def swap(self, caller: int, key: str, old: int, new: int) -> None:
@@ -177,12 +196,14 @@ class GroupMachineBase(RuleBasedStateMachine):
         finally:
             if holder is not None:
                 os.close(holder)
-        expected = self._expected(group, fault, at)
+        expected, written = self._expected(group, fault, at)
         for (entry, write), (rows, error) in zip(group, expected, strict=True):
             try:
                 got: tuple[Any, Any] = (answer(entry), None)
             except Exception as exc:
                 got = (None, type(exc))
+            if entry.found is not None:
+                got = (("held", got[0], entry.found), got[1])
             if got != (rows, error):
                 raise violation(
                     self.history,
@@ -192,27 +213,56 @@ class GroupMachineBase(RuleBasedStateMachine):
             self.history.add(
                 "writer", f"answers {write}: {got[0] if got[1] is None else got[1].__name__}"
             )
-        self._check_one_transaction(len(group), fault)
+        self._check_one_transaction(written, fault)
 
     def _expected(
         self, group: list[tuple[QueuedWrite, tuple[Any, ...]]], fault: str, at: int
-    ) -> list[tuple[Any, Any]]:
-        """Each write's answer by the model, applying the group to it if it commits."""
+    ) -> tuple[list[tuple[Any, Any]], int]:
+        """Each write's answer by the model, and how many writes the group runs.
+
+        The look-ups come first, on what was committed before the flush; the
+        writes they leave are applied to the model if their group commits.
+        """
         if self.broken:
-            return [(None, BrokenConnectionError)] * len(group)
+            return [(None, BrokenConnectionError)] * len(group), 0
+        answers: list[tuple[Any, Any] | None] = [None] * len(group)
+        left: list[int] = []
+        reads = 0
+        for n, (_, write) in enumerate(group):
+            if write[0] == "claim":
+                reads += 1
+                if fault == "look-up fails" and reads == at:
+                    answers[n] = (None, _Injected)  # this read alone failed: so does its claim
+                    continue
+                if write[1] in self.model:
+                    answers[n] = (("held", [], self.model[write[1]]), None)
+                    continue
+            left.append(n)
+        for n, answer_ in zip(
+            left, self._writes_expected([group[n][1] for n in left], fault, at), strict=True
+        ):
+            answers[n] = answer_
+        return [a for a in answers if a is not None], len(left)
+
+    def _writes_expected(
+        self, writes: list[tuple[Any, ...]], fault: str, at: int
+    ) -> list[tuple[Any, Any]]:
+        """The answers of the writes a group runs, applying them to the model if it commits."""
+        if not writes:
+            return []
         if fault == "lock held":
-            return [(None, LedgerBusyError)] * len(group)
-        several = len(group) > 1
-        struck = at <= len(group)
+            return [(None, LedgerBusyError)] * len(writes)
+        several = len(writes) > 1
+        struck = at <= len(writes)
         if several and struck and fault in ("statement error", "rolled back"):
-            return [(None, _Injected)] * len(group)  # an error that is not one statement's
+            return [(None, _Injected)] * len(writes)  # an error that is not one statement's
         if several and fault in ("commit fails", "commit and rollback fail"):
             if fault == "commit and rollback fail":
                 self.broken = True  # left inside its transaction: nothing more is served
-            return [(None, _Injected)] * len(group)  # a lone write has no COMMIT of its own
+            return [(None, _Injected)] * len(writes)  # a lone write has no COMMIT of its own
         after = dict(self.model)
         answers: list[tuple[Any, Any]] = []
-        for n, (_, write) in enumerate(group, start=1):
+        for n, write in enumerate(writes, start=1):
             if struck and n == at and fault in ("statement refused", "statement error"):
                 answers.append((None, _Refused if fault == "statement refused" else _Injected))
             elif struck and n == at and fault == "rolled back":
@@ -223,6 +273,13 @@ class GroupMachineBase(RuleBasedStateMachine):
         return answers
 
     def _check_one_transaction(self, size: int, fault: str) -> None:
+        ran = sum(self.trace.count(verb) for verb in ("INSERT", "UPDATE"))
+        if ran > size:
+            raise violation(
+                self.history,
+                "group-commits-once",
+                f"{ran} write statements ran for the {size} writes left by the look-ups",
+            )
         if size > 1 and fault != "lock held" and not self.broken and self.trace.count("BEGIN") != 1:
             raise violation(
                 self.history,
@@ -244,12 +301,22 @@ class GroupMachineBase(RuleBasedStateMachine):
             )
 
 
+def _holder_of(key: str) -> Any:
+    """A claim's look-up: the value holding ``key``, or None (the flush runs it)."""
+
+    def look_up(db: sqlite3.Connection) -> int | None:
+        rows = db.execute(HOLDER, (key,)).fetchall()
+        return int(rows[0][0]) if rows else None
+
+    return look_up
+
+
 def _apply(state: dict[str, int], write: tuple[Any, ...]) -> tuple[Any, Any]:
     """One write on the model: its rows and error, changing ``state`` as SQLite would."""
     kind, key = write[0], write[1]
     if kind == "bad":
         return None, sqlite3.IntegrityError
-    if kind == "insert":
+    if kind in ("insert", "claim"):
         if key in state:
             return [], None
         state[key] = write[2]

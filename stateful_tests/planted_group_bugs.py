@@ -49,6 +49,44 @@ class ServesAfterAFailedRollback(GroupWriter):
                 db.execute("ROLLBACK")
 
 
+class FailedLookUpFailsTheGroup(GroupWriter):
+    """A claim's look-up that raises is let through: the whole group fails with it."""
+
+    def _look_up(self, db: sqlite3.Connection, taken: list[QueuedWrite]) -> bool:
+        self.check_usable()
+        for entry in taken:
+            if entry.look_up is not None and entry.state == "taken":
+                entry.found = entry.look_up(db)
+                if entry.found is not None:
+                    entry.state, entry.rows = "answered", []
+        return any(entry.state == "taken" for entry in taken)
+
+
+class AnsweredClaimStillWrites(GroupWriter):
+    """A claim answered by its holder is left in the group, and its insert runs too."""
+
+    def _look_up(self, db: sqlite3.Connection, taken: list[QueuedWrite]) -> bool:
+        self.check_usable()
+        for entry in taken:
+            if entry.look_up is not None and entry.state == "taken":
+                try:
+                    entry.found = entry.look_up(db)
+                except Exception as exc:
+                    entry.error, entry.state, entry.rows = exc, "answered", []
+        return any(entry.state == "taken" for entry in taken)
+
+
+class LooksUpOnABrokenConnection(GroupWriter):
+    """Runs the look-ups before asking whether the connection still serves anything."""
+
+    def _look_up(self, db: sqlite3.Connection, taken: list[QueuedWrite]) -> bool:
+        broken, self.broken = self.broken, None
+        try:
+            return super()._look_up(db, taken)
+        finally:
+            self.broken = broken
+
+
 def _keeps_answers(mp: pytest.MonkeyPatch) -> dict[str, Any]:
     return {"writer_class": KeepsAnswersOfARolledBackGroup}
 
@@ -72,6 +110,10 @@ def _refused_statement_fails_the_group(mp: pytest.MonkeyPatch) -> dict[str, Any]
         tuple(e for e in group_module._STATEMENT_ERRORS if e is not sqlite3.IntegrityError),
     )
     return {}
+
+
+def _writer(cls: type[GroupWriter]) -> Any:
+    return lambda mp: {"writer_class": cls}
 
 
 GROUP_BUGS = [
@@ -102,5 +144,26 @@ GROUP_BUGS = [
         "group",
         names("group-answers-follow-the-model", "group-stores-exactly-what-it-answered"),
         _refused_statement_fails_the_group,
+    ),
+    PlantedBug(
+        "group-fails-whole-on-a-failed-look-up",
+        "a group holding a claim whose look-up raises beside other writes",
+        "group",
+        names("group-answers-follow-the-model", "group-stores-exactly-what-it-answered"),
+        _writer(FailedLookUpFailsTheGroup),
+    ),
+    PlantedBug(
+        "group-runs-a-claim-its-look-up-answered",
+        "a claim of a held key queued with other writes",
+        "group",
+        names("group-commits-once", "group-answers-follow-the-model"),
+        _writer(AnsweredClaimStillWrites),
+    ),
+    PlantedBug(
+        "group-looks-up-on-a-broken-connection",
+        "a group whose COMMIT and ROLLBACK both fail, then a claim of a key it wrote",
+        "group",
+        names("group-answers-follow-the-model"),
+        _writer(LooksUpOnABrokenConnection),
     ),
 ]

@@ -203,7 +203,6 @@ class GroupWriter:
             return  # an earlier flush took these writes
         group: list[QueuedWrite] = []
         try:
-            self.check_usable()  # before reading, or waiting for the lock: it would serve nothing
             if self._look_up(db, taken):
                 with self._writer.hold(self._busy_timeout):
                     with self._lock:  # from here on a write runs: no caller takes it back
@@ -230,6 +229,9 @@ class GroupWriter:
         still runs under its own condition, so a key claimed between the read
         and the write is refused by the write, never overwritten.
         """
+        # Before reading, or waiting for the lock: a connection left inside a
+        # failed group would read its uncommitted writes, and serves nothing.
+        self.check_usable()
         left = False
         for entry in taken:
             if entry.look_up is not None and entry.state == "taken":
