@@ -55,6 +55,7 @@ SAFETY_CRITICAL_MODULES = [
     "dataoad/_ledger_rules.py",
     "dataoad/_clock.py",
     "dataoad/_current.py",
+    "dataoad/_action_ids.py",
 ]
 SAFETY_CRITICAL_MUTANTS = [
     "dataoad._runner.*",
@@ -77,6 +78,7 @@ SAFETY_CRITICAL_MUTANTS = [
     "dataoad._ledger_rules.*",
     "dataoad._clock.*",
     "dataoad._current.*",
+    "dataoad._action_ids.*",
     *(
         f"dataoad.ledgers.sqlite.{name}__mutmut_*"
         for name in (
@@ -84,6 +86,7 @@ SAFETY_CRITICAL_MUTANTS = [
             "x__values_of",
             "x__receipt_of",
             "x_clock_text",
+            "x__holder",
             "xǁSQLiteLedgerǁ_read",
             "xǁSQLiteLedgerǁ_write",
             "xǁSQLiteLedgerǁ_run",
@@ -151,6 +154,7 @@ TESTS = [
     "tests/front_ends/test_close_and_exit.py",
     "tests/console/test_operator_audit.py",
     "tests/claim/test_canonical_hash.py",
+    "tests/claim/test_action_ids.py",
     "tests/engines/test_engine_step.py",
     "stateful_tests/test_runner_machine.py::TestRunnerMachineMemory",
     "stateful_tests/test_merge_machine.py::TestMergeMachineMemory",

@@ -88,8 +88,8 @@ PLANTED_EXAMPLES = [
         "sqlite-writes-after-the-lock",
         "every SQLite write statement runs while the cross-process writer lock is held",
         "dataoad/ledgers/_sqlite_group.py",
+        "                    if group:\n                        self._run(db, group)\n",
         "                if group:\n                    self._run(db, group)\n",
-        "            if group:\n                self._run(db, group)\n",
         (
             "tests/ledgers/test_sqlite_lock_and_exit.py"
             "::test_every_write_statement_runs_while_the_writer_lock_is_held",

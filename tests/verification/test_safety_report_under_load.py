@@ -13,7 +13,6 @@ beside busy processes.
 
 from __future__ import annotations
 
-import asyncio
 import importlib.util
 import time
 from pathlib import Path
@@ -43,19 +42,18 @@ async def test_concurrent_duplicate_check_passes_whatever_the_loop_stalls(
     example = _example()
     armed = {"claim": True}
 
-    async def stalling_on_thread(conn: Any, fn: Any) -> Any:
-        # aiosqlite's own hand-off (Connection._execute): queue the job, await it...
-        future = asyncio.get_running_loop().create_future()
-        conn._tx.put_nowait((future, fn))
-        if (
-            armed["claim"]
-            and getattr(getattr(fn, "func", None), "__name__", "") == "_find_or_queue"
-        ):
+    real_queue_on_thread = sqlite_live.queue_on_thread
+
+    def stalling_queue_on_thread(conn: Any, fn: Any) -> Any:
+        # The hand-off of a group's flush to aiosqlite's thread (a claim's look-up
+        # and insert run in it): queue the job...
+        queued = real_queue_on_thread(conn, fn)
+        if armed["claim"]:  # the first write of a fresh ledger is the first claim
             armed["claim"] = False
             time.sleep(stall)  # ...but the loop's thread loses the CPU right after queueing
-        return await future
+        return queued
 
-    monkeypatch.setattr(sqlite_live, "on_thread", stalling_on_thread)
+    monkeypatch.setattr(sqlite_live, "queue_on_thread", stalling_queue_on_thread)
 
     for run in range(3):
         armed["claim"] = True
