@@ -15,7 +15,12 @@ import warnings
 
 import pytest
 
+import dataoad._action_ids as action_ids
 from dataoad._action_ids import _PAGE_SIZE, new_action_id
+
+#: The bits a UUID4 takes from its random bytes, and the version and variant it sets.
+RANDOM_BITS = ~((0xF000 << 64) | (0xC000 << 48)) & ((1 << 128) - 1)
+UUID4_BITS = (0x4000 << 64) | (0x8000 << 48)
 
 
 def test_an_id_is_a_version_4_uuid_in_32_hex_digits() -> None:
@@ -52,9 +57,34 @@ def test_ids_vary_in_every_random_bit() -> None:
         value = int(new_action_id(), 16)
         seen_one |= value
         seen_zero |= ~value
-    random_bits = ~((0xF000 << 64) | (0xC000 << 48)) & ((1 << 128) - 1)
-    assert seen_one & random_bits == random_bits
-    assert seen_zero & random_bits == random_bits
+    assert seen_one & RANDOM_BITS == RANDOM_BITS
+    assert seen_zero & RANDOM_BITS == RANDOM_BITS
+
+
+def test_each_id_is_the_next_sixteen_bytes_of_a_page_read_when_the_last_is_used_up(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Every byte read is used once, and an id is never made of fewer than sixteen."""
+    reads: list[int] = []
+
+    def page(number: int, size: int) -> bytes:
+        return bytes((number * 7 + n) % 256 for n in range(size))  # each page its own
+
+    def urandom(size: int) -> bytes:
+        reads.append(size)
+        return page(len(reads), size)
+
+    monkeypatch.setattr(action_ids, "_page", action_ids._Page())
+    monkeypatch.setattr(action_ids.os, "urandom", urandom)
+    per_page = _PAGE_SIZE // 16
+    drawn = [new_action_id() for _ in range(2 * per_page + 1)]
+    assert reads == [_PAGE_SIZE] * 3
+    expected = [
+        f"{int.from_bytes(page(k, _PAGE_SIZE)[n : n + 16], 'big') & RANDOM_BITS | UUID4_BITS:032x}"
+        for k in (1, 2, 3)
+        for n in range(0, _PAGE_SIZE, 16)
+    ][: len(drawn)]
+    assert drawn == expected
 
 
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="os.fork exists on POSIX only")

@@ -929,10 +929,19 @@ def test_writes_all_answered_by_their_look_ups_take_no_writer_lock(
     group = writer(tmp_path, busy_timeout=0.05)
     finds = _finds("the holder")
     entries = [_looked_up(group, finds, f"k{n}", n) for n in range(3)]
+    holds: list[float] = []
+    real_hold = group._writer.hold
+
+    def hold(timeout: float) -> Any:
+        holds.append(timeout)
+        return real_hold(timeout)
+
+    group._writer.hold = hold  # type: ignore[method-assign]
     with HeldWriterLock(tmp_path / "g.sqlite3"):
         group.flush(db)
     assert [(e.found, answer(e)) for e in entries] == [("the holder", [])] * 3
     assert finds.reads == 3
+    assert holds == []  # never even waited for the lock
     assert group.group_sizes == []  # no group ran
     # A write left by its look-up does wait for the lock, and fails without it.
     left = _looked_up(group, _finds(None), "free", 1)
