@@ -68,6 +68,7 @@ FAULTS = st.sampled_from(
         "statement refused",
         "statement error",
         "look-up fails",
+        "look-up fails",
         "rolled back",
         "commit fails",
         "commit and rollback fail",
@@ -184,6 +185,9 @@ class GroupMachineBase(RuleBasedStateMachine):
     def flush(self, fault: str, at: int) -> None:
         """The connection's thread runs everything queued as one group."""
         group, self.queued = self.queued, []
+        claims = sum(1 for _, write in group if write[0] == "claim")
+        if fault == "look-up fails" and claims:
+            at = (at - 1) % claims + 1  # it strikes one of the group's look-ups
         event(f"group of {min(len(group), 4)}{'+' if len(group) > 4 else ''}: {fault}")
         self.history.add("writer", f"flushes {len(group)} write(s); fault: {fault} at write {at}")
         self.trace = []
