@@ -416,16 +416,20 @@ _GOALS: Final[dict[str, tuple[tuple[str, str, str], ...]]] = {
     "sqlite FULL": (
         ("floor", _FIRST, "first call / three sqlite3 statements (goal <= 1.0)"),
         ("Powertools", _FIRST, "first call / Powertools sqlite3 layer (goal <= 1.2)"),
+        # #41's one-caller goals, beside the older ones.
+        ("aiosqlite floor", _FIRST, "first call / two aiosqlite statements, #41 (goal <= 1.25)"),
     ),
     "sqlite NORMAL": (
         ("aiosqlite floor", _FIRST, "first call / two aiosqlite statements (goal <= 1.2)"),
         ("floor", _FIRST, "first call / three inline sqlite3 statements"),
+        ("aiosqlite floor", _FIRST, "first call / two aiosqlite statements, #41 (goal <= 2.0)"),
     ),
     "postgres": (
         ("floor", _FIRST, "first call / three asyncpg statements (goal <= 1.0)"),
         ("idemkit", _FIRST, "first call / idemkit (goal <= 0.6)"),
         ("Powertools", _FIRST, "first call / Powertools psycopg layer (goal <= 1.0)"),
         ("floor", _REPLAY, "replay / one asyncpg SELECT (goal <= 2.0)"),
+        ("floor", _REPLAY, "replay / one asyncpg SELECT, #41 (goal <= 2.5)"),
     ),
 }
 

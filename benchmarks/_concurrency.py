@@ -493,6 +493,10 @@ def concurrency_goals(
                 "sqlite FULL", "Dataoad", "floor", level, "per_second"
             )
     if "postgres" in figures:
+        # #41's lone caller: a call at most 1.1 times the fused floor's, as throughput.
+        goals["postgres: throughput at C=1 / fused 2-statement floor, #41 (goal >= 0.91)"] = ratio(
+            "postgres", "Dataoad", "floor", 1, "per_second"
+        )
         for level in (8, 64):
             goals[f"postgres: throughput at C={level} / Powertools (goal >= 1.5)"] = ratio(
                 "postgres", "Dataoad", "Powertools", level, "per_second"
