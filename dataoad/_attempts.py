@@ -19,11 +19,10 @@
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import logging
 import warnings
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 from dataoad._action_ids import new_action_id
 from dataoad._blocking import call_maybe_async
@@ -63,7 +62,7 @@ from dataoad._observing import (
 )
 from dataoad._policy import UNKNOWN_RETRY_WARNING, RetryPolicy
 from dataoad._proven import ProvenLedger
-from dataoad._receipt import ActionReceipt, AttemptRecord, bounded_error, utc_now
+from dataoad._receipt import ActionReceipt, AttemptRecord, bounded_error, build_receipt, utc_now
 from dataoad._records import ObservationSource, VerificationObservation
 from dataoad._result import ActionResult
 from dataoad._retiring import expire_if_due
@@ -73,9 +72,13 @@ from dataoad._status import ActionStatus, ClaimState
 __all__ = ["Call", "execute_once", "run_attempts"]
 
 
-@dataclasses.dataclass(frozen=True, slots=True)
-class Call:
-    """One ``execute`` call's validated arguments."""
+class Call(NamedTuple):
+    """One ``execute`` call's validated arguments.
+
+    A named tuple, not a frozen dataclass: just as immutable, and built in
+    half a microsecond instead of one and a half (a frozen dataclass sets
+    each field through ``object.__setattr__``), once per call.
+    """
 
     action_name: str
     operation: Callable[[], Any]
@@ -115,27 +118,34 @@ async def execute_once(
 def _fused_claim(store: ProvenLedger, call: Call, tenure: Tenure) -> ActionReceipt:
     """A new claim with attempt 1 already counted: claim and attempt start in one write."""
     now = utc_now()
-    return ActionReceipt(
-        action_id=new_action_id(),
-        action_name=call.action_name,
-        idempotency_key=call.idempotency_key,
-        request_hash=call.digest,
-        provider_reference=call.provider_reference,
-        risk=call.risk,
-        claim_state=ClaimState.PENDING,
-        attempts=1,
-        execution_status=None,
-        verification_status=None,
-        final_status=None,
-        provider_request_id=None,
-        error=None,
-        metadata=call.metadata,
-        attempt_records=(AttemptRecord(number=1, started_at=now),),
-        version=1,
-        created_at=now,
-        updated_at=now,
-        owner=tenure.owner,
-        namespace=store.namespace,
+    return build_receipt(
+        {
+            "action_id": new_action_id(),
+            "action_name": call.action_name,
+            "idempotency_key": call.idempotency_key,
+            "request_hash": call.digest,
+            "provider_reference": call.provider_reference,
+            "risk": call.risk,
+            "claim_state": ClaimState.PENDING,
+            "attempts": 1,
+            "execution_status": None,
+            "verification_status": None,
+            "final_status": None,
+            "provider_request_id": None,
+            "error": None,
+            "metadata": call.metadata,
+            "attempt_records": (AttemptRecord(number=1, started_at=now),),
+            "version": 1,
+            "created_at": now,
+            "updated_at": now,
+            "owner": tenure.owner,
+            "lease_expires_at": None,  # the ledger's to stamp
+            "fencing_token": 1,
+            "namespace": store.namespace,
+            "retired_at": None,
+            "stored_at": None,
+            "operator_records": (),
+        }
     )
 
 

@@ -14,7 +14,7 @@ from typing import Any, Final
 
 from dataoad._canonical import json_text
 from dataoad._frozen import FrozenDict
-from dataoad._receipt import ActionReceipt, AttemptRecord
+from dataoad._receipt import ActionReceipt, AttemptRecord, build_receipt
 from dataoad._records import MAX_RECEIPT_OPERATOR_RECORDS, OperatorRecord
 from dataoad._status import ActionStatus, ClaimState
 
@@ -273,32 +273,34 @@ def row_of(receipt: ActionReceipt, time: Callable[[datetime], Any] = _same) -> t
 def receipt_of(row: Sequence[Any], time: Callable[[Any], datetime] = _same) -> ActionReceipt:
     """The receipt stored as ``row`` (the COLUMNS, selected in their order)."""
     value = dict(zip(COLUMNS, row, strict=True))
-    return ActionReceipt(
-        action_id=value["action_id"],
-        action_name=value["action_name"],
-        idempotency_key=value["idempotency_key"],
-        request_hash=value["request_hash"],
-        provider_reference=value["provider_reference"],
-        risk=value["risk"],
-        claim_state=ClaimState(value["claim_state"]),
-        attempts=value["attempts"],
-        execution_status=status(value["execution_status"]),
-        verification_status=status(value["verification_status"]),
-        final_status=status(value["final_status"]),
-        provider_request_id=value["provider_request_id"],
-        error=value["error"],
-        metadata=json.loads(value["metadata"]),
-        attempt_records=attempts_from(value["attempt_records"]),
-        version=value["version"],
-        created_at=time(value["created_at"]),
-        updated_at=time(value["updated_at"]),
-        owner=value["owner"],
-        fencing_token=value["fencing_token"],
-        namespace=value["namespace"],
-        retired_at=None if value["retired_at"] is None else time(value["retired_at"]),
-        lease_expires_at=None
-        if value["lease_expires_at"] is None
-        else time(value["lease_expires_at"]),
-        stored_at=None if value["stored_at"] is None else time(value["stored_at"]),
-        operator_records=operator_records_from(value["operator_records"]),
+    return build_receipt(
+        {
+            "action_id": value["action_id"],
+            "action_name": value["action_name"],
+            "idempotency_key": value["idempotency_key"],
+            "request_hash": value["request_hash"],
+            "provider_reference": value["provider_reference"],
+            "risk": value["risk"],
+            "claim_state": ClaimState(value["claim_state"]),
+            "attempts": value["attempts"],
+            "execution_status": status(value["execution_status"]),
+            "verification_status": status(value["verification_status"]),
+            "final_status": status(value["final_status"]),
+            "provider_request_id": value["provider_request_id"],
+            "error": value["error"],
+            "metadata": json.loads(value["metadata"]),
+            "attempt_records": attempts_from(value["attempt_records"]),
+            "version": value["version"],
+            "created_at": time(value["created_at"]),
+            "updated_at": time(value["updated_at"]),
+            "owner": value["owner"],
+            "fencing_token": value["fencing_token"],
+            "namespace": value["namespace"],
+            "retired_at": None if value["retired_at"] is None else time(value["retired_at"]),
+            "lease_expires_at": None
+            if value["lease_expires_at"] is None
+            else time(value["lease_expires_at"]),
+            "stored_at": None if value["stored_at"] is None else time(value["stored_at"]),
+            "operator_records": operator_records_from(value["operator_records"]),
+        }
     )

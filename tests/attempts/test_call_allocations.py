@@ -71,12 +71,17 @@ def built(monkeypatch: pytest.MonkeyPatch) -> Counter[str]:
     """Receipts and attempt records built, by who built them (runner or ledger)."""
     counts: Counter[str] = Counter()
     copy_with = receipt_module._copy_with
+    assembled = receipt_module._assembled
     receipt_init = ActionReceipt.__post_init__
     record_init = AttemptRecord.__init__
 
     def copying(receipt: ActionReceipt, changes: dict[str, Any]) -> ActionReceipt:
         counts[f"receipt by {_builder()}"] += 1
         return copy_with(receipt, changes)
+
+    def assembling(fields: dict[str, Any]) -> ActionReceipt:
+        counts[f"receipt by {_builder()}"] += 1
+        return assembled(fields)
 
     def constructing(receipt: ActionReceipt) -> None:
         counts[f"receipt by {_builder()}"] += 1
@@ -87,6 +92,7 @@ def built(monkeypatch: pytest.MonkeyPatch) -> Counter[str]:
         record_init(record, *args, **kwargs)
 
     monkeypatch.setattr(receipt_module, "_copy_with", copying)
+    monkeypatch.setattr(receipt_module, "_assembled", assembling)
     monkeypatch.setattr(ActionReceipt, "__post_init__", constructing)
     monkeypatch.setattr(AttemptRecord, "__init__", recording)
     return counts

@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 from dataoad import ActionReceipt, ActionRunner, ActionStatus, ClaimState, InMemoryLedger
 from dataoad._frozen import FrozenDict
-from dataoad._receipt import MAX_ERROR_LENGTH, AttemptRecord
+from dataoad._receipt import MAX_ERROR_LENGTH, AttemptRecord, build_receipt
 from dataoad.testing import make_receipt
 from suite_support import REF, CountingOperation, confirmed, fixed_verifier
 
@@ -189,3 +189,57 @@ def test_evolve_builds_what_a_fresh_receipt_of_those_fields_would_be(
     fresh = ActionReceipt(**fields)
     for field in dataclasses.fields(ActionReceipt):  # compare=False fields included
         assert getattr(copy, field.name) == getattr(fresh, field.name), field.name
+
+
+# -- build_receipt: every proposed claim and every SQL read is built through it ------------
+
+
+@given(
+    st.fixed_dictionaries(
+        {},
+        optional={
+            "attempts": st.integers(0, 5),
+            "claim_state": st.sampled_from(ClaimState),
+            "final_status": st.none() | st.sampled_from(ActionStatus),
+            "owner": st.none() | st.text(max_size=5),
+            "lease_expires_at": st.none() | st.just(_T1),
+            "stored_at": st.none() | st.just(_T1),
+            "retired_at": st.none() | st.just(_T1),
+            "fencing_token": st.integers(1, 3),
+            "metadata": st.dictionaries(
+                st.text(max_size=3), st.lists(st.integers(), max_size=2), max_size=2
+            ),
+            "attempt_records": st.lists(
+                st.builds(AttemptRecord, number=st.integers(1, 3), started_at=st.just(_T1)),
+                max_size=2,
+            ),
+        },
+    )
+)
+def test_build_receipt_builds_what_the_dataclass_builds(changes: dict[str, Any]) -> None:
+    fields = {f.name: getattr(make_receipt(), f.name) for f in dataclasses.fields(ActionReceipt)}
+    fields.update(changes)
+    fresh = ActionReceipt(**fields)
+    built = build_receipt(dict(fields))
+    assert type(built) is ActionReceipt
+    for field in dataclasses.fields(ActionReceipt):  # compare=False fields included
+        assert getattr(built, field.name) == getattr(fresh, field.name), field.name
+    # Frozen as the dataclass freezes: deeply, and a list of records becomes a tuple.
+    assert isinstance(built.metadata, FrozenDict)
+    assert all(type(value) is tuple for value in built.metadata.values())
+    assert type(built.attempt_records) is tuple
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        built.attempts = 9  # type: ignore[misc]
+
+
+def test_build_receipt_refuses_a_missing_or_unknown_field() -> None:
+    fields = {f.name: getattr(make_receipt(), f.name) for f in dataclasses.fields(ActionReceipt)}
+    missing = dict(fields)
+    del missing["owner"]
+    with pytest.raises(TypeError, match="'owner'"):
+        build_receipt(missing)
+    unknown = dict(missing, ownr="w")
+    with pytest.raises(TypeError, match="'owner'"):
+        build_receipt(unknown)
+    with pytest.raises(TypeError, match="'ownr'"):
+        build_receipt(dict(fields, ownr="w"))
