@@ -19,7 +19,10 @@ from typing import Any, Final
 from dataoad._status import ActionStatus
 from dataoad.ledgers._codec import COLUMNS, MUTABLE, NO_OPERATOR_RECORDS, WRITTEN
 
-__all__ = ["Dialect", "POSTGRES", "SQLITE", "Statement", "Statements"]
+__all__ = ["MADE", "Dialect", "POSTGRES", "SQLITE", "Statement", "Statements"]
+
+#: What a claim just made returns: what the ledger stamped on it, beside its id.
+MADE: Final = ("action_id", "lease_expires_at", "stored_at")
 
 _PARAMETER = re.compile(r":([a-z_][a-z0-9_]*)\b")
 
@@ -108,6 +111,10 @@ class Statements:
         eq = dialect.null_safe_equal
         now, lease_end = dialect.now, dialect.lease_end
         stale = f"claim_state = 'PENDING' AND lease_expires_at <= {now}"
+        # A claim just made comes back as what the ledger stamped on it (its
+        # caller has the rest), NULL elsewhere: a whole row costs the driver
+        # two dozen values to decode on every first call.
+        made_row = ", ".join(c if c in MADE else "NULL" for c in COLUMNS)
         self._stale = stale
         sql = {
             "claim": (
@@ -117,7 +124,7 @@ class Statements:
                 # Only a receipt that holds its key conflicts (see _lifecycle).
                 "ON CONFLICT (namespace, action_name, idempotency_key) "
                 "WHERE retired_at IS NULL DO NOTHING "
-                "RETURNING action_id, lease_expires_at, stored_at"
+                f"RETURNING {', '.join(MADE)}"
             ),
             "get": f"{self.select} WHERE action_id = :action_id",
             # The claim, folded with the lookup of its key into one round
@@ -130,8 +137,8 @@ class Statements:
                 f"VALUES ({', '.join(f':{c}' for c in WRITTEN)}, {lease_end}, {now}, "
                 f"'{NO_OPERATOR_RECORDS}') "
                 "ON CONFLICT (namespace, action_name, idempotency_key) "
-                f"WHERE retired_at IS NULL DO NOTHING RETURNING {', '.join(COLUMNS)}) "
-                f"SELECT {', '.join(COLUMNS)}, true FROM made UNION ALL "
+                f"WHERE retired_at IS NULL DO NOTHING RETURNING {', '.join(MADE)}) "
+                f"SELECT {made_row}, true FROM made UNION ALL "
                 f"SELECT {', '.join(COLUMNS)}, false FROM {table} "
                 "WHERE namespace = :namespace AND action_name = :action_name "
                 "AND idempotency_key = :idempotency_key AND retired_at IS NULL "
