@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 from dataoad._errors import ActionPersistenceError, ClaimFencedError, OutcomeNotRecordedError
 from dataoad._events import EventKind, EventSink
@@ -36,9 +36,8 @@ __all__ = [
 ]
 
 
-@dataclasses.dataclass(frozen=True, slots=True)
-class Execution:
-    """What one invocation of the operation established."""
+class Execution(NamedTuple):
+    """What one invocation of the operation established (a named tuple: built once per attempt)."""
 
     status: ActionStatus
     error: str | None = None

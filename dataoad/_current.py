@@ -29,14 +29,26 @@ class AttemptContext:
     fencing_token: int
 
 
-_current: contextvars.ContextVar[AttemptContext | None] = contextvars.ContextVar(
+# The receipt the attempt runs under, not its AttemptContext: every attempt
+# sets this, few operations ask, so the context is built only when asked.
+_current: contextvars.ContextVar[ActionReceipt | None] = contextvars.ContextVar(
     "dataoad_current_attempt", default=None
 )
 
 
 def current_attempt() -> AttemptContext | None:
     """The attempt the calling operation runs in (sync or async), or None outside one."""
-    return _current.get()
+    receipt = _current.get()
+    if receipt is None:
+        return None
+    return AttemptContext(
+        action_id=receipt.action_id,
+        action_name=receipt.action_name,
+        idempotency_key=receipt.idempotency_key,
+        provider_reference=receipt.provider_reference,
+        attempt=receipt.attempts,
+        fencing_token=receipt.fencing_token,
+    )
 
 
 class running_attempt:
@@ -45,20 +57,13 @@ class running_attempt:
     A class, not a generator: every attempt enters it.
     """
 
-    __slots__ = ("_context", "_token")
+    __slots__ = ("_receipt", "_token")
 
     def __init__(self, receipt: ActionReceipt) -> None:
-        self._context = AttemptContext(
-            action_id=receipt.action_id,
-            action_name=receipt.action_name,
-            idempotency_key=receipt.idempotency_key,
-            provider_reference=receipt.provider_reference,
-            attempt=receipt.attempts,
-            fencing_token=receipt.fencing_token,
-        )
+        self._receipt = receipt
 
     def __enter__(self) -> None:
-        self._token = _current.set(self._context)
+        self._token = _current.set(self._receipt)
 
     def __exit__(self, *exc_info: object) -> None:
         _current.reset(self._token)

@@ -117,8 +117,13 @@ class EventSink:
     ) -> None:
         """Log ``event`` (unless call-level) and hand it to every observer."""
         # Call-level events only observers see: the log has one record per
-        # transition, not per call.
-        if event is not EventKind.CALL_STARTED and event is not EventKind.CALL_FINISHED:
+        # transition, not per call. The level is asked first: a call emits
+        # about five events, and most processes log none of them.
+        if (
+            event is not EventKind.CALL_STARTED
+            and event is not EventKind.CALL_FINISHED
+            and logger.isEnabledFor(level)
+        ):
             log_event(event.value, receipt, level=level, **fields)
         if not self._observers:
             return
