@@ -8,7 +8,6 @@ report it.
 from __future__ import annotations
 
 import contextvars
-import dataclasses
 from collections.abc import Sequence
 from datetime import datetime, timedelta
 from typing import Any
@@ -73,7 +72,7 @@ def _expires_unasked(mp: pytest.MonkeyPatch) -> dict[str, Any]:
     async def execute_once(store: Any, call: Any, events: Any, tenure: Any) -> Any:
         # Treats "no expiry asked" as "expired at once".
         if call.expires_after is None:
-            call = dataclasses.replace(call, expires_after=0.0)
+            call = call._replace(expires_after=0.0)
         return await real(store, call, events, tenure)
 
     mp.setattr(runner_module, "execute_once", execute_once)
