@@ -145,11 +145,9 @@ class ActionReceipt:
     operator_records: tuple[OperatorRecord, ...] = dataclasses.field(default=(), compare=False)
 
     def __post_init__(self) -> None:
-        # Deep-freeze so no holder of a snapshot can change what others see.
-        object.__setattr__(self, "metadata", freeze(self.metadata))
-        object.__setattr__(self, "attempt_records", tuple(self.attempt_records))
-        if self.lease_expires_at is not None and self.claim_state is ClaimState.COMPLETED:
-            object.__setattr__(self, "lease_expires_at", None)  # nobody holds a completed claim
+        # The fields live in __dict__ (no slots): normalised there, as
+        # ``build_receipt`` normalises the dict it is given.
+        _normalise(self.__dict__)
 
     @property
     def is_pending(self) -> bool:
@@ -190,8 +188,7 @@ class ActionReceipt:
         if "attempt_records" in changes:
             changes["attempt_records"] = tuple(changes["attempt_records"])
         new = _copy_with(self, changes)
-        if new.lease_expires_at is not None and new.claim_state is ClaimState.COMPLETED:
-            new.__dict__["lease_expires_at"] = None
+        _release_if_completed(new.__dict__)
         return new
 
 
@@ -210,11 +207,21 @@ def build_receipt(fields: dict[str, Any]) -> ActionReceipt:
     if len(fields) != len(_FIELD_SET) or not _FIELD_SET.issuperset(fields):
         missing = sorted(_FIELD_SET - fields.keys()) or sorted(fields.keys() - _FIELD_SET)
         raise TypeError(f"ActionReceipt fields do not match at {missing[0]!r}")
+    _normalise(fields)
+    return _assembled(fields)
+
+
+def _normalise(fields: dict[str, Any]) -> None:
+    # Deep-freeze, so no holder of a snapshot can change what others see.
     fields["metadata"] = freeze(fields["metadata"])
     fields["attempt_records"] = tuple(fields["attempt_records"])
-    if fields["claim_state"] is ClaimState.COMPLETED:
-        fields["lease_expires_at"] = None  # nobody holds a completed claim
-    return _assembled(fields)
+    _release_if_completed(fields)
+
+
+def _release_if_completed(fields: dict[str, Any]) -> None:
+    # Nobody holds a completed claim, however its receipt was built.
+    if fields["lease_expires_at"] is not None and fields["claim_state"] is ClaimState.COMPLETED:
+        fields["lease_expires_at"] = None
 
 
 def _copy_with(receipt: ActionReceipt, changes: dict[str, Any]) -> ActionReceipt:
