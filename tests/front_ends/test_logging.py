@@ -62,6 +62,20 @@ async def test_conflicts_are_warnings_whichever_field_differs(
     assert events(caplog)[-1][:2] == ("conflict", logging.WARNING)
 
 
+async def test_each_event_is_logged_by_its_own_level(caplog: pytest.LogCaptureFixture) -> None:
+    # The logger wants warnings only: the conflict's WARNING is logged, the
+    # INFO transitions around it are not (the level asked is the event's).
+    from dataoad import IdempotencyConflictError
+
+    caplog.set_level(logging.WARNING, logger="dataoad")
+    runner = ActionRunner(InMemoryLedger())
+    await execute(runner)
+    with pytest.raises(IdempotencyConflictError):
+        await runner.execute("charge", CountingOperation(), request=REQUEST, idempotency_key="k")
+    logged = [(r.dataoad["event"], r.levelno) for r in caplog.records if hasattr(r, "dataoad")]  # type: ignore[attr-defined]
+    assert logged == [("conflict", logging.WARNING)]
+
+
 async def test_duplicates_are_told_what_they_met(caplog: pytest.LogCaptureFixture) -> None:
     from dataoad import ActionInProgressError, IdempotencyConflictError
 
