@@ -118,6 +118,8 @@ async def _with_postgres(
     async with pg.server() as (dsn, _, why):
         if dsn is None:
             results[label] = why
+        else:
+            results["postgres server"] = await pg.server_durability(dsn)
         return await run(dsn)
 
 
@@ -145,6 +147,7 @@ async def run_postgres(
             results["PostgreSQL"] = why
             ratios["PostgresLedger / pgbench (goal >= 0.5)"] = why
             return
+        results["postgres server"] = await pg.server_durability(dsn)
         step, close = await pg.raw_floor(dsn)
         results["asyncpg floor (3 statements, 1 connection)"] = await measure(step, count)
         await close()

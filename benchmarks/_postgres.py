@@ -66,6 +66,32 @@ async def server() -> AsyncIterator[tuple[str | None, PostgresServer | None, str
         local.cleanup()
 
 
+def durability_verdict(fsync: str, synchronous_commit: str) -> str:
+    """What a server's settings make of its commits, as the report prints it.
+
+    A server that does not sync (the test suite's runs with fsync off)
+    makes every synchronous committer, Powertools above all, look several
+    times faster, so ratios against them mean nothing on it.
+    """
+    settings = f"fsync={fsync}, synchronous_commit={synchronous_commit}"
+    if fsync == "on" and synchronous_commit != "off":
+        return f"{settings}: commits are durable"
+    return f"{settings}: NOT durable; ratios against synchronous peers mean nothing here"
+
+
+async def server_durability(dsn: str) -> str:
+    """``durability_verdict`` of the server at ``dsn``, read from its own settings."""
+    import asyncpg
+
+    conn = await asyncpg.connect(dsn)
+    try:
+        fsync = await conn.fetchval("SHOW fsync")
+        synchronous_commit = await conn.fetchval("SHOW synchronous_commit")
+    finally:
+        await conn.close()
+    return durability_verdict(str(fsync), str(synchronous_commit))
+
+
 async def raw_floor(dsn: str) -> tuple[Callable[[int], Awaitable[None]], Callable[[], Any]]:
     """The three statements on one asyncpg connection, no Dataoad."""
     import asyncpg

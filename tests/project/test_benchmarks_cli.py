@@ -149,3 +149,34 @@ async def test_the_ledger_alone_writes_what_a_first_call_writes(tmp_path: Path) 
     assert [[getattr(r, f) for f in record_fields] for r in alone.attempt_records] == [
         [getattr(r, f) for f in record_fields] for r in runner.attempt_records
     ]
+
+
+def test_a_server_that_does_not_sync_is_flagged_and_one_that_does_is_not() -> None:
+    from benchmarks._postgres import durability_verdict
+
+    assert durability_verdict("on", "on").endswith("commits are durable")
+    assert durability_verdict("on", "remote_apply").endswith("commits are durable")
+    for fsync, synchronous_commit in (("off", "on"), ("on", "off"), ("off", "off")):
+        verdict = durability_verdict(fsync, synchronous_commit)
+        assert verdict.startswith(f"fsync={fsync}, synchronous_commit={synchronous_commit}")
+        assert "NOT durable" in verdict
+
+
+async def test_the_report_reads_the_servers_own_settings() -> None:
+    # The suite's own server runs with fsync off (a DSN of the caller's may
+    # not): whichever it is, the report states what the server says.
+    import asyncpg
+
+    from benchmarks._postgres import durability_verdict, server_durability
+    from suite_support.services import postgres_dsn
+
+    dsn = postgres_dsn()
+    conn = await asyncpg.connect(dsn)
+    try:
+        fsync = await conn.fetchval("SHOW fsync")
+        synchronous_commit = await conn.fetchval("SHOW synchronous_commit")
+    finally:
+        await conn.close()
+    verdict = await server_durability(dsn)
+    assert verdict == durability_verdict(fsync, synchronous_commit)
+    assert verdict.startswith(f"fsync={fsync}, synchronous_commit={synchronous_commit}: ")
