@@ -200,7 +200,7 @@ def build_receipt(fields: dict[str, Any]) -> ActionReceipt:
 
     The same receipt, built as ``evolve`` builds copies: every call proposes
     a claim (a replay too) and every SQL read decodes one, and the frozen
-    ``__init__`` setting 24 fields one by one cost about a quarter of a
+    ``__init__`` setting its 25 fields one by one cost about a quarter of a
     replay. ``fields`` is the caller's own dict, normalised in place and
     copied in; TypeError when it misses or adds a field.
     """
