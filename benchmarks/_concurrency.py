@@ -57,9 +57,9 @@ from dataoad import (
 from dataoad._attempts import Call, _fused_claim
 from dataoad._canonical import checked_request_hash
 from dataoad._clock import SystemClock, utc_now
-from dataoad._completing import completed
 from dataoad._leases import DEFAULT_LEASE, Tenure, default_owner
 from dataoad._proven import ProvenLedger
+from dataoad._settled import completed
 from dataoad.ledgers._codec import values_of
 
 __all__ = ["LEVELS", "concurrency_goals", "run_concurrency"]

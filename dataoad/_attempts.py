@@ -47,13 +47,7 @@ from dataoad._evidence import (
     settle,
 )
 from dataoad._failure import DefinitiveFailure
-from dataoad._leases import (
-    Tenure,
-    keep_lease,
-    settle_started,
-    start_rebased_over_evidence,
-    take_over,
-)
+from dataoad._leases import Tenure, keep_lease, take_over
 from dataoad._observing import (
     VerifyFn,
     observe,
@@ -64,9 +58,10 @@ from dataoad._policy import UNKNOWN_RETRY_WARNING, RetryPolicy
 from dataoad._proven import ProvenLedger
 from dataoad._receipt import ActionReceipt, AttemptRecord, bounded_error, build_receipt, utc_now
 from dataoad._records import ObservationSource, VerificationObservation
+from dataoad._recovery import observe_and_merge, settle_started
 from dataoad._result import ActionResult
 from dataoad._retiring import expire_if_due
-from dataoad._settling import observe_and_merge
+from dataoad._settled import start_rebased_over_evidence
 from dataoad._status import ActionStatus, ClaimState
 
 __all__ = ["Call", "execute_once", "run_attempts"]

@@ -1,10 +1,11 @@
-"""The end of an attempt run: the receipt it settles to, and what the caller sees.
+"""The end of an attempt run: writing what it settles to, and what the caller is told.
 
 ``execute`` and a takeover finish the same way: the recorded facts settle
-to one COMPLETED receipt (built only here), written with the proven-write
-rule; a zombie fenced out of its claim merges what it saw as evidence; a
-cancellation records UNKNOWN if it still can; a retry that cannot start
-says that the earlier attempts ran.
+to one COMPLETED receipt (built by ``_settled``), written with the
+proven-write rule, and the caller sees the value ``_settled`` allows; a
+zombie fenced out of its claim merges what it saw as evidence
+(``_recovery``); a cancellation records UNKNOWN if it still can; a retry
+that cannot start says that the earlier attempts ran.
 """
 
 from __future__ import annotations
@@ -15,22 +16,21 @@ from typing import Any, NamedTuple
 
 from dataoad._errors import ActionPersistenceError, ClaimFencedError, OutcomeNotRecordedError
 from dataoad._events import EventKind, EventSink
-from dataoad._evidence import Settlement, recovered_value_correlated, settle
-from dataoad._leases import merge_zombie_evidence, rebased_over_evidence
+from dataoad._evidence import settle
 from dataoad._observing import Observation, protocol_metadata
 from dataoad._proven import ProvenLedger
 from dataoad._receipt import ActionReceipt, AttemptRecord, bounded_error, utc_now
 from dataoad._records import VerificationObservation
+from dataoad._recovery import merge_zombie_evidence
 from dataoad._result import ActionResult
-from dataoad._status import ActionStatus, ClaimState
+from dataoad._settled import completed, exposed_value, rebased_over_evidence
+from dataoad._status import ActionStatus
 from dataoad._verification import MISSING
 
 __all__ = [
     "Execution",
     "complete",
-    "completed",
     "earlier_attempts_ran",
-    "exposed_value",
     "fenced_after_running",
     "record_cancelled",
 ]
@@ -68,70 +68,6 @@ def earlier_attempts_ran(
     )
 
 
-def completed(
-    durable: ActionReceipt,
-    records: Sequence[AttemptRecord],
-    observations: Sequence[VerificationObservation],
-    base_metadata: Mapping[str, Any],
-    error: str | None,
-) -> tuple[ActionReceipt, Settlement]:
-    """The COMPLETED receipt the recorded facts settle to (the one place it is built)."""
-    settlement = settle(records, observations)
-    final = durable.evolve(
-        claim_state=ClaimState.COMPLETED,
-        attempt_records=tuple(records),
-        execution_status=settlement.execution_status,
-        verification_status=settlement.verification_status,
-        final_status=settlement.final_status,
-        provider_request_id=settlement.provider_request_id,
-        error=error,
-        metadata=protocol_metadata(base_metadata, observations, settlement),
-        version=durable.version + 1,
-        updated_at=utc_now(),
-    )
-    return final, settlement
-
-
-def exposed_value(
-    settlement: Settlement, execution: Execution, observation: Observation | None
-) -> object:
-    """The value the caller may see: the operation's own, or a correlated recovered one.
-
-    The operation's own value is tied to the retained provider request id
-    only when that id is none or its own attempt's confirmation named it: a
-    value from one charge is never shown under another charge's id.
-    """
-    if settlement.final_status is not ActionStatus.CONFIRMED:
-        return MISSING
-    conflict = settlement.provider_request_id_conflict
-    result = None if observation is None else observation.result
-    own_id = (
-        result.provider_request_id
-        if result is not None
-        and observation is not None
-        and observation.status is ActionStatus.CONFIRMED
-        else None
-    )
-    if (
-        execution.value is not MISSING
-        and not conflict
-        and settlement.provider_request_id in (None, own_id)
-    ):
-        return execution.value
-    if (
-        result is not None
-        and result.has_value
-        and recovered_value_correlated(
-            settlement.final_status,
-            conflict,
-            result.provider_request_id,
-            settlement.provider_request_id,
-        )
-    ):
-        return result.value
-    return MISSING
-
-
 async def complete(
     store: ProvenLedger,
     durable: ActionReceipt,
@@ -145,7 +81,7 @@ async def complete(
     taken_over: bool,
 ) -> ActionResult[Any]:
     final, settlement = completed(durable, records, observations, base_metadata, execution.error)
-    value = exposed_value(settlement, execution, observation)
+    value = exposed_value(settlement, execution.value, observation)
     try:
         recorded = await store.record_outcome(
             final,
@@ -173,7 +109,7 @@ async def complete(
         # A fenced worker's evidence was folded in (a second confirmation,
         # another provider id): the same rule decides again over all of it.
         value = exposed_value(
-            settle(recorded.attempt_records, recorded.observations), execution, observation
+            settle(recorded.attempt_records, recorded.observations), execution.value, observation
         )
     events.emit(EventKind.COMPLETED, recorded)
     return ActionResult(recorded, value=value, taken_over=taken_over)

@@ -13,12 +13,12 @@ from dataoad._arguments import check_text_arg
 from dataoad._auditing import OperatorStamp, audited
 from dataoad._bounds import Bounds
 from dataoad._errors import InvalidArgumentError
-from dataoad._leases import Tenure, recover_stale
+from dataoad._leases import Tenure
 from dataoad._observing import resolve_verifier
 from dataoad._proven import ProvenLedger
+from dataoad._recovery import reconcile, recover_pending, recover_stale, release
 from dataoad._result import ActionResult
 from dataoad._retiring import check_lifecycle, reopen
-from dataoad._settling import reconcile, recover_pending, release
 from dataoad._verification import AnyVerifier
 
 __all__ = ["OperatorVerbs"]

@@ -1,11 +1,14 @@
 """ActionRunner: the public verbs, each validated here and delegated.
 
-The protocol itself lives one step per module: ``_attempts`` (claim, attempt
-loop, outcome), ``_settling`` (reconcile, recover, release, merging),
-``_observing`` (verifier answers), ``_proven`` (the proven-write rule),
-``_evidence`` (what the facts prove) and ``_events`` (one place events are
-emitted, to the log and to observers). This module checks arguments before
-anything touches the ledger, and reports each verb call to observers.
+The protocol itself lives one step per module: ``_attempts`` (claim,
+attempt loop), ``_completing`` (writing the outcome), ``_settled`` (the
+settled receipt and the value a caller may see), ``_recovery`` (reconcile,
+recover, release, a takeover's settlement, the sweep, over one merge loop),
+``_leases`` (holding a claim and taking one over), ``_observing`` (verifier
+answers), ``_proven`` (the proven-write rule), ``_evidence`` (what the facts
+prove) and ``_events`` (one place events are emitted, to the log and to
+observers). This module checks arguments before anything touches the
+ledger, and reports each verb call to observers.
 """
 
 from __future__ import annotations

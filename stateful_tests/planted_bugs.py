@@ -25,7 +25,8 @@ import dataoad._completing as completing_module
 import dataoad._evidence as evidence_module
 import dataoad._observing as observing_module
 import dataoad._policy as policy_module
-import dataoad._settling as settling_module
+import dataoad._recovery as recovery_module
+import dataoad._settled as settled_module
 import dataoad.ledgers.sqlite as sqlite_module
 from dataoad import (
     ActionInProgressError,
@@ -120,7 +121,9 @@ async def _first_writer_wins_merge(
 ) -> ActionResult[Any]:
     """On losing a reconciliation race, keeps the other writer's receipt as is."""
     observation = await observing_module.observe(verify, receipt, source, receipt.attempts, events)
-    proposed, _ = settling_module._merged(receipt, observation.record, source, "recover_pending")
+    proposed, _ = settled_module.observation_merged(
+        receipt, observation.record, source, "recover_pending"
+    )
     if await store.ledger.record(proposed):
         return ActionResult(proposed, replayed=replayed)
     stored = await store.ledger.get(receipt.action_id)
@@ -129,7 +132,7 @@ async def _first_writer_wins_merge(
 
 
 def _first_writer_wins(mp: pytest.MonkeyPatch) -> dict[str, Any]:
-    mp.setattr(settling_module, "observe_and_merge", _first_writer_wins_merge)
+    mp.setattr(recovery_module, "observe_and_merge", _first_writer_wins_merge)
     mp.setattr(attempts_module, "observe_and_merge", _first_writer_wins_merge)
     return {}
 
@@ -254,7 +257,7 @@ def _answers_unknown_to_everything(mp: pytest.MonkeyPatch) -> dict[str, Any]:
 
     mp.setattr(attempts_module, "settle", buggy)
     mp.setattr(completing_module, "settle", buggy)
-    mp.setattr(settling_module, "settle", buggy)
+    mp.setattr(settled_module, "settle", buggy)
     return {}
 
 
@@ -350,13 +353,13 @@ async def _no_answer_merged(
 ) -> ActionResult[Any]:
     """Merges a verifier's failure to answer into a completed receipt like an answer."""
     observation = await observing_module.observe(verify, receipt, source, receipt.attempts, events)
-    return await settling_module.merge_observation(
+    return await recovery_module.merge_observation(
         store, receipt, observation, source, events, replayed=replayed
     )
 
 
 def _no_answer_written(mp: pytest.MonkeyPatch) -> dict[str, Any]:
-    mp.setattr(settling_module, "observe_and_merge", _no_answer_merged)
+    mp.setattr(recovery_module, "observe_and_merge", _no_answer_merged)
     return {}
 
 

@@ -148,7 +148,7 @@ PLANTED_EXAMPLES = [
     PlantedExample(
         "recover-settles-unstarted-claims",
         "recovery refuses a claim that never started an attempt (release it instead)",
-        "dataoad/_settling.py",
+        "dataoad/_recovery.py",
         "    elif receipt.attempts == 0:\n        raise RecoveryRefusedError(",
         "    elif receipt.attempts == 0 and False:\n        raise RecoveryRefusedError(",
         ("tests/recovery/test_recover_pending.py::test_recover_pending_refuses_unstarted_claims",),
@@ -421,7 +421,7 @@ PLANTED_EXAMPLES = [
         "retry-started-over-a-zombies-success",
         "no new attempt starts over durable evidence that an earlier attempt may have taken "
         "effect (a fenced worker's success merged in before the holder's retry started)",
-        "dataoad/_leases.py",
+        "dataoad/_settled.py",
         "    if aggregate_attempts(earlier) is not ActionStatus.FAILED:\n",
         "    if aggregate_attempts(earlier) is None:\n",
         (

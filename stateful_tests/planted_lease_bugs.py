@@ -1,6 +1,7 @@
 """Planted bugs in leases, takeover and fencing (appended to ``PLANTED_BUGS``).
 
-Each breaks one rule of ``dataoad._ledger_rules`` or ``dataoad._leases`` the
+Each breaks one rule of ``dataoad._ledger_rules``, ``dataoad._leases`` or the
+zombie and takeover rules of ``dataoad._settled`` and ``dataoad._recovery`` the
 way a careless change would, and names the properties of the runner
 machine that must report it.
 """
@@ -17,6 +18,8 @@ import dataoad._attempts as attempts_module
 import dataoad._completing as completing_module
 import dataoad._leases as leases_module
 import dataoad._ledger_rules as ledger_rules_module
+import dataoad._recovery as recovery_module
+import dataoad._settled as settled_module
 import dataoad.ledgers.memory as memory_module
 import dataoad.ledgers.sqlite as sqlite_module
 from dataoad import (
@@ -99,7 +102,9 @@ def _zombie_overwrites_new_owner(mp: pytest.MonkeyPatch) -> dict[str, Any]:
             updated_at=utc_now(),
         )
 
-    mp.setattr(leases_module, "_zombie_merged", overwrite)
+    # Both callers: the zombie merge loop and the holder's rebuild over merged evidence.
+    mp.setattr(settled_module, "zombie_merged", overwrite)
+    mp.setattr(recovery_module, "zombie_merged", overwrite)
     return {}
 
 
@@ -117,7 +122,7 @@ def _taker_retries_without_retry_safe_evidence(mp: pytest.MonkeyPatch) -> dict[s
             return taken.evolve(attempt_records=tuple(records))
         return await real(store, taken, verify, policy, events)
 
-    real = leases_module.settle_started
+    real = recovery_module.settle_started
     mp.setattr(attempts_module, "settle_started", retries)
     return {}
 
@@ -137,7 +142,7 @@ def _sweep_releases_started_claims(mp: pytest.MonkeyPatch) -> dict[str, Any]:
         await store.ledger.release(taken.action_id, taken.version)
         return ActionResult(taken)
 
-    mp.setattr(leases_module, "settle_started", releases)
+    mp.setattr(recovery_module, "settle_started", releases)
     return {"ledger_class": ReleasesStartedClaimsLedger}
 
 
@@ -146,7 +151,7 @@ def _sweep_leaves_started_claims(mp: pytest.MonkeyPatch) -> dict[str, Any]:
         # Taken over, then given up on: the sweep logs it and moves on.
         raise RecoveryRefusedError(f"{taken.action_id} had started; left for an operator")
 
-    mp.setattr(leases_module, "settle_started", leaves)
+    mp.setattr(recovery_module, "settle_started", leaves)
     return {}
 
 

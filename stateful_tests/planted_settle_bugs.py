@@ -15,8 +15,7 @@ import pytest
 import dataoad._attempts as attempts_module
 import dataoad._completing as completing_module
 import dataoad._evidence as evidence_module
-import dataoad._leases as leases_module
-import dataoad._settling as settling_module
+import dataoad._settled as settled_module
 from dataoad._evidence import POST_COMPLETION_SOURCES, Settlement
 from dataoad._receipt import AttemptRecord
 from dataoad._records import VerificationObservation
@@ -42,7 +41,7 @@ def _stale_observations_speak(mp: pytest.MonkeyPatch) -> dict[str, Any]:
         ]
         return real(attempts, heard)
 
-    for module in (attempts_module, completing_module, settling_module, leases_module):
+    for module in (attempts_module, completing_module, settled_module):
         mp.setattr(module, "settle", settle)
     return {}
 

@@ -131,10 +131,9 @@ def test_no_value_is_exposed_from_conflicting_or_missing_evidence() -> None:
     operation's own value, so does a retained id its own confirmation did not name
     (the value belongs to some other charge), and without an observation there is
     nothing to recover."""
-    from dataoad._completing import Execution as _Execution
-    from dataoad._completing import exposed_value as _exposed_value
     from dataoad._evidence import Settlement
     from dataoad._result import MISSING
+    from dataoad._settled import exposed_value as _exposed_value
 
     def settled(*ids: str) -> Settlement:
         return Settlement(
@@ -154,7 +153,7 @@ def test_no_value_is_exposed_from_conflicting_or_missing_evidence() -> None:
         )
         return Observation(answer, _record(ObservationSource.EXECUTE, 1, status, answer, None))
 
-    returned = _Execution(ActionStatus.UNKNOWN, value={"charge": "ch_1"})
+    returned = {"charge": "ch_1"}  # the operation's own value
     assert _exposed_value(settled(), returned, None) == {"charge": "ch_1"}
     assert _exposed_value(settled("pr_1"), returned, own(C, "pr_1")) == {"charge": "ch_1"}
     assert _exposed_value(settled(), returned, own(C, None)) == {"charge": "ch_1"}
@@ -163,7 +162,7 @@ def test_no_value_is_exposed_from_conflicting_or_missing_evidence() -> None:
     assert _exposed_value(settled("pr_1"), returned, own(C, "pr_2")) is MISSING
     assert _exposed_value(settled("pr_1"), returned, own(ActionStatus.UNKNOWN, "pr_1")) is MISSING
     assert _exposed_value(settled("pr_1", "pr_2"), returned, own(C, "pr_1")) is MISSING
-    nothing = _Execution(ActionStatus.UNKNOWN)
+    nothing = MISSING  # the operation returned none
     assert _exposed_value(settled("pr_1"), nothing, None) is MISSING
 
     answer = VerificationResult.confirmed(

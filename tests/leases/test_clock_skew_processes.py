@@ -33,9 +33,10 @@ def skewed():
     return real() + skew
 # Every clock this process reads for a time of day is off by the skew.
 import dataoad._receipt, dataoad._ledger_rules, dataoad._attempts, dataoad._completing
-import dataoad._retiring, dataoad._leases, dataoad._settling
+import dataoad._retiring, dataoad._leases, dataoad._recovery, dataoad._settled
 for module in (clock_module, dataoad._receipt, dataoad._ledger_rules, dataoad._attempts,
-               dataoad._completing, dataoad._retiring, dataoad._leases, dataoad._settling):
+               dataoad._completing, dataoad._retiring, dataoad._leases, dataoad._recovery,
+               dataoad._settled):
     module.utc_now = skewed
 clock_module.SystemClock.wall_time = lambda self: skewed()
 from dataoad import ActionRunner, PostgresLedger, SQLiteLedger

@@ -27,9 +27,9 @@ from dataoad import (
     ObservationSource,
     RetryPolicy,
 )
-from dataoad._leases import _zombie_merged, rebased_over_evidence, start_rebased_over_evidence
 from dataoad._receipt import AttemptRecord
 from dataoad._records import VerificationObservation
+from dataoad._settled import rebased_over_evidence, start_rebased_over_evidence, zombie_merged
 from dataoad.testing import ManualClock
 from suite_support import CountingOperation
 
@@ -91,7 +91,7 @@ def the_zombie_saw(
 ) -> ActionReceipt:
     """``receipt`` after a fenced worker merged what it saw of attempt 2 (a new version)."""
     record = dataclasses.replace(receipt.attempt_records[1], execution_status=status, **facts)
-    merged = _zombie_merged(receipt, record, observation)
+    merged = zombie_merged(receipt, record, observation)
     assert merged is not None
     return merged
 
@@ -266,7 +266,7 @@ class EvidenceLandsThenFails(InMemoryLedger):
         stored = await self.get(receipt.action_id)
         assert stored is not None
         first = dataclasses.replace(stored.attempt_records[0], provider_request_id="ch_zombie")
-        merged = _zombie_merged(stored, first, None)
+        merged = zombie_merged(stored, first, None)
         assert merged is not None
         assert await super().record(merged)
         raise ConnectionError("connection reset")

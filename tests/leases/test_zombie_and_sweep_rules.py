@@ -29,9 +29,9 @@ from dataoad import (
     VerificationResult,
 )
 from dataoad import _evidence as evidence_module
-from dataoad._leases import _zombie_merged
 from dataoad._receipt import AttemptRecord
 from dataoad._records import VerificationObservation
+from dataoad._settled import zombie_merged
 from dataoad.testing import FaultyLedger, LedgerFault, ManualClock
 from suite_support import Recorder, Unlisted, unstarted
 from suite_support.leases import LEASE, REQUEST, counting, crash_after_start, paused_holder
@@ -78,22 +78,22 @@ def seen(number: int, status: ActionStatus | None, **facts: Any) -> AttemptRecor
     )
 
 
-# -- _zombie_merged ------------------------------------------------------------
+# -- zombie_merged ------------------------------------------------------------
 
 
 async def test_a_zombie_attempt_outside_the_claims_attempts_is_not_merged() -> None:
     claim = await two_attempt_claim()
-    assert _zombie_merged(claim, seen(0, CONFIRMED), None) is None
-    assert _zombie_merged(claim, seen(3, CONFIRMED), None) is None
+    assert zombie_merged(claim, seen(0, CONFIRMED), None) is None
+    assert zombie_merged(claim, seen(3, CONFIRMED), None) is None
 
 
 async def test_a_zombie_attempt_lands_in_its_own_record_only() -> None:
     claim = await two_attempt_claim()
-    merged = _zombie_merged(claim, seen(2, CONFIRMED), None)
+    merged = zombie_merged(claim, seen(2, CONFIRMED), None)
     assert merged is not None
     assert merged.attempt_records[0] == claim.attempt_records[0]
     assert merged.attempt_records[1].execution_status is CONFIRMED
-    first = _zombie_merged(claim, seen(1, CONFIRMED), None)
+    first = zombie_merged(claim, seen(1, CONFIRMED), None)
     assert first is not None
     assert first.attempt_records[1] == claim.attempt_records[1]
     assert first.attempt_records[0].execution_status is CONFIRMED
@@ -120,7 +120,7 @@ async def test_which_execution_fact_wins(
     records = list(claim.attempt_records)
     records[1] = dataclasses.replace(records[1], execution_status=stored)
     current = claim.evolve(attempt_records=tuple(records))
-    merged = _zombie_merged(current, seen(2, zombie, error="late"), None)
+    merged = zombie_merged(current, seen(2, zombie, error="late"), None)
     assert merged is not None
     assert merged.attempt_records[1].execution_status is kept
 
@@ -136,7 +136,7 @@ async def test_the_stored_record_keeps_its_own_facts_and_gains_the_missing_ones(
         provider_request_id="ch_zombie",
         finished_at=later,
     )
-    merged = _zombie_merged(claim, zombie, None)
+    merged = zombie_merged(claim, zombie, None)
     assert merged is not None
     record = merged.attempt_records[1]
     assert record.verification_status is CONFIRMED
@@ -153,7 +153,7 @@ async def test_the_stored_record_keeps_its_own_facts_and_gains_the_missing_ones(
         finished_at=later - timedelta(seconds=1),
     )
     mine = claim.evolve(attempt_records=tuple(records))
-    merged = _zombie_merged(mine, zombie, None)
+    merged = zombie_merged(mine, zombie, None)
     assert merged is not None
     record = merged.attempt_records[1]
     assert (record.verification_status, record.error, record.provider_request_id) == (
@@ -167,8 +167,8 @@ async def test_the_stored_record_keeps_its_own_facts_and_gains_the_missing_ones(
 async def test_nothing_new_merges_nothing_and_a_merge_is_a_new_version() -> None:
     claim = await two_attempt_claim()
     same = claim.attempt_records[1]
-    assert _zombie_merged(claim, same, None) is None
-    merged = _zombie_merged(claim, seen(2, CONFIRMED), None)
+    assert zombie_merged(claim, same, None) is None
+    merged = zombie_merged(claim, seen(2, CONFIRMED), None)
     assert merged is not None
     assert merged.version == claim.version + 1
     assert merged.updated_at is not None
@@ -193,12 +193,12 @@ def observation(status: ActionStatus, number: int | None = None) -> Verification
 
 async def test_a_zombies_observation_is_kept_once_and_counted() -> None:
     claim = await two_attempt_claim()
-    merged = _zombie_merged(claim, claim.attempt_records[1], observation(UNKNOWN))
+    merged = zombie_merged(claim, claim.attempt_records[1], observation(UNKNOWN))
     assert merged is not None
     assert [o.status for o in merged.observations] == [UNKNOWN]
     assert merged.metadata["verification_observation_count"] == 1
     # The same observation again (its number aside) adds nothing.
-    again = _zombie_merged(merged, merged.attempt_records[1], observation(UNKNOWN, number=7))
+    again = zombie_merged(merged, merged.attempt_records[1], observation(UNKNOWN, number=7))
     assert again is None
 
 
@@ -213,7 +213,7 @@ async def test_merging_into_a_completed_receipt_settles_it_again() -> None:
     completed = taken.receipt
     assert completed.claim_state is ClaimState.COMPLETED
     assert completed.final_status is UNKNOWN
-    merged = _zombie_merged(completed, seen(1, CONFIRMED, provider_request_id="ch_1"), None)
+    merged = zombie_merged(completed, seen(1, CONFIRMED, provider_request_id="ch_1"), None)
     assert merged is not None
     assert merged.claim_state is ClaimState.COMPLETED
     assert (merged.execution_status, merged.final_status) == (CONFIRMED, CONFIRMED)

@@ -201,12 +201,12 @@ async def test_no_host_clock_expires_a_fresh_receipt(
     skew = timedelta(hours=skew_hours)
     calls = Calls()
     import dataoad._attempts as attempts_module
-    import dataoad._completing as completing_module
+    import dataoad._settled as settled_module
 
     def slow_writer() -> datetime:
         return utc_now() - skew
 
-    monkeypatch.setattr(completing_module, "utc_now", slow_writer)
+    monkeypatch.setattr(settled_module, "utc_now", slow_writer)
     monkeypatch.setattr(attempts_module, "utc_now", slow_writer)
     writer = ActionRunner(ledger)
     first = await writer.execute("charge", calls, request={"n": 1}, idempotency_key="k")

@@ -1,0 +1,114 @@
+"""Each protocol rule has one home (#40): read from the source, not from behaviour.
+
+A second place that builds a COMPLETED receipt, merges into the ledger or
+decides which value a caller may see is how two copies of a rule drift
+apart; the behaviour tests would only notice once they had. So these walk
+the library's syntax trees and hold each rule to its one function.
+"""
+
+from __future__ import annotations
+
+import ast
+import inspect
+import sys
+from pathlib import Path
+
+import pytest
+
+import dataoad._leases as leases_module
+import dataoad._recovery as recovery_module
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _sites(match: object) -> set[str]:
+    """``module.function`` of every call in the library (``dataoad.testing`` aside) that ``match``es."""
+    assert callable(match)
+    found: set[str] = set()
+    for path in sorted((ROOT / "dataoad").rglob("*.py")):
+        relative = path.relative_to(ROOT)
+        if relative.parts[1] == "testing":
+            continue  # the contract suites build receipts of every kind on purpose
+        module = ".".join(relative.with_suffix("").parts)
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        for function in ast.walk(tree):
+            if not isinstance(function, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                continue
+            for node in ast.walk(function):
+                if isinstance(node, ast.Call) and match(node):
+                    found.add(f"{module}.{function.name}")
+    return found
+
+
+def _completes(call: ast.Call) -> bool:
+    return any(
+        k.arg == "claim_state" and ast.unparse(k.value).endswith("ClaimState.COMPLETED")
+        for k in call.keywords
+    )
+
+
+def _named(name: str) -> object:
+    def match(call: ast.Call) -> bool:
+        func = call.func
+        return (isinstance(func, ast.Attribute) and func.attr == name) or (
+            isinstance(func, ast.Name) and func.id == name
+        )
+
+    return match
+
+
+def test_one_function_builds_every_settled_receipt() -> None:
+    """Completion, an observation merged, a takeover settled, a zombie's evidence on a
+    completed claim: all are ``_settled.completed``'s work."""
+    assert _sites(_completes) == {"dataoad._settled.completed"}
+
+
+def test_one_loop_merges_into_the_ledger() -> None:
+    """Every read-only merge (a verifier's observation, a fenced worker's evidence) is
+    written by one loop, which re-reads and re-merges after a lost race."""
+    assert _sites(_named("merge")) == {"dataoad._recovery._merge_until_written"}
+
+
+def test_one_rule_decides_the_value_a_caller_sees() -> None:
+    assert _sites(_named("recovered_value_correlated")) == {"dataoad._settled.exposed_value"}
+    assert _sites(_named("exposed_value")) == {
+        "dataoad._completing.complete",
+        "dataoad._recovery.merge_observation",
+    }
+
+
+def test_recovery_lives_in_one_module_and_leases_only_hold_and_take_over() -> None:
+    verbs = (
+        "reconcile",
+        "recover_pending",
+        "release",
+        "recover_stale",
+        "settle_started",
+        "merge_observation",
+        "merge_zombie_evidence",
+    )
+    for verb in verbs:
+        assert getattr(recovery_module, verb).__module__ == "dataoad._recovery", verb
+    defined = {
+        name
+        for name, value in vars(leases_module).items()
+        if (inspect.isfunction(value) or inspect.isclass(value))
+        and value.__module__ == "dataoad._leases"
+    }
+    assert defined == {"Tenure", "default_owner", "keep_lease", "take_over"}
+
+
+def test_the_checks_see_a_second_builder_and_a_second_merge(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (tmp_path / "dataoad" / "testing").mkdir(parents=True)
+    (tmp_path / "dataoad" / "_a.py").write_text(
+        "def done(r):\n    return r.evolve(claim_state=ClaimState.COMPLETED)\n"
+        "async def again(store, p, c):\n    await store.merge(p, c)\n"
+    )
+    (tmp_path / "dataoad" / "testing" / "_c.py").write_text(
+        "def fine(r):\n    return r.evolve(claim_state=ClaimState.COMPLETED)\n"
+    )
+    monkeypatch.setattr(sys.modules[__name__], "ROOT", tmp_path)
+    assert _sites(_completes) == {"dataoad._a.done"}
+    assert _sites(_named("merge")) == {"dataoad._a.again"}
