@@ -218,6 +218,11 @@ async def test_merging_into_a_completed_receipt_settles_it_again() -> None:
     assert merged.claim_state is ClaimState.COMPLETED
     assert (merged.execution_status, merged.final_status) == (CONFIRMED, CONFIRMED)
     assert merged.owner == "B"
+    # What the holder recorded stays: the zombie's facts are added, nothing is rewritten.
+    noted = completed.evolve(error="TimeoutError: the response was lost")
+    merged = zombie_merged(noted, seen(1, CONFIRMED, provider_request_id="ch_1"), None)
+    assert merged is not None
+    assert merged.error == "TimeoutError: the response was lost"
 
 
 # -- recover_stale ---------------------------------------------------------------

@@ -72,6 +72,21 @@ async def test_reconcile_confirms_unknown_without_invoking() -> None:
     assert result.receipt.claim_state is ClaimState.COMPLETED
 
 
+async def test_a_reconciliation_keeps_the_error_the_attempt_recorded() -> None:
+    """Settling an UNKNOWN receipt adds evidence; it does not rewrite what the attempt
+    saw: the error of the lost response stays on the receipt."""
+    ledger = InMemoryLedger()
+    runner = ActionRunner(ledger)
+    action_id = await unknown_action(runner)
+    before = await ledger.get(action_id)
+    assert before is not None
+    assert before.error is not None
+    assert before.error.startswith("TimeoutError")
+    result = await runner.reconcile(action_id, fixed_verifier(confirmed()))
+    assert result.status is CONFIRMED
+    assert result.receipt.error == before.error
+
+
 async def test_reconcile_fails_unknown_only_on_fenced_absence() -> None:
     runner = ActionRunner(InMemoryLedger())
     action_id = await unknown_action(runner)
