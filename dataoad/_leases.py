@@ -24,6 +24,7 @@ import logging
 import os
 import secrets
 import socket
+import threading
 from typing import Final
 
 from dataoad._clock import Clock, SystemClock
@@ -46,6 +47,10 @@ DEFAULT_LEASE: Final = 30.0
 RENEWAL_TASK_NAME: Final = "dataoad-lease-renewal"
 #: Renewals per lease: a lease survives two lost renewals in a row.
 RENEWALS_PER_LEASE: Final = 3
+#: How early the shared timer may start a first renewal: asyncio runs a timer
+#: up to its clock's resolution early, and a renewal a millisecond early is
+#: harmless where one missed is not.
+_EARLY: Final = 0.001
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -64,15 +69,86 @@ def default_owner() -> str:
     return bound_text(f"{host}:{os.getpid()}:{secrets.token_hex(4)}")
 
 
+class _FirstRenewals:
+    """One timer, per event loop and renewal interval, for every attempt's first renewal.
+
+    Attempts of one interval fall due in the order they began, so the
+    first one waiting is always the earliest: a timer armed for it, and
+    re-armed for the next when it fires, serves them all. An attempt that
+    ends only leaves the dict (the timer armed for it fires once for
+    nothing). Per attempt that is a dict entry in and out, not a timer
+    handle made, pushed onto the loop's heap and cancelled.
+    """
+
+    __slots__ = ("_armed", "_due", "_interval", "_loop")
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, interval: float) -> None:
+        self._loop = loop
+        self._interval = interval
+        self._due: dict[keep_lease, float] = {}
+        self._armed = False
+
+    def add(self, keeper: keep_lease) -> None:
+        """Start ``keeper``'s renewals one interval from now, unless it leaves first."""
+        due = self._loop.time() + self._interval
+        self._due[keeper] = due
+        if not self._armed:
+            self._armed = True
+            self._loop.call_at(due, self._fire)
+
+    def discard(self, keeper: keep_lease) -> None:
+        """``keeper``'s attempt ended: no renewal is due for it any more."""
+        self._due.pop(keeper, None)
+
+    def _fire(self) -> None:
+        self._armed = False
+        now = self._loop.time() + _EARLY
+        due: list[keep_lease] = []
+        for keeper, when in self._due.items():
+            if when > now:
+                self._armed = True
+                self._loop.call_at(when, self._fire)
+                break
+            due.append(keeper)
+        for keeper in due:
+            del self._due[keeper]
+            keeper._start(False)
+
+
+class _Timers(threading.local):
+    """This thread's running loop and its shared first-renewal timers, by interval."""
+
+    def __init__(self) -> None:
+        self.loop: asyncio.AbstractEventLoop | None = None
+        self.by_interval: dict[float, _FirstRenewals] = {}
+
+
+_TIMERS: Final = _Timers()
+
+
+def _first_renewals(loop: asyncio.AbstractEventLoop, interval: float) -> _FirstRenewals:
+    timers = _TIMERS
+    if timers.loop is not loop:
+        # Another loop in this thread (asyncio.run again): the old one's
+        # timers stay with the attempts that hold them.
+        timers.loop = loop
+        timers.by_interval = {}
+    shared = timers.by_interval.get(interval)
+    if shared is None:
+        shared = timers.by_interval[interval] = _FirstRenewals(loop, interval)
+    return shared
+
+
 class keep_lease:
     """Renew ``held``'s lease in the background while the block runs (the attempt).
 
-    On the system clock a timer starts the renewals once a third of the
-    lease has passed, so the many attempts that end sooner cost no task; a
-    clock of a test's own drives a renewal task from the start (its sleeps
-    are how the state machines step renewals). A class, not a generator:
-    every attempt enters it, and the generator-based context manager cost
-    a few microseconds of each.
+    On the system clock the renewals start once a third of the lease has
+    passed, on a timer the loop's attempts share (``_FirstRenewals``), so
+    the many attempts that end sooner cost neither a task nor a timer of
+    their own; a clock of a test's own drives a renewal task from the start
+    (its sleeps are how the state machines step renewals). A class, not a
+    generator: every attempt enters it, and the generator-based context
+    manager cost a few microseconds of each.
     """
 
     __slots__ = ("_events", "_held", "_store", "_tasks", "_tenure", "_timer")
@@ -85,7 +161,7 @@ class keep_lease:
         self._tenure = tenure
         self._events = events
         self._tasks: list[asyncio.Task[None]] = []
-        self._timer: asyncio.TimerHandle | None = None
+        self._timer: _FirstRenewals | None = None
 
     async def __aenter__(self) -> None:
         lease = self._tenure.lease
@@ -93,7 +169,8 @@ class keep_lease:
             return
         interval = lease / RENEWALS_PER_LEASE
         if type(self._tenure.clock) is SystemClock:
-            self._timer = asyncio.get_running_loop().call_later(interval, self._start, False)
+            self._timer = _first_renewals(asyncio.get_running_loop(), interval)
+            self._timer.add(self)
         else:
             self._start(True)
 
@@ -119,7 +196,7 @@ class keep_lease:
 
     async def __aexit__(self, *exc_info: object) -> None:
         if self._timer is not None:
-            self._timer.cancel()
+            self._timer.discard(self)
         for task in self._tasks:
             task.cancel()
             with contextlib.suppress(asyncio.CancelledError, Exception):

@@ -9,10 +9,12 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+from collections.abc import Callable
 from datetime import timedelta
 
 import pytest
 
+import dataoad._leases as leases_module
 from dataoad import (
     ActionInProgressError,
     ActionRunner,
@@ -242,3 +244,102 @@ async def test_a_taker_of_an_unstarted_claim_verifies_its_own_attempt() -> None:
     assert taken.receipt.action_id == stranded.action_id
     assert taken.receipt.attempt_records[0].execution_status is ActionStatus.UNKNOWN
     assert taken.status is ActionStatus.CONFIRMED  # its verifier's bound evidence
+
+
+class _SteppedLoop:
+    """Enough of an event loop for the shared first-renewal timer: a clock the test moves,
+    and the timers armed on it."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+        self.armed: list[float] = []
+
+    def time(self) -> float:
+        return self.now
+
+    def call_at(self, when: float, callback: Callable[[], None]) -> None:
+        self.armed.append(when)
+        self.fire = callback
+
+
+class _Keeper:
+    def __init__(self) -> None:
+        self.started: list[bool] = []
+
+    def _start(self, wait_first: bool) -> None:
+        self.started.append(wait_first)
+
+
+def test_attempts_share_one_first_renewal_timer_and_each_renews_a_third_of_a_lease_in() -> None:
+    """One timer serves every attempt of an interval: it starts the renewals of those due,
+    re-arms for the next one waiting, and never starts one whose attempt ended."""
+    loop = _SteppedLoop()
+    timers = leases_module._FirstRenewals(loop, 0.1)  # type: ignore[arg-type]
+    first, ended, later = _Keeper(), _Keeper(), _Keeper()
+    timers.add(first)  # type: ignore[arg-type]
+    loop.now = 0.05
+    timers.add(ended)  # type: ignore[arg-type]
+    loop.now = 0.08
+    timers.add(later)  # type: ignore[arg-type]
+    assert loop.armed == [0.1]  # one timer, for the earliest
+    loop.now = 0.09
+    timers.discard(ended)  # type: ignore[arg-type]
+    loop.now = 0.1
+    loop.fire()
+    assert (first.started, ended.started, later.started) == ([False], [], [])
+    assert loop.armed == [0.1, pytest.approx(0.18)]  # re-armed for the next one waiting
+    loop.now = 0.18
+    loop.fire()
+    assert later.started == [False]
+    assert loop.armed == [0.1, pytest.approx(0.18)]  # nothing waits: no timer
+    again = _Keeper()
+    loop.now = 1.0
+    timers.add(again)  # type: ignore[arg-type]
+    assert loop.armed[-1] == pytest.approx(1.1)
+
+
+def test_the_shared_timer_starts_a_renewal_at_most_a_millisecond_early() -> None:
+    """asyncio may run a timer a clock tick early; a renewal that early is harmless,
+    one started two milliseconds early would be another rule."""
+    loop = _SteppedLoop()
+    timers = leases_module._FirstRenewals(loop, 0.1)  # type: ignore[arg-type]
+    keeper = _Keeper()
+    timers.add(keeper)  # type: ignore[arg-type]
+    loop.now = 0.098
+    loop.fire()
+    assert keeper.started == []
+    assert loop.armed == [0.1, 0.1]
+    loop.now = 0.0995
+    loop.fire()
+    assert keeper.started == [False]
+
+
+async def test_runners_of_different_leases_on_one_loop_each_keep_their_claims() -> None:
+    """The shared timers are per interval: a 0.3 s lease and a 0.6 s lease held side by
+    side through more than three of each are both renewed, and neither can be taken."""
+    ledger = InMemoryLedger()
+    release = asyncio.Event()
+
+    async def long_charge() -> str:
+        await release.wait()
+        return "ch"
+
+    holders = [
+        asyncio.create_task(
+            ActionRunner(ledger, owner=f"A{lease}", lease=lease).execute(
+                "charge", long_charge, request=REQUEST, idempotency_key=f"k{lease}"
+            )
+        )
+        for lease in (0.3, 0.6)
+    ]
+    await asyncio.sleep(2.0)
+    other = counting()
+    for lease in (0.3, 0.6):
+        with pytest.raises(ActionInProgressError):
+            await ActionRunner(ledger, owner="B", lease=0.3).execute(
+                "charge", other, request=REQUEST, idempotency_key=f"k{lease}"
+            )
+    release.set()
+    for holder in holders:
+        assert (await holder).status is ActionStatus.CONFIRMED
+    assert other.calls == []
