@@ -146,15 +146,21 @@ class GroupWriter:
                 return  # the flush already queued takes whatever is queued now
             self._flush_queued = True
         try:
-            queued = live.queue_on_thread(conn, lambda: self.flush(conn._conn))
+            live.queue_on_thread(conn, lambda: self._flush_on(conn))
         except Exception as exc:  # closed: nothing was queued, and no flush will come
             self._fail_queued(exc)
-            return
-        queued.add_done_callback(self._after_flush)
 
-    def _after_flush(self, queued: asyncio.Future[None]) -> None:
-        if queued.cancelled() or queued.exception() is not None:
-            # The thread never ran it (stopped, closed): answer what waits.
+    def _flush_on(self, conn: aiosqlite.Connection) -> None:
+        """The job queued on ``conn``'s thread: the flush, which answers its writes itself.
+
+        The job has no future of its own: answering one would wake the
+        caller's loop a second time for every flush, after the wake-up that
+        answers the group.
+        """
+        try:
+            self.flush(conn._conn)
+        except BaseException:
+            # It could not run (the connection went away under it): answer what waits.
             self._fail_queued(LedgerClosedError("the ledger's connection stopped"))
 
     def _fail_queued(self, exc: Exception) -> None:

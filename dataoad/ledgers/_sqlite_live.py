@@ -14,7 +14,6 @@ after the exit hook).
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import threading
 import warnings
@@ -67,18 +66,18 @@ async def on_thread(conn: aiosqlite.Connection, fn: Callable[[], T]) -> T:
     return cast(T, await conn._execute(fn))  # type: ignore[no-untyped-call]
 
 
-def queue_on_thread(conn: aiosqlite.Connection, fn: Callable[[], T]) -> asyncio.Future[T]:
-    """Queue ``fn`` on the connection's thread now, without a task in between.
+def queue_on_thread(conn: aiosqlite.Connection, fn: Callable[[], None]) -> None:
+    """Queue ``fn`` on the connection's thread now, without a task or a future.
 
     What ``on_thread`` does before it awaits, done at once: work queued here
-    runs even if whoever asked for it is cancelled a moment later. Raises
-    ValueError when the connection is closed (nothing was queued).
+    runs even if whoever asked for it is cancelled a moment later. Nobody
+    is told when it has run, and what it raises goes nowhere: ``fn`` answers
+    whoever waits for it. Raises ValueError when the connection is closed
+    (nothing was queued).
     """
     if not getattr(conn, "_running", False) or getattr(conn, "_connection", None) is None:
         raise ValueError("the SQLite connection is closed")
-    future: asyncio.Future[T] = asyncio.get_running_loop().create_future()
-    conn._tx.put_nowait((future, fn))
-    return future
+    conn._tx.put_nowait((None, fn))
 
 
 def stop(conn: aiosqlite.Connection) -> None:

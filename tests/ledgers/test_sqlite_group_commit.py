@@ -671,21 +671,68 @@ async def test_writes_queued_on_a_closed_connection_fail_with_its_error(tmp_path
     assert group._flush_queued is False
 
 
-async def test_a_flush_the_thread_never_ran_answers_its_writes(tmp_path: Path) -> None:
+class _GoneConnection:
+    """An aiosqlite connection whose sqlite3 connection went away before the job ran."""
+
+    @property
+    def _conn(self) -> sqlite3.Connection:
+        raise ValueError("no active connection")
+
+
+class _LiveConnection:
+    def __init__(self, db: sqlite3.Connection) -> None:
+        self._conn = db
+
+
+async def test_the_flush_job_answers_its_writes_itself(
+    tmp_path: Path, db: sqlite3.Connection
+) -> None:
+    """The job queued on the connection's thread has no future (whose answer would wake
+    the loop a second time): it answers its writes, with rows once it ran, and with why
+    when it could not run at all."""
     group = writer(tmp_path)
-    never: asyncio.Future[None] = asyncio.get_running_loop().create_future()
     entry = group.put(group.new_entry(INSERT, {"k": "a", "v": 1}))
-    never.cancel()  # the thread stopped before it ran the flush
-    group._after_flush(never)
+    group._flush_on(_GoneConnection())  # type: ignore[arg-type]
+    assert entry.done is not None
+    await entry.done
     with pytest.raises(DataoadError, match=r"^the ledger's connection stopped$"):
         answer(entry)
     assert group.withdraw(entry) is False  # answered already: nothing left to take back
     assert group._queue == []
-    ran: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+    assert group._flush_queued is False  # the next write schedules a flush of its own
     kept = group.put(group.new_entry(INSERT, {"k": "b", "v": 2}))
-    ran.set_result(None)
-    group._after_flush(ran)  # a flush that ran: nothing to answer here
-    assert group._queue == [kept]
+    group._flush_on(_LiveConnection(db))  # type: ignore[arg-type]
+    assert kept.done is not None
+    await kept.done
+    assert answer(kept) == [("b",)]
+    assert group._queue == []
+
+
+async def test_a_queued_flush_wakes_its_callers_loop_once(tmp_path: Path) -> None:
+    """A lone write is answered with one wake-up of the loop: the group's."""
+    async with SQLiteLedger(tmp_path / "ledger.sqlite3") as ledger:
+        await ledger.get("0" * 32)  # open first
+        loop = asyncio.get_running_loop()
+        woken: list[object] = []
+        real = loop.call_soon_threadsafe
+
+        def counted(callback: Any, *args: Any, **kwargs: Any) -> Any:
+            woken.append(callback)
+            return real(callback, *args, **kwargs)
+
+        loop.call_soon_threadsafe = counted  # type: ignore[method-assign]
+
+        async def charge() -> str:  # async: a sync one would be answered from a thread too
+            return "ch"
+
+        try:
+            await ActionRunner(ledger).execute(
+                "charge", charge, request={"n": 1}, idempotency_key="k"
+            )
+        finally:
+            del loop.call_soon_threadsafe
+        # Two writes (the claim, the outcome), one wake-up each.
+        assert len(woken) == 2
 
 
 def test_a_stuck_transaction_breaks_the_writer_and_says_what_to_do(
