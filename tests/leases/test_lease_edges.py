@@ -288,10 +288,19 @@ def test_attempts_share_one_first_renewal_timer_and_each_renews_a_third_of_a_lea
     loop.fire()
     assert (first.started, ended.started, later.started) == ([False], [], [])
     assert loop.armed == [0.1, pytest.approx(0.18)]  # re-armed for the next one waiting
+    loop.now = 0.12
+    joined = _Keeper()
+    timers.add(joined)  # type: ignore[arg-type]
+    assert loop.armed == [0.1, pytest.approx(0.18)]  # the armed timer serves it too
     loop.now = 0.18
     loop.fire()
     assert later.started == [False]
-    assert loop.armed == [0.1, pytest.approx(0.18)]  # nothing waits: no timer
+    assert joined.started == []
+    assert loop.armed == [0.1, pytest.approx(0.18), pytest.approx(0.22)]
+    loop.now = 0.22
+    loop.fire()
+    assert joined.started == [False]
+    assert len(loop.armed) == 3  # nothing waits: no timer
     again = _Keeper()
     loop.now = 1.0
     timers.add(again)  # type: ignore[arg-type]
@@ -312,6 +321,28 @@ def test_the_shared_timer_starts_a_renewal_at_most_a_millisecond_early() -> None
     loop.now = 0.0995
     loop.fire()
     assert keeper.started == [False]
+    # Exactly the allowance early is early enough.
+    edge = _Keeper()
+    loop.now = 0.0
+    timers.add(edge)  # type: ignore[arg-type]
+    loop.now = 0.1 - leases_module._EARLY
+    assert loop.now + leases_module._EARLY == 0.1
+    loop.fire()
+    assert edge.started == [False]
+
+
+async def test_a_loops_attempts_of_one_lease_share_one_timer_and_another_loop_has_its_own() -> None:
+    loop = asyncio.get_running_loop()
+    shared = leases_module._first_renewals(loop, 0.1)
+    assert leases_module._first_renewals(loop, 0.1) is shared
+    assert leases_module._first_renewals(loop, 0.2) is not shared
+    other = asyncio.new_event_loop()
+    try:
+        elsewhere = leases_module._first_renewals(other, 0.1)
+    finally:
+        other.close()
+    assert elsewhere is not shared
+    assert leases_module._first_renewals(loop, 0.1) is not shared  # this thread moved on
 
 
 async def test_runners_of_different_leases_on_one_loop_each_keep_their_claims() -> None:
