@@ -11,6 +11,7 @@ from __future__ import annotations
 import ast
 import inspect
 import sys
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -21,9 +22,24 @@ import dataoad._recovery as recovery_module
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def _sites(match: object) -> set[str]:
+_FUNCTIONS = (ast.FunctionDef, ast.AsyncFunctionDef)
+
+
+def _own_calls(function: ast.FunctionDef | ast.AsyncFunctionDef) -> Iterator[ast.Call]:
+    """The calls in ``function``'s own body: a nested function's are its own (a lambda's
+    are its enclosing function's)."""
+    stack: list[ast.AST] = list(function.body)
+    while stack:
+        node = stack.pop()
+        if isinstance(node, _FUNCTIONS):
+            continue
+        if isinstance(node, ast.Call):
+            yield node
+        stack.extend(ast.iter_child_nodes(node))
+
+
+def _sites(match: Callable[[ast.Call], bool]) -> set[str]:
     """``module.function`` of every call in the library (``dataoad.testing`` aside) that ``match``es."""
-    assert callable(match)
     found: set[str] = set()
     for path in sorted((ROOT / "dataoad").rglob("*.py")):
         relative = path.relative_to(ROOT)
@@ -32,11 +48,8 @@ def _sites(match: object) -> set[str]:
         module = ".".join(relative.with_suffix("").parts)
         tree = ast.parse(path.read_text(encoding="utf-8"))
         for function in ast.walk(tree):
-            if not isinstance(function, (ast.FunctionDef, ast.AsyncFunctionDef)):
-                continue
-            for node in ast.walk(function):
-                if isinstance(node, ast.Call) and match(node):
-                    found.add(f"{module}.{function.name}")
+            if isinstance(function, _FUNCTIONS) and any(map(match, _own_calls(function))):
+                found.add(f"{module}.{function.name}")
     return found
 
 
@@ -47,7 +60,7 @@ def _completes(call: ast.Call) -> bool:
     )
 
 
-def _named(name: str) -> object:
+def _named(name: str) -> Callable[[ast.Call], bool]:
     def match(call: ast.Call) -> bool:
         func = call.func
         return (isinstance(func, ast.Attribute) and func.attr == name) or (
