@@ -76,6 +76,7 @@ from stateful_tests.harness import (
 )
 from stateful_tests.lease_rules import LEASE, Heartbeats, LeaseRules, LedgerClock
 from stateful_tests.lifecycle_rules import EARLY_SKEW, LifecycleRules, SkewedClock
+from stateful_tests.sqlite_files import SQLiteStorageReads, new_ledger_file
 from suite_support.services import PostgresTestTable
 
 ACTION = "charge"
@@ -319,10 +320,14 @@ class RunnerMachineBase(LifecycleRules, LeaseRules, BoundRules, RuleBasedStateMa
         self.postgres: PostgresTestTable | None = None
         if self.backend == "sqlite":
             self.folder = Path(tempfile.mkdtemp(prefix="dataoad-machine-"))
+            new_ledger_file(self.folder / "ledger.sqlite3")
         elif self.backend == "postgres":
             self.postgres = PostgresTestTable()
             self.loop.run(self.postgres.create())
         self.observer = self.new_client()
+        self.storage_reads: SQLiteStorageReads | None = None
+        if self.folder is not None and SQLiteStorageReads.reads_like_the_ledger(self.observer):
+            self.storage_reads = SQLiteStorageReads(self.folder / "ledger.sqlite3")
         self.provider = WorldProvider(self.world, self.scheduler, self.history, self.observer)
         self.verifier = WorldVerifier(
             self.world, self.scheduler, self.history, cleared=self.provider.cleared
@@ -373,8 +378,19 @@ class RunnerMachineBase(LifecycleRules, LeaseRules, BoundRules, RuleBasedStateMa
             self.scheduler.stop_all(self.contenders_list)
             evidence_module.MAX_KEPT_OBSERVATIONS = self.saved_observation_limit
             warnings.filters[:] = self.saved_warning_filters
-            for client in self.clients:
-                self.loop.run(client.close())
+            if self.storage_reads is not None:
+                self.storage_reads.close()
+
+            # Closed together: each SQLite client ends a thread of its own.
+            async def close_all() -> list[BaseException | None]:
+                return await asyncio.gather(
+                    *(c.close() for c in self.clients), return_exceptions=True
+                )
+
+            closed = self.loop.run(close_all())
+            for outcome in closed:
+                if isinstance(outcome, BaseException):
+                    raise outcome
             if self.postgres is not None:
                 self.loop.run(self.postgres.drop())
         finally:
@@ -871,8 +887,20 @@ class RunnerMachineBase(LifecycleRules, LeaseRules, BoundRules, RuleBasedStateMa
             seen.update(zip(missing, by_id, strict=True))
             return seen
 
+        reads = self.storage_reads
+        if reads is not None and reads.ready():
+            # No hop at all: the file's committed rows, read on this thread.
+            seen = {}
+            for namespace, key in map(split_key, self.order_keys):
+                stored = reads.find(ACTION, key, namespace)
+                if stored is not None:
+                    seen[stored.action_id] = stored
+            for action_id in [a for a in self.observed if a not in seen]:
+                seen[action_id] = reads.get(action_id)
+        else:
+            seen = self.loop.run(read())
         self.transitions = {}
-        for action_id, receipt in self.loop.run(read()).items():
+        for action_id, receipt in seen.items():
             before = self.observed.get(action_id)
             if before is not None:
                 self.transitions[action_id] = (before, receipt)
