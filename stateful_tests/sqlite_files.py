@@ -13,6 +13,11 @@ SQLite example's time. A read-only connection of the machine's own reads the
 same committed rows, with the ledger's own statements and decoding, without
 a hop. It reads storage, not a connection's view of it: no uncommitted write
 of any client can show through.
+
+Not ``SQLiteReader``, the operators' read-only reader: it sends each read
+to a worker thread (the hop this module saves), has no ``find``, and opens
+a file without a write-ahead log as immutable, so on a fresh copy it would
+never see a later commit.
 """
 
 from __future__ import annotations
