@@ -41,7 +41,11 @@ import rfc8785
 
 from benchmarks import _postgres as pg
 from benchmarks.peers import PEERS, REQUEST, Session, Storage, load
-from dataoad import ActionRunner, InMemoryLedger, SQLiteLedger
+from dataoad import ActionResult, ActionRunner, InMemoryLedger, SQLiteLedger
+from dataoad._arguments import prepare_call
+from dataoad._attempts import Call, _fused_claim, _invoke
+from dataoad._receipt import AttemptRecord, utc_now
+from dataoad._settled import completed, exposed_value
 
 __all__ = ["STORAGES", "run_calls"]
 
@@ -109,6 +113,75 @@ async def open_dataoad(storage: Storage, prefix: str, *, sync_operation: bool = 
             await ledger.close()
 
     return Session(first, replay, close)
+
+
+async def open_no_layers(storage: Storage, prefix: str) -> Session:
+    """Dataoad's own work of a call in memory, with none of the runner's layers (#40's prototype).
+
+    What a first call must do with today's receipts, rules and ledger,
+    written out straight: the arguments checked and the request hashed
+    (``prepare_call``), the fused claim built and inserted into the
+    ``InMemoryLedger``, the operation, the finished attempt, the settled
+    receipt (``completed``), the value rule and the proven write's one
+    ledger call. Left out are the layers: verb accounting and events,
+    ``ProvenLedger``'s error handling, the lease timer, the attempt
+    context and the wait. A replay is the argument checks and the claim
+    finding its key held. Its ratio to Powertools is the floor a runner
+    with no layers at all would stand on, so it says how much of #40's gap
+    the layers explain and how much the receipts and the ledger do.
+    """
+    ledger = InMemoryLedger()
+    runner = ActionRunner(ledger)
+    store, tenure = runner._store, runner._tenure
+
+    def prepared(key: str) -> Call:
+        return prepare_call(
+            "charge",
+            _noop,
+            request=REQUEST,
+            idempotency_key=key,
+            provider_reference=None,
+            verifier=None,
+            risk=None,
+            metadata=None,
+            policy=None,
+            default_policy=runner.policy,
+            namespace=store.namespace,
+            expires_after=None,
+            bounds=runner._bounds,
+        )
+
+    async def first(n: int) -> ActionResult[Any]:
+        call = prepared(f"{prefix}k{n}")
+        claimed, created = await ledger.claim(_fused_claim(store, call, tenure), lease=tenure.lease)
+        if not created:
+            raise RuntimeError(f"the claim of a fresh key was not created: {claimed!r}")
+        execution = await _invoke(call.operation, verifying=False)
+        started = claimed.attempt_records[-1]
+        finished = AttemptRecord(
+            number=started.number,
+            started_at=started.started_at,
+            execution_status=execution.status,
+            error=execution.error,
+            retry_decision="stop",
+            finished_at=utc_now(),
+        )
+        final, settlement = completed(claimed, [finished], (), claimed.metadata, execution.error)
+        value = exposed_value(settlement, execution.value, None)
+        if not await ledger.record(final):
+            raise RuntimeError("the completion of a fresh claim was refused")
+        return ActionResult(final, value=value)
+
+    async def replay(n: int) -> ActionResult[Any]:
+        # The key this session's own first call completed: a replay of what it stored.
+        call = prepared(f"{prefix}k0")
+        held, created = await ledger.claim(_fused_claim(store, call, tenure), lease=tenure.lease)
+        if created or held.request_hash != call.digest or held.is_pending:
+            raise RuntimeError("a replay did not find its completed key")
+        return ActionResult(held, replayed=True)
+
+    await first(0)
+    return Session(first, replay, _closed)
 
 
 # -- floors --------------------------------------------------------------------------------
@@ -271,6 +344,7 @@ def configurations(storage: str, peers: bool) -> dict[str, Opener | str]:
             return await open_dataoad(s, p, sync_operation=True)
 
         found["Dataoad, sync operation"] = sync_op
+        found["Dataoad, no runner layers"] = open_no_layers
     if not peers:
         return found
     probe = Storage(kind, Path("."), synchronous=storage.split()[-1], dsn="postgresql://")
@@ -453,6 +527,17 @@ def call_goals(figures: dict[str, dict[str, dict[str, float] | str]]) -> dict[st
                 ratios["memory: thread hop of a sync operation, us"] = (
                     sync["first_us"] - dataoad["first_us"]
                 )
+            # #40's route: a runner with no layers stands on what this measures.
+            bare = against("Dataoad, no runner layers")
+            ratios["memory: first call with no runner layers / Powertools dict layer, #40"] = (
+                _ratio(bare, against("Powertools"), _FIRST)
+            )
+            ratios["memory: first call / first call with no runner layers"] = _ratio(
+                dataoad, bare, _FIRST
+            )
+            ratios["memory: replay with no runner layers / Powertools dict layer, #40"] = _ratio(
+                bare, against("Powertools"), _REPLAY
+            )
         for name in PEERS:
             peer = row.get(name)
             if peer is None or (isinstance(peer, str) and peer.startswith("not measured")):

@@ -14,6 +14,8 @@ from pathlib import Path
 
 import pytest
 
+from dataoad import ActionReceipt
+
 ROOT = Path(__file__).resolve().parents[2]
 
 # Runs the benchmark with the dev tools made unimportable, as in an install
@@ -36,6 +38,24 @@ def run_benchmarks(*args: str) -> subprocess.CompletedProcess[str]:
         timeout=300,
         check=False,
     )
+
+
+def same_first_call(a: ActionReceipt, b: ActionReceipt) -> bool:
+    """Whether two receipts of a first call stored the same outcome and attempt."""
+    fields = (
+        "claim_state",
+        "final_status",
+        "execution_status",
+        "verification_status",
+        "attempts",
+        "version",
+        "fencing_token",
+        "lease_expires_at",
+    )
+    record = ("number", "execution_status", "verification_status", "retry_decision")
+    return [getattr(a, f) for f in fields] == [getattr(b, f) for f in fields] and [
+        [getattr(r, f) for f in record] for r in a.attempt_records
+    ] == [[getattr(r, f) for f in record] for r in b.attempt_records]
 
 
 def test_runs_without_the_dev_extra_and_marks_every_goal(tmp_path: Path) -> None:
@@ -133,22 +153,8 @@ async def test_the_ledger_alone_writes_what_a_first_call_writes(tmp_path: Path) 
         await session.close()
         async with SQLiteLedger(tmp_path / f"{name}-dataoad.sqlite3") as ledger:
             (stored[name],) = await ledger.receipts()
-    fields = (
-        "claim_state",
-        "final_status",
-        "execution_status",
-        "verification_status",
-        "attempts",
-        "version",
-        "fencing_token",
-        "lease_expires_at",
-    )
     alone, runner = stored["alone"], stored["runner"]
-    assert [getattr(alone, f) for f in fields] == [getattr(runner, f) for f in fields]
-    record_fields = ("number", "execution_status", "verification_status", "retry_decision")
-    assert [[getattr(r, f) for f in record_fields] for r in alone.attempt_records] == [
-        [getattr(r, f) for f in record_fields] for r in runner.attempt_records
-    ]
+    assert same_first_call(alone, runner)
 
 
 def test_a_server_that_does_not_sync_is_flagged_and_one_that_does_is_not() -> None:
@@ -181,3 +187,29 @@ async def test_the_report_reads_the_servers_own_settings() -> None:
     verdict = await server_durability(dsn)
     assert verdict == durability_verdict(fsync, synchronous_commit)
     assert verdict.startswith(f"fsync={fsync}, synchronous_commit={synchronous_commit}: ")
+
+
+async def test_the_call_with_no_runner_layers_writes_and_answers_what_execute_does(
+    tmp_path: Path,
+) -> None:
+    # "no runner layers" stands for #40's hot path only if it does a first
+    # call's and a replay's whole work, with nothing of the layers'.
+    from benchmarks._calls import open_dataoad, open_no_layers
+    from benchmarks.peers import Storage
+    from dataoad import ActionStatus, ClaimState
+
+    storage = Storage("memory", tmp_path)
+    answers = {}
+    for name, opener in (("runner", open_dataoad), ("bare", open_no_layers)):
+        session = await opener(storage, f"{name}-")
+        answers[name] = (await session.first(1), await session.replay(0))
+        await session.close()
+    (bare_first, bare_replay), (first, replay) = answers["bare"], answers["runner"]
+    assert same_first_call(bare_first.receipt, first.receipt)
+    assert bare_first.receipt.metadata == first.receipt.metadata
+    assert bare_first.receipt.claim_state is ClaimState.COMPLETED
+    assert bare_first.status is first.status is ActionStatus.CONFIRMED
+    assert (bare_first.replayed, bare_first.value) == (first.replayed, first.value)
+    assert bare_replay.replayed
+    assert replay.replayed
+    assert bare_replay.status is replay.status is ActionStatus.CONFIRMED
