@@ -37,7 +37,11 @@ from benchmarks import _structure as structure
 from dataoad import ActionRunner, InMemoryLedger, PostgresLedger, SQLiteLedger
 from dataoad._canonical import checked_request_hash
 
-REQUEST = {"customer_id": "customer_123", "amount_cents": 2_500, "currency": "EUR"}
+REQUEST: dict[str, str | int] = {
+    "customer_id": "customer_123",
+    "amount_cents": 2_500,
+    "currency": "EUR",
+}
 
 
 async def noop() -> None:
@@ -304,16 +308,16 @@ async def run_retention(
         if dsn is None:
             results["PostgreSQL prune"] = why
             return
-        ledger = await pg.ledger(dsn, min_size=1, max_size=2)
+        table_ledger = await pg.ledger(dsn, min_size=1, max_size=2)
         try:
-            await pg.fill(ledger, rows, growth.filler_receipt)
-            writer = PostgresLedger(dsn, table=ledger.table, min_size=1, max_size=2)
+            await pg.fill(table_ledger, rows, growth.filler_receipt)
+            pg_writer = PostgresLedger(dsn, table=table_ledger.table, min_size=1, max_size=2)
             try:
-                figures = await retention.prune_under_load(ledger, writer, rows)
+                figures = await retention.prune_under_load(table_ledger, pg_writer, rows)
             finally:
-                await writer.close()
+                await pg_writer.close()
         finally:
-            await pg.drop(ledger)
+            await pg.drop(table_ledger)
     results[f"PostgreSQL prune of {rows:.0e} receipts, a writer running"] = figures
     ratios["PostgreSQL writer's longest wait during prune, ms (goal <= 250)"] = figures[
         "writer_max_wait_ms"
