@@ -18,10 +18,13 @@ Configurations, on SQLite (WAL, synchronous=FULL) and PostgreSQL:
   asyncpg pool of the ledger's default size (10);
 * layers between them, to say where a gap lies: Dataoad's ledger alone
   (its ``claim`` and ``record`` of the receipts a first call writes, built
-  by the runner's own code, with no runner above), and on PostgreSQL
-  Dataoad's own two statements and table through a plain asyncpg pool of
-  the same size (what Dataoad's row costs the driver and the server, with
-  none of the ledger's own Python).
+  by the runner's own code, with no runner above), and Dataoad's own two
+  statements and table with none of the ledger's own Python: on PostgreSQL
+  through a plain asyncpg pool of the same size (what Dataoad's row costs
+  the driver and the server), on SQLite through the floor's bare
+  group-commit writer, once with each call's receipts built and encoded
+  and once with the values encoded a single time (what the table and its
+  SQL cost alone).
 
 Rounds interleave the configurations; a figure is the median over rounds.
 Beside the ratios, the run's commit latency (one fsync of a small file in
@@ -41,6 +44,7 @@ import threading
 import time
 import uuid
 from collections.abc import Awaitable, Callable
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -61,6 +65,9 @@ from dataoad._leases import DEFAULT_LEASE, Tenure, default_owner
 from dataoad._proven import ProvenLedger
 from dataoad._settled import completed
 from dataoad.ledgers._codec import values_of
+from dataoad.ledgers._sqlite_file import clock_text
+from dataoad.ledgers.sqlite import _SQL as _SQLITE_SQL
+from dataoad.ledgers.sqlite import _values_of as sqlite_values_of
 
 __all__ = ["LEVELS", "concurrency_goals", "run_concurrency"]
 
@@ -197,6 +204,69 @@ async def open_postgres_statements(storage: Storage, prefix: str) -> Session:
     return Session(first, first, close)
 
 
+async def _sqlite_statements(storage: Storage, prefix: str, *, encode_each_call: bool) -> Session:
+    """The SQLiteLedger's own claim and record statements on its own table, through the floor's
+    bare group-commit writer: no look-up before the claim, no writer lock, no file clock, none
+    of the ledger's Python (a single writer needs none of them; this measures, it is no ledger).
+
+    ``encode_each_call``: each call builds its receipts with the runner's own code and encodes
+    them with the ledger's codec, as the PostgreSQL layer does; otherwise the values are
+    encoded once and only the ids change, so what is left is what the table and SQL cost.
+    """
+    path = storage.folder / f"{prefix}statements.sqlite3"
+    async with SQLiteLedger(path) as ledger:
+        await ledger.get("none")  # the file and its schema, made by the ledger itself
+    writer = _GroupCommitFloor(path, table=None)
+    claim_sql, record_sql = _SQLITE_SQL["claim"], _SQLITE_SQL["record"]
+
+    def claim_values(claim: ActionReceipt, now: datetime) -> dict[str, Any]:
+        lease_end = clock_text(now + timedelta(seconds=DEFAULT_LEASE))
+        return {**sqlite_values_of(claim), "now": clock_text(now), "lease_end": lease_end}
+
+    def record_values(final: ActionReceipt, now: datetime) -> dict[str, Any]:
+        values = sqlite_values_of(final)
+        values.update(previous_version=final.version - 1, now=clock_text(now), lease_end=None)
+        return values
+
+    template, completion_of = _writes_of_a_first_call(f"{prefix}template")
+    moment = utc_now()
+    claimed_once = claim_values(template, moment)
+    recorded_once = record_values(completion_of(template), moment)
+
+    async def first(n: int) -> None:
+        key = f"{prefix}k{n}"
+        if encode_each_call:
+            claim, completion_of_claim = _writes_of_a_first_call(key)
+            claimed = claim_values(claim, utc_now())
+        else:
+            ids = {"action_id": f"{prefix}a{n}", "idempotency_key": key}
+            claimed = {**claimed_once, **ids}
+        if not await writer.write(claim_sql.sql, claim_sql.bind(claimed)):
+            raise RuntimeError(f"the claim of a fresh key was not created: {key}")
+        await _noop()
+        if encode_each_call:
+            recorded = record_values(completion_of_claim(claim), utc_now())
+        else:
+            recorded = {**recorded_once, **ids}
+        if not await writer.write(record_sql.sql, record_sql.bind(recorded)):
+            raise RuntimeError("the completion of a fresh claim was refused")
+
+    async def close() -> None:
+        writer.close()
+
+    return Session(first, first, close)
+
+
+async def open_sqlite_statements(storage: Storage, prefix: str) -> Session:
+    """Dataoad's statements on its table, each call's receipts built and encoded (see above)."""
+    return await _sqlite_statements(storage, prefix, encode_each_call=True)
+
+
+async def open_sqlite_statements_encoded_once(storage: Storage, prefix: str) -> Session:
+    """Dataoad's statements on its table, values encoded once: the table's and SQL's cost."""
+    return await _sqlite_statements(storage, prefix, encode_each_call=False)
+
+
 # -- floors ---------------------------------------------------------------------------------
 
 _SQLITE_TABLE = (
@@ -217,11 +287,12 @@ _BODY = '{"attempts":[{"number":1,"started_at":"2026-12-04T00:00:00+00:00"}]}'
 class _GroupCommitFloor:
     """A writer thread: every statement queued while it commits goes into its next transaction."""
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, table: str | None = _SQLITE_TABLE) -> None:
         self._db = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
         self._db.execute("PRAGMA journal_mode=WAL")
         self._db.execute("PRAGMA synchronous=FULL")
-        self._db.execute(_SQLITE_TABLE)
+        if table is not None:  # None: a file whose table exists (a Dataoad ledger's)
+            self._db.execute(table)
         self._queue: list[tuple[str, tuple[Any, ...], asyncio.Future[Any]]] = []
         self._lock = threading.Lock()
         self._wake = threading.Event()
@@ -395,6 +466,9 @@ def _plan(kind: str, peers: bool) -> dict[str, Opener | str]:
     }
     if kind == "postgres":
         plan["Dataoad's statements, asyncpg"] = open_postgres_statements
+    else:
+        plan["Dataoad's statements, bare writer"] = open_sqlite_statements
+        plan["Dataoad's statements encoded once, bare writer"] = open_sqlite_statements_encoded_once
     if peers:
         peer = load("Powertools")
         probe = Storage(kind, Path("."), synchronous="FULL", dsn="postgresql://")
@@ -508,6 +582,21 @@ def concurrency_goals(
     layers = (
         ("Dataoad's ledger alone", "floor", "ledger alone / floor"),
         ("Dataoad", "Dataoad's ledger alone", "Dataoad / its ledger alone"),
+        (
+            "Dataoad's statements encoded once, bare writer",
+            "floor",
+            "Dataoad's statements encoded once / floor",
+        ),
+        (
+            "Dataoad's statements, bare writer",
+            "Dataoad's statements encoded once, bare writer",
+            "Dataoad's statements / the same encoded once",
+        ),
+        (
+            "Dataoad's ledger alone",
+            "Dataoad's statements, bare writer",
+            "ledger alone / its statements",
+        ),
         ("Dataoad's statements, asyncpg", "floor", "Dataoad's statements / fused floor"),
         (
             "Dataoad's ledger alone",

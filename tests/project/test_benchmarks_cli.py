@@ -138,23 +138,38 @@ async def test_the_structure_trace_follows_one_first_call_through_the_library() 
     assert figures["first call: module changes along the way"] == len(path)
 
 
-async def test_the_ledger_alone_writes_what_a_first_call_writes(tmp_path: Path) -> None:
-    # "ledger alone" separates the runner's cost from the ledger's only if its
-    # two writes store what a first call's store.
-    from benchmarks._concurrency import open_dataoad, open_ledger_alone
+async def test_each_sqlite_layer_writes_what_a_first_call_writes(tmp_path: Path) -> None:
+    # "ledger alone" and "Dataoad's statements" split the runner's, the
+    # ledger's and the table's costs only if their two writes store what a
+    # first call's store.
+    from benchmarks._concurrency import (
+        open_dataoad,
+        open_ledger_alone,
+        open_sqlite_statements,
+        open_sqlite_statements_encoded_once,
+    )
     from benchmarks.peers import Storage
     from dataoad import SQLiteLedger
 
     storage = Storage("sqlite", tmp_path, synchronous="FULL")
+    layers = {
+        "runner": (open_dataoad, "dataoad"),
+        "alone": (open_ledger_alone, "dataoad"),
+        "statements": (open_sqlite_statements, "statements"),
+        "once": (open_sqlite_statements_encoded_once, "statements"),
+    }
     stored = {}
-    for name, opener in (("runner", open_dataoad), ("alone", open_ledger_alone)):
+    for name, (opener, file) in layers.items():
         session = await opener(storage, f"{name}-")
         await session.first(1)
+        await session.first(2)
         await session.close()
-        async with SQLiteLedger(tmp_path / f"{name}-dataoad.sqlite3") as ledger:
-            (stored[name],) = await ledger.receipts()
-    alone, runner = stored["alone"], stored["runner"]
-    assert same_first_call(alone, runner)
+        async with SQLiteLedger(tmp_path / f"{name}-{file}.sqlite3") as ledger:
+            receipts = await ledger.receipts()
+        assert len(receipts) == 2, name  # one receipt per call: each call wrote its own
+        stored[name] = receipts[0]
+    for name in ("alone", "statements", "once"):
+        assert same_first_call(stored[name], stored["runner"]), name
 
 
 def test_a_server_that_does_not_sync_is_flagged_and_one_that_does_is_not() -> None:
