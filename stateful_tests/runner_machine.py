@@ -76,6 +76,7 @@ from stateful_tests.harness import (
 )
 from stateful_tests.lease_rules import LEASE, Heartbeats, LeaseRules, LedgerClock
 from stateful_tests.lifecycle_rules import EARLY_SKEW, LifecycleRules, SkewedClock
+from stateful_tests.postgres_tables import empty_table, give_back
 from stateful_tests.sqlite_files import SQLiteStorageReads, new_ledger_file
 from suite_support.services import PostgresTestTable
 
@@ -322,8 +323,7 @@ class RunnerMachineBase(LifecycleRules, LeaseRules, BoundRules, RuleBasedStateMa
             self.folder = Path(tempfile.mkdtemp(prefix="dataoad-machine-"))
             new_ledger_file(self.folder / "ledger.sqlite3")
         elif self.backend == "postgres":
-            self.postgres = PostgresTestTable()
-            self.loop.run(self.postgres.create())
+            self.postgres = self.loop.run(empty_table())
         self.observer = self.new_client()
         self.storage_reads: SQLiteStorageReads | None = None
         if self.folder is not None and SQLiteStorageReads.reads_like_the_ledger(self.observer):
@@ -347,7 +347,11 @@ class RunnerMachineBase(LifecycleRules, LeaseRules, BoundRules, RuleBasedStateMa
             return client
         if self.backend == "postgres":
             assert self.postgres is not None
-            client = self.postgres.client(clock=self.ledger_clock.ticking)
+            # The test server is no transaction pooler: the probe that asks
+            # (a connection of its own per client) is not what the machine tests.
+            client = self.postgres.client(
+                clock=self.ledger_clock.ticking, transaction_pooling=False
+            )
             self.clients.append(client)
             return client
         if not self.clients:
@@ -392,7 +396,7 @@ class RunnerMachineBase(LifecycleRules, LeaseRules, BoundRules, RuleBasedStateMa
                 if isinstance(outcome, BaseException):
                     raise outcome
             if self.postgres is not None:
-                self.loop.run(self.postgres.drop())
+                give_back(self.postgres)  # every client closed: the next example empties it
         finally:
             self.loop.close()
             if self.folder is not None:
