@@ -69,9 +69,16 @@ def ledgers(bug: PlantedBug, backend: str) -> str:
 
 
 def runs_on(bug: PlantedBug, backend: str) -> bool:
-    """Whether the bug exists on ``backend``: a broken in-memory ledger has no SQLite form."""
+    """Whether the bug exists on ``backend``: a broken in-memory ledger has no SQLite form.
+
+    On PostgreSQL only the runner machine's bugs that plant no ledger class
+    are hunted: the others are a broken in-memory or SQLite ledger, or not the
+    runner machine's, and their tables are the memory and SQLite runs.
+    """
     with planted(bug) as overrides:
         ledger = overrides.get("ledger_class")
+    if backend == "postgres":
+        return bug.machine == "runner" and bug.backend is None and ledger is None
     if bug.backend is not None:
         return True  # it exists on one backend only, and is always hunted there
     return (
@@ -118,9 +125,10 @@ def main() -> None:
     parser.add_argument("--bugs", nargs="*", help="planted bug names (default: all)")
     parser.add_argument(
         "--backend",
-        choices=["memory", "sqlite"],
+        choices=["memory", "sqlite", "postgres"],
         default="memory",
-        help="the ledger under the runner machine (the ledger machine runs both)",
+        help="the ledger under the runner machine (the ledger machine runs memory and SQLite; "
+        "PostgreSQL needs a server: DATAOAD_TEST_POSTGRES_DSN, or PostgreSQL's binaries)",
     )
     parser.add_argument(
         "--max-examples", type=int, help="override the ci profile's budget (for experiments)"
@@ -138,7 +146,12 @@ def main() -> None:
             if args.bugs and bug.name not in args.bugs:
                 continue
             if not runs_on(bug, args.backend):
-                print(f"{bug.name:<44} not on {args.backend}: it plants a broken in-memory ledger")
+                why = (
+                    "not hunted there"
+                    if args.backend == "postgres"
+                    else "it plants a broken in-memory ledger"
+                )
+                print(f"{bug.name:<44} not on {args.backend}: {why}")
                 continue
             runs = [
                 one_seed(bug, n, args.backend, args.max_examples, not args.no_shrink)
