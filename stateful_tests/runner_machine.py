@@ -41,6 +41,7 @@ from dataoad import (
     ActionStatus,
     InMemoryLedger,
     Ledger,
+    PostgresLedger,
     RetryPolicy,
     SQLiteLedger,
 )
@@ -76,7 +77,12 @@ from stateful_tests.harness import (
 )
 from stateful_tests.lease_rules import LEASE, Heartbeats, LeaseRules, LedgerClock
 from stateful_tests.lifecycle_rules import EARLY_SKEW, LifecycleRules, SkewedClock
-from stateful_tests.postgres_tables import empty_table, give_back
+from stateful_tests.postgres_tables import (
+    PostgresStorageReads,
+    Snapshot,
+    empty_table,
+    give_back,
+)
 from stateful_tests.sqlite_files import SQLiteStorageReads, new_ledger_file
 from suite_support.services import PostgresTestTable
 
@@ -328,6 +334,10 @@ class RunnerMachineBase(LifecycleRules, LeaseRules, BoundRules, RuleBasedStateMa
         self.storage_reads: SQLiteStorageReads | None = None
         if self.folder is not None and SQLiteStorageReads.reads_like_the_ledger(self.observer):
             self.storage_reads = SQLiteStorageReads(self.folder / "ledger.sqlite3")
+        self.table_reads: PostgresStorageReads | None = None
+        if self.postgres is not None and PostgresStorageReads.reads_like_the_ledger(self.observer):
+            assert isinstance(self.observer, PostgresLedger)
+            self.table_reads = PostgresStorageReads.of(self.observer, self.postgres.dsn)
         self.provider = WorldProvider(self.world, self.scheduler, self.history, self.observer)
         self.verifier = WorldVerifier(
             self.world, self.scheduler, self.history, cleared=self.provider.cleared
@@ -384,6 +394,8 @@ class RunnerMachineBase(LifecycleRules, LeaseRules, BoundRules, RuleBasedStateMa
             warnings.filters[:] = self.saved_warning_filters
             if self.storage_reads is not None:
                 self.storage_reads.close()
+            if self.table_reads is not None:
+                self.loop.run(self.table_reads.close())
 
             # Closed together: each SQLite client ends a thread of its own.
             async def close_all() -> list[BaseException | None]:
@@ -891,9 +903,14 @@ class RunnerMachineBase(LifecycleRules, LeaseRules, BoundRules, RuleBasedStateMa
             seen.update(zip(missing, by_id, strict=True))
             return seen
 
-        reads = self.storage_reads
-        if reads is not None and reads.ready():
-            # No hop at all: the file's committed rows, read on this thread.
+        reads: SQLiteStorageReads | Snapshot | None = None
+        if self.table_reads is not None:
+            # One round trip: the table's committed rows, all at one moment.
+            reads = self.loop.run(self.table_reads.snapshot())
+        elif self.storage_reads is not None and self.storage_reads.ready():
+            reads = self.storage_reads
+        if reads is not None:
+            # No hop per read: the committed rows, read by the machine itself.
             seen = {}
             for namespace, key in map(split_key, self.order_keys):
                 stored = reads.find(ACTION, key, namespace)

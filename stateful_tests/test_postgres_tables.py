@@ -1,9 +1,11 @@
-"""The runner machine's PostgreSQL tables: an emptied table is what ``migrate()`` leaves.
+"""The runner machine's PostgreSQL tables: an emptied table, and the machine's reads of one.
 
 The machine starts every example on a table a finished example gave back,
 emptied; a run is judged against an empty ledger, so an emptied table must
 hold no receipt and no audit record, keep its schema, and take claims from
-the first identity on, like a new one.
+the first identity on, like a new one. It then judges every step by one
+snapshot of the table, so a snapshot must answer exactly as the ledger's own
+``find`` and ``get`` do, for every kind of receipt a run leaves behind.
 """
 
 from __future__ import annotations
@@ -12,8 +14,9 @@ import asyncio
 
 import asyncpg
 
-from dataoad import ActionRunner, DefinitiveFailure
-from stateful_tests.postgres_tables import empty_table, give_back
+from dataoad import ActionReceipt, ActionRunner, DefinitiveFailure, PostgresLedger
+from stateful_tests.every_receipt import KEYS, every_receipt, read_alike
+from stateful_tests.postgres_tables import PostgresStorageReads, empty_table, give_back
 from suite_support.services import postgres_dsn
 
 
@@ -79,3 +82,50 @@ async def test_a_table_a_straggler_still_holds_is_never_reused() -> None:
         await ledger.close()
         await fresh.drop()
         await table.drop()
+
+
+async def test_a_snapshot_answers_as_the_ledgers_own_reads() -> None:
+    table = await empty_table(postgres_dsn())
+    ledger = table.client()
+    reads = PostgresStorageReads.of(ledger, table.dsn)
+    try:
+        made = await every_receipt(ledger)
+        snapshot = await reads.snapshot()
+        for namespace, key in KEYS:
+            assert snapshot.find("charge", key, namespace) == await ledger.find(
+                "charge", key, namespace
+            )
+        assert snapshot.find("charge", "b", "") is None  # retired: it holds no key
+        for action_id in made.ids():
+            assert read_alike(snapshot.get(action_id), await ledger.get(action_id))
+        assert snapshot.get(made.failed.action_id) is not None  # retired, still readable
+        # A row read again unchanged is decoded once; a changed row anew.
+        before = (await reads.snapshot()).get(made.pending.action_id)
+        assert before is snapshot.get(made.pending.action_id)
+        assert await ledger.renew(made.pending.action_id, made.pending.fencing_token, 60.0)
+        after = (await reads.snapshot()).get(made.pending.action_id)
+        assert after is not None
+        assert before is not None
+        assert after is not before
+        assert after == await ledger.get(made.pending.action_id)
+        assert after.lease_expires_at != before.lease_expires_at
+    finally:
+        await reads.close()
+        await ledger.close()
+        await table.drop()
+
+
+def test_a_ledger_whose_reads_differ_is_read_through_itself() -> None:
+    class FindsOtherwise(PostgresLedger):
+        async def find(self, action_name: str, idempotency_key: str, namespace: str = "") -> None:
+            return None
+
+    class WritesOtherwise(PostgresLedger):
+        async def record(self, receipt: ActionReceipt) -> bool:
+            return await super().record(receipt)
+
+    dsn = "postgresql://nobody@127.0.0.1:1/none"  # never connected to
+    assert PostgresStorageReads.reads_like_the_ledger(PostgresLedger(dsn))
+    assert PostgresStorageReads.reads_like_the_ledger(WritesOtherwise(dsn))
+    assert not PostgresStorageReads.reads_like_the_ledger(FindsOtherwise(dsn))
+    assert not PostgresStorageReads.reads_like_the_ledger(object())

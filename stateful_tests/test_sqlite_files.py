@@ -10,11 +10,9 @@ from __future__ import annotations
 import stat
 from pathlib import Path
 
-import pytest
-
-from dataoad import ActionRunner, ActionStatus, DataoadError, DefinitiveFailure, SQLiteLedger
+from dataoad import SQLiteLedger
 from dataoad.ledgers._sqlite_file import SCHEMA_VERSION, inspect_file
-from dataoad.testing import FaultyLedger, LedgerFault
+from stateful_tests.every_receipt import KEYS, every_receipt, read_alike
 from stateful_tests.planted_bugs import ReopeningSQLiteLedger
 from stateful_tests.sqlite_files import SQLiteStorageReads, new_ledger_file
 
@@ -33,60 +31,24 @@ async def test_direct_reads_equal_the_ledgers_own(tmp_path: Path) -> None:
     path = tmp_path / "ledger.sqlite3"
     new_ledger_file(path)
     ledger = SQLiteLedger(path)
-    runner = ActionRunner(ledger, owner="worker-a")
-
-    def declined() -> None:
-        raise DefinitiveFailure("card declined")
-
-    def lost() -> None:
-        raise TimeoutError("no answer")
-
-    done = await runner.execute("charge", lambda: "ch_1", request={"n": 1}, idempotency_key="a")
-    failed = await runner.execute("charge", declined, request={"n": 2}, idempotency_key="b")
-    unknown = await ActionRunner(ledger, namespace="t").execute(
-        "charge", lost, request={"n": 3}, idempotency_key="c", provider_reference="ref-3"
-    )
-    faulty = FaultyLedger(ledger)
-    faulty.inject("record", LedgerFault.FAIL_BEFORE_WRITE)
-    with pytest.raises(DataoadError):  # its outcome not recorded: PENDING, leased
-        await ActionRunner(faulty, owner="worker-b", lease=30.0).execute(
-            "charge", lambda: "ch_4", request={"n": 4}, idempotency_key="d"
-        )
-    (pending,) = await ledger.receipts(pending=True)
-    assert pending.lease_expires_at is not None
-    await runner.reopen(failed.receipt.action_id)  # retires "b": find no longer sees it
-    assert [done.status, failed.status, unknown.status] == [
-        ActionStatus.CONFIRMED,
-        ActionStatus.FAILED,
-        ActionStatus.UNKNOWN,
-    ]
+    made = await every_receipt(ledger)
     reads = SQLiteStorageReads(path)
     assert reads.ready()
     try:
-        keys = (("", "a"), ("", "b"), ("t", "c"), ("", "d"), ("", "missing"), ("t", "a"))
-        for namespace, key in keys:
+        for namespace, key in KEYS:
             own = await ledger.find("charge", key, namespace)
             assert reads.find("charge", key, namespace) == own
         assert reads.find("charge", "b", "") is None
-        ids = [r.receipt.action_id for r in (done, failed, unknown)] + [pending.action_id, "no"]
-        for action_id in ids:
-            direct, own = reads.get(action_id), await ledger.get(action_id)
-            assert direct == own
-            if own is not None:  # and the fields equality ignores
-                assert direct is not None
-                assert (direct.stored_at, direct.lease_expires_at, direct.operator_records) == (
-                    own.stored_at,
-                    own.lease_expires_at,
-                    own.operator_records,
-                )
-        assert reads.get(failed.receipt.action_id) is not None  # retired, still readable
+        for action_id in made.ids():
+            assert read_alike(reads.get(action_id), await ledger.get(action_id))
+        assert reads.get(made.failed.action_id) is not None  # retired, still readable
         # A row read again unchanged is decoded once; a changed row anew.
-        before = reads.get(pending.action_id)
-        assert reads.get(pending.action_id) is before
-        assert await ledger.renew(pending.action_id, pending.fencing_token, 60.0)
-        after = reads.get(pending.action_id)
+        before = reads.get(made.pending.action_id)
+        assert reads.get(made.pending.action_id) is before
+        assert await ledger.renew(made.pending.action_id, made.pending.fencing_token, 60.0)
+        after = reads.get(made.pending.action_id)
         assert after is not before
-        assert after == await ledger.get(pending.action_id)
+        assert after == await ledger.get(made.pending.action_id)
         assert after is not None
         assert before is not None
         assert after.lease_expires_at != before.lease_expires_at
