@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import asyncio
 import atexit
+import contextlib
 from typing import Any, Final
 
 from dataoad import ActionReceipt, PostgresLedger
@@ -140,17 +141,29 @@ class PostgresStorageReads:
 
 
 def _drop_all() -> None:
-    if not _MADE:
-        return
+    import asyncpg
 
-    async def drop() -> None:
-        for table in _MADE:
-            try:
-                await table.drop()
-            except Exception:  # a throwaway server may already be gone
-                return
+    async def drop(dsn: str, tables: list[str]) -> None:
+        try:
+            conn = await asyncpg.connect(dsn, timeout=5)
+        except (OSError, asyncpg.PostgresError):  # a throwaway server is gone already
+            return
+        try:
+            # Bounded: a client an example never closed may still hold a table.
+            await conn.execute(f"SET lock_timeout = {_LOCK_TIMEOUT_MS}")
+            for table in tables:
+                with contextlib.suppress(asyncpg.PostgresError):
+                    await conn.execute(
+                        f'DROP TABLE IF EXISTS "{table}", "{table}_schema", "{table}_audit"'
+                    )
+        finally:
+            await conn.close()
 
-    asyncio.run(drop())
+    by_dsn: dict[str, list[str]] = {}
+    for made in _MADE:
+        by_dsn.setdefault(made.dsn, []).append(made.table)
+    for dsn, tables in by_dsn.items():
+        asyncio.run(drop(dsn, tables))
 
 
 atexit.register(_drop_all)

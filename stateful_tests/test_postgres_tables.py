@@ -11,6 +11,9 @@ snapshot of the table, so a snapshot must answer exactly as the ledger's own
 from __future__ import annotations
 
 import asyncio
+import subprocess
+import sys
+from pathlib import Path
 
 import asyncpg
 
@@ -18,6 +21,8 @@ from dataoad import ActionReceipt, ActionRunner, DefinitiveFailure, PostgresLedg
 from stateful_tests.every_receipt import KEYS, every_receipt, read_alike
 from stateful_tests.postgres_tables import PostgresStorageReads, empty_table, give_back
 from suite_support.services import postgres_dsn
+
+ROOT = Path(__file__).resolve().parents[1]
 
 
 def declined() -> None:
@@ -129,3 +134,42 @@ def test_a_ledger_whose_reads_differ_is_read_through_itself() -> None:
     assert PostgresStorageReads.reads_like_the_ledger(WritesOtherwise(dsn))
     assert not PostgresStorageReads.reads_like_the_ledger(FindsOtherwise(dsn))
     assert not PostgresStorageReads.reads_like_the_ledger(object())
+
+
+def test_the_tables_a_process_made_are_dropped_when_it_exits() -> None:
+    dsn = postgres_dsn()
+    made = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "import asyncio\n"
+            "from stateful_tests.postgres_tables import empty_table, give_back\n"
+            "async def main():\n"
+            f"    given = await empty_table({dsn!r})\n"
+            "    give_back(given)\n"
+            f"    kept = await empty_table({dsn!r})\n"  # the given-back one, emptied
+            f"    other = await empty_table({dsn!r})\n"  # none free: a new one
+            "    print(given.table, other.table, kept is given)\n"
+            "asyncio.run(main())\n",
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    )
+    first, second, reused = made.stdout.split()
+    assert reused == "True"
+
+    async def left() -> list[str]:
+        conn = await asyncpg.connect(dsn)
+        try:
+            rows = await conn.fetch(
+                "SELECT tablename FROM pg_tables WHERE tablename LIKE ANY($1::text[])",
+                [f"{first}%", f"{second}%"],
+            )
+        finally:
+            await conn.close()
+        return [row[0] for row in rows]
+
+    assert asyncio.run(left()) == []
