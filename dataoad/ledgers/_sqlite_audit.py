@@ -48,7 +48,7 @@ class SQLiteAudit:
         raise NotImplementedError
 
     async def append_audit(self, record: OperatorRecord) -> OperatorRecord:
-        """Append ``record`` to the audit, and to its receipt's records, by the file's clock."""
+        """Append ``record`` to the audit, and to its receipt's records, by the ledger's clock."""
         check_new_record(record)
         conn = await self._connection()
         return await live.on_thread(conn, lambda: self._append_now(conn._conn, record))

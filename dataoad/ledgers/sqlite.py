@@ -65,7 +65,7 @@ from dataoad.ledgers._sqlite_file import (
     SCHEMA_VERSION,
     LedgerFileError,
     clock_text,
-    file_clock,
+    sqlite_clock,
 )
 from dataoad.ledgers._sqlite_group import GroupWriter
 from dataoad.ledgers._sqlite_schema import MIGRATIONS as MIGRATIONS
@@ -114,12 +114,12 @@ class SQLiteLedger(SQLiteAudit):
     not use Dataoad's writer queue.
 
     The ledger's clock judges every age (leases, ``expires_after``,
-    retention). By default it is the file's own clock: the time the kernel
-    stamps on the ledger file when a write touches it, read while the write
-    holds the file's writer lock. Every process writing the file reads that
-    one clock, so none can take over a live lease or expire a fresh receipt
-    because its own clock runs fast (faked, or patched in the process).
-    ``clock`` (for tests) replaces it.
+    retention). By default it is the clock SQLite itself reads (``'now'``),
+    read once per group of writes while it holds the file's writer lock.
+    Every process writing a WAL file runs on one host and reads that one
+    clock, and no patch of Python's ``time`` or ``datetime`` reaches it, so
+    none can take over a live lease or expire a fresh receipt because its
+    own clock was made to run fast. ``clock`` (for tests) replaces it.
     """
 
     def __init__(
@@ -139,7 +139,7 @@ class SQLiteLedger(SQLiteAudit):
         if type(busy_timeout) not in (int, float) or not 0 <= busy_timeout <= 3600:
             raise InvalidArgumentError("busy_timeout must be a number of seconds in [0, 3600]")
         self.path = Path(path)
-        self._now = file_clock(self.path) if clock is None else check_ledger_clock(clock)
+        self._now = sqlite_clock() if clock is None else check_ledger_clock(clock)
         self.synchronous: Synchronous = synchronous
         self.busy_timeout = float(busy_timeout)
         self._conn: aiosqlite.Connection | None = None

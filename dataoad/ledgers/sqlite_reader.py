@@ -20,7 +20,6 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Final
 
-from dataoad._clock import utc_now
 from dataoad._errors import InvalidArgumentError
 from dataoad._lifecycle import DEFAULT_PRUNE_STATUSES
 from dataoad._operator import OperatorRecord
@@ -35,7 +34,13 @@ from dataoad.ledgers._audit import (
 from dataoad.ledgers._codec import NO_OPERATOR_RECORDS, receipt_of
 from dataoad.ledgers._pruning import DEFAULT_BATCH_SIZE, DeleteExact, NextBatch
 from dataoad.ledgers._pruning import prune as run_prune
-from dataoad.ledgers._sqlite_file import APPLICATION_ID, SCHEMA_VERSION, LedgerFileError, clock_text
+from dataoad.ledgers._sqlite_file import (
+    APPLICATION_ID,
+    SCHEMA_VERSION,
+    LedgerFileError,
+    clock_text,
+    sqlite_clock,
+)
 from dataoad.ledgers._statements import SQLITE, Statement, Statements
 
 __all__ = ["SQLiteReader"]
@@ -89,12 +94,6 @@ def _missing_permission(path: Path) -> str | None:
     return None
 
 
-async def _host_now() -> datetime:
-    # A reader writes nothing, so it cannot stamp the file to read its clock;
-    # this host's is the same kernel clock for every process on the host.
-    return utc_now()
-
-
 class SQLiteReader:
     """A read-only view of a SQLite ledger: the Inspection protocol, and nothing that writes."""
 
@@ -106,6 +105,8 @@ class SQLiteReader:
         self._sql = _SQL
         self._user_version = 0
         self._lock = asyncio.Lock()
+        #: The clock every writer of the file reads (see ``SQLiteLedger``).
+        self._now = sqlite_clock()
 
     def __repr__(self) -> str:
         return f"SQLiteReader({str(self.path)!r})"
@@ -208,14 +209,14 @@ class SQLiteReader:
     ) -> list[ActionReceipt]:
         """Stored receipts, oldest first, filtered like every ledger's listing.
 
-        ``stale`` is judged by this host's clock: the kernel clock that the
-        file's own clock (what a writing ``SQLiteLedger`` reads) stamps from.
+        ``stale`` is judged by the clock a writing ``SQLiteLedger`` reads:
+        SQLite's own, the host's.
         """
         listing, values = (await self._statements()).listing(
             final_status=final_status,
             pending=pending,
             stale=stale,
-            now=clock_text(utc_now()),
+            now=clock_text(self._now()),
             namespace=namespace,
             action_name=action_name,
             idempotency_key=idempotency_key,
@@ -226,6 +227,9 @@ class SQLiteReader:
         )
         rows = await self._rows(listing, values)
         return [receipt_of(row, datetime.fromisoformat) for row in rows]
+
+    async def _ledger_now(self) -> datetime:
+        return self._now()
 
     async def prune(
         self,
@@ -272,7 +276,7 @@ class SQLiteReader:
             steps,
             completed_before=completed_before,
             older_than=older_than,
-            ledger_now=_host_now,
+            ledger_now=self._ledger_now,
             statuses=statuses,
             namespace=namespace,
             batch_size=batch_size,

@@ -39,6 +39,16 @@ for module in (clock_module, dataoad._receipt, dataoad._ledger_rules, dataoad._a
                dataoad._settled):
     module.utc_now = skewed
 clock_module.SystemClock.wall_time = lambda self: skewed()
+# And Python's own time of day, as freezegun or time-machine would move it.
+import time
+real_time, real_time_ns, real_clock, real_clock_ns = (
+    time.time, time.time_ns, time.clock_gettime, time.clock_gettime_ns)
+time.time = lambda: real_time() + skew.total_seconds()
+time.time_ns = lambda: real_time_ns() + int(skew.total_seconds() * 1e9)
+time.clock_gettime = lambda clock: real_clock(clock) + (
+    skew.total_seconds() if clock == time.CLOCK_REALTIME else 0.0)
+time.clock_gettime_ns = lambda clock: real_clock_ns(clock) + (
+    int(skew.total_seconds() * 1e9) if clock == time.CLOCK_REALTIME else 0)
 from dataoad import ActionRunner, PostgresLedger, SQLiteLedger
 
 spec = json.loads(sys.argv[1])
