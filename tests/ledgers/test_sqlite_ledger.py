@@ -471,28 +471,35 @@ async def test_writes_are_stamped_by_sqlites_clock_which_no_python_patch_moves(
 
     With Python's ``time`` an hour fast (as freezegun or time-machine move
     it), a write is still stamped within the real moment it was made
-    (SQLite reads whole milliseconds). Reading that clock writes nothing to
-    the ledger file: the file clock it replaced stamped the file's inode on
-    every write, which each commit's fsync then had to journal.
+    (SQLite reads whole milliseconds), on a host whose local zone is not
+    UTC. Reading that clock writes nothing to the ledger file: the file
+    clock it replaced stamped the file's inode on every write, which each
+    commit's fsync then had to journal.
     """
     import time
     from datetime import UTC, timedelta
 
     db = tmp_path / "ledger.sqlite3"
-    async with SQLiteLedger(db) as ledger:
-        runner = ActionRunner(ledger)
-        await runner.execute("a", lambda: 1, request={}, idempotency_key="first")
-        stamped = db.stat().st_mtime_ns
-        real_time, hour = time.time, 3600.0
-        monkeypatch.setattr(time, "time", lambda: real_time() + hour)
-        monkeypatch.setattr(time, "time_ns", lambda: int((real_time() + hour) * 1e9))
-        for n in range(3):
-            time.sleep(0.02)  # past any coarse file-time step
-            before = datetime.now(UTC)
-            result = await runner.execute("a", lambda: 1, request={}, idempotency_key=f"k{n}")
-            after = datetime.now(UTC)
-            stored = await ledger.get(result.receipt.action_id)
-            assert stored is not None
-            assert stored.stored_at is not None
-            assert before - timedelta(milliseconds=1) <= stored.stored_at <= after
-        assert db.stat().st_mtime_ns == stamped
+    monkeypatch.setenv("TZ", "Asia/Kolkata")
+    time.tzset()
+    try:
+        async with SQLiteLedger(db) as ledger:
+            runner = ActionRunner(ledger)
+            await runner.execute("a", lambda: 1, request={}, idempotency_key="first")
+            stamped = db.stat().st_mtime_ns
+            real_time, hour = time.time, 3600.0
+            monkeypatch.setattr(time, "time", lambda: real_time() + hour)
+            monkeypatch.setattr(time, "time_ns", lambda: int((real_time() + hour) * 1e9))
+            for n in range(3):
+                time.sleep(0.02)  # past any coarse file-time step
+                before = datetime.now(UTC)
+                done = await runner.execute("a", lambda: 1, request={}, idempotency_key=f"k{n}")
+                after = datetime.now(UTC)
+                stored = await ledger.get(done.receipt.action_id)
+                assert stored is not None
+                assert stored.stored_at is not None
+                assert before - timedelta(milliseconds=1) <= stored.stored_at <= after
+            assert db.stat().st_mtime_ns == stamped
+    finally:
+        monkeypatch.delenv("TZ")
+        time.tzset()
