@@ -28,9 +28,10 @@ import stateful_tests.profiles  # noqa: F401  (registers and loads the Hypothesi
 from dataoad import SQLiteLedger
 from stateful_tests.exhaustive import quiet_hypothesis
 from stateful_tests.harness import IN_MEMORY_RUNNER_FACTOR
-from stateful_tests.invariants import InvariantViolation
-from stateful_tests.planted_bugs import PLANTED_BUGS, PlantedBug, planted
+from stateful_tests.planted import PlantedBug
+from stateful_tests.planted_bugs import PLANTED_BUGS, planted
 from stateful_tests.search import machine
+from stateful_tests.violations import InvariantViolation
 
 STEP = re.compile(r"^\s*\d+\. ", re.M)
 
