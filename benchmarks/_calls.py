@@ -280,6 +280,42 @@ async def open_aiosqlite_floor(storage: Storage, prefix: str) -> Session:
     return Session(first, replay, conn.close)
 
 
+async def open_aiosqlite_statements(storage: Storage, prefix: str) -> Session:
+    """The floor's two aiosqlite statements, but Dataoad's: its table, claim and record SQL.
+
+    The values are encoded once (only the ids change), and nothing of the
+    ledger runs: no look-up, writer lock, clock or receipt. Divided by the
+    plain two-statement floor, it is what Dataoad's table and statements
+    cost (a wider row, three indexes, conditional SQL); Dataoad divided by
+    it is what the ledger's and the runner's work add. Replay: the
+    ledger's own look-up by key.
+    """
+    from benchmarks._concurrency import encoded_once, sqlite_statements_table
+    from dataoad.ledgers.sqlite import _SQL
+
+    path = await sqlite_statements_table(storage, prefix)
+    conn = await aiosqlite.connect(path, isolation_level=None)
+    await conn.execute(f"PRAGMA synchronous={storage.synchronous}")
+    claim_sql, record_sql, find = _SQL["claim"].sql, _SQL["record"].sql, _SQL["find"]
+    arguments = encoded_once(prefix)
+    held = find.bind({"namespace": "", "action_name": "charge", "idempotency_key": f"{prefix}k0"})
+
+    async def first(n: int) -> None:
+        claimed, recorded = arguments(n)
+        if not await conn.execute_fetchall(claim_sql, claimed):
+            raise RuntimeError(f"the claim of a fresh key was not created: call {n}")
+        await _noop()
+        if not await conn.execute_fetchall(record_sql, recorded):
+            raise RuntimeError("the completion of a fresh claim was refused")
+
+    async def replay(n: int) -> Any:
+        _hash()
+        return await conn.execute_fetchall(find.sql, held)
+
+    await first(0)
+    return Session(first, replay, conn.close)
+
+
 async def open_asyncpg_floor(storage: Storage, prefix: str) -> Session:
     """Three statements on one asyncpg connection (replay: one SELECT by key)."""
     import asyncpg
@@ -335,6 +371,7 @@ def configurations(storage: str, peers: bool) -> dict[str, Opener | str]:
     elif kind == "sqlite":
         found["floor"] = open_sqlite3_floor
         found["aiosqlite floor"] = open_aiosqlite_floor
+        found["Dataoad's statements, aiosqlite"] = open_aiosqlite_statements
     else:
         found["floor"] = open_asyncpg_floor
     found["Dataoad"] = open_dataoad
@@ -537,6 +574,15 @@ def call_goals(figures: dict[str, dict[str, dict[str, float] | str]]) -> dict[st
             )
             ratios["memory: replay with no runner layers / Powertools dict layer, #40"] = _ratio(
                 bare, against("Powertools"), _REPLAY
+            )
+        if storage.startswith("sqlite"):
+            # #41's one-caller goal: the share of Dataoad's table and SQL, and the rest.
+            own = against("Dataoad's statements, aiosqlite")
+            ratios[f"{storage}: Dataoad's statements via aiosqlite / two aiosqlite statements"] = (
+                _ratio(own, against("aiosqlite floor"), _FIRST)
+            )
+            ratios[f"{storage}: first call / Dataoad's statements via aiosqlite"] = _ratio(
+                dataoad, own, _FIRST
             )
         for name in PEERS:
             peer = row.get(name)

@@ -204,6 +204,49 @@ async def open_postgres_statements(storage: Storage, prefix: str) -> Session:
     return Session(first, first, close)
 
 
+async def sqlite_statements_table(storage: Storage, prefix: str) -> Path:
+    """A new SQLite ledger file, its table and schema made by the ledger itself."""
+    path = storage.folder / f"{prefix}statements.sqlite3"
+    async with SQLiteLedger(path) as ledger:
+        await ledger.get("none")
+    return path
+
+
+def _claim_values(claim: ActionReceipt, now: datetime) -> dict[str, Any]:
+    lease_end = clock_text(now + timedelta(seconds=DEFAULT_LEASE))
+    return {**sqlite_values_of(claim), "now": clock_text(now), "lease_end": lease_end}
+
+
+def _record_values(final: ActionReceipt, now: datetime) -> dict[str, Any]:
+    values = sqlite_values_of(final)
+    values.update(previous_version=final.version - 1, now=clock_text(now), lease_end=None)
+    return values
+
+
+def _statement_values(
+    claim: ActionReceipt, completion_of: Callable[[ActionReceipt], ActionReceipt]
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    moment = utc_now()
+    return _claim_values(claim, moment), _record_values(completion_of(claim), moment)
+
+
+def encoded_once(prefix: str) -> Callable[[int], tuple[tuple[Any, ...], tuple[Any, ...]]]:
+    """The SQLite ledger's claim and record arguments of call ``n``, encoded a single time.
+
+    Only the ids change from call to call (one receipt per key), so a layer
+    that runs them costs what the table and the SQL cost, with none of the
+    receipts' building and encoding.
+    """
+    claim_sql, record_sql = _SQLITE_SQL["claim"], _SQLITE_SQL["record"]
+    claimed_once, recorded_once = _statement_values(*_writes_of_a_first_call(f"{prefix}template"))
+
+    def arguments(n: int) -> tuple[tuple[Any, ...], tuple[Any, ...]]:
+        ids = {"action_id": f"{prefix}a{n}", "idempotency_key": f"{prefix}k{n}"}
+        return claim_sql.bind({**claimed_once, **ids}), record_sql.bind({**recorded_once, **ids})
+
+    return arguments
+
+
 async def _sqlite_statements(storage: Storage, prefix: str, *, encode_each_call: bool) -> Session:
     """The SQLiteLedger's own claim and record statements on its own table, through the floor's
     bare group-commit writer: no look-up before the claim, no writer lock, no file clock, none
@@ -213,42 +256,23 @@ async def _sqlite_statements(storage: Storage, prefix: str, *, encode_each_call:
     them with the ledger's codec, as the PostgreSQL layer does; otherwise the values are
     encoded once and only the ids change, so what is left is what the table and SQL cost.
     """
-    path = storage.folder / f"{prefix}statements.sqlite3"
-    async with SQLiteLedger(path) as ledger:
-        await ledger.get("none")  # the file and its schema, made by the ledger itself
+    path = await sqlite_statements_table(storage, prefix)
     writer = _GroupCommitFloor(path, table=None)
     claim_sql, record_sql = _SQLITE_SQL["claim"], _SQLITE_SQL["record"]
-
-    def claim_values(claim: ActionReceipt, now: datetime) -> dict[str, Any]:
-        lease_end = clock_text(now + timedelta(seconds=DEFAULT_LEASE))
-        return {**sqlite_values_of(claim), "now": clock_text(now), "lease_end": lease_end}
-
-    def record_values(final: ActionReceipt, now: datetime) -> dict[str, Any]:
-        values = sqlite_values_of(final)
-        values.update(previous_version=final.version - 1, now=clock_text(now), lease_end=None)
-        return values
-
-    template, completion_of = _writes_of_a_first_call(f"{prefix}template")
-    moment = utc_now()
-    claimed_once = claim_values(template, moment)
-    recorded_once = record_values(completion_of(template), moment)
+    once = encoded_once(prefix)
 
     async def first(n: int) -> None:
-        key = f"{prefix}k{n}"
         if encode_each_call:
-            claim, completion_of_claim = _writes_of_a_first_call(key)
-            claimed = claim_values(claim, utc_now())
+            claim, completion_of_claim = _writes_of_a_first_call(f"{prefix}k{n}")
+            claimed = claim_sql.bind(_claim_values(claim, utc_now()))
         else:
-            ids = {"action_id": f"{prefix}a{n}", "idempotency_key": key}
-            claimed = {**claimed_once, **ids}
-        if not await writer.write(claim_sql.sql, claim_sql.bind(claimed)):
-            raise RuntimeError(f"the claim of a fresh key was not created: {key}")
+            claimed, recorded = once(n)
+        if not await writer.write(claim_sql.sql, claimed):
+            raise RuntimeError(f"the claim of a fresh key was not created: call {n}")
         await _noop()
         if encode_each_call:
-            recorded = record_values(completion_of_claim(claim), utc_now())
-        else:
-            recorded = {**recorded_once, **ids}
-        if not await writer.write(record_sql.sql, record_sql.bind(recorded)):
+            recorded = record_sql.bind(_record_values(completion_of_claim(claim), utc_now()))
+        if not await writer.write(record_sql.sql, recorded):
             raise RuntimeError("the completion of a fresh claim was refused")
 
     async def close() -> None:

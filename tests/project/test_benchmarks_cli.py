@@ -172,6 +172,33 @@ async def test_each_sqlite_layer_writes_what_a_first_call_writes(tmp_path: Path)
         assert same_first_call(stored[name], stored["runner"]), name
 
 
+async def test_dataoads_statements_on_aiosqlite_write_and_replay_what_a_first_call_does(
+    tmp_path: Path,
+) -> None:
+    # The calls section divides the two-statement floor by this layer to say
+    # what Dataoad's table and SQL cost: it must store what a first call does.
+    from benchmarks._calls import open_aiosqlite_statements
+    from benchmarks._concurrency import open_dataoad
+    from benchmarks.peers import Storage
+    from dataoad import SQLiteLedger
+
+    storage = Storage("sqlite", tmp_path, synchronous="FULL")
+    runner = await open_dataoad(storage, "runner-")
+    await runner.first(1)
+    await runner.close()
+    layer = await open_aiosqlite_statements(storage, "layer-")  # writes call 0
+    await layer.first(1)
+    found = await layer.replay(0)
+    await layer.close()
+    async with SQLiteLedger(tmp_path / "runner-dataoad.sqlite3") as ledger:
+        (expected,) = await ledger.receipts()
+    async with SQLiteLedger(tmp_path / "layer-statements.sqlite3") as ledger:
+        stored = await ledger.receipts()
+    assert len(stored) == 2  # one receipt per call
+    assert all(same_first_call(receipt, expected) for receipt in stored)
+    assert len(found) == 1  # the replay's look-up finds call 0's receipt
+
+
 def test_a_server_that_does_not_sync_is_flagged_and_one_that_does_is_not() -> None:
     from benchmarks._postgres import durability_verdict
 
