@@ -78,6 +78,7 @@ SAFETY_CRITICAL_MUTANTS = [
     "dataoad.ledgers._sqlite_group.*",
     # The SQLite ledger's clock, which judges every lease and age.
     "dataoad.ledgers._sqlite_file.x_sqlite_clock__mutmut_*",
+    "dataoad.ledgers._sqlite_file.xǁ_SQLiteNowǁ*",
     "dataoad.ledgers._sqlite_file.x_clock_text__mutmut_*",
     "dataoad._blocking.*",
     "dataoad._leases.*",

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import atexit
 import os
 import sqlite3
 import threading
@@ -78,21 +79,58 @@ def sqlite_clock() -> Callable[[], datetime]:
     every write, and each commit's fsync then wrote it to the file system's
     journal too (about a tenth of a lone FULL call, measured).
     """
-    # A private in-memory database: reading the clock never touches the
-    # ledger file, its connection or its writer lock. Any thread may read it.
-    db = sqlite3.connect(":memory:", check_same_thread=False)
-    lock = threading.Lock()
+    return _SQLITE_NOW
 
-    def now() -> datetime:
-        with lock:
-            (text,) = db.execute(_NOW_SQL).fetchone()
+
+class _SQLiteNow:
+    """SQLite's ``'now'``, read on one private in-memory connection per process.
+
+    Private, so reading the clock never touches a ledger file, its
+    connection or its writer lock. One per process, opened on first use and
+    closed at exit, so no ledger leaves a connection of its own behind
+    (Python warns about a collected connection left open). Any thread may
+    read it.
+    """
+
+    def __init__(self) -> None:
+        self._start()
+
+    def _start(self) -> None:
+        self._lock = threading.Lock()
+        self._db: sqlite3.Connection | None = None
+
+    def __call__(self) -> datetime:
+        with self._lock:
+            if self._db is None:
+                self._db = sqlite3.connect(":memory:", check_same_thread=False)
+            (text,) = self._db.execute(_NOW_SQL).fetchone()
         return datetime.fromisoformat(text).replace(tzinfo=UTC)
 
-    return now
+    def close(self) -> None:
+        """Close the connection (a later reading opens a new one)."""
+        with self._lock:
+            db, self._db = self._db, None
+        if db is not None:
+            db.close()
+
+    def start_after_fork(self) -> None:
+        """In a forked child: a connection and a lock of its own.
+
+        The parent's connection must not be used across the fork, and its
+        lock may have been held by a parent thread at the fork. The
+        parent's connection is kept, never used nor collected.
+        """
+        _INHERITED.append(self._db)
+        self._start()
 
 
 #: SQLite's ``'now'`` as ISO 8601 text (UTC, milliseconds).
 _NOW_SQL: Final = "SELECT strftime('%Y-%m-%dT%H:%M:%f', 'now')"
+_INHERITED: list[sqlite3.Connection | None] = []
+_SQLITE_NOW: Final = _SQLiteNow()
+atexit.register(_SQLITE_NOW.close)
+if hasattr(os, "register_at_fork"):  # not on Windows
+    os.register_at_fork(after_in_child=_SQLITE_NOW.start_after_fork)
 
 
 def inspect_file(path: Path) -> int | None:

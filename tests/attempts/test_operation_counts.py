@@ -13,6 +13,7 @@ from __future__ import annotations
 import sqlite3
 from collections import Counter
 from collections.abc import Callable
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +21,7 @@ import aiosqlite
 import pytest
 
 import dataoad.ledgers._sqlite_live as sqlite_live
+import dataoad.ledgers.sqlite as sqlite_ledger
 from dataoad import ActionRunner, DefinitiveFailure, Ledger, RetryPolicy, SQLiteLedger
 from dataoad.ledgers._codec import values_of
 from dataoad.ledgers._sqlite_file import _NOW_SQL as CLOCK_SQL
@@ -131,27 +133,36 @@ def _kinds(statements: list[str]) -> Counter[str]:
 
 
 async def test_sqlite_first_call_commits_twice_and_a_replay_is_one_select_in_one_hop(
-    tmp_path: Path, traced: tuple[list[str], list[int]]
+    tmp_path: Path, traced: tuple[list[str], list[int]], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     statements, hops = traced
+    # The ledger's clock is read on a private in-memory database (no file,
+    # no hop), one per process: its readings are counted apart.
+    readings = [0]
+    clock = sqlite_ledger.sqlite_clock()
 
+    def counted_clock() -> Callable[[], datetime]:
+        def now() -> datetime:
+            readings[0] += 1
+            return clock()
+
+        return now
+
+    monkeypatch.setattr(sqlite_ledger, "sqlite_clock", counted_clock)
     seen = {}
     async with SQLiteLedger(tmp_path / "ledger.sqlite3") as ledger:
         runner = ActionRunner(ledger)
         await ledger.get("0" * 32)  # open and migrate first: not part of a call
         for name, operation in (("first", noop), ("replay", noop), ("retry", flaky(1))):
             statements.clear()
-            hops[0] = 0
+            hops[0] = readings[0] = 0
             key = "r" if name == "retry" else "k"
             policy = RetryPolicy(max_attempts=2, retry_on_failed=True)
             await runner.execute(
                 "a", operation, request=REQUEST, idempotency_key=key, policy=policy
             )
-            # The ledger's clock is read on a private in-memory database
-            # (no file, no hop): counted apart, once per write.
-            clock = [s for s in statements if s == CLOCK_SQL]
             on_file = [s for s in statements if s != CLOCK_SQL]
-            seen[name] = (_kinds(on_file), hops[0], len(clock))
+            seen[name] = (_kinds(on_file), hops[0], readings[0])
     # Autocommit: each write statement is its own durable commit.
     assert seen["first"] == (Counter(SELECT=1, INSERT=1, UPDATE=1), 2, 2)
     assert seen["replay"] == (Counter(SELECT=1), 1, 0)

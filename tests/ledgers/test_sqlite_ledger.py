@@ -503,3 +503,97 @@ async def test_writes_are_stamped_by_sqlites_clock_which_no_python_patch_moves(
     finally:
         monkeypatch.delenv("TZ")
         time.tzset()
+
+
+def test_the_clock_leaves_no_connection_behind_a_collected_ledger(tmp_path: Path) -> None:
+    """Ledgers share one clock connection per process, closed at exit: none is
+    left open when a ledger is collected (Python 3.13 and later warn about
+    that, which this suite treats as an error)."""
+    import asyncio
+    import gc
+    import warnings
+
+    async def use(path: Path) -> None:
+        async with SQLiteLedger(path) as ledger:
+            await ActionRunner(ledger).execute("a", lambda: 1, request={}, idempotency_key="k")
+        SQLiteLedger(tmp_path / "never-opened.sqlite3")  # built, never used
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for n in range(3):
+            asyncio.run(use(tmp_path / f"{n}.sqlite3"))
+        gc.collect()
+    assert [w for w in caught if issubclass(w.category, ResourceWarning)] == []
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="no fork on this platform (Windows)")
+def test_a_forked_child_reads_the_clock_though_a_parent_thread_held_it() -> None:
+    """The child of a fork gets a clock connection and lock of its own: the
+    parent's lock, held by a parent thread at the fork, never blocks it."""
+    import warnings
+    from datetime import UTC, timedelta
+
+    from dataoad.ledgers import _sqlite_file
+
+    clock = _sqlite_file.sqlite_clock()
+    clock()  # the parent's connection is open
+    parents = clock._db  # type: ignore[attr-defined]
+    with clock._lock:  # type: ignore[attr-defined]  # as a parent thread mid-reading
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", DeprecationWarning)  # fork with threads
+            pid = os.fork()
+        if pid == 0:  # the child: exits 0 only if its reading is now, on its own connection
+            try:
+                read = _sqlite_file.sqlite_clock()()
+                now = abs(read - datetime.now(UTC)) < timedelta(seconds=5)
+                # The parent's connection is kept, never used nor collected (closed).
+                kept = any(db is parents for db in _sqlite_file._INHERITED)
+                os._exit(0 if now and kept and clock._db is not parents else 3)  # type: ignore[attr-defined]
+            finally:
+                os._exit(4)
+    import time
+
+    deadline = time.monotonic() + 30
+    while (done := os.waitpid(pid, os.WNOHANG))[0] == 0 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    if done[0] == 0:
+        os.kill(pid, 9)
+        os.waitpid(pid, 0)
+        pytest.fail("the forked child waited on its parent's clock lock")
+    assert os.waitstatus_to_exitcode(done[1]) == 0
+
+
+def test_the_clock_connection_closes_and_a_later_reading_opens_another() -> None:
+    """At exit the clock's connection is closed (registered with ``atexit``); a
+    reading after that, by another exit handler, opens a new one."""
+    import textwrap
+
+    from dataoad.ledgers import _sqlite_file
+
+    clock = _sqlite_file._SQLITE_NOW
+    clock()
+    opened = clock._db
+    assert opened is not None
+    clock.close()
+    with pytest.raises(sqlite3.ProgrammingError):
+        opened.execute("SELECT 1")  # closed
+    assert clock() is not None
+    assert clock._db is not None
+    assert clock._db is not opened
+    # A process closes it at exit: a handler registered before the import
+    # runs after the clock's own and sees the connection gone.
+    child = textwrap.dedent(
+        """
+        import atexit, os
+
+        def closed_by_now():
+            from dataoad.ledgers import _sqlite_file
+            os._exit(0 if _sqlite_file._SQLITE_NOW._db is None else 5)
+
+        atexit.register(closed_by_now)
+        from dataoad.ledgers import _sqlite_file
+        _sqlite_file.sqlite_clock()()
+        """
+    )
+    done = subprocess.run([sys.executable, "-c", child], capture_output=True, timeout=60)
+    assert done.returncode == 0, done.stderr
