@@ -9,6 +9,9 @@ them yourself with the ``dataoad receipts show`` command it prints.
 
 from __future__ import annotations
 
+import atexit
+import contextlib
+import os
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -25,6 +28,16 @@ provider = FakePaymentProvider(
 verifier = PaymentVerifier(provider)
 #: Where the receipts go: a fresh folder each run, left for you to inspect.
 LEDGER = Path(tempfile.mkdtemp(prefix="dataoad-example-")) / "ledger.sqlite3"
+
+
+def _drop_folder_if_unused() -> None:
+    # Importing this module (``dataoad check`` does) writes no receipt; only
+    # a folder that holds a ledger is worth leaving behind.
+    with contextlib.suppress(OSError):
+        os.rmdir(LEDGER.parent)
+
+
+atexit.register(_drop_folder_if_unused)
 runner = ActionRunner(SQLiteLedger(LEDGER))
 
 

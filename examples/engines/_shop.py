@@ -8,7 +8,9 @@ code the engine's step runs.
 
 from __future__ import annotations
 
+import atexit
 import os
+import shutil
 import sqlite3
 import sys
 import tempfile
@@ -27,6 +29,8 @@ ORDER = {"customer_id": "cus_7", "amount_cents": 2500}
 class Shop:
     """A provider whose first charge commits and then times out, and a ledger in a temp folder.
 
+    The folder is removed when the process exits.
+
     ``lookup_down`` reads of the provider fail first (the verifier then cannot
     tell, and the outcome stays UNKNOWN).
     """
@@ -38,6 +42,9 @@ class Shop:
         for _ in range(lookup_down):
             self.adapter.stage_read_fault(ReadFault.UNAVAILABLE)
         self.folder = Path(tempfile.mkdtemp(prefix="dataoad-engine-"))
+        # The folder holds this run's ledger and engine state only; nothing
+        # reads it after the run, so it goes when the process ends.
+        atexit.register(shutil.rmtree, self.folder, ignore_errors=True)
         self.ledger = SQLiteLedger(self.folder / "ledger.sqlite3")
         self.runner = ActionRunner(self.ledger)
 

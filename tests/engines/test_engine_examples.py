@@ -34,8 +34,8 @@ def test_there_is_one_example_per_engine() -> None:
 
 
 @pytest.mark.parametrize("name", EXAMPLES)
-def test_example_prints_its_documented_output(name: str) -> None:
-    env = {**os.environ}
+def test_example_prints_its_documented_output(name: str, tmp_path: Path) -> None:
+    env = {**os.environ, "TMPDIR": str(tmp_path)}
     with contextlib.ExitStack() as stack:
         if not sqlite_fits_dbos():
             env["DATAOAD_EXAMPLE_DBOS_URL"] = stack.enter_context(postgres_database())
@@ -43,6 +43,8 @@ def test_example_prints_its_documented_output(name: str) -> None:
     assert done.returncode == 0, done.stderr
     normalised = re.sub(r"\b[0-9a-f]{32}\b", "<action-id>", done.stdout)
     assert normalised.strip() == expected_output(ROOT / "examples" / "engines" / f"{name}.py")
+    # The run's ledger and engine state live in a temp folder it removes at exit.
+    assert not list(tmp_path.glob("dataoad-engine-*"))
 
 
 def run_example(name: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import re
 import shutil
 import subprocess
@@ -55,3 +56,20 @@ def test_example_prints_its_documented_output(name: str) -> None:
     assert shown.returncode == 0, shown.stderr
     assert "CONFIRMED" in shown.stdout
     shutil.rmtree(Path(ledger).parent, ignore_errors=True)
+
+
+def test_importing_the_shop_leaves_no_folder_behind(tmp_path: Path) -> None:
+    # ``dataoad check`` imports an example without running it: no receipt is
+    # written, so the folder kept for inspecting receipts must not stay.
+    done = subprocess.run(
+        [sys.executable, "-c", "import examples.agents._shop as shop; print(shop.LEDGER)"],
+        cwd=ROOT,
+        env={**os.environ, "TMPDIR": str(tmp_path)},
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    assert Path(done.stdout.strip()).parent.parent == tmp_path
+    assert list(tmp_path.iterdir()) == []
