@@ -173,6 +173,9 @@ class Contender:
     #: (method, action_id): committed writes this contender made to a PENDING claim.
     pending_writes: list[tuple[str, str]] = dataclasses.field(default_factory=list)
     amount: int = 0  # what the request asks for (the rest is the key)
+    #: A release that returned: the attempts its claim had when last observed
+    #: (set when the machine reports the release; None until then).
+    released_attempts: int | None = None
     #: action_id -> the fencing token under which this contender holds the claim.
     tokens: dict[str, int] = dataclasses.field(default_factory=dict)
     #: Claims this contender took over from a worker whose lease ran out.

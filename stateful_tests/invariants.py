@@ -240,6 +240,8 @@ def claims_never_stolen(m: RunnerMachineBase) -> None:
                         f"contender {c.name} released claim {c.action_id[:8]} although "
                         f"contender {owner.name} had invoked the provider for it",
                     )
+            # Reported by the machine in the step that finished the release.
+            assert c.released_attempts is not None, f"release {c.name} was never reported"
             if c.released_attempts:
                 raise fail(
                     claims_never_stolen,

@@ -294,7 +294,9 @@ def _non_atomic_claim(mp: pytest.MonkeyPatch) -> dict[str, Any]:
 class ReleaseCheckSkippingRunner(ActionRunner):
     """An operator tool that trusts the ledger to refuse unsafe releases."""
 
-    async def release_unstarted(self, action_id: str) -> None:
+    async def release_unstarted(
+        self, action_id: str, *, operator: str | None = None, reason: str | None = None
+    ) -> None:
         receipt = await self.receipt(action_id)
         await self.ledger.release(action_id, receipt.version)
 
@@ -426,7 +428,8 @@ def _start_read_back_accepts_any_receipt(mp: pytest.MonkeyPatch) -> dict[str, An
         previous: ActionReceipt,
         events: EventSink,
         lease: float | None = None,
-        rebase: Any = None,
+        *,
+        rebase: Any,
     ) -> ActionReceipt:
         try:
             if await self.ledger.start_attempt(proposed, lease=lease):  # type: ignore[call-arg]
@@ -435,7 +438,7 @@ def _start_read_back_accepts_any_receipt(mp: pytest.MonkeyPatch) -> dict[str, An
             # After an attempt-start write raises, continues if the claim merely still exists.
             if await self.ledger.get(proposed.action_id) is not None:  # not "== proposed"
                 return proposed
-        return await real(self, proposed, previous, events, lease, rebase)
+        return await real(self, proposed, previous, events, lease, rebase=rebase)
 
     mp.setattr(ProvenLedger, "start_attempt", buggy)
     return {}

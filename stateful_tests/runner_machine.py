@@ -868,7 +868,7 @@ class RunnerMachineBase(LifecycleRules, LeaseRules, BoundRules, RuleBasedStateMa
                 text = "released"
                 assert c.action_id is not None
                 previous = self.observed.get(c.action_id)
-                c.released_attempts = previous.attempts if previous else 0  # type: ignore[attr-defined]
+                c.released_attempts = previous.attempts if previous else 0
             else:
                 text = f"raised {type(outcome).__name__}: {outcome}"
                 receipt = getattr(outcome, "receipt", None)
