@@ -16,6 +16,7 @@ ActionRunner: ``python -m stateful_tests.exhaustive``.
 from __future__ import annotations
 
 import argparse
+import functools
 import time
 from collections.abc import Sequence
 
@@ -31,7 +32,7 @@ def run_abstract(bound: str, depth: int = 40) -> list[ExplorationResult]:
     for name, plans, faults, crashes in BOUNDS[bound]:
         result = explore(
             f"abstract protocol: {name}, {faults} fault(s), {crashes} crash(es)",
-            lambda plans=plans, faults=faults, crashes=crashes: AbstractRun(plans, faults, crashes),
+            functools.partial(AbstractRun, plans, faults, crashes),
             depth=depth,
         )
         results.append(result)
@@ -41,9 +42,7 @@ def run_abstract(bound: str, depth: int = 40) -> list[ExplorationResult]:
         result = explore(
             f"abstract protocol: {name}, {faults} fault(s), {crashes} crash(es), "
             f"{expiries} lease expiry(ies)",
-            lambda plans=plans, faults=faults, crashes=crashes, expiries=expiries: AbstractRun(
-                plans, faults, crashes, expiries
-            ),
+            functools.partial(AbstractRun, plans, faults, crashes, expiries),
             depth=depth,
         )
         results.append(result)

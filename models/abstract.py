@@ -13,7 +13,7 @@ from __future__ import annotations
 import dataclasses
 import itertools
 from collections.abc import Generator, Hashable, Sequence
-from typing import Any
+from typing import Any, cast
 
 from models.explore import ContenderPlan, Violation
 from models.ledger import AbstractLedger, ModelReceipt
@@ -342,7 +342,7 @@ class AbstractRun:
                 self.programs[name] = operator(self.state, plan, live)
             self._advance(name, None)
         elif kind == "release":
-            _, name, decision = action  # type: ignore[misc]
+            _, name, decision = cast("tuple[str, str, str]", action)
             gate = self.parked[name][0]
             if decision != _choices(gate)[0]:
                 self.faults_used += 1

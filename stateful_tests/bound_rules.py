@@ -10,7 +10,7 @@ verifier of an UNKNOWN receipt, which pile up observations past the bound
 
 from __future__ import annotations
 
-from typing import Any, Final
+from typing import Any, ClassVar, Final
 
 from hypothesis import event
 from hypothesis import strategies as st
@@ -32,8 +32,8 @@ class BoundRules:
 
     order_keys: list[str]
     contenders_list: list[Contender]
-    max_active: int
-    execute_arguments: dict[str, st.SearchStrategy[Any]]
+    max_active: ClassVar[int]
+    execute_arguments: ClassVar[dict[str, st.SearchStrategy[Any]]]
 
     # One rule for both, so that they take one share of the machine's rule
     # choices: as two rules they halved the share of the zombie and
@@ -43,7 +43,8 @@ class BoundRules:
     def a_bound_is_met(self, data: st.DataObject) -> None:
         """An execute meets its request-size bound exactly or a byte over, or replays an UNKNOWN receipt with a verifier."""
         unknown = self._unknown_keys()
-        if unknown and data.draw(st.booleans(), label="replay an UNKNOWN receipt"):
+        replay = bool(unknown) and data.draw(st.booleans(), label="replay an UNKNOWN receipt")
+        if replay:
             self._replay_with_a_verifier(data, unknown)
         else:
             self._request_at_its_size_bound(data)

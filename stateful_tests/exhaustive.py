@@ -20,7 +20,7 @@ import contextlib
 import sys
 import time
 from collections.abc import Callable, Hashable, Iterator, Sequence
-from typing import Any
+from typing import Any, cast
 
 import stateful_tests.runner_machine as machine_module
 from models.bounds import BOUNDS, LIFECYCLE_BOUNDS
@@ -34,6 +34,7 @@ from models.explore import (
 )
 from stateful_tests import invariants as inv
 from stateful_tests.harness import WRITE_FAULTS, LedgerFault, ProviderFault, VerifierAnswer
+from stateful_tests.violations import InvariantViolation
 
 __all__ = ["OUT_OF_REACH", "RealRunnerRun", "main", "quiet_hypothesis", "run_real", "scenarios"]
 
@@ -41,13 +42,14 @@ __all__ = ["OUT_OF_REACH", "RealRunnerRun", "main", "quiet_hypothesis", "run_rea
 @contextlib.contextmanager
 def quiet_hypothesis() -> Iterator[None]:
     """The machine reports to Hypothesis with note() and event(); outside a test, do nothing."""
-    saved = machine_module.note, machine_module.event
-    machine_module.note = lambda *a, **k: None  # type: ignore[assignment]
-    machine_module.event = lambda *a, **k: None  # type: ignore[assignment]
+    # The machine's module namespace, where it looks the two names up.
+    namespace = vars(machine_module)
+    saved = namespace["note"], namespace["event"]
+    namespace["note"] = namespace["event"] = lambda *a, **k: None
     try:
         yield
     finally:
-        machine_module.note, machine_module.event = saved
+        namespace["note"], namespace["event"] = saved
 
 
 def _choices(gate: str, faults: str) -> list[Any]:
@@ -151,7 +153,7 @@ class RealRunnerRun:
             else:
                 m.operate(plan.key, plan.kind)
         elif kind == "release":
-            _, name, decision_name = action  # type: ignore[misc]
+            _, name, decision_name = cast("tuple[str, str, str]", action)
             c = next(c for c in m.contenders_list if c.name == name)
             gate = c.parked_at
             assert gate is not None
@@ -179,7 +181,7 @@ class RealRunnerRun:
         for check in (*inv.SAFETY, *inv.PROGRESS):
             try:
                 check(m)
-            except inv.InvariantViolation as violation:
+            except InvariantViolation as violation:
                 raise Violation(violation.name, violation.detail) from None
 
     def signature(self) -> Hashable:

@@ -289,7 +289,7 @@ def violation(history: History, name: str, detail: str) -> AssertionError:
     )
 
 
-class MachineLoop(asyncio.Runner):
+class MachineLoop(asyncio.Runner):  # type: ignore[misc, unused-ignore]  # final in typeshed only
     """An ``asyncio.Runner`` whose ``run`` skips installing a SIGINT handler.
 
     ``asyncio.Runner.run`` installs and removes one on every call, and with
@@ -911,7 +911,7 @@ class WorldVerifier:
             if answer is VerifierAnswer.WRONG_REFERENCE:
                 other = f"{reference}-other"
                 result = (
-                    opposite(verified_provider_reference=other, retry_safe=True)  # type: ignore[call-arg]
+                    opposite(verified_provider_reference=other, retry_safe=True)
                     if opposite is VerificationResult.absent
                     else VerificationResult.confirmed(verified_provider_reference=other)
                 )

@@ -308,7 +308,7 @@ def _reported(o: VerificationObservation, receipt: ActionReceipt) -> Evidence | 
     if o.claimed is None:
         return None  # the verifier raised or answered with something else
     return Evidence(
-        claim=o.claimed.value,  # type: ignore[arg-type]
+        claim=o.claimed.value,
         healthy=o.health is VerificationHealth.HEALTHY,
         conclusive=o.conclusive_absence is True,
         retry_safe=o.retry_safe is True,
@@ -323,7 +323,7 @@ def _proved_by_execution(status: ActionStatus | None, verifier: bool) -> Outcome
     # verifier; with one it proves only that execution finished.
     if status is ActionStatus.CONFIRMED:
         return "UNKNOWN" if verifier else "CONFIRMED"
-    return None if status is None else status.value  # type: ignore[return-value]
+    return None if status is None else status.value
 
 
 def evidence_objection(receipt: ActionReceipt, verifier: bool) -> str | None:

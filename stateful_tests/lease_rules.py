@@ -14,7 +14,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
-from typing import Any, Final
+from typing import Any, ClassVar, Final
 
 from hypothesis import event
 from hypothesis import strategies as st
@@ -107,11 +107,11 @@ class LeaseRules:
     observer: Any
     observed: dict[str, Any]
     contenders_list: list[Any]
-    runner_class: Any
+    runner_class: ClassVar[Any]
     virtual_time: Any
     verifier: Any
-    execute_arguments: dict[str, Any]
-    max_active: int
+    execute_arguments: ClassVar[dict[str, Any]]
+    max_active: ClassVar[int]
     lease_grants: dict[str, LeaseGrant]
 
     # Not while a caller frees a key by expiry: its age was asked for on the

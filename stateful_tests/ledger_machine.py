@@ -34,6 +34,7 @@ from dataoad import (
     Ledger,
     SQLiteLedger,
 )
+from dataoad._ledger import InspectableLedger
 from dataoad.testing import ManualClock, make_receipt
 from dataoad.testing._ledger_contract import _T0, completed, started
 from models.ledger import AbstractLedger, ModelReceipt
@@ -81,7 +82,7 @@ class LedgerMachineBase(RuleBasedStateMachine):
         super().__init__()
         self.loop = MachineLoop()
         self.folder = Path(tempfile.mkdtemp(prefix="dataoad-ledger-machine-"))
-        self.ledgers: dict[str, Ledger] = {}
+        self.ledgers: dict[str, InspectableLedger] = {}
         self.peers: dict[str, list[Ledger]] = {}
         self.model = AbstractLedger()
         self.clock = ManualClock(START)
@@ -93,14 +94,16 @@ class LedgerMachineBase(RuleBasedStateMachine):
             self.postgres = PostgresTestTable()
             self.loop.run(self.postgres.create())
 
-    def client(self, backend: str) -> Ledger:
+    def client(self, backend: str) -> InspectableLedger:
         """A new client (connection) of one durable backend's storage."""
         if backend == "sqlite":
-            ledger: Ledger = self.sqlite_class(self.folder / "l.sqlite3", clock=self.clock)
+            ledger: InspectableLedger = self.sqlite_class(
+                self.folder / "l.sqlite3", clock=self.clock
+            )
             return ledger
         if backend != "postgres" or self.postgres is None:
             raise ValueError(f"no such backend: {backend}")
-        return cast(Ledger, self.postgres.client(clock=self.clock))
+        return cast(InspectableLedger, self.postgres.client(clock=self.clock))
 
     @initialize()
     def open_backends(self) -> None:
@@ -148,7 +151,8 @@ class LedgerMachineBase(RuleBasedStateMachine):
                 for name, ledger in self.ledgers.items()
             }
 
-        return self.loop.run(run_all())
+        answers: dict[str, Any] = self.loop.run(run_all())
+        return answers
 
     def _agree(self, what: str, results: dict[str, Any], expected: Any) -> None:
         self.history.add("all ledgers", f"{what} -> model says {expected!r}")
@@ -161,7 +165,8 @@ class LedgerMachineBase(RuleBasedStateMachine):
                 )
 
     def _current(self, action_id: str) -> ActionReceipt | None:
-        return self.loop.run(self.ledgers["memory"].get(action_id))
+        current: ActionReceipt | None = self.loop.run(self.ledgers["memory"].get(action_id))
+        return current
 
     # -- rules ---------------------------------------------------------------------
 
@@ -528,8 +533,8 @@ class LedgerMachineBase(RuleBasedStateMachine):
         self.touched.clear()
         for action_id in sorted(self.known | set(memory)):
             model = self.model.by_id.get(action_id)
-            held = memory.get(action_id)
-            stored = None if held is None else held[0]
+            entry = memory.get(action_id)
+            stored = None if entry is None else entry[0]
             if (
                 stored is not None
                 and model is not None
@@ -552,8 +557,8 @@ class LedgerMachineBase(RuleBasedStateMachine):
         return {name: await ledger.receipts() for name, ledger in self.ledgers.items()}
 
 
-LedgerMachine = type("LedgerMachine", (LedgerMachineBase,), {})
+LedgerMachine: type[LedgerMachineBase] = type("LedgerMachine", (LedgerMachineBase,), {})
 
-LedgerMachinePostgres = type(
+LedgerMachinePostgres: type[LedgerMachineBase] = type(
     "LedgerMachinePostgres", (LedgerMachineBase,), {"durable_backends": ("postgres",)}
 )

@@ -18,7 +18,7 @@ caller asking for a new one would not.
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
-from typing import Any, Final
+from typing import Any, ClassVar, Final
 
 from hypothesis import strategies as st
 from hypothesis.stateful import precondition, rule
@@ -70,7 +70,7 @@ class LifecycleRules:
     history: Any
     observed: dict[str, ActionReceipt]
     order_keys: list[str]
-    max_active: int
+    max_active: ClassVar[int]
 
     def generation(self, key: str) -> int:
         """How often the key was freed (retired, or pruned): its next claim's reference suffix.
@@ -108,7 +108,7 @@ class LifecycleRules:
         clock = getattr(self, "ledger_clock")  # noqa: B009  (the runner machine's)
         if held is None or held.stored_at is None:
             return early or MIN_EXPIRY_AGE
-        age = (clock.now - held.stored_at).total_seconds()
+        age: float = (clock.now - held.stored_at).total_seconds()
         if age < MIN_EXPIRY_AGE:
             clock.advance(MIN_EXPIRY_AGE - age)
             self.history.add("ledger clock", f"{MIN_EXPIRY_AGE - age:g} s pass")

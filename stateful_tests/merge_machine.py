@@ -205,7 +205,7 @@ class MergeMachineBase(RuleBasedStateMachine):
         """The action's receipt as the ledger holds it (None before the action exists)."""
         if not self.action_id:
             return None
-        receipt = self.loop.run(self.clients[0].get(self.action_id))
+        receipt: ActionReceipt | None = self.loop.run(self.clients[0].get(self.action_id))
         assert receipt is not None
         return receipt
 
@@ -299,6 +299,12 @@ class MergeMachineBase(RuleBasedStateMachine):
             )
 
 
-MergeMachineMemory = type("MergeMachineMemory", (MergeMachineBase,), {"backend": "memory"})
-MergeMachineSQLite = type("MergeMachineSQLite", (MergeMachineBase,), {"backend": "sqlite"})
-MergeMachinePostgres = type("MergeMachinePostgres", (MergeMachineBase,), {"backend": "postgres"})
+MergeMachineMemory: type[MergeMachineBase] = type(
+    "MergeMachineMemory", (MergeMachineBase,), {"backend": "memory"}
+)
+MergeMachineSQLite: type[MergeMachineBase] = type(
+    "MergeMachineSQLite", (MergeMachineBase,), {"backend": "sqlite"}
+)
+MergeMachinePostgres: type[MergeMachineBase] = type(
+    "MergeMachinePostgres", (MergeMachineBase,), {"backend": "postgres"}
+)

@@ -78,7 +78,7 @@ def _later_failed_erases_unknown(mp: pytest.MonkeyPatch) -> dict[str, Any]:
 
 
 def _accept_unbound_confirmation(mp: pytest.MonkeyPatch) -> dict[str, Any]:
-    real = observing_module.classify_verification
+    real = observing_module.classify_verification  # type: ignore[attr-defined]  # patched where used
 
     def buggy(result: object, provider_reference: str | None) -> ActionStatus:
         if (
@@ -94,7 +94,7 @@ def _accept_unbound_confirmation(mp: pytest.MonkeyPatch) -> dict[str, Any]:
 
 
 def _absence_without_retry_safe_is_failed(mp: pytest.MonkeyPatch) -> dict[str, Any]:
-    real = observing_module.classify_verification
+    real = observing_module.classify_verification  # type: ignore[attr-defined]  # patched where used
 
     def buggy(result: object, provider_reference: str | None) -> ActionStatus:
         if (
@@ -147,7 +147,7 @@ def _invoke_after_unproven_attempt_start(mp: pytest.MonkeyPatch) -> dict[str, An
         rebase: Any = None,
     ) -> ActionReceipt:
         with suppress(Exception):  # treats a failed attempt-start write as if it had succeeded
-            await self.ledger.start_attempt(proposed, lease=lease)  # type: ignore[call-arg]
+            await self.ledger.start_attempt(proposed, lease=lease)
         return proposed
 
     mp.setattr(ProvenLedger, "start_attempt", buggy)
@@ -330,7 +330,7 @@ def _retries_definitive_declines(mp: pytest.MonkeyPatch) -> dict[str, Any]:
 
 
 def _accepts_degraded_evidence(mp: pytest.MonkeyPatch) -> dict[str, Any]:
-    real = observing_module.classify_verification
+    real = observing_module.classify_verification  # type: ignore[attr-defined]  # patched where used
 
     def buggy(result: Any, provider_reference: str | None) -> ActionStatus:
         if (
@@ -381,7 +381,7 @@ def _hash_depends_on_key_order(mp: pytest.MonkeyPatch) -> dict[str, Any]:
     import hashlib
     import json
 
-    real = arguments_module.checked_request_hash
+    real = arguments_module.checked_request_hash  # type: ignore[attr-defined]  # patched where used
 
     def buggy(request: Any, max_bytes: int | None = None) -> str:
         real(request, max_bytes)  # still validates
@@ -395,7 +395,7 @@ def _hash_depends_on_key_order(mp: pytest.MonkeyPatch) -> dict[str, Any]:
 def _hash_tells_int_from_float(mp: pytest.MonkeyPatch) -> dict[str, Any]:
     import hashlib
 
-    real = arguments_module.checked_request_hash
+    real = arguments_module.checked_request_hash  # type: ignore[attr-defined]  # patched where used
 
     def buggy(request: Any, max_bytes: int | None = None) -> str:
         kinds = "".join(sorted(f"{k}:{type(v).__name__}" for k, v in request.items()))
@@ -432,7 +432,7 @@ def _start_read_back_accepts_any_receipt(mp: pytest.MonkeyPatch) -> dict[str, An
         rebase: Any,
     ) -> ActionReceipt:
         try:
-            if await self.ledger.start_attempt(proposed, lease=lease):  # type: ignore[call-arg]
+            if await self.ledger.start_attempt(proposed, lease=lease):
                 return proposed
         except Exception:
             # After an attempt-start write raises, continues if the claim merely still exists.
@@ -586,7 +586,7 @@ def _trusts_return_when_verifier_fails(mp: pytest.MonkeyPatch) -> dict[str, Any]
     raises or answers with something else (the README: it only proves that
     execution finished). The world agrees whenever the fake provider's
     return means the effect exists, so only the evidence can tell."""
-    real_invoke, real_observe = attempts_module._invoke, attempts_module.observe
+    real_invoke, real_observe = attempts_module._invoke, attempts_module.observe  # type: ignore[attr-defined]
     returned = [False]
 
     async def invoke(operation: Any, *, verifying: bool) -> Any:

@@ -84,6 +84,7 @@ from stateful_tests.postgres_tables import (
     give_back,
 )
 from stateful_tests.sqlite_files import SQLiteStorageReads, new_ledger_file
+from stateful_tests.violations import InvariantViolation, violation_type
 from suite_support.services import PostgresTestTable
 
 ACTION = "charge"
@@ -179,7 +180,7 @@ PROVIDER_DECISIONS = st.sampled_from(
 # With a verifier, a normal return is drawn more often: it is the one outcome
 # the runner must not take as proof, so the verifier's answer then decides.
 PROVIDER_WITH_VERIFIER_DECISIONS = st.sampled_from(
-    [ProviderFault.NONE] * 5 + list(PROVIDER_DECISIONS.elements)  # type: ignore[attr-defined]
+    [ProviderFault.NONE] * 5 + list(PROVIDER_DECISIONS.elements)  # type: ignore[attr-defined, unused-ignore]
 )
 # The escape hatch's retry after an ambiguous attempt: a definitive answer
 # this time is what must not erase the earlier ambiguity (it may have
@@ -194,7 +195,7 @@ AMBIGUOUS = {
 PROVIDER_AFTER_AMBIGUITY_DECISIONS = st.sampled_from(
     [ProviderFault.DECLINE] * 3
     + [ProviderFault.REJECT_RETRYABLE]
-    + list(PROVIDER_DECISIONS.elements)  # type: ignore[attr-defined]
+    + list(PROVIDER_DECISIONS.elements)  # type: ignore[attr-defined, unused-ignore]
 )
 VERIFIER_DECISIONS = st.sampled_from([VerifierAnswer.TRUTHFUL] * 3 + list(VerifierAnswer)[1:])
 # After a normal return the verifier is the only evidence: whether a broken
@@ -391,7 +392,7 @@ class RunnerMachineBase(LifecycleRules, LeaseRules, BoundRules, RuleBasedStateMa
         try:
             self.scheduler.stop_all(self.contenders_list)
             evidence_module.MAX_KEPT_OBSERVATIONS = self.saved_observation_limit
-            warnings.filters[:] = self.saved_warning_filters
+            warnings.filters[:] = self.saved_warning_filters  # type: ignore[index, unused-ignore]  # a list at runtime
             if self.storage_reads is not None:
                 self.storage_reads.close()
             if self.table_reads is not None:
@@ -443,7 +444,7 @@ class RunnerMachineBase(LifecycleRules, LeaseRules, BoundRules, RuleBasedStateMa
             and (len(self.order_keys) < MAX_KEYS or bool(self._unclaimed_keys()))
         )
     )
-    @rule(target=keys, **EXECUTE_ARGUMENTS)
+    @rule(target=keys, **EXECUTE_ARGUMENTS)  # type: ignore[call-overload, untyped-decorator, unused-ignore]
     def first_call_for_a_new_order(self, **arguments: Any) -> Any:
         """A key nobody has called yet (a new order, if need be) gets its first execute."""
         unclaimed = self._unclaimed_keys()
@@ -468,7 +469,7 @@ class RunnerMachineBase(LifecycleRules, LeaseRules, BoundRules, RuleBasedStateMa
         return sum(1 for c in self.contenders_list if not c.finished)
 
     @precondition(lambda self: self._active() < MAX_ACTIVE)
-    @rule(key=keys, **EXECUTE_ARGUMENTS)
+    @rule(key=keys, **EXECUTE_ARGUMENTS)  # type: ignore[call-overload, untyped-decorator, unused-ignore]
     def start_execute(
         self,
         key: str,
@@ -647,7 +648,7 @@ class RunnerMachineBase(LifecycleRules, LeaseRules, BoundRules, RuleBasedStateMa
     # takeover all need the two to meet, so this rule arranges it (a race for
     # the claim itself is left to start_execute).
     @precondition(lambda self: self._active() < MAX_ACTIVE and bool(self._keys_in_flight()))
-    @rule(data=st.data(), **DUPLICATE_ARGUMENTS)
+    @rule(data=st.data(), **DUPLICATE_ARGUMENTS)  # type: ignore[call-overload, untyped-decorator, unused-ignore]
     def duplicate_while_the_holder_runs(self, data: st.DataObject, **arguments: Any) -> None:
         """A duplicate call for a key whose claim holder has not finished."""
         key = data.draw(st.sampled_from(self._keys_in_flight()), label="key in flight")
@@ -850,7 +851,7 @@ class RunnerMachineBase(LifecycleRules, LeaseRules, BoundRules, RuleBasedStateMa
 
     def _after(self, c: Contender) -> None:
         if c.finished and not getattr(c, "_reported", False):
-            c._reported = True  # type: ignore[attr-defined]
+            c._reported = True  # type: ignore[attr-defined, unused-ignore]
             outcome = c.outcome
             if isinstance(outcome, ActionResult):
                 c.action_id = outcome.receipt.action_id
@@ -911,7 +912,7 @@ class RunnerMachineBase(LifecycleRules, LeaseRules, BoundRules, RuleBasedStateMa
             reads = self.storage_reads
         if reads is not None:
             # No hop per read: the committed rows, read by the machine itself.
-            seen = {}
+            seen: dict[str, ActionReceipt | None] = {}
             for namespace, key in map(split_key, self.order_keys):
                 stored = reads.find(ACTION, key, namespace)
                 if stored is not None:
@@ -934,9 +935,9 @@ class RunnerMachineBase(LifecycleRules, LeaseRules, BoundRules, RuleBasedStateMa
         for check in checks:
             try:
                 check(self)
-            except inv.InvariantViolation as violation:
+            except InvariantViolation as violation:
                 path = self.history.write(str(violation))
-                raise inv.violation_type(violation.name)(
+                raise violation_type(violation.name)(
                     violation.name,
                     f"{violation.detail}\n\nWhat happened:\n{self.history.narrative()}\n\n"
                     f"Trace written to {path}",
@@ -995,7 +996,7 @@ def machine_for(backend: str, **overrides: Any) -> type[RunnerMachineBase]:
 
 #: SQLite contenders sharing one connection (one process, many tasks), whose
 #: writes a rule commits as one group (``group_rules``).
-RunnerMachineSQLiteShared = type(
+RunnerMachineSQLiteShared: type[RunnerMachineBase] = type(
     "RunnerMachine_sqlite_shared", (GroupCommitRules, RunnerMachineBase), {"backend": "sqlite"}
 )
 RunnerMachineMemory = machine_for("memory")

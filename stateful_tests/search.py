@@ -13,11 +13,12 @@ from hypothesis import HealthCheck, Phase, seed, settings
 from hypothesis.stateful import run_state_machine_as_test
 
 from stateful_tests.group_machine import GroupMachineBase
-from stateful_tests.invariants import InvariantViolation
 from stateful_tests.ledger_machine import LedgerMachineBase
 from stateful_tests.merge_machine import MergeMachineBase
-from stateful_tests.planted_bugs import PlantedBug, planted
+from stateful_tests.planted import PlantedBug
+from stateful_tests.planted_bugs import planted
 from stateful_tests.runner_machine import machine_for
+from stateful_tests.violations import InvariantViolation
 
 __all__ = ["SEARCH", "find_violation", "machine"]
 

@@ -6,11 +6,12 @@ import pytest
 from hypothesis import settings
 from hypothesis.stateful import run_state_machine_as_test
 
-from stateful_tests.invariants import InvariantViolation
 from stateful_tests.merge_machine import MergeMachineBase
-from stateful_tests.planted_bugs import PLANTED_BUGS, PlantedBug, planted
+from stateful_tests.planted import PlantedBug
+from stateful_tests.planted_bugs import PLANTED_BUGS, planted
 from stateful_tests.runner_machine import machine_for
 from stateful_tests.search import SEARCH, find_violation
+from stateful_tests.violations import InvariantViolation
 
 
 @pytest.mark.parametrize("bug", PLANTED_BUGS, ids=lambda b: b.name)

@@ -62,7 +62,7 @@ def test_a_ledger_whose_reads_differ_is_read_through_itself(tmp_path: Path) -> N
     # ReopeningSQLiteLedger changes writes only; a subclass with its own find does not qualify.
 
     class FindsOtherwise(SQLiteLedger):
-        async def find(self, action_name: str, idempotency_key: str, namespace: str = "") -> None:  # type: ignore[override]
+        async def find(self, action_name: str, idempotency_key: str, namespace: str = "") -> None:
             return None
 
     assert SQLiteStorageReads.reads_like_the_ledger(ReopeningSQLiteLedger(tmp_path / "b.sqlite3"))

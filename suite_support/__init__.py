@@ -204,9 +204,7 @@ async def closing(ledger: Any) -> None:
 def events(caplog: pytest.LogCaptureFixture) -> list[tuple[str, int, dict[str, Any]]]:
     """(event, level, fields) of every dataoad log record, in order."""
     return [
-        (r.dataoad["event"], r.levelno, r.dataoad)  # type: ignore[attr-defined]
-        for r in caplog.records
-        if hasattr(r, "dataoad")
+        (r.dataoad["event"], r.levelno, r.dataoad) for r in caplog.records if hasattr(r, "dataoad")
     ]
 
 

@@ -135,10 +135,10 @@ def add_tenant_failure(store: ConsoleStore) -> str:
             async with SQLiteLedger(store.folder / "ledger.sqlite3") as ledger:
                 return await add(ledger)
         schema, _, table = store.table.rpartition(".")
-        ledger = PostgresLedger(store.url, schema=schema, table=table)
+        postgres = PostgresLedger(store.url, schema=schema, table=table)
         try:
-            return await add(ledger)
+            return await add(postgres)
         finally:
-            await ledger.close()
+            await postgres.close()
 
     return asyncio.run(in_store())

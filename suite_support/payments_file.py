@@ -57,7 +57,7 @@ class FilePayments:
                     "SELECT id, reference, cents FROM charges WHERE reference = ? ORDER BY rowid",
                     (reference,),
                 )
-            return [tuple(row) for row in rows]  # type: ignore[misc]
+            return [tuple(row) for row in rows]
 
     def verify(self, receipt: ActionReceipt) -> VerificationResult:
         """A read-only verifier: the charge for the receipt's reference, or its absence."""
