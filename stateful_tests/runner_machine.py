@@ -444,7 +444,7 @@ class RunnerMachineBase(LifecycleRules, LeaseRules, BoundRules, RuleBasedStateMa
             and (len(self.order_keys) < MAX_KEYS or bool(self._unclaimed_keys()))
         )
     )
-    @rule(target=keys, **EXECUTE_ARGUMENTS)  # type: ignore[call-overload, untyped-decorator, unused-ignore]
+    @rule(target=keys, **EXECUTE_ARGUMENTS)  # type: ignore[call-overload, untyped-decorator, misc, unused-ignore]
     def first_call_for_a_new_order(self, **arguments: Any) -> Any:
         """A key nobody has called yet (a new order, if need be) gets its first execute."""
         unclaimed = self._unclaimed_keys()
@@ -469,7 +469,7 @@ class RunnerMachineBase(LifecycleRules, LeaseRules, BoundRules, RuleBasedStateMa
         return sum(1 for c in self.contenders_list if not c.finished)
 
     @precondition(lambda self: self._active() < MAX_ACTIVE)
-    @rule(key=keys, **EXECUTE_ARGUMENTS)  # type: ignore[call-overload, untyped-decorator, unused-ignore]
+    @rule(key=keys, **EXECUTE_ARGUMENTS)  # type: ignore[call-overload, untyped-decorator, misc, unused-ignore]
     def start_execute(
         self,
         key: str,
@@ -648,7 +648,7 @@ class RunnerMachineBase(LifecycleRules, LeaseRules, BoundRules, RuleBasedStateMa
     # takeover all need the two to meet, so this rule arranges it (a race for
     # the claim itself is left to start_execute).
     @precondition(lambda self: self._active() < MAX_ACTIVE and bool(self._keys_in_flight()))
-    @rule(data=st.data(), **DUPLICATE_ARGUMENTS)  # type: ignore[call-overload, untyped-decorator, unused-ignore]
+    @rule(data=st.data(), **DUPLICATE_ARGUMENTS)  # type: ignore[call-overload, untyped-decorator, misc, unused-ignore]
     def duplicate_while_the_holder_runs(self, data: st.DataObject, **arguments: Any) -> None:
         """A duplicate call for a key whose claim holder has not finished."""
         key = data.draw(st.sampled_from(self._keys_in_flight()), label="key in flight")
