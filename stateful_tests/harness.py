@@ -173,6 +173,8 @@ class Contender:
     #: (method, action_id): committed writes this contender made to a PENDING claim.
     pending_writes: list[tuple[str, str]] = dataclasses.field(default_factory=list)
     amount: int = 0  # what the request asks for (the rest is the key)
+    #: Whether the machine has reported its outcome (once, when it finished).
+    reported: bool = False
     #: A release that returned: the attempts its claim had when last observed
     #: (set when the machine reports the release; None until then).
     released_attempts: int | None = None

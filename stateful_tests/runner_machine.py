@@ -850,8 +850,8 @@ class RunnerMachineBase(LifecycleRules, LeaseRules, BoundRules, RuleBasedStateMa
     # -- bookkeeping -----------------------------------------------------------
 
     def _after(self, c: Contender) -> None:
-        if c.finished and not getattr(c, "_reported", False):
-            c._reported = True  # type: ignore[attr-defined, unused-ignore]
+        if c.finished and not c.reported:
+            c.reported = True
             outcome = c.outcome
             if isinstance(outcome, ActionResult):
                 c.action_id = outcome.receipt.action_id
