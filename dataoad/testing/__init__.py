@@ -6,6 +6,8 @@ Hypothesis: install the ``testing`` extra.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from dataoad.testing._adapter import ProviderAdapter, ReadFault, SandboxFault
 from dataoad.testing._faulty_ledger import FaultyLedger, LedgerFault, LedgerFaultError
 from dataoad.testing._lease_contract import LeaseContract, ManualClock
@@ -30,6 +32,14 @@ from dataoad.testing._suite import (
     run_checks,
     sqlite_ledgers,
 )
+
+if TYPE_CHECKING:  # what a type checker sees; at run time they load on first use (below)
+    from dataoad.testing._adapter_check import (
+        AdapterCheckReport,
+        AdapterViolation,
+        adapter_test_case,
+        check_adapter,
+    )
 
 __all__ = [
     "unstarted_claim",
