@@ -260,8 +260,12 @@ async def unknown(ledger: Any) -> Any:
     return await execute(ActionRunner(ledger), CountingOperation(TimeoutError("lost")))
 
 
-async def refuse(*args: Any) -> bool:
-    """A conditional write whose condition no longer holds."""
+async def refuse(*args: Any, **kwargs: Any) -> bool:
+    """A conditional write whose condition no longer holds (whatever it was called with).
+
+    Keyword arguments too: a stand-in that raised TypeError for a lease
+    would test a failed write, not a refused one.
+    """
     return False
 
 

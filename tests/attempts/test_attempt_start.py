@@ -28,7 +28,6 @@ from suite_support import (
     events,
     execute,
     fixed_verifier,
-    refuse,
     unstarted,
 )
 
@@ -51,6 +50,16 @@ async def legacy_ledger() -> InMemoryLedger:
 
 FAIL = LedgerFault.FAIL_BEFORE_WRITE
 LOSE = LedgerFault.LOSE_ACKNOWLEDGEMENT
+
+
+async def refuse(receipt: ActionReceipt, *, lease: float | None = None) -> bool:
+    """An attempt start whose condition no longer holds (typed as the ledger's method).
+
+    A stand-in that refused the runner's ``lease=`` with TypeError once made
+    these tests pass on a failed write instead of a refusal: each now says
+    which it saw.
+    """
+    return False
 
 
 @pytest.mark.parametrize("read_back_fails", [False, True])
@@ -137,8 +146,10 @@ async def test_an_attempt_start_refused_carries_the_newer_stored_receipt() -> No
     with pytest.raises(ActionPersistenceError) as info:
         await execute(ActionRunner(ledger))
     stored = await inner.find("charge", "k")
+    assert stored is not None
     assert info.value.receipt == stored
     assert info.value.operation_invoked is False
+    assert str(info.value).startswith(f"action {stored.action_id} changed before attempt 1")
 
 
 async def test_a_started_attempt_is_stored_numbered_with_the_callers_metadata() -> None:
@@ -231,3 +242,4 @@ async def test_a_refused_attempt_start_whose_read_back_fails_carries_the_claim()
         await execute(ActionRunner(ledger))
     assert isinstance(info.value.receipt, ActionReceipt)
     assert info.value.receipt.attempts == 0
+    assert "changed before attempt 1 could start" in str(info.value)

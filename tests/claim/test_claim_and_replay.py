@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+from typing import Any
 
 import pytest
 import rfc8785
@@ -12,6 +13,7 @@ from dataoad import (
     ActionInProgressError,
     ActionPersistenceError,
     ActionReceipt,
+    ActionResult,
     ActionRunner,
     ActionStatus,
     IdempotencyConflictError,
@@ -42,18 +44,26 @@ def front_end(request: pytest.FixtureRequest) -> None:
     FRONT["name"] = request.param
 
 
-def via(runner: ActionRunner):
+class Front:
+    """A runner's execute, called through the current front end."""
+
+    def __init__(self, runner: ActionRunner) -> None:
+        self.runner = runner
+
+    async def execute(self, action_name: str, operation: Any, **kwargs: Any) -> ActionResult[Any]:
+        result: ActionResult[Any] = await call_via(
+            FRONT["name"], self.runner, action_name, operation, **kwargs
+        )
+        return result
+
+
+def via(runner: ActionRunner) -> Front:
     """The runner as the current front end exposes it."""
-
-    class Front:
-        async def execute(self, action_name, operation, **kwargs):
-            return await call_via(FRONT["name"], runner, action_name, operation, **kwargs)
-
-    return Front()
+    return Front(runner)
 
 
 async def test_request_hash_is_sha256_of_rfc8785_form() -> None:
-    request = {"b": [1, 2.5, "é"], "a": {"z": None, "y": True}}
+    request: dict[str, Any] = {"b": [1, 2.5, "é"], "a": {"z": None, "y": True}}
     result = await ActionRunner(InMemoryLedger()).execute(
         "a", lambda: None, request=request, idempotency_key="k"
     )
@@ -139,7 +149,7 @@ async def test_concurrent_contenders_produce_one_winner() -> None:
     runner = ActionRunner(InMemoryLedger())
     op = CountingOperation()
 
-    async def contender() -> object:
+    async def contender() -> ActionResult[Any] | ActionInProgressError:
         try:
             return await via(runner).execute("a", op, request=REQUEST, idempotency_key="k")
         except ActionInProgressError as exc:
@@ -238,12 +248,14 @@ async def test_an_unproven_claim_carries_the_proposed_claim_and_says_nothing_ran
     original_find = ledger.find
     looks = 0
 
-    async def find(action_name: str, key: str) -> ActionReceipt | None:
+    async def find(
+        action_name: str, idempotency_key: str, namespace: str = ""
+    ) -> ActionReceipt | None:
         nonlocal looks
         looks += 1
         if looks == 1:  # the read-back after the failed claim write (the claim looks itself)
             raise ConnectionError("read-back failed too")
-        return await original_find(action_name, key)
+        return await original_find(action_name, idempotency_key, namespace)
 
     ledger.find = find  # type: ignore[method-assign]
     op = CountingOperation("ok")
@@ -258,9 +270,15 @@ async def test_an_unproven_claim_carries_the_proposed_claim_and_says_nothing_ran
 
 
 class StaleFindLedger(FaultyLedger):
-    """Its first look never sees an existing claim (a replica that lags)."""
+    """Its looks never see an existing claim (a replica that lags).
 
-    async def find(self, action_name: str, idempotency_key: str) -> ActionReceipt | None:
+    The claim write itself answers with the stored claim, so a runner that
+    looked first and trusted that look would be the one this catches.
+    """
+
+    async def find(
+        self, action_name: str, idempotency_key: str, namespace: str = ""
+    ) -> ActionReceipt | None:
         self.calls.append("find")
         return None
 
@@ -274,10 +292,12 @@ async def test_a_duplicate_that_loses_the_claim_race_gets_the_stored_claim_answe
     )
     assert first.status is ActionStatus.UNKNOWN
     op = CountingOperation("ok")
-    second = await execute(
-        ActionRunner(StaleFindLedger(ledger)), op, verifier=fixed_verifier(confirmed())
-    )
+    stale = StaleFindLedger(ledger)
+    second = await execute(ActionRunner(stale), op, verifier=fixed_verifier(confirmed()))
     assert op.calls == 0
+    # The claim write found the stored claim: no look, lagging or not, decided.
+    assert stale.calls[0] == "claim"
+    assert "find" not in stale.calls
     assert second.replayed is True
     # The duplicate's verifier settled the stored UNKNOWN claim.
     assert second.status is ActionStatus.CONFIRMED
@@ -300,13 +320,12 @@ async def test_a_failed_first_look_says_nothing_was_invoked() -> None:
     assert inner.snapshot() == []
 
 
-async def test_lost_claim_ack_with_competitor_does_not_invoke():
+async def test_lost_claim_ack_with_competitor_does_not_invoke() -> None:
     inner = InMemoryLedger()
     op = CountingOperation()
-    CountingOperation()
 
     class Racing(FaultyLedger):
-        async def claim(self, receipt, **lease):
+        async def claim(self, receipt: ActionReceipt, **lease: Any) -> tuple[ActionReceipt, bool]:
             comp = receipt.evolve(action_id="competitor")
             await inner.claim(comp)
             raise ConnectionError("ack lost")
@@ -315,7 +334,9 @@ async def test_lost_claim_ack_with_competitor_does_not_invoke():
         await ActionRunner(Racing(inner)).execute("a", op, request=REQUEST, idempotency_key="k")
     assert op.calls == 0
     # The competitor's claim counts its own attempt 1; this call ran nothing.
-    assert (await inner.get("competitor")).attempts == 1
+    competitor = await inner.get("competitor")
+    assert competitor is not None
+    assert competitor.attempts == 1
 
 
 async def test_the_provider_reference_is_never_inferred_from_the_key() -> None:

@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 
 from dataoad import (
+    ActionReceipt,
     ActionRunner,
     GuardedTool,
     InMemoryLedger,
@@ -42,8 +43,8 @@ NOT_OFFERED: dict[str, dict[str, str]] = {
 }
 
 
-def _verifier(reference: str) -> VerificationResult:
-    return VerificationResult.inconclusive("not looked")
+def _verifier(receipt: ActionReceipt) -> VerificationResult:
+    return VerificationResult.unknown(reason="not looked")
 
 
 #: A value for each option that differs from its default.
@@ -109,7 +110,7 @@ class _Recording(ActionRunner):
 
     seen: list[dict[str, Any]]
 
-    async def execute(self, *args: Any, **kwargs: Any) -> Any:  # type: ignore[override]
+    async def execute(self, *args: Any, **kwargs: Any) -> Any:
         self.seen.append({k: kwargs.get(k) for k in EXECUTE_OPTIONS})
         return await super().execute(*args, **kwargs)
 

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-from typing import TypeVar
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar
 
 import pytest
 
@@ -12,6 +13,7 @@ from dataoad import (
     ActionNotFoundError,
     ActionPersistenceError,
     ActionReceipt,
+    ActionResult,
     ActionRunner,
     ActionStatus,
     ClaimState,
@@ -146,7 +148,7 @@ async def test_release_races_atomically_with_attempt_start() -> None:
     released: list[object] = []
 
     # Just before the attempt-start write lands, an operator tries to release.
-    async def racing_start(receipt, **lease):
+    async def racing_start(receipt: ActionReceipt, **lease: float | None) -> bool:
         try:
             await ActionRunner(inner).release_unstarted(receipt.action_id)
             released.append(True)
@@ -166,15 +168,20 @@ async def test_release_races_atomically_with_attempt_start() -> None:
 
 
 async def concurrent_reconcile(
-    first: object, second: object, results: list[object] | None = None
+    first: VerificationResult,
+    second: VerificationResult,
+    *,
+    results: list[ActionResult[Any]] | None = None,
 ) -> tuple[ActionRunner, str]:
     runner = ActionRunner(InMemoryLedger())
     action_id = await unknown_action(runner)
     gate = asyncio.Event()
     arrived = 0
 
-    def verifier_for(answer: object):
-        async def verify(receipt: object) -> object:
+    def verifier_for(
+        answer: VerificationResult,
+    ) -> Callable[[object], Awaitable[VerificationResult]]:
+        async def verify(receipt: object) -> VerificationResult:
             nonlocal arrived
             arrived += 1
             if arrived == 2:
@@ -232,15 +239,15 @@ async def test_recovered_value_needs_matching_non_null_request_ids() -> None:
 
 
 async def test_conflicting_request_ids_withhold_the_value() -> None:
-    results: list[object] = []
+    results: list[ActionResult[Any]] = []
     await concurrent_reconcile(
-        confirmed(rid="pr_1", value="a"), confirmed(rid="pr_2", value="b"), results
+        confirmed(rid="pr_1", value="a"), confirmed(rid="pr_2", value="b"), results=results
     )
     # The merge that saw the conflict must not expose its own value.
-    last = max(results, key=lambda r: r.receipt.version)  # type: ignore[attr-defined]
-    assert last.status is CONFIRMED  # type: ignore[attr-defined]
-    assert last.receipt.metadata["provider_request_id_conflict"] is True  # type: ignore[attr-defined]
-    assert last.value_available is False  # type: ignore[attr-defined]
+    last = max(results, key=lambda r: r.receipt.version)
+    assert last.status is CONFIRMED
+    assert last.receipt.metadata["provider_request_id_conflict"] is True
+    assert last.value_available is False
 
 
 async def test_value_is_unreadable_for_failed_and_unknown() -> None:
@@ -294,12 +301,13 @@ async def test_refusals_carry_the_receipt_they_refused() -> None:
     claim = await unstarted(ledger, key="unstarted")
     unstarted_id = claim.action_id
     stuck = await stranded(ledger)
-    for call, action_id in [
+    refusing: list[tuple[Callable[[str], Awaitable[object]], str]] = [
         (runner.release_unstarted, done.receipt.action_id),
         (runner.release_unstarted, stuck.action_id),
         (lambda a: runner.recover_pending(a, fixed_verifier(confirmed())), unstarted_id),
         (lambda a: runner.reconcile(a, fixed_verifier(confirmed())), stuck.action_id),
-    ]:
+    ]
+    for call, action_id in refusing:
         with pytest.raises(RecoveryRefusedError) as info:
             await call(action_id)
         assert info.value.receipt == await ledger.get(action_id)
@@ -397,7 +405,7 @@ async def test_operator_refusals_say_what_to_do_instead() -> None:
 
 async def test_a_failed_reconciliation_write_carries_the_newer_stored_receipt() -> None:
     ledger = InMemoryLedger()
-    unknown_result = await unknown(ledger)
+    unknown_result: ActionResult[Any] = await unknown(ledger)
     other = await ActionRunner(ledger).reconcile(
         unknown_result.receipt.action_id,
         fixed_verifier(VerificationResult.unknown(reason="lag")),
@@ -408,18 +416,23 @@ async def test_a_failed_reconciliation_write_carries_the_newer_stored_receipt() 
         raise ConnectionError("write failed")
 
     faulty.record = fails  # type: ignore[method-assign]
+    # The runner read the claim before the other reconciliation landed: its first read
+    # of the ledger answers the older receipt, the read-back after the failed write not.
+    reads = 0
+    original = faulty.get
+
+    async def stale_first(action_id: str) -> ActionReceipt | None:
+        nonlocal reads
+        reads += 1
+        return unknown_result.receipt if reads == 1 else await original(action_id)
+
+    faulty.get = stale_first  # type: ignore[method-assign]
     runner = ActionRunner(faulty)
-    # The runner read the claim before the other reconciliation landed.
-    runner_receipt = runner.receipt
-
-    async def stale(action_id: str) -> ActionReceipt:
-        return unknown_result.receipt
-
-    runner.receipt = stale  # type: ignore[method-assign]
+    assert other.receipt != unknown_result.receipt
     with pytest.raises(ActionPersistenceError) as info:
         await runner.reconcile(unknown_result.receipt.action_id, fixed_verifier(confirmed()))
+    assert reads >= 2  # the stale read, then the read-back
     assert info.value.receipt == other.receipt
-    del runner_receipt
 
 
 async def test_a_failed_reconciliation_write_and_read_back_carries_the_receipt_it_read() -> None:
@@ -490,7 +503,7 @@ async def test_a_reconciliation_moves_the_receipts_update_time() -> None:
     assert settled.receipt.execution_status is ActionStatus.UNKNOWN
 
 
-async def test_reconcile_of_failed_receipt_does_not_call_verifier():
+async def test_reconcile_of_failed_receipt_does_not_call_verifier() -> None:
     r = ActionRunner(InMemoryLedger())
     done = await r.execute(
         "a",
@@ -503,10 +516,10 @@ async def test_reconcile_of_failed_receipt_does_not_call_verifier():
     v = fixed_verifier(confirmed())
     again = await r.reconcile(done.receipt.action_id, v)
     assert again.receipt == done.receipt
-    assert v.calls == []
+    assert v.calls == []  # type: ignore[attr-defined]
 
 
-async def test_failed_reconcile_write_raises_persistence_error():
+async def test_failed_reconcile_write_raises_persistence_error() -> None:
     inner = InMemoryLedger()
     faulty = FaultyLedger(inner)
     r = ActionRunner(faulty)
@@ -522,4 +535,6 @@ async def test_failed_reconcile_write_raises_persistence_error():
         await r.reconcile(first.receipt.action_id, fixed_verifier(confirmed()))
     assert info.value.operation_invoked is False
     assert info.value.observed_status is C
-    assert (await inner.get(first.receipt.action_id)).final_status is U
+    stored = await inner.get(first.receipt.action_id)
+    assert stored is not None
+    assert stored.final_status is U
