@@ -12,7 +12,7 @@ import dataclasses
 import enum
 import itertools
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any
 
 from dataoad import (
@@ -174,7 +174,9 @@ def fencing_token() -> int | None:
     return None if attempt is None else attempt.fencing_token
 
 
-Execute = Callable[[ActionRunner, Callable[[], Awaitable[None]]], Awaitable[ActionResult[Any]]]
+Execute = Callable[
+    [ActionRunner, Callable[[], Awaitable[None]]], Coroutine[Any, Any, ActionResult[Any]]
+]
 
 
 async def zombie_and_taker(

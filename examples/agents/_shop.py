@@ -19,7 +19,7 @@ from typing import Any
 from dataoad import ActionRunner, GuardedTool, SQLiteLedger
 from dataoad.testing import ChargeFault, FakePaymentProvider, LookupFault, PaymentVerifier
 
-ORDER = {"order_id": "order-7", "amount_cents": 2500}
+ORDER: dict[str, Any] = {"order_id": "order-7", "amount_cents": 2500}
 
 provider = FakePaymentProvider(
     charge_faults=[ChargeFault.TIMEOUT_AFTER_COMMIT],

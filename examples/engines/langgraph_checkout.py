@@ -21,6 +21,7 @@ import asyncio
 import sqlite3
 from typing import Any, TypedDict
 
+from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.sqlite import SqliteSaver
 from langgraph.graph import END, START, StateGraph
 
@@ -60,7 +61,7 @@ def main() -> None:
     graph.add_edge("charge", END)
     checkpoints = sqlite3.connect(shop.folder / "checkpoints.sqlite", check_same_thread=False)
     app = graph.compile(checkpointer=SqliteSaver(checkpoints))
-    thread = {"configurable": {"thread_id": "checkout-order-1"}}
+    thread: RunnableConfig = {"configurable": {"thread_id": "checkout-order-1"}}
     try:
         app.invoke({"order": "order-1"}, thread)
     except ConnectionError as exc:

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import sqlite3
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -25,6 +25,7 @@ import dataoad.ledgers.sqlite as sqlite_ledger
 from dataoad import ActionRunner, DefinitiveFailure, Ledger, RetryPolicy, SQLiteLedger
 from dataoad.ledgers._codec import values_of
 from dataoad.ledgers._sqlite_file import _NOW_SQL as CLOCK_SQL
+from dataoad.ledgers._sqlite_file import sqlite_clock
 from dataoad.testing import FaultyLedger
 from suite_support import REQUEST, closing
 from suite_support.services import PostgresTestTable
@@ -106,11 +107,12 @@ def traced(
     connect = sqlite3.connect
 
     def tracing_connect(*args: Any, **kwargs: Any) -> sqlite3.Connection:
-        conn = connect(*args, **kwargs)
+        conn: sqlite3.Connection = connect(*args, **kwargs)
         conn.set_trace_callback(statements.append)
         return conn
 
-    original = aiosqlite.Connection._execute
+    # aiosqlite leaves _execute unannotated.
+    original: Callable[..., Awaitable[Any]] = aiosqlite.Connection._execute
 
     async def counted(self: aiosqlite.Connection, fn: Any, *args: Any, **kwargs: Any) -> Any:
         hops[0] += 1
@@ -139,7 +141,7 @@ async def test_sqlite_first_call_commits_twice_and_a_replay_is_one_select_in_one
     # The ledger's clock is read on a private in-memory database (no file,
     # no hop), one per process: its readings are counted apart.
     readings = [0]
-    clock = sqlite_ledger.sqlite_clock()
+    clock = sqlite_clock()  # the function sqlite_ledger imports, before it is patched there
 
     def counted_clock() -> Callable[[], datetime]:
         def now() -> datetime:

@@ -124,7 +124,7 @@ async def test_an_unrecorded_outcome_tells_the_operator_not_to_repeat_it() -> No
     )
 
 
-async def test_persistence_error_carries_final_not_execution_status():
+async def test_persistence_error_carries_final_not_execution_status() -> None:
     inner = InMemoryLedger()
     faulty = FaultyLedger(inner)
     r = ActionRunner(faulty)
@@ -140,5 +140,6 @@ async def test_persistence_error_carries_final_not_execution_status():
         )
     e = info.value
     assert e.observed_status is C
+    assert e.observed_metadata is not None
     assert e.observed_metadata["verification"]["status"] == "CONFIRMED"
     assert tuple(e.observed_metadata["provider_request_ids"]) == ("pr_1",)

@@ -10,6 +10,7 @@ import pytest
 from dataoad import (
     ActionInProgressError,
     ActionPersistenceError,
+    ActionReceipt,
     ActionRunner,
     ActionStatus,
     ClaimState,
@@ -88,9 +89,10 @@ async def test_unprovable_attempt_start_does_not_invoke() -> None:
 async def test_read_back_showing_a_different_transition_does_not_invoke() -> None:
     inner, faulty, runner, op = await taking_over()
 
-    async def interfering_start(receipt, **lease):
+    async def interfering_start(receipt: ActionReceipt, **lease: Any) -> bool:
         # Another writer changes the claim, then our write "fails".
         stored = await inner.get(receipt.action_id)
+        assert stored is not None
         await inner.record(stored.evolve(version=stored.version + 1, risk=stored.risk))
         raise ConnectionError("acknowledgement lost")
 

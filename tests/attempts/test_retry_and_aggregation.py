@@ -5,10 +5,12 @@ from __future__ import annotations
 import logging
 import os
 import warnings
+from typing import Any
 
 import pytest
 
 from dataoad import (
+    ActionResult,
     ActionRunner,
     ActionStatus,
     DefinitiveFailure,
@@ -33,7 +35,9 @@ FAILED, UNKNOWN, CONFIRMED = ActionStatus.FAILED, ActionStatus.UNKNOWN, ActionSt
 RETRY_FAILED = RetryPolicy(max_attempts=3, retry_on_failed=True)
 
 
-async def execute(op, *, policy=None, **kw):
+async def execute(
+    op: CountingOperation, *, policy: RetryPolicy | None = None, **kw: Any
+) -> ActionResult[Any]:
     runner = ActionRunner(InMemoryLedger())
     return await runner.execute(
         "charge", op, request=REQUEST, idempotency_key="k", policy=policy, **kw
@@ -138,7 +142,7 @@ async def test_non_retryable_definitive_failure_is_not_retried() -> None:
 
 async def test_a_failure_whose_retryable_flag_cannot_be_read_is_not_retried() -> None:
     class Unreadable(DefinitiveFailure):
-        @property  # type: ignore[override]
+        @property
         def retryable(self) -> bool:
             raise RuntimeError("flag lookup failed")
 
@@ -181,7 +185,11 @@ async def test_each_attempt_is_announced_with_the_receipt_that_counts_it() -> No
         "charge", op, request=REQUEST, idempotency_key="k", policy=RETRY_FAILED
     )
     started = recorder.of(EventKind.ATTEMPT_STARTED)
-    assert [e.receipt.attempts for e in started] == [1, 2]
+    counted: list[int] = []
+    for e in started:
+        assert e.receipt is not None
+        counted.append(e.receipt.attempts)
+    assert counted == [1, 2]
 
 
 async def test_unknown_is_never_retried_even_when_failed_retries_are_allowed() -> None:
@@ -293,7 +301,9 @@ async def test_policy_argument_overrides_runner_default_and_is_validated() -> No
     assert op.calls == 1
     assert result.status is FAILED
     with pytest.raises(InvalidArgumentError):
-        await runner.execute("a", op, request={}, idempotency_key="k2", policy="retry")  # type: ignore[call-overload]
+        await runner.execute(  # type: ignore[call-overload]
+            "a", op, request={}, idempotency_key="k2", policy="retry"
+        )
     with pytest.raises(InvalidArgumentError):
         ActionRunner(InMemoryLedger(), policy={"max_attempts": 2})  # type: ignore[arg-type]
 

@@ -75,7 +75,8 @@ def test_each_id_is_the_next_sixteen_bytes_of_a_page_read_when_the_last_is_used_
         return page(len(reads), size)
 
     monkeypatch.setattr(action_ids, "_page", action_ids._Page())
-    monkeypatch.setattr(action_ids.os, "urandom", urandom)
+    # The os module _action_ids reads from (it imports os itself, not urandom).
+    monkeypatch.setattr(os, "urandom", urandom)
     per_page = _PAGE_SIZE // 16
     drawn = [new_action_id() for _ in range(2 * per_page + 1)]
     assert reads == [_PAGE_SIZE] * 3

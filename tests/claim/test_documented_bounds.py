@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import inspect
 import math
+from collections.abc import Coroutine
 from typing import Any
 
 import pytest
@@ -72,9 +73,11 @@ async def test_a_recorded_error_is_cut_at_exactly_the_bound() -> None:
     prefix = "RuntimeError: "
     for extra, kept_whole in ((0, True), (1, False)):
         message = "m" * (MAX_ERROR_LENGTH - len(prefix) + extra)
-        result = await runner.execute(
-            "charge", lambda m=message: fails_with(m), request={}, idempotency_key=f"k{extra}"
-        )
+
+        def operation(m: str = message) -> Coroutine[Any, Any, None]:
+            return fails_with(m)
+
+        result = await runner.execute("charge", operation, request={}, idempotency_key=f"k{extra}")
         error = result.receipt.attempt_records[0].error
         assert error is not None
         assert len(error) == MAX_ERROR_LENGTH
@@ -94,9 +97,11 @@ async def test_a_recorded_error_is_cut_at_exactly_the_bound() -> None:
 def test_a_runner_bound_at_its_limit_is_accepted_and_one_step_past_refused(
     option: str, limit: float, past: float
 ) -> None:
-    ActionRunner(InMemoryLedger(), **{option: limit})
+    at_limit: dict[str, Any] = {option: limit}
+    one_past: dict[str, Any] = {option: past}
+    ActionRunner(InMemoryLedger(), **at_limit)
     with pytest.raises(InvalidArgumentError, match=option):
-        ActionRunner(InMemoryLedger(), **{option: past})
+        ActionRunner(InMemoryLedger(), **one_past)
 
 
 @pytest.mark.parametrize(
@@ -190,12 +195,13 @@ async def test_prune_bounds_at_their_limits_are_accepted_and_one_step_past_refus
     ledger = InMemoryLedger()
     assert await ledger.prune(older_than=HUNDRED_YEARS, batch_size=10_000) == 0
     assert await ledger.prune(older_than=0.0, batch_size=1) == 0
-    for bad in (
+    past: tuple[dict[str, Any], ...] = (
         {"older_than": math.nextafter(HUNDRED_YEARS, math.inf)},
         {"older_than": -math.ulp(0.0)},
         {"older_than": 1.0, "batch_size": 10_001},
         {"older_than": 1.0, "batch_size": 0},
-    ):
+    )
+    for bad in past:
         with pytest.raises(InvalidArgumentError):
             await ledger.prune(**bad)
 

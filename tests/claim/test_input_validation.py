@@ -117,7 +117,7 @@ async def test_request_must_be_an_exact_dict(request_: Any) -> None:
 
 
 async def test_bool_subclass_and_exact_scalars_accepted() -> None:
-    ok = {
+    ok: dict[str, Any] = {
         "none": None,
         "t": True,
         "i": 2**53 - 1,
@@ -253,8 +253,14 @@ def test_a_stored_text_must_be_encodable() -> None:
 @pytest.mark.parametrize(
     ("call", "message"),
     [
-        (lambda: ActionRunner(object()), "ledger object does not implement the Ledger protocol"),
-        (lambda: ActionRunner(InMemoryLedger(), policy=3), "policy must be a RetryPolicy, not int"),
+        (
+            lambda: ActionRunner(object()),  # type: ignore[arg-type]
+            "ledger object does not implement the Ledger protocol",
+        ),
+        (
+            lambda: ActionRunner(InMemoryLedger(), policy=3),  # type: ignore[arg-type]
+            "policy must be a RetryPolicy, not int",
+        ),
     ],
 )
 def test_a_bad_runner_argument_is_named(call: Any, message: str) -> None:
@@ -299,8 +305,8 @@ async def test_a_bad_execute_argument_is_named_before_anything_is_stored(
 
 async def test_a_bad_text_argument_is_named() -> None:
     with pytest.raises(InvalidArgumentError) as info:
-        await ActionRunner(InMemoryLedger()).execute(
-            3,  # type: ignore[arg-type]
+        await ActionRunner(InMemoryLedger()).execute(  # type: ignore[call-overload]
+            3,
             CountingOperation(),
             request={},
             idempotency_key="k",
@@ -320,7 +326,7 @@ def test_a_partial_ledger_is_refused_naming_every_missing_method() -> None:
     assert str(info.value).endswith("(missing get, record)")
 
 
-async def test_float_subclass_rejected():
+async def test_float_subclass_rejected() -> None:
     class Fl(float):
         pass
 
@@ -329,11 +335,11 @@ async def test_float_subclass_rejected():
         await r.execute("a", lambda: 1, request={"a": Fl(1.5)}, idempotency_key="k")
 
 
-def test_depth_boundary():
+def test_depth_boundary() -> None:
     from dataoad._canonical import MAX_DEPTH, validate_request
 
-    def nest(n):
-        d = {}
+    def nest(n: int) -> dict[str, Any]:
+        d: dict[str, Any] = {}
         for _ in range(n):
             d = {"a": d}
         return d
@@ -346,17 +352,26 @@ def test_depth_boundary():
 @pytest.mark.parametrize(
     ("make", "message"),
     [
-        (lambda: RetryPolicy(max_attempts="2"), "max_attempts must be an int, not str"),
-        (lambda: RetryPolicy(max_attempts=0), "max_attempts must be >= 1, got 0"),
-        (lambda: RetryPolicy(retry_on_failed=1), "retry_on_failed must be a bool, not int"),
         (
-            lambda: RetryPolicy().should_retry("FAILED", 1, True),
+            lambda: RetryPolicy(max_attempts="2"),  # type: ignore[arg-type]
+            "max_attempts must be an int, not str",
+        ),
+        (lambda: RetryPolicy(max_attempts=0), "max_attempts must be >= 1, got 0"),
+        (
+            lambda: RetryPolicy(retry_on_failed=1),  # type: ignore[arg-type]
+            "retry_on_failed must be a bool, not int",
+        ),
+        (
+            lambda: RetryPolicy().should_retry("FAILED", 1, True),  # type: ignore[arg-type]
             "status must be an ActionStatus, not str",
         ),
-        (lambda: RetryPolicy().should_retry(F, 1.0, True), "attempts must be an int, not float"),
+        (
+            lambda: RetryPolicy().should_retry(F, 1.0, True),  # type: ignore[arg-type]
+            "attempts must be an int, not float",
+        ),
         (lambda: RetryPolicy().should_retry(F, 0, True), "attempts must be >= 1, got 0"),
         (
-            lambda: RetryPolicy().should_retry(F, 1, 1),
+            lambda: RetryPolicy().should_retry(F, 1, 1),  # type: ignore[arg-type]
             "failure_is_retryable must be a bool, not int",
         ),
     ],

@@ -174,7 +174,9 @@ def test_reopen_a_definitive_failure_only(aged: Store) -> None:
 
     def action_id(key: str) -> str:
         done = dataoad("receipts", "list", "--json", cwd=cwd, env=env)
-        return next(r["action_id"] for r in json.loads(done.stdout) if r["idempotency_key"] == key)
+        rows: list[dict[str, Any]] = json.loads(done.stdout)
+        found: str = next(r["action_id"] for r in rows if r["idempotency_key"] == key)
+        return found
 
     failed = action_id("old-failed")
     asked = dataoad("reopen", failed, cwd=cwd, env=env)
@@ -266,7 +268,10 @@ async def test_a_reader_counts_what_a_prune_would_delete_and_deletes_nothing(
         with pytest.raises(InvalidArgumentError, match="deletes nothing"):
             await reader.prune(completed_before=cut, dry_run=False)
         with pytest.raises(InvalidArgumentError):
-            await reader.prune(completed_before=cut, statuses=["pending"])
+            await reader.prune(
+                completed_before=cut,
+                statuses=["pending"],  # type: ignore[list-item]
+            )
         assert len(await reader.receipts()) == 5
     finally:
         await reader.close()

@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import getpass
 import socket
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -205,7 +205,7 @@ async def test_writes_from_a_copy_read_before_a_record_keep_it(
         final_status=ActionStatus.UNKNOWN,
         version=started.version + 1,
     )
-    writes = [
+    writes: list[tuple[str, Callable[[], Awaitable[bool]]]] = [
         ("take_over", lambda: ledger.take_over(taken, lease=30.0)),
         ("start_attempt", lambda: ledger.start_attempt(started, lease=30.0)),
         ("record", lambda: ledger.record(done)),
@@ -226,9 +226,10 @@ async def test_a_receipt_carries_its_newest_records_and_the_audit_all(
 
     async def note(n: int) -> OperatorRecord:
         clock.advance(1)
-        return await ledger.append_audit(
+        record: OperatorRecord = await ledger.append_audit(
             OperatorRecord("ana", "h", "verify", action_id, "", f"look {n}", "UNKNOWN")
         )
+        return record
 
     written = [await note(n) for n in range(MAX_RECEIPT_OPERATOR_RECORDS)]
     at_the_bound = await ledger.get(action_id)

@@ -68,8 +68,12 @@ async def main(folder: Path) -> None:
         with contextlib.suppress(RecoveryRefusedError):
             await tenant.reopen(done.receipt.action_id, operator="bo", reason="wrong tenant")
         await asyncio.sleep(1.2)  # the stranded claim's lease runs out
+        # A verifier that returns no VerificationResult is no evidence: recovered as UNKNOWN.
         await runner.recover_pending(
-            stranded.action_id, lambda ref: None, operator="ana", reason="worker-b died"
+            stranded.action_id,
+            lambda ref: None,  # type: ignore[arg-type, return-value]
+            operator="ana",
+            reason="worker-b died",
         )
         future = datetime.now(UTC) + timedelta(days=1)
         pruned = await ledger.prune(completed_before=future, namespace="tenant")

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable, Coroutine
 from typing import Any
 
 from dataoad import ActionRunner, RetryPolicy, SQLiteLedger
@@ -22,7 +22,7 @@ class Checkout:
         self.guarded = config["mode"] == "guarded"
         self.verifier = config["verifier"]
 
-    def charge_function(self) -> Callable[[str, int], Awaitable[str]]:
+    def charge_function(self) -> Callable[[str, int], Coroutine[Any, Any, str]]:
         """The step: charge the order (dying right after the commit, if told to)."""
         payments = self.payments
 

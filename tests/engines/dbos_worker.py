@@ -13,12 +13,13 @@ from __future__ import annotations
 import asyncio
 import json
 import sys
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
 from dbos import DBOS, SetWorkflowID
 
-from dataoad import SQLiteLedger, UnresolvedActionError
+from dataoad import ActionResult, SQLiteLedger, UnresolvedActionError
 from dataoad.integrations.dbos import guarded_step
 from tests.engines.checkout import Checkout
 
@@ -27,6 +28,7 @@ def build(config: dict[str, Any]) -> tuple[Any, SQLiteLedger]:
     shop = Checkout(config)
     DBOS(config={"name": "dataoad-crash", "system_database_url": config["system_database"]})
     charge = shop.charge_function()
+    charge_step: Callable[[str, int], Awaitable[ActionResult[str] | str]]
     if shop.guarded:
         charge_step = guarded_step(shop.runner, "charge", name="charge", **shop.guard_options())(
             charge
@@ -39,10 +41,16 @@ def build(config: dict[str, Any]) -> tuple[Any, SQLiteLedger]:
         try:
             result = await charge_step(order_id, cents)
         except UnresolvedActionError as exc:
-            status = None if exc.receipt is None else exc.receipt.final_status.value
+            receipt = exc.receipt
+            status = None
+            if receipt is not None:
+                assert receipt.final_status is not None
+                status = receipt.final_status.value
             return {"outcome": "unresolved", "receipt": status}
         if config["mode"] == "plain":
             return {"outcome": "value", "charge": result}
+        assert isinstance(result, ActionResult)
+        assert result.receipt.final_status is not None
         return {
             "outcome": result.status.value,
             "replayed": result.replayed,

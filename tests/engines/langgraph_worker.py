@@ -20,6 +20,7 @@ import sys
 from pathlib import Path
 from typing import Any, TypedDict
 
+from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.sqlite import SqliteSaver
 from langgraph.checkpoint.sqlite.aio import AsyncSqliteSaver
 from langgraph.graph import END, START, StateGraph
@@ -74,7 +75,7 @@ def main(config_path: str, phase: str) -> None:
     graph.add_edge("prepare", "charge")
     graph.add_edge("charge", "confirm")
     graph.add_edge("confirm", END)
-    thread = {"configurable": {"thread_id": config["workflow_id"]}}
+    thread: RunnableConfig = {"configurable": {"thread_id": config["workflow_id"]}}
     # "async" is LangGraph's default; "exit" writes no checkpoint until the run ends.
     durability = config.get("durability", "async")
     order = {"order_id": config["order"], "cents": 1250}
@@ -112,10 +113,11 @@ def main(config_path: str, phase: str) -> None:
         outcome["confirmed"] = final.get("confirmed", False)
     except UnresolvedActionError as exc:
         receipt = exc.receipt
-        outcome = {
-            "outcome": "unresolved",
-            "receipt": None if receipt is None else receipt.final_status.value,
-        }
+        status = None
+        if receipt is not None:
+            assert receipt.final_status is not None
+            status = receipt.final_status.value
+        outcome = {"outcome": "unresolved", "receipt": status}
     print(json.dumps(outcome), flush=True)
 
 

@@ -17,8 +17,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from dbos import DBOS, SetWorkflowID
-from pydantic_ai import Agent
+from dbos import DBOS, SetWorkflowID, WorkflowHandleAsync
+from pydantic_ai import Agent, AgentRunResult
 from pydantic_ai.durable_exec.dbos import DBOSAgent
 from pydantic_ai.messages import ModelMessage, ModelResponse, TextPart, ToolCallPart, ToolReturnPart
 from pydantic_ai.models.function import AgentInfo, FunctionModel
@@ -75,15 +75,17 @@ async def main(config_path: str, phase: str) -> None:
                 result = await durable.run("charge order o-1")
             output = result.output
         else:
+            handle: WorkflowHandleAsync[AgentRunResult[str]]
             handle = await DBOS.retrieve_workflow_async(config["workflow_id"])
             output = (await handle.get_result()).output
         outcome: dict[str, Any] = {"outcome": "answered", "answer": output}
     except UnresolvedActionError as exc:
         receipt = exc.receipt
-        outcome = {
-            "outcome": "unresolved",
-            "receipt": None if receipt is None else receipt.final_status.value,
-        }
+        status = None
+        if receipt is not None:
+            assert receipt.final_status is not None
+            status = receipt.final_status.value
+        outcome = {"outcome": "unresolved", "receipt": status}
     finally:
         await shop.ledger.close()
         DBOS.destroy()

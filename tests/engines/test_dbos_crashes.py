@@ -25,6 +25,7 @@ def check_guarded(run: CrashRun, ledger: Path, *, verifier: bool) -> None:
     receipt = receipts[0]
     assert receipt.idempotency_key == "dbos:checkout-1:1"
     assert not receipt.is_pending
+    assert receipt.final_status is not None
     # The receipt says how the step ended, and the provider agrees with it.
     assert run.outcome["receipt"] == receipt.final_status.value
     if receipt.final_status.value == "CONFIRMED":

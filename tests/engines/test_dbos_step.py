@@ -107,8 +107,12 @@ async def test_unknown_reaches_the_workflow_as_unresolved_and_dbos_does_not_retr
             await charge()
         except UnresolvedActionError as exc:
             receipt = exc.receipt
+            status = None
+            if receipt is not None:
+                assert receipt.final_status is not None
+                status = receipt.final_status.value
             return [
-                None if receipt is None else receipt.final_status.value,
+                status,
                 exc.action_id,
                 str(exc),
             ]

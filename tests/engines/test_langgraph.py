@@ -77,14 +77,14 @@ def run_graph(app: Any, given: Any, config: Any, how: str) -> dict[str, Any]:
     if how == "invoke":
         return app.invoke(given, config)  # type: ignore[no-any-return]
     if how == "ainvoke":
-        return asyncio.run(app.ainvoke(given, config))  # type: ignore[no-any-return]
+        return asyncio.run(app.ainvoke(given, config))
     if how == "stream":
         return list(app.stream(given, config, stream_mode="values"))[-1]  # type: ignore[no-any-return]
 
     async def astream() -> Any:
         return [chunk async for chunk in app.astream(given, config, stream_mode="values")][-1]
 
-    return asyncio.run(astream())  # type: ignore[no-any-return]
+    return asyncio.run(astream())
 
 
 def flaky_after(node: Any, *, asynchronous: bool) -> Any:
@@ -267,6 +267,7 @@ def check_guarded(run: Any, ledger: Path, *, verifier: bool) -> None:
     (receipt,) = stored_receipts(ledger)
     assert receipt.idempotency_key == "langgraph:checkout-1:2:__pregel_pull/charge"
     assert not receipt.is_pending
+    assert receipt.final_status is not None
     status = receipt.final_status.value
     if verifier or run.point in ("before_claim", "after_outcome"):
         assert run.outcome["outcome"] == status == "CONFIRMED"
@@ -407,6 +408,7 @@ def test_a_node_key_drawn_from_the_attempt_number_is_refused_before_anything(how
 
     def from_the_attempt(state: Order) -> str:
         info = get_runtime().execution_info
+        assert info is not None
         return f"order-{state['order_id']}-try-{info.node_attempt}"
 
     node = keyed_node(ledger, calls, from_the_attempt)
@@ -444,9 +446,14 @@ def keyed_node(ledger: InMemoryLedger, calls: list[str], key: Callable[[Order], 
 def test_a_node_on_a_sync_action_runner_runs_both_ways_and_replays(how: str) -> None:
     runner = SyncActionRunner(InMemoryLedger())
     calls: list[str] = []
+
+    def charge(state: Order) -> str:
+        calls.append(state["order_id"])
+        return "ch"
+
     try:
         node = guarded_node(
-            lambda state: calls.append(state["order_id"]) or "ch",
+            charge,
             runner=runner,
             action_name="charge",
             request=lambda state: {"order": state["order_id"]},

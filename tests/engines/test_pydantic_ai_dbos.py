@@ -32,6 +32,7 @@ def test_guarded_tool_of_a_durable_agent_killed_and_recovered(
     (receipt,) = stored_receipts(tmp_path / "ledger.sqlite3")
     assert receipt.idempotency_key.startswith("dbos:checkout-1:")
     assert not receipt.is_pending
+    assert receipt.final_status is not None
     status = receipt.final_status.value
     if verifier or point in ("before_claim", "after_outcome"):
         assert status == "CONFIRMED"

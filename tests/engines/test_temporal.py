@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import pytest
 from temporalio import activity
@@ -151,6 +151,7 @@ async def test_a_retry_after_an_unknown_settles_it_read_only_with_the_verifier()
     assert await environment(2).run(charge) is None  # verified, not charged again
     assert payments.charges == 1
     (receipt,) = ledger.snapshot()
+    assert receipt.final_status is not None
     assert receipt.final_status.value == "CONFIRMED"
 
 
@@ -167,10 +168,12 @@ async def test_an_attempt_overlapping_a_timed_out_one_waits_and_replays() -> Non
         await gate.wait()
         return "ch_1"
 
-    first = asyncio.create_task(environment(1).run(charge))
+    # Running an async activity returns a coroutine (typed as the activity's Awaitable).
+    Run = Coroutine[Any, Any, str | None]
+    first = asyncio.create_task(cast(Run, environment(1).run(charge)))
     await started.wait()
     # Past its start-to-close timeout, Temporal starts attempt 2 while 1 still runs.
-    second = asyncio.create_task(environment(2).run(charge))
+    second = asyncio.create_task(cast(Run, environment(2).run(charge)))
     await asyncio.sleep(0.05)
     assert not second.done()
     gate.set()
@@ -241,6 +244,7 @@ def test_worker_killed_then_temporal_retries_the_activity(
     (receipt,) = stored_receipts(tmp_path / "ledger.sqlite3")
     assert receipt.idempotency_key == "temporal:default:checkout-1:1"
     assert not receipt.is_pending
+    assert receipt.final_status is not None
     status = receipt.final_status.value
     if verifier or point in ("before_claim", "after_outcome"):
         assert run.outcome["outcome"] == "returned"

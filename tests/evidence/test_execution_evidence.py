@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import asyncio
 import json
+from typing import Any
 
 import pytest
 
 from dataoad import (
+    ActionResult,
     ActionRunner,
     ActionStatus,
     DefinitiveFailure,
@@ -37,10 +39,11 @@ def front_end(request: pytest.FixtureRequest) -> None:
     FRONT["name"] = request.param
 
 
-async def execute(runner, op, **kw):
+async def execute(runner: ActionRunner, op: Any, **kw: Any) -> ActionResult[Any]:
     kw.setdefault("request", REQUEST)
     kw.setdefault("idempotency_key", "k1")
-    return await call_via(FRONT["name"], runner, "charge", op, **kw)
+    result: ActionResult[Any] = await call_via(FRONT["name"], runner, "charge", op, **kw)
+    return result
 
 
 @pytest.mark.parametrize(

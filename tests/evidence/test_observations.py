@@ -232,7 +232,7 @@ async def test_observation_details_are_measured_as_compact_json() -> None:
     assert result.receipt.updated_at >= result.receipt.attempt_records[-1].finished_at
 
 
-async def test_verifier_reason_is_bounded():
+async def test_verifier_reason_is_bounded() -> None:
     r = ActionRunner(InMemoryLedger())
     res = await r.execute(
         "a",
@@ -245,7 +245,7 @@ async def test_verifier_reason_is_bounded():
     assert len(res.receipt.metadata["verification"]["reason"]) <= 1000
 
 
-async def test_large_verifier_details_not_stored():
+async def test_large_verifier_details_not_stored() -> None:
     r = ActionRunner(InMemoryLedger())
     res = await r.execute(
         "a",
@@ -260,7 +260,7 @@ async def test_large_verifier_details_not_stored():
     assert res.receipt.metadata["verification"]["details"] == {"truncated": True}
 
 
-async def test_untrusted_confirmation_request_id_not_retained():
+async def test_untrusted_confirmation_request_id_not_retained() -> None:
     r = ActionRunner(InMemoryLedger())
     bad = VerificationResult(
         outcome=C,
@@ -357,7 +357,7 @@ async def test_stored_observation_details_cannot_be_changed_afterwards() -> None
     kept = result.receipt.observations[-1].details
     assert kept["region"] == "eu"
     with pytest.raises(TypeError):
-        kept["region"] = "us"  # type: ignore[index]
+        kept["region"] = "us"
 
 
 class EqualsAnything(str):
@@ -398,6 +398,7 @@ async def test_a_verifier_with_no_answer_leaves_a_completed_receipt_as_it_was(
     ledger = new_ledger()
     first = await unknown(ledger)
     before = await ledger.get(first.receipt.action_id)
+    assert before is not None
     runner = ActionRunner(ledger, verifier_timeout=0.05)
 
     async def too_slow(receipt: Any) -> Any:

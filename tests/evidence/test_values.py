@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Awaitable, Callable
 
 import pytest
 
 from dataoad import (
+    ActionReceipt,
     ActionRunner,
     ActionStatus,
     InMemoryLedger,
@@ -55,7 +57,7 @@ def test_the_missing_value_marker_reads_as_missing_and_stays_one_object() -> Non
     assert copy.deepcopy(MISSING) is MISSING
 
 
-async def test_execute_recovered_value_needs_non_null_request_id():
+async def test_execute_recovered_value_needs_non_null_request_id() -> None:
     r = ActionRunner(InMemoryLedger())
     res = await r.execute(
         "a",
@@ -71,7 +73,7 @@ async def test_execute_recovered_value_needs_non_null_request_id():
         _ = res.value
 
 
-async def test_three_concurrent_confirmations_withhold_value():
+async def test_three_concurrent_confirmations_withhold_value() -> None:
     r = ActionRunner(InMemoryLedger())
     u = await r.execute(
         "a",
@@ -83,8 +85,8 @@ async def test_three_concurrent_confirmations_withhold_value():
     gate = asyncio.Event()
     n = 0
 
-    def vf(ans):
-        async def v(_):
+    def vf(ans: VerificationResult) -> Callable[[ActionReceipt], Awaitable[VerificationResult]]:
+        async def v(_: ActionReceipt) -> VerificationResult:
             nonlocal n
             n += 1
             if n == 3:
@@ -132,8 +134,8 @@ def test_no_value_is_exposed_from_conflicting_or_missing_evidence() -> None:
     (the value belongs to some other charge), and without an observation there is
     nothing to recover."""
     from dataoad._evidence import Settlement
-    from dataoad._result import MISSING
     from dataoad._settled import exposed_value as _exposed_value
+    from dataoad._verification import MISSING
 
     def settled(*ids: str) -> Settlement:
         return Settlement(

@@ -85,6 +85,7 @@ def _in_thread(
 def test_close_waits_for_a_call_inside_its_operation(make_ledger: Any) -> None:
     ledger = make_ledger()
     runner = SyncActionRunner(ledger)
+    out: dict[str, Any]
     op, out = Blocked(), {}
     caller = _in_thread(runner, op, "k", out)
     assert op.started.wait(10)
@@ -108,6 +109,7 @@ def test_close_waits_for_a_call_inside_its_operation(make_ledger: Any) -> None:
 def test_a_close_that_times_out_leaves_the_call_to_record_its_outcome(make_ledger: Any) -> None:
     ledger = make_ledger()
     runner = SyncActionRunner(ledger)
+    out: dict[str, Any]
     op, out = Blocked(), {}
     caller = _in_thread(runner, op, "k", out)
     assert op.started.wait(10)

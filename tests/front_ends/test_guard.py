@@ -86,7 +86,7 @@ def test_decorator_refuses_a_sync_function_with_an_async_runner_when_decorating(
     )
     with pytest.raises(InvalidArgumentError, match=r"sync function.*SyncActionRunner"):
 
-        @decorate
+        @decorate  # type: ignore[arg-type]
         def send(to: str) -> int:
             return 1
 
@@ -109,7 +109,9 @@ def test_decorator_rejects_non_callable_derivations() -> None:
     from dataoad import InvalidArgumentError
 
     with pytest.raises(InvalidArgumentError):
-        guarded("a", runner=ActionRunner(InMemoryLedger()), idempotency_key="k", request=dict)  # type: ignore[arg-type]
+        guarded(  # type: ignore[call-overload]
+            "a", runner=ActionRunner(InMemoryLedger()), idempotency_key="k", request=dict
+        )
 
 
 def test_sync_facade_from_many_threads_on_sqlite(tmp_path: object) -> None:

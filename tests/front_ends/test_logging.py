@@ -40,7 +40,7 @@ async def test_one_record_per_transition_without_request_or_values(
     )
     await runner.execute("charge", op, request=request, idempotency_key="k", provider_reference=REF)
     await runner.reconcile(first.receipt.action_id, fixed_verifier(confirmed(value="SECRET-VALUE")))
-    events = [r.dataoad["event"] for r in caplog.records if hasattr(r, "dataoad")]  # type: ignore[attr-defined]
+    events = [r.dataoad["event"] for r in caplog.records if hasattr(r, "dataoad")]
     assert events == ["claimed", "attempt_started", "completed", "replayed", "reconciled"]
     completed = next(r for r in caplog.records if r.dataoad["event"] == "completed")  # type: ignore[attr-defined]
     assert completed.dataoad["final_status"] == "UNKNOWN"  # type: ignore[attr-defined]
@@ -72,7 +72,7 @@ async def test_each_event_is_logged_by_its_own_level(caplog: pytest.LogCaptureFi
     await execute(runner)
     with pytest.raises(IdempotencyConflictError):
         await runner.execute("charge", CountingOperation(), request=REQUEST, idempotency_key="k")
-    logged = [(r.dataoad["event"], r.levelno) for r in caplog.records if hasattr(r, "dataoad")]  # type: ignore[attr-defined]
+    logged = [(r.dataoad["event"], r.levelno) for r in caplog.records if hasattr(r, "dataoad")]
     assert logged == [("conflict", logging.WARNING)]
 
 

@@ -5,7 +5,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import re
+from collections.abc import Mapping
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 
@@ -13,11 +15,15 @@ from suite_support.agents import framework
 
 framework("opentelemetry.sdk", "otel")
 
-from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import (
     InMemorySpanExporter,
 )
+from opentelemetry.util.types import AnyValue
+
+if TYPE_CHECKING:
+    from opentelemetry.sdk.metrics.export import NumberDataPoint
 
 from dataoad import ActionInProgressError, InMemoryLedger
 from dataoad.integrations.otel import TracedActionRunner
@@ -25,16 +31,24 @@ from suite_support import confirmed, unstarted
 
 SECRET_REQUEST = {"card_number": "4242424242424242", "amount_cents": 2500}
 
+Spans = tuple[InMemorySpanExporter, TracerProvider]
+
+
+def attributes(item: ReadableSpan | NumberDataPoint) -> Mapping[str, AnyValue]:
+    """A finished span's or a data point's attributes (the SDK always sets them)."""
+    assert item.attributes is not None
+    return item.attributes
+
 
 @pytest.fixture
-def spans() -> tuple[InMemorySpanExporter, TracerProvider]:
+def spans() -> Spans:
     exporter = InMemorySpanExporter()
     provider = TracerProvider()
     provider.add_span_processor(SimpleSpanProcessor(exporter))
     return exporter, provider
 
 
-async def test_one_span_per_action_with_outcome_attributes(spans: tuple) -> None:
+async def test_one_span_per_action_with_outcome_attributes(spans: Spans) -> None:
     exporter, provider = spans
     runner = TracedActionRunner(InMemoryLedger(), tracer=provider.get_tracer("test"))
 
@@ -58,19 +72,19 @@ async def test_one_span_per_action_with_outcome_attributes(spans: tuple) -> None
     await runner.reconcile(first.receipt.action_id, lambda receipt: confirmed(ref="order-1"))
     execute, replay, reconcile = exporter.get_finished_spans()
     assert execute.name == "dataoad.execute charge"
-    assert execute.attributes["dataoad.final_status"] == "UNKNOWN"
-    assert execute.attributes["dataoad.attempts"] == 1
-    assert execute.attributes["dataoad.replayed"] is False
-    assert replay.attributes["dataoad.replayed"] is True
+    assert attributes(execute)["dataoad.final_status"] == "UNKNOWN"
+    assert attributes(execute)["dataoad.attempts"] == 1
+    assert attributes(execute)["dataoad.replayed"] is False
+    assert attributes(replay)["dataoad.replayed"] is True
     assert reconcile.name == "dataoad.reconcile"
-    assert reconcile.attributes["dataoad.final_status"] == "CONFIRMED"
+    assert attributes(reconcile)["dataoad.final_status"] == "CONFIRMED"
     for span in (execute, replay, reconcile):
-        text = repr(dict(span.attributes)) + repr(span.events)
+        text = repr(dict(attributes(span))) + repr(span.events)
         assert "4242" not in text
         assert "card_number" not in text
 
 
-async def test_a_refusal_marks_the_span_with_its_outcome(spans: tuple) -> None:
+async def test_a_refusal_marks_the_span_with_its_outcome(spans: Spans) -> None:
     exporter, provider = spans
     runner = TracedActionRunner(InMemoryLedger(), tracer=provider.get_tracer("test"))
 
@@ -88,12 +102,12 @@ async def test_a_refusal_marks_the_span_with_its_outcome(spans: tuple) -> None:
         await runner.execute("charge", held, request=SECRET_REQUEST, idempotency_key="k")
     release.set()
     await holder
-    refused = next(s for s in exporter.get_finished_spans() if "dataoad.outcome" in s.attributes)
-    assert refused.attributes["dataoad.outcome"] == "ActionInProgressError"
+    refused = next(s for s in exporter.get_finished_spans() if "dataoad.outcome" in attributes(s))
+    assert attributes(refused)["dataoad.outcome"] == "ActionInProgressError"
     assert refused.status.status_code.name == "ERROR"
 
 
-async def test_release_unstarted_runs_in_a_span_too(spans: tuple) -> None:
+async def test_release_unstarted_runs_in_a_span_too(spans: Spans) -> None:
     from dataoad import ActionNotFoundError
 
     exporter, provider = spans
@@ -107,12 +121,12 @@ async def test_release_unstarted_runs_in_a_span_too(spans: tuple) -> None:
     released, refused = [
         s for s in exporter.get_finished_spans() if s.name == "dataoad.release_unstarted"
     ]
-    assert released.attributes["dataoad.outcome"] == "released"
-    assert refused.attributes["dataoad.outcome"] == "ActionNotFoundError"
+    assert attributes(released)["dataoad.outcome"] == "released"
+    assert attributes(refused)["dataoad.outcome"] == "ActionNotFoundError"
     assert refused.status.status_code.name == "ERROR"
 
 
-def test_the_operations_own_spans_nest_in_the_action_span(spans: tuple) -> None:
+def test_the_operations_own_spans_nest_in_the_action_span(spans: Spans) -> None:
     exporter, provider = spans
     tracer = provider.get_tracer("test")
     runner = TracedActionRunner(InMemoryLedger(), tracer=tracer)
@@ -130,7 +144,12 @@ def test_the_operations_own_spans_nest_in_the_action_span(spans: tuple) -> None:
 
 async def test_metrics_count_outcomes_time_calls_and_gauge_the_backlog() -> None:
     from opentelemetry.sdk.metrics import MeterProvider
-    from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+    from opentelemetry.sdk.metrics.export import (
+        Histogram,
+        InMemoryMetricReader,
+        NumberDataPoint,
+        Sum,
+    )
 
     from dataoad import ActionRunner
     from dataoad.integrations.otel_metrics import LedgerGauges, MetricsObserver
@@ -166,12 +185,15 @@ async def test_metrics_count_outcomes_time_calls_and_gauge_the_backlog() -> None
     assert await gauges.refresh() == {"unknown": 1, "pending": 1, "stale": 1}
     assert gauges.values["stale"] == len(await ledger.receipts(stale=True))
     data = reader.get_metrics_data()
+    assert data is not None
     metrics = {
         m.name: m for rm in data.resource_metrics for sm in rm.scope_metrics for m in sm.metrics
     }
+    actions = metrics["dataoad.actions"].data
+    assert isinstance(actions, Sum)  # a counter
     counted = {
-        (p.attributes["dataoad.status"], p.attributes["dataoad.replayed"]): p.value
-        for p in metrics["dataoad.actions"].data.data_points
+        (attributes(p)["dataoad.status"], attributes(p)["dataoad.replayed"]): p.value
+        for p in actions.data_points
     }
     assert counted == {
         ("CONFIRMED", False): 1,
@@ -179,10 +201,12 @@ async def test_metrics_count_outcomes_time_calls_and_gauge_the_backlog() -> None
         ("UNKNOWN", False): 1,
         ("ActionInProgressError", False): 1,
     }
-    durations = metrics["dataoad.execute.duration"].data.data_points
-    assert sum(p.count for p in durations) == 4
+    durations = metrics["dataoad.execute.duration"].data
+    assert isinstance(durations, Histogram)
+    assert sum(p.count for p in durations.data_points) == 4
     for name, value in (("unknown", 1), ("pending", 1), ("stale", 1)):
         [point] = metrics[f"dataoad.receipts.{name}"].data.data_points
+        assert isinstance(point, NumberDataPoint)  # a gauge's
         assert point.value == value
     # The docs site's table names exactly the instruments that exist.
     page = (Path(__file__).parents[2] / "docs" / "how-to" / "monitoring.md").read_text()

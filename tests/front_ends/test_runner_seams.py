@@ -156,7 +156,9 @@ async def test_observers_never_see_an_invalid_name_or_id_as_one() -> None:
     seen = Recorder()
     runner = ActionRunner(InMemoryLedger(), observers=[seen])
     with pytest.raises(InvalidArgumentError):
-        await runner.execute(42, CountingOperation(), request=REQUEST, idempotency_key="k")  # type: ignore[arg-type]
+        await runner.execute(  # type: ignore[call-overload]
+            42, CountingOperation(), request=REQUEST, idempotency_key="k"
+        )
     with pytest.raises(InvalidArgumentError):
         await runner.reconcile(7, lambda r: confirmed())  # type: ignore[arg-type]
     assert [e.kind for e in seen.events] == [EventKind.CALL_STARTED, EventKind.CALL_FINISHED] * 2

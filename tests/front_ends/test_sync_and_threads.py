@@ -589,7 +589,12 @@ def test_idle_workers_exit_and_the_pool_still_serves_afterwards(
     pool = _blocking._WorkerPool()
     ran: list[threading.Thread] = []
     done = threading.Event()
-    pool.submit(lambda: (ran.append(threading.current_thread()), done.set()))
+
+    def job() -> None:
+        ran.append(threading.current_thread())
+        done.set()
+
+    pool.submit(job)
     assert done.wait(5)
     ran[0].join(5)  # idle for longer than IDLE_SECONDS: it exits
     assert not ran[0].is_alive()
@@ -753,6 +758,7 @@ async def test_a_retry_that_cannot_start_carries_the_earlier_attempts_observatio
         )
     error = raised.value
     assert error.observed_status is ActionStatus.FAILED
+    assert error.observed_metadata is not None
     metadata = dict(error.observed_metadata)
     assert metadata["note"] == "x"
     [observation] = metadata["verification_observations"]
@@ -807,7 +813,7 @@ def test_every_idle_worker_is_counted_so_a_burst_reuses_them_all(
         started.append(thread)
         return thread
 
-    monkeypatch.setattr(_blocking.threading, "Thread", counting)
+    monkeypatch.setattr("dataoad._blocking.threading.Thread", counting)
     pool = _blocking._WorkerPool()
     # Three bursts: a miscount that leaves too few idle workers counted shows
     # only when the burst after it starts threads again.
@@ -981,9 +987,9 @@ async def test_an_async_verifier_runs_on_the_loop_and_a_sync_one_on_a_worker(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     from dataoad import _observing
+    from dataoad._blocking import call_blocking as real_call_blocking
 
     hops: list[object] = []
-    real_call_blocking = _observing.call_blocking
 
     async def counting(fn: Any) -> Any:
         hops.append(fn)

@@ -5,6 +5,8 @@ from __future__ import annotations
 import asyncio
 import subprocess
 import sys
+from collections.abc import Callable
+from typing import Any
 
 import pytest
 
@@ -178,7 +180,10 @@ def test_positional_only_tools_are_refused() -> None:
 def test_a_guarded_tool_refuses_what_it_cannot_await_when_built() -> None:
     from dataoad import GuardedTool, InvalidArgumentError, SyncActionRunner
 
-    keyed = (lambda **k: "k", lambda **k: {})
+    keyed: tuple[Callable[..., str], Callable[..., dict[str, Any]]] = (
+        lambda **k: "k",
+        lambda **k: {},
+    )
     with (
         SyncActionRunner(InMemoryLedger()) as sync_runner,
         pytest.raises(InvalidArgumentError, match="not SyncActionRunner"),

@@ -125,7 +125,7 @@ async def test_a_sweep_that_cannot_settle_one_claim_goes_on_to_the_next() -> Non
 
 async def test_a_sweep_needs_a_ledger_that_lists_receipts() -> None:
     with pytest.raises(InvalidArgumentError, match="cannot list receipts"):
-        await ActionRunner(Unlisted(), owner="S").recover_stale()  # type: ignore[arg-type]
+        await ActionRunner(Unlisted(), owner="S").recover_stale()
 
 
 async def test_a_zombie_merge_that_meets_a_concurrent_write_merges_again() -> None:

@@ -14,6 +14,7 @@ import shutil
 import sqlite3
 from datetime import datetime
 from pathlib import Path
+from typing import cast
 
 import pytest
 
@@ -45,7 +46,8 @@ def test_the_fixture_is_what_v01_wrote() -> None:
         columns = [row[1] for row in c.execute("PRAGMA table_info(receipts)")]
     assert len(columns) == 18
     assert "owner" not in columns
-    assert sorted(r[2] for r in v01_rows()) == sorted(KEYS)
+    # Column 2 is the idempotency key, a TEXT column.
+    assert sorted(cast(str, r[2]) for r in v01_rows()) == sorted(KEYS)
 
 
 async def test_a_v01_sqlite_file_is_read_unchanged_then_migrated(tmp_path: Path) -> None:

@@ -646,7 +646,7 @@ async def test_a_provider_that_honours_fencing_refuses_the_zombies_late_request(
             customer_id="c", amount_cents=100, client_reference="order-1", fencing_token=token
         )
 
-    call = {
+    call: dict[str, Any] = {
         "request": REQUEST,
         "idempotency_key": "order-1",
         "provider_reference": "order-1",
@@ -757,9 +757,13 @@ async def test_a_renewal_extends_the_lease_by_a_whole_lease_from_the_ledgers_now
     seen: list[Any] = []
 
     async def charge() -> str:
-        seen.append((await ledger.find("charge", "k")).lease_expires_at)
+        before = await ledger.find("charge", "k")
+        assert before is not None
+        seen.append(before.lease_expires_at)
         await renewed.wait()
-        seen.append((await ledger.find("charge", "k")).lease_expires_at)
+        after = await ledger.find("charge", "k")
+        assert after is not None
+        seen.append(after.lease_expires_at)
         return "ch_1"
 
     runner = ActionRunner(ledger, owner="A", lease=LEASE, clock=OneRenewal())

@@ -125,6 +125,7 @@ async def test_the_owner_records_its_outcome_over_a_zombies_merged_evidence(
     with pytest.raises(ClaimFencedError) as fenced:
         await zombie
     assert fenced.value.operation_invoked is True
+    assert fenced.value.receipt is not None
     merged = await ledger.get(fenced.value.receipt.action_id)
     assert merged.is_pending
     assert merged.owner == "B"
@@ -258,6 +259,7 @@ async def test_the_holders_retry_starts_over_a_zombies_evidence_only_while_it_al
         await a
         assert charges == ["A"]  # never a second charge over A's success
         assert refused.value.operation_invoked is False
+        assert refused.value.receipt is not None
         stored = await ledger.get(refused.value.receipt.action_id)
         assert stored.is_pending
         assert stored.owner == "B"

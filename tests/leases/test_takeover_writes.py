@@ -182,8 +182,10 @@ async def test_a_runner_without_leases_retries_on_a_ledger_from_before_leases() 
     ledger = LedgerBeforeLeases()
     op = CountingOperation(DefinitiveFailure("busy", retryable=True), "ch_2")
 
-    result = await ActionRunner(  # type: ignore[arg-type]
-        ledger, lease=None, policy=RetryPolicy(max_attempts=2, retry_on_failed=True)
+    result = await ActionRunner(
+        ledger,  # type: ignore[arg-type]
+        lease=None,
+        policy=RetryPolicy(max_attempts=2, retry_on_failed=True),
     ).execute("charge", op, request=REQUEST, idempotency_key="k")
     assert result.status is ActionStatus.CONFIRMED
     assert result.receipt.attempts == 2
@@ -198,7 +200,7 @@ def test_sqlite_lease_times_are_stored_in_utc_whatever_the_hosts_zone(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """Stored lease times compare as text, so every host must write them in one zone."""
-    from dataoad.ledgers.sqlite import clock_text
+    from dataoad.ledgers._sqlite_file import clock_text
 
     moment = datetime(2026, 6, 1, 12, 0, tzinfo=UTC)
     monkeypatch.setenv("TZ", "Asia/Kolkata")

@@ -340,6 +340,7 @@ async def test_a_refused_take_over_is_tried_again_only_over_merged_evidence(mean
     assert await ActionRunner(faulty, owner="S").recover_stale() == []
     assert faulty.calls.count("take_over") == 1
     stored = await ledger.get(claim.action_id)
+    assert stored is not None
     assert stored.is_pending
     assert stored.owner == ("A" if meanwhile == "its write failed" else "T")
     if meanwhile == "its write failed":
@@ -391,6 +392,7 @@ async def test_a_sweep_whose_verifier_raises_says_so_and_leaves_the_claim_unknow
     results = await ActionRunner(ledger, owner="S", observers=[seen_events]).recover_stale(broken)
     assert [r.status for r in results] == [UNKNOWN]
     (event,) = seen_events.of(EventKind.VERIFICATION_FAILED)
+    assert event.receipt is not None
     assert event.receipt.idempotency_key == "a"
     assert event.level == logging.WARNING
     assert event.fields["source"] == "recover"
@@ -413,7 +415,7 @@ async def test_a_listing_that_fails_stops_the_sweep_before_anything_is_settled()
 
 async def test_a_ledger_that_cannot_list_is_named_in_the_refusal() -> None:
     with pytest.raises(InvalidArgumentError) as info:
-        await ActionRunner(Unlisted(), owner="S").recover_stale()  # type: ignore[arg-type]
+        await ActionRunner(Unlisted(), owner="S").recover_stale()
     assert str(info.value) == (
         "ledger Unlisted cannot list receipts, so it cannot be swept for stale claims"
     )

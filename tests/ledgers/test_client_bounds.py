@@ -18,7 +18,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
 
 import pytest
 import rfc8785
@@ -37,7 +37,12 @@ from dataoad import (
     VerificationResult,
 )
 
-KEY = {"idempotency_key": "k"}
+
+class _Key(TypedDict):
+    idempotency_key: str
+
+
+KEY: _Key = {"idempotency_key": "k"}
 
 
 def _request_of_size(size: int) -> dict[str, Any]:
@@ -213,7 +218,7 @@ async def test_a_file_holding_no_ledger_is_refused_and_left_as_it_was(
     runner = ActionRunner(SQLiteLedger(tmp_path / "new.sqlite3"))
     done = await runner.execute("charge", lambda: 1, request={}, **KEY)
     assert done.status is ActionStatus.CONFIRMED
-    await runner.ledger.close()  # type: ignore[attr-defined]
+    await runner.ledger.close()
     assert stat.S_IMODE((tmp_path / "new.sqlite3").stat().st_mode) == 0o600
 
 

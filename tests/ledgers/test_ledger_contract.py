@@ -72,7 +72,7 @@ def test_contract_tmp_helpers_do_not_leak() -> None:
         assert Path(folder).is_dir()
 
 
-async def test_ledger_contract_refuses_invalid_transitions():
+async def test_ledger_contract_refuses_invalid_transitions() -> None:
     inner = InMemoryLedger()
     done = await ActionRunner(inner).execute("a", lambda: 1, request={}, idempotency_key="k")
     cur = done.receipt  # COMPLETED, attempts 1, version 3

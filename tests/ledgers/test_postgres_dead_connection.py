@@ -36,8 +36,9 @@ async def ledger() -> AsyncIterator[PostgresLedger]:
         await table.drop()
 
 
-def _terminate_held_connection(ledger: Any, dsn: str) -> None:
+def _terminate_held_connection(ledger: Any, dsn: str | None) -> None:
     """End the ledger's held connection on the server while this loop is kept busy."""
+    assert dsn is not None, "the ledger was opened without a DSN"
     held = ledger._lane._conn
     assert held is not None, "the ledger holds no connection (the test needs its pool of 2+)"
     pid = held.get_server_pid()

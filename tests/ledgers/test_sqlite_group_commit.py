@@ -217,7 +217,8 @@ async def _first_calls_held_together(
     await asyncio.sleep(0.05)  # every call has looked its key up and queued its claim
     gate.set()
     await blocked
-    return await asyncio.gather(*calls, return_exceptions=True)
+    results: list[Any] = await asyncio.gather(*calls, return_exceptions=True)
+    return results
 
 
 async def test_concurrent_first_calls_commit_together_and_each_runs_once(tmp_path: Path) -> None:
@@ -720,7 +721,7 @@ async def test_a_queued_flush_wakes_its_callers_loop_once(tmp_path: Path) -> Non
             woken.append(callback)
             return real(callback, *args, **kwargs)
 
-        loop.call_soon_threadsafe = counted  # type: ignore[method-assign]
+        loop.call_soon_threadsafe = counted  # type: ignore[assignment]
 
         async def charge() -> str:  # async: a sync one would be answered from a thread too
             return "ch"

@@ -11,12 +11,14 @@ import subprocess
 import sys
 from datetime import datetime
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from dataoad import (
     ActionInProgressError,
     ActionPersistenceError,
+    ActionReceipt,
     ActionRunner,
     ActionStatus,
     ClaimState,
@@ -150,7 +152,7 @@ def test_invalid_constructor_arguments_are_refused(tmp_path: Path) -> None:
 
     for kwargs in ({"synchronous": "OFF"}, {"busy_timeout": -1}, {"busy_timeout": "1"}):
         with pytest.raises(InvalidArgumentError):
-            SQLiteLedger(tmp_path / "x.sqlite3", **kwargs)  # type: ignore[arg-type]
+            SQLiteLedger(tmp_path / "x.sqlite3", **kwargs)
     with pytest.raises(InvalidArgumentError):
         SQLiteLedger(":memory:")
     with pytest.raises(InvalidArgumentError):
@@ -205,7 +207,7 @@ async def test_a_full_database_surfaces_as_persistence_error_before_invoking(
         await runner.execute("a", op, request={}, idempotency_key="first")
         conn = await ledger._connection()
         # SQLITE_FULL, as a full disk reports it: no page may be added.
-        pages = (await conn.execute_fetchall("PRAGMA page_count"))[0][0]
+        [(pages,)] = await conn.execute_fetchall("PRAGMA page_count")
         await conn.execute(f"PRAGMA max_page_count = {pages}")
         padding = {"pad": "x" * 20_000}
         with pytest.raises(ActionPersistenceError, match="full") as info:
@@ -325,7 +327,7 @@ async def test_sigkill_at_each_protocol_point_leaves_a_safe_state(
         runner = ActionRunner(ledger)
         receipt = await ledger.find("charge", "order-1")
         assert receipt is not None, "the claim was lost"
-        kwargs = {
+        kwargs: dict[str, Any] = {
             "request": {"amount": 1},
             "idempotency_key": "order-1",
             "provider_reference": "order-1",
@@ -374,7 +376,10 @@ async def test_the_receipts_listing_applies_every_filter(tmp_path: Path) -> None
         faulty.inject("record", LedgerFault.FAIL_BEFORE_WRITE)
         with pytest.raises(ActionPersistenceError):
             await ActionRunner(faulty).execute("refund", lambda: 1, request={}, idempotency_key="c")
-        ids = lambda receipts: [r.idempotency_key for r in receipts]  # noqa: E731
+
+        def ids(receipts: list[ActionReceipt]) -> list[str]:
+            return [r.idempotency_key for r in receipts]
+
         assert ids(await ledger.receipts()) == ["a", "b", "c"]
         assert ids(await ledger.receipts(final_status=ActionStatus.FAILED)) == ["b"]
         assert ids(await ledger.receipts(pending=True)) == ["c"]
@@ -403,7 +408,7 @@ def test_a_failing_contended_lock_wait_surfaces_its_error(
             raise BlockingIOError  # contended: wait on a thread
         raise OSError(37, "No locks available")
 
-    monkeypatch.setattr(_writer_lock.fcntl, "flock", flock)
+    monkeypatch.setattr(fcntl, "flock", flock)  # the module _writer_lock imported
     with pytest.raises(OSError, match="No locks available"), lock.hold(5.0):
         pytest.fail("the lock was not held, yet the block ran")
 

@@ -10,7 +10,9 @@ import sys
 import textwrap
 import threading
 import time
+from collections.abc import Awaitable, Callable
 from pathlib import Path
+from typing import cast
 
 import pytest
 
@@ -292,9 +294,11 @@ async def test_every_write_statement_runs_while_the_writer_lock_is_held(tmp_path
 
     conn = ledger._conn
     assert conn is not None
-    await conn._execute(conn._conn.set_trace_callback, trace)
+    # aiosqlite's own (untyped) queue onto the connection's thread.
+    on_its_thread = cast(Callable[..., Awaitable[object]], conn._execute)
+    await on_its_thread(conn._conn.set_trace_callback, trace)
     await runner.execute("charge", CountingOperation(), request=REQUEST, idempotency_key="k")
-    await conn._execute(conn._conn.set_trace_callback, None)
+    await on_its_thread(conn._conn.set_trace_callback, None)
     await ledger.close()
     assert len(writes) >= 2, writes  # the claim (counting attempt 1), the outcome
     assert unlocked == [], unlocked

@@ -125,7 +125,8 @@ async def test_namespaces_never_replay_conflict_or_block_each_other(ledger: Any)
         with pytest.raises(ActionNotFoundError):
             await verb(first.receipt.action_id)
     with pytest.raises(ActionNotFoundError):
-        await b.reconcile(first.receipt.action_id, lambda r: None)
+        # Never called (the id is not found first): a placeholder, not a verifier.
+        await b.reconcile(first.receipt.action_id, lambda r: None)  # type: ignore[arg-type, return-value]
     default = ActionRunner(ledger)
     assert default.namespace == ""
     third = await default.execute("charge", calls, request={"n": 3}, idempotency_key="order-1")
@@ -394,8 +395,14 @@ async def test_bad_lifecycle_arguments_are_refused_before_the_ledger_is_touched(
     runner = ActionRunner(ledger, namespace="n")
     for expires_after in (-1, float("nan"), float("inf"), "60", True, 10**12):
         with pytest.raises(InvalidArgumentError, match="expires_after"):
+            # Deliberately bad expires_after values ("60" is no float): as no overload of
+            # execute then matches, mypy also rejects the (correct) lambda.
             await runner.execute(
-                "charge", lambda: 1, request={}, idempotency_key="k", expires_after=expires_after
+                "charge",
+                lambda: 1,  # type: ignore[arg-type, return-value]
+                request={},
+                idempotency_key="k",
+                expires_after=expires_after,  # type: ignore[arg-type]
             )
     # Each part within its own limit, but together too big for every backend's index.
     with pytest.raises(InvalidArgumentError, match="bytes"):
@@ -412,7 +419,7 @@ async def test_bad_lifecycle_arguments_are_refused_before_the_ledger_is_touched(
                 raise AttributeError(name)
             return getattr(self.inner, name)
 
-    old = ActionRunner(NoLifecycle(), lease=None)  # type: ignore[arg-type]
+    old = ActionRunner(NoLifecycle(), lease=None)
     with pytest.raises(InvalidArgumentError, match="retire"):
         await old.execute("charge", lambda: 1, request={}, idempotency_key="k", expires_after=1)
     with pytest.raises(InvalidArgumentError, match="retire"):

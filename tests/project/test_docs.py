@@ -37,9 +37,10 @@ def normalise(text: str, folder: Path) -> list[str]:
 
 def steps() -> list[tuple[str, str]]:
     """(command, expected output) for every ``$`` line of the tutorial's console blocks."""
-    found = []
+    found: list[tuple[str, str]] = []
     for block in CONSOLE.findall(TUTORIAL.read_text(encoding="utf-8")):
-        command, output = "", []
+        command = ""
+        output: list[str] = []
         for line in block.splitlines():
             if line.startswith("$ "):
                 if command:

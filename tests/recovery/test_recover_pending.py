@@ -165,7 +165,7 @@ async def test_a_recovery_refuses_when_the_worker_starts_another_attempt_meanwhi
     )
 
 
-async def test_recover_pending_refuses_if_new_attempt_starts_during_verification():
+async def test_recover_pending_refuses_if_new_attempt_starts_during_verification() -> None:
     inner = InMemoryLedger()
     faulty = FaultyLedger(inner)
     faulty.inject("record", LedgerFault.FAIL_BEFORE_WRITE)
@@ -177,10 +177,12 @@ async def test_recover_pending_refuses_if_new_attempt_starts_during_verification
             idempotency_key="k",
             provider_reference=REF,
         )
+    assert info.value.receipt is not None
     aid = info.value.receipt.action_id
 
-    async def verify(receipt):
+    async def verify(receipt: ActionReceipt) -> VerificationResult:
         cur = await inner.get(aid)
+        assert cur is not None
         recs = (*cur.attempt_records, dataclasses.replace(cur.attempt_records[0], number=2))
         assert await inner.start_attempt(
             cur.evolve(attempts=2, attempt_records=recs, version=cur.version + 1)
@@ -189,10 +191,12 @@ async def test_recover_pending_refuses_if_new_attempt_starts_during_verification
 
     with pytest.raises(RecoveryRefusedError):
         await ActionRunner(inner).recover_pending(aid, verify)
-    assert (await inner.get(aid)).claim_state is ClaimState.PENDING
+    stored = await inner.get(aid)
+    assert stored is not None
+    assert stored.claim_state is ClaimState.PENDING
 
 
-async def test_recovery_absence_racing_worker_confirmation_is_unknown_conflict():
+async def test_recovery_absence_racing_worker_confirmation_is_unknown_conflict() -> None:
     inner = InMemoryLedger()
     faulty = FaultyLedger(inner)
     faulty.inject("record", LedgerFault.FAIL_BEFORE_WRITE)
@@ -204,10 +208,12 @@ async def test_recovery_absence_racing_worker_confirmation_is_unknown_conflict()
             idempotency_key="k",
             provider_reference=REF,
         )
+    assert info.value.receipt is not None
     aid = info.value.receipt.action_id
 
-    async def verify(receipt):
+    async def verify(receipt: ActionReceipt) -> VerificationResult:
         cur = await inner.get(aid)  # the original worker finally records CONFIRMED
+        assert cur is not None
         recs = (dataclasses.replace(cur.attempt_records[0], execution_status=C),)
         assert await inner.record(
             cur.evolve(

@@ -151,16 +151,17 @@ async def test_a_release_that_loses_a_race_says_nothing_was_released(
     assert released[0][1]["action_id"]
 
 
-async def test_release_refused_when_claim_changes_before_release():
+async def test_release_refused_when_claim_changes_before_release() -> None:
     inner = InMemoryLedger()
     aid = (await unstarted(inner)).action_id
 
     class Racing(FaultyLedger):
-        async def release(self, action_id, version):
+        async def release(self, action_id: str, version: int) -> bool:
             from dataoad import AttemptRecord
             from dataoad._receipt import utc_now
 
             c = await inner.get(action_id)
+            assert c is not None
             await inner.start_attempt(
                 c.evolve(
                     attempts=1,

@@ -58,7 +58,7 @@ def test_merge_is_order_independent_and_flags_contradictions() -> None:
 
 
 def test_retry_rule() -> None:
-    base = {"max_attempts": 3, "retry_on_failed": True, "retry_on_unknown": False}
+    base: dict[str, Any] = {"max_attempts": 3, "retry_on_failed": True, "retry_on_unknown": False}
     assert retry_allowed("FAILED", attempts=1, retryable=True, **base)
     assert not retry_allowed("FAILED", attempts=1, retryable=False, **base)
     assert not retry_allowed("FAILED", attempts=3, retryable=True, **base)

@@ -12,6 +12,7 @@ from suite_support.agents import framework
 framework("langgraph", "langgraph")
 
 from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
+from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.graph import END, START, MessagesState, StateGraph
 from langgraph.prebuilt import ToolNode
@@ -93,11 +94,12 @@ def test_a_node_rerun_after_interrupt_and_resume_replays() -> None:
     graph.add_edge(START, "charge")
     graph.add_edge("charge", END)
     app = graph.compile(checkpointer=InMemorySaver())
-    config = {"configurable": {"thread_id": "order-7"}}
+    config: RunnableConfig = {"configurable": {"thread_id": "order-7"}}
 
     async def run() -> dict[str, Any]:
         await app.ainvoke({"order_id": "order-7", "amount_cents": 2500}, config)
-        return await app.ainvoke(Command(resume=True), config)
+        resumed: dict[str, Any] = await app.ainvoke(Command(resume=True), config)
+        return resumed
 
     final = asyncio.run(run())
     assert scenario.provider.charge_calls == 1
@@ -115,10 +117,11 @@ def test_an_unknown_node_raises_and_its_rerun_raises_again_without_charging() ->
     graph.add_edge(START, "charge")
     graph.add_edge("charge", END)
     app = graph.compile(checkpointer=InMemorySaver())
-    config = {"configurable": {"thread_id": "order-7"}}
+    config: RunnableConfig = {"configurable": {"thread_id": "order-7"}}
     errors = []
+    inputs: tuple[OrderState | None, ...] = ({"order_id": "order-7", "amount_cents": 2500}, None)
     # The second call resumes: LangGraph runs the failed node again.
-    for given in ({"order_id": "order-7", "amount_cents": 2500}, None):
+    for given in inputs:
         with pytest.raises(UnresolvedActionError) as info:
             app.invoke(given, config)
         errors.append(info.value)
@@ -137,7 +140,7 @@ def test_a_node_rerun_by_retry_policy_replays() -> None:
     async def charge_then_flaky(state: OrderState) -> dict[str, Any]:
         nonlocal runs
         runs += 1
-        update = await charge(state)
+        update: dict[str, Any] = await charge(state)
         if runs == 1:
             raise ConnectionError("the notification service blinked after the charge")
         return update
