@@ -111,6 +111,16 @@ class SyncActionRunner:
         return self._runner.policy
 
     @property
+    def owner(self) -> str:
+        """This worker's name in the receipts it claims."""
+        return self._runner.owner
+
+    @property
+    def lease(self) -> float | None:
+        """Seconds a claim stays this runner's without renewal (None: no leases)."""
+        return self._runner.lease
+
+    @property
     def namespace(self) -> str:
         """The namespace this runner's keys and receipts belong to."""
         return self._runner.namespace

@@ -29,7 +29,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 EQUIVALENTS = Path(__file__).with_name("mutation_equivalents.txt")
 DEFAULT_MODULES = ["dataoad/_policy.py", "dataoad/_evidence.py"]
-#: ``--safety-critical``: the runner, verifier answers and the embedded
+#: ``--safety-critical``: the runner and its blocking surface, verifier answers, the embedded
 #: ledgers' transitions. The SQLite file's opening, schema set-up and closing
 #: are left out (their own tests cover them, and each of their mutants reruns
 #: every SQLite test, which alone would take hours).
@@ -53,6 +53,7 @@ SAFETY_CRITICAL_MODULES = [
     "dataoad/ledgers/_sqlite_group.py",
     "dataoad/ledgers/_sqlite_file.py",
     "dataoad/_blocking.py",
+    "dataoad/_sync.py",
     "dataoad/_leases.py",
     "dataoad/_ledger_rules.py",
     "dataoad/_clock.py",
@@ -81,6 +82,8 @@ SAFETY_CRITICAL_MUTANTS = [
     "dataoad.ledgers._sqlite_file.xǁ_SQLiteNowǁ*",
     "dataoad.ledgers._sqlite_file.x_clock_text__mutmut_*",
     "dataoad._blocking.*",
+    # The blocking surface: every argument handed on, close's refusals.
+    "dataoad._sync.*",
     "dataoad._leases.*",
     "dataoad._ledger_rules.*",
     "dataoad._clock.*",
@@ -137,6 +140,7 @@ TESTS = [
     "tests/front_ends/test_logging.py",
     "tests/front_ends/test_guard.py",
     "tests/front_ends/test_sync_and_threads.py",
+    "tests/front_ends/test_sync_surface.py",
     "tests/ledgers/test_sqlite_lock_and_exit.py",
     "tests/recovery/test_recovery_reads.py",
     "tests/front_ends/test_runner_seams.py",
