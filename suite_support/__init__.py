@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import fcntl
 import os
+import sys
 from collections.abc import Callable, Sequence
 from datetime import datetime
 from pathlib import Path
@@ -24,6 +25,7 @@ from dataoad import (
     VerificationHealth,
     VerificationResult,
 )
+from dataoad import _clock as clock_module
 from dataoad._receipt import utc_now
 from dataoad.testing import FaultyLedger, LedgerFault, unstarted_claim
 
@@ -258,6 +260,22 @@ async def unstarted(
 async def unknown(ledger: Any) -> Any:
     """A completed UNKNOWN action: the call timed out and nothing verified it."""
     return await execute(ActionRunner(ledger), CountingOperation(TimeoutError("lost")))
+
+
+def skew_wall_clock(monkeypatch: pytest.MonkeyPatch, skewed: Callable[[], datetime]) -> set[str]:
+    """Make the library's wall clock (``utc_now``) answer ``skewed`` everywhere; the modules.
+
+    Every module imports ``utc_now`` by name, so patching ``dataoad._clock``
+    alone moves nothing: a skew test that did so once passed on a ledger
+    that judged leases by the writer's clock.
+    """
+    original = clock_module.utc_now
+    patched = set()
+    for name, module in list(sys.modules.items()):
+        if name.split(".")[0] == "dataoad" and getattr(module, "utc_now", None) is original:
+            monkeypatch.setattr(module, "utc_now", skewed)
+            patched.add(name)
+    return patched
 
 
 async def refuse(*args: Any, **kwargs: Any) -> bool:

@@ -23,18 +23,9 @@ from dataoad import (
     VerificationResult,
 )
 from dataoad._receipt import bounded_error
+from dataoad.testing import FaultyLedger
 from suite_support import REQUEST, CountingOperation
 from suite_support.services import PostgresTestTable
-
-
-class CountingLedger(InMemoryLedger):
-    def __init__(self) -> None:
-        super().__init__()
-        self.calls = 0
-
-    async def find(self, *args: Any) -> Any:
-        self.calls += 1
-        return await super().find(*args)
 
 
 @pytest.mark.parametrize(
@@ -51,13 +42,15 @@ class CountingLedger(InMemoryLedger):
 def test_unstorable_identity_strings_are_refused_before_the_ledger(
     field: str, value: str, message: str
 ) -> None:
-    ledger = CountingLedger()
+    inner = InMemoryLedger()
+    ledger = FaultyLedger(inner)  # logs every call the runner makes, by name
     op = CountingOperation()
     kwargs: dict[str, Any] = {"request": REQUEST, "idempotency_key": "k", field: value}
     name = kwargs.pop("action_name", "charge")
     with pytest.raises(InvalidArgumentError, match=message):
         asyncio.run(ActionRunner(ledger).execute(name, op, **kwargs))
-    assert ledger.calls == 0
+    assert ledger.calls == []
+    assert inner.snapshot() == []
     assert op.calls == 0
 
 

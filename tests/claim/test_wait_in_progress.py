@@ -20,7 +20,7 @@ from dataoad import (
     InMemoryLedger,
     InvalidArgumentError,
 )
-from dataoad.testing import FaultyLedger, LedgerFault
+from dataoad.testing import LedgerFault
 from suite_support import (
     FRONT_ENDS_AND_OPERATION_KINDS,
     REF,
@@ -293,10 +293,7 @@ async def test_waiting_backs_off_by_doubling_and_stops_at_the_deadline() -> None
     assert (WAIT_FIRST_DELAY, WAIT_MAX_DELAY) == (0.005, 0.25)
 
     ledger = InMemoryLedger()
-    holder = FaultyLedger(ledger)
-    holder.inject("record", FAIL)
     await stranded(ledger)  # the claim of "k" stays PENDING
-    del holder
     now = [0.0]
     sleeps: list[float] = []
 

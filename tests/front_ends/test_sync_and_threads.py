@@ -938,6 +938,8 @@ def test_the_sync_runner_offers_every_operator_verb_and_close_closes_the_ledger(
         assert (
             runner.reconcile(ids["unknown"], lambda r: confirmed).status is ActionStatus.CONFIRMED
         )
+        # The outcome write failed: the claim is still PENDING, so recovery has work to do.
+        assert runner.receipt(ids["stranded"]).claim_state is ClaimState.PENDING
         recovered = runner.recover_pending(ids["stranded"], lambda r: confirmed)
         assert recovered.status is ActionStatus.CONFIRMED
         assert recovered.receipt.claim_state is ClaimState.COMPLETED

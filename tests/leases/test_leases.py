@@ -35,6 +35,7 @@ from dataoad import (
 )
 from dataoad._leases import RENEWAL_TASK_NAME
 from dataoad.testing import FaultyLedger, LedgerFault, LedgerFaultError, ManualClock
+from suite_support import skew_wall_clock
 from suite_support.leases import (
     LEASE,
     REQUEST,
@@ -540,7 +541,8 @@ async def test_a_worker_clock_far_ahead_never_takes_a_live_sqlite_claim(
     async with SQLiteLedger(tmp_path / "l.sqlite3", clock=ledger_clock) as ledger:
         await crash_after_start(ActionRunner(ledger, owner="A"))
     real = clock_module.utc_now
-    monkeypatch.setattr(clock_module, "utc_now", lambda: real().replace(year=2099))
+    skewed = skew_wall_clock(monkeypatch, lambda: real().replace(year=2099))
+    assert {"dataoad._leases", "dataoad._attempts", "dataoad._settled"} <= skewed
     async with SQLiteLedger(tmp_path / "l.sqlite3", clock=ledger_clock) as ledger:
         with pytest.raises(ActionInProgressError):
             await ActionRunner(ledger, owner="B").execute(
@@ -564,11 +566,10 @@ async def test_postgres_judges_leases_by_the_server_clock(monkeypatch: pytest.Mo
         await crash_after_start(ActionRunner(ledger, owner="A", lease=1.0))
         real = clock_module.utc_now
         for skew_years in (1, -1):
-            monkeypatch.setattr(
-                clock_module,
-                "utc_now",
-                lambda s=skew_years: real().replace(year=real().year + s),
+            skewed = skew_wall_clock(
+                monkeypatch, lambda s=skew_years: real().replace(year=real().year + s)
             )
+            assert {"dataoad._leases", "dataoad._attempts", "dataoad._settled"} <= skewed
             with pytest.raises(ActionInProgressError):
                 await ActionRunner(ledger, owner="B", lease=1.0).execute(
                     "charge", counting(), request=REQUEST, idempotency_key="k"

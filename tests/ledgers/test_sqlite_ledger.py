@@ -29,6 +29,7 @@ from dataoad import (
 from dataoad.ledgers._codec import row_of
 from dataoad.ledgers.sqlite import APPLICATION_ID, MIGRATIONS, SCHEMA_VERSION
 from dataoad.testing import make_receipt
+from suite_support import skew_wall_clock
 from suite_support.ledger_child import CRASH_POINTS, EffectsVerifier, contend_in_processes
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -495,6 +496,8 @@ async def test_writes_are_stamped_by_sqlites_clock_which_no_python_patch_moves(
             real_time, hour = time.time, 3600.0
             monkeypatch.setattr(time, "time", lambda: real_time() + hour)
             monkeypatch.setattr(time, "time_ns", lambda: int((real_time() + hour) * 1e9))
+            # The library's own wall clock too, in every module that reads it.
+            skew_wall_clock(monkeypatch, lambda: datetime.now(UTC) + timedelta(hours=1))
             for n in range(3):
                 time.sleep(0.02)  # past any coarse file-time step
                 before = datetime.now(UTC)

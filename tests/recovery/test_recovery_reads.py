@@ -119,11 +119,18 @@ async def test_a_failed_re_read_after_a_lost_race_in_recover_pending(new_ledger:
     runner = ActionRunner(faulty)
     try:
         action_id = await stranded(runner, faulty, started=True)
+        before = await ledger.get(action_id)
         faulty.losing = True
         fail_the_second_get(faulty)
         with pytest.raises(NothingInvokedError) as raised:
             await runner.recover_pending(action_id, unknown)
         assert raised.value.operation_invoked is False
+        # The race was lost and the re-read after it failed, not anything before it.
+        assert str(raised.value) == (
+            f"the verification of action {action_id} lost a race and the receipt could not be "
+            "re-read (LedgerFaultError: injected: get failed); nothing was invoked"
+        )
+        assert raised.value.receipt == before  # the last one it safely saw
     finally:
         await closing(ledger)
 
