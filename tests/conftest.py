@@ -6,6 +6,7 @@ import asyncio
 import logging
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -14,6 +15,7 @@ from dataoad import (
     Ledger,
     SQLiteLedger,
 )
+from dataoad.testing import FaultyLedger
 from suite_support import BACKENDS
 from suite_support.services import (
     PostgresRoute,
@@ -39,6 +41,31 @@ def new_ledger(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Calla
             yield table.client
         finally:
             asyncio.run(table.drop())
+
+
+@pytest.fixture(autouse=True)
+def every_injected_fault_strikes(
+    request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch
+) -> Iterator[None]:
+    """A fault a test injects into a FaultyLedger must strike before the test ends.
+
+    One that never strikes leaves the test's scenario unbuilt, and the test
+    then passes for another reason (an audit found such tests). A test that
+    injects more than it needs on purpose says why with
+    ``@pytest.mark.faults_may_remain("why")``.
+    """
+    made: list[FaultyLedger] = []
+    build = FaultyLedger.__init__
+
+    def register(self: FaultyLedger, *args: Any, **kwargs: Any) -> None:
+        build(self, *args, **kwargs)
+        made.append(self)
+
+    monkeypatch.setattr(FaultyLedger, "__init__", register)
+    yield
+    if request.node.get_closest_marker("faults_may_remain") is None:
+        left = {id(f): f._faults for f in made if f.pending_faults()}
+        assert not left, f"injected faults never struck: {list(left.values())}"
 
 
 @pytest.fixture

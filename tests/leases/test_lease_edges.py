@@ -160,6 +160,7 @@ async def test_a_zombie_merge_that_meets_a_concurrent_write_merges_again() -> No
     assert stored.owner == "B"
 
 
+@pytest.mark.faults_may_remain("five failing writes stand for every later write failing")
 async def test_a_zombie_whose_merge_fails_keeps_its_evidence_in_the_error() -> None:
     clock = ManualClock()
     inner = InMemoryLedger(clock=clock)
