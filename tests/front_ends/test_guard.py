@@ -159,3 +159,47 @@ def test_sync_facade_refuses_inside_a_running_loop() -> None:
     runner.close()
     with pytest.raises(DataoadError, match="closed"):
         runner.execute("a", lambda: 1, request={}, idempotency_key="k")
+
+
+async def test_keyword_arguments_reach_the_key_the_request_and_the_reference() -> None:
+    # Called by keyword, or half by keyword: the derivations see every argument,
+    # so one intent keeps one key however it is called, and two keep two.
+    runner = ActionRunner(InMemoryLedger())
+    calls: list[tuple[str, int]] = []
+
+    @guarded(
+        "charge",
+        runner=runner,
+        idempotency_key=lambda order_id, amount=0: f"{order_id}:{amount}",
+        request=lambda order_id, amount=0: {"order_id": order_id, "amount": amount},
+        provider_reference=lambda order_id, amount=0: order_id,
+    )
+    async def charge(order_id: str, amount: int = 0) -> str:
+        calls.append((order_id, amount))
+        return "ok"
+
+    first = await charge(order_id="o-1", amount=5)
+    assert (first.receipt.idempotency_key, first.receipt.provider_reference) == ("o-1:5", "o-1")
+    assert (await charge("o-1", amount=5)).replayed
+    assert (await charge("o-1", 5)).replayed
+    other = await charge("o-1", amount=6)
+    assert not other.replayed
+    assert other.receipt.idempotency_key == "o-1:6"
+    assert calls == [("o-1", 5), ("o-1", 6)]
+
+
+def test_keyword_arguments_reach_the_derivations_of_a_sync_function() -> None:
+    with SyncActionRunner(InMemoryLedger()) as runner:
+
+        @guarded(
+            "send",
+            runner=runner,
+            idempotency_key=lambda to, subject="": f"{to}/{subject}",
+            request=lambda to, subject="": {"to": to, "subject": subject},
+        )
+        def send(to: str, subject: str = "") -> str:
+            return "sent"
+
+        first = send(to="a@example.com", subject="hi")
+        assert first.receipt.idempotency_key == "a@example.com/hi"
+        assert send("a@example.com", subject="hi").replayed

@@ -320,3 +320,58 @@ def test_a_runner_never_closed_does_not_keep_the_process_alive() -> None:
         [sys.executable, "-c", script], capture_output=True, text=True, timeout=30, check=False
     )
     assert (done.returncode, done.stdout) == (0, "ok\n"), done.stderr
+
+
+def test_close_inside_a_nested_call_still_knows_it_is_inside_one() -> None:
+    # A sync operation runs on its caller's thread, so it may call the runner
+    # again: after that inner call returns, the thread still waits on the outer
+    # one, and a close() there must refuse rather than wait for itself.
+    runner = SyncActionRunner(InMemoryLedger())
+    seen: list[str] = []
+
+    def outer() -> str:
+        inner = runner.execute("inner", lambda: "in", request={}, idempotency_key="inner")
+        seen.append(inner.value)
+        try:
+            runner.close(timeout=5)
+        except DataoadError as exc:
+            seen.append(str(exc))
+        return "out"
+
+    try:
+        assert runner.execute("outer", outer, request={}, idempotency_key="outer").value == "out"
+        assert seen == [
+            "in",
+            "SyncActionRunner.close() was called from inside one of its own calls; it would "
+            "wait for itself. Close it after the call returns",
+        ]
+        # Both calls left: close() from here finds nothing in flight.
+        runner.close(timeout=0)
+    finally:
+        runner.close()
+
+
+def test_close_waits_within_its_timeout_for_a_call_to_record_its_outcome() -> None:
+    runner = SyncActionRunner(InMemoryLedger())
+    inside, release = threading.Event(), threading.Event()
+
+    def slow() -> str:
+        inside.set()
+        assert release.wait(10)
+        return "done"
+
+    outcome: list[Any] = []
+    caller = threading.Thread(
+        target=lambda: outcome.append(
+            runner.execute("charge", slow, request={}, idempotency_key="slow")
+        )
+    )
+    caller.start()
+    assert inside.wait(10)
+    # Released a moment after close() begins: a timeout under a second still waits.
+    threading.Timer(0.05, release.set).start()
+    runner.close(timeout=0.99)
+    caller.join(10)
+    assert outcome[0].value == "done"
+    with pytest.raises(DataoadError, match=r"^this SyncActionRunner is closed$"):
+        runner.receipt("a")

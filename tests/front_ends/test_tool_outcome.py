@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import datetime as dt
 import subprocess
 import sys
 from collections.abc import Callable
@@ -11,14 +12,17 @@ from typing import Any
 import pytest
 
 from dataoad import (
+    ActionResult,
     ActionRunner,
     DefinitiveFailure,
     InMemoryLedger,
     InvalidArgumentError,
     ToolOutcome,
     VerificationResult,
+    describe_result,
     run_tool,
 )
+from dataoad._tool import MAX_VALUE_CHARS
 from dataoad.testing import FaultyLedger, LedgerFault, ManualClock
 from suite_support import REQUEST, unstarted
 
@@ -253,3 +257,74 @@ def test_the_core_imports_no_framework() -> None:
         [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=120
     )
     assert done.stdout.strip() == "[]"
+
+
+@pytest.mark.parametrize(
+    ("length", "shown"),
+    [(MAX_VALUE_CHARS - 1, "whole"), (MAX_VALUE_CHARS, "whole"), (MAX_VALUE_CHARS + 1, "cut")],
+)
+def test_a_confirmed_value_is_shown_up_to_its_bound_and_cut_past_it(
+    length: int, shown: str
+) -> None:
+    # The JSON text of a string is the string in quotes: two characters more.
+    value = "v" * (length - 2)
+
+    async def returns() -> str:
+        return value
+
+    outcome = call(ActionRunner(InMemoryLedger()), returns)
+    assert outcome.value == value  # the caller's value is never cut
+    text = outcome.message.split(" Result: ", 1)[1]
+    if shown == "whole":
+        assert text == f'"{value}"'
+    else:
+        assert text == f'"{value}'[: MAX_VALUE_CHARS - 1] + "\u2026"
+        assert len(text) == MAX_VALUE_CHARS
+
+
+def test_a_value_is_shown_as_json_text_as_written_or_its_repr() -> None:
+    class Circular(dict[str, Any]):
+        def __repr__(self) -> str:
+            return "<circular>"
+
+    looped = Circular()
+    looped["self"] = looped
+    shown = {}
+    for name, value in (("unicode", {"name": "café"}), ("date", [dt.date(2026, 12, 6)])):
+
+        async def returns(value: Any = value) -> Any:
+            return value
+
+        shown[name] = call(ActionRunner(InMemoryLedger()), returns, idempotency_key=name)
+
+    async def circular() -> Any:
+        return looped
+
+    shown["circular"] = call(ActionRunner(InMemoryLedger()), circular)
+    assert shown["unicode"].message.endswith(' Result: {"name": "café"}')
+    assert shown["date"].message.endswith(' Result: ["2026-12-06"]')
+    assert shown["circular"].message.endswith(" Result: <circular>")
+
+
+def test_no_value_is_shown_where_none_is_available() -> None:
+    async def lost() -> str:
+        raise TimeoutError("lost")
+
+    unknown = call(
+        ActionRunner(InMemoryLedger()),
+        lost,
+        provider_reference="order-1",
+        verifier=lambda receipt: VerificationResult.unknown(reason="not yet"),
+    )
+    assert unknown.status == "UNKNOWN"
+    assert unknown.value is None
+    assert "Result:" not in unknown.message
+    # CONFIRMED with no correlated value (the first call's result, its value not kept):
+    # said to have happened, with no value and no error.
+    runner = ActionRunner(InMemoryLedger())
+    confirmed = asyncio.run(runner.execute("charge", ok, request=REQUEST, idempotency_key="k"))
+    bare = describe_result(ActionResult(confirmed.receipt), "the charge")
+    assert bare.status == "CONFIRMED"
+    assert bare.value is None
+    assert bare.message.startswith("CONFIRMED: the charge happened (action id ")
+    assert "Result:" not in bare.message
