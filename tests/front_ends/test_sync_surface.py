@@ -227,24 +227,38 @@ def test_close_refuses_any_other_timeout_and_stays_open(timeout: Any) -> None:
         runner.close()
 
 
+class _HeldCall:
+    """A call running in another thread, held inside its operation until released."""
+
+    def __init__(self, runner: SyncActionRunner) -> None:
+        self.release = threading.Event()
+        self.outcome: list[Any] = []
+        inside = threading.Event()
+
+        def slow() -> str:
+            inside.set()
+            assert self.release.wait(10)
+            return "done"
+
+        self.caller = threading.Thread(
+            target=lambda: self.outcome.append(
+                runner.execute("charge", slow, request={}, idempotency_key="slow")
+            )
+        )
+        self.caller.start()
+        assert inside.wait(10)
+
+    def end(self) -> Any:
+        """Release the call; its result."""
+        self.release.set()
+        self.caller.join(10)
+        return self.outcome[0]
+
+
 def test_close_while_a_call_runs_refuses_new_calls_then_closes_once_it_ends() -> None:
     runner = SyncActionRunner(InMemoryLedger())
-    inside, release = threading.Event(), threading.Event()
-
-    def slow() -> str:
-        inside.set()
-        assert release.wait(10)
-        return "done"
-
-    outcome: list[Any] = []
-    caller = threading.Thread(
-        target=lambda: outcome.append(
-            runner.execute("charge", slow, request={}, idempotency_key="slow")
-        )
-    )
-    caller.start()
+    held = _HeldCall(runner)
     try:
-        assert inside.wait(10)
         with pytest.raises(DataoadError) as info:
             runner.close(timeout=0)
         assert str(info.value) == (
@@ -255,9 +269,8 @@ def test_close_while_a_call_runs_refuses_new_calls_then_closes_once_it_ends() ->
         with pytest.raises(DataoadError, match=r"^this SyncActionRunner is closing: it takes"):
             runner.receipt("a")
     finally:
-        release.set()
-        caller.join(10)
-    assert outcome[0].value == "done"  # the call in flight recorded its outcome
+        result = held.end()
+    assert result.value == "done"  # the call in flight recorded its outcome
     runner.close()
     with pytest.raises(DataoadError, match=r"^this SyncActionRunner is closed$"):
         runner.receipt("a")
@@ -353,25 +366,10 @@ def test_close_inside_a_nested_call_still_knows_it_is_inside_one() -> None:
 
 def test_close_waits_within_its_timeout_for_a_call_to_record_its_outcome() -> None:
     runner = SyncActionRunner(InMemoryLedger())
-    inside, release = threading.Event(), threading.Event()
-
-    def slow() -> str:
-        inside.set()
-        assert release.wait(10)
-        return "done"
-
-    outcome: list[Any] = []
-    caller = threading.Thread(
-        target=lambda: outcome.append(
-            runner.execute("charge", slow, request={}, idempotency_key="slow")
-        )
-    )
-    caller.start()
-    assert inside.wait(10)
+    held = _HeldCall(runner)
     # Released a moment after close() begins: a timeout under a second still waits.
-    threading.Timer(0.05, release.set).start()
+    threading.Timer(0.05, held.release.set).start()
     runner.close(timeout=0.99)
-    caller.join(10)
-    assert outcome[0].value == "done"
+    assert held.end().value == "done"
     with pytest.raises(DataoadError, match=r"^this SyncActionRunner is closed$"):
         runner.receipt("a")
