@@ -12,7 +12,7 @@ import asyncio
 import json
 import logging
 import math
-from datetime import timedelta
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -566,9 +566,11 @@ async def test_postgres_judges_leases_by_the_server_clock(monkeypatch: pytest.Mo
         await crash_after_start(ActionRunner(ledger, owner="A", lease=1.0))
         real = clock_module.utc_now
         for skew_years in (1, -1):
-            skewed = skew_wall_clock(
-                monkeypatch, lambda s=skew_years: real().replace(year=real().year + s)
-            )
+
+            def skewed_now(years: int = skew_years) -> datetime:
+                return real().replace(year=real().year + years)
+
+            skewed = skew_wall_clock(monkeypatch, skewed_now)
             assert {"dataoad._leases", "dataoad._attempts", "dataoad._settled"} <= skewed
             with pytest.raises(ActionInProgressError):
                 await ActionRunner(ledger, owner="B", lease=1.0).execute(
