@@ -29,8 +29,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 EQUIVALENTS = Path(__file__).with_name("mutation_equivalents.txt")
 DEFAULT_MODULES = ["dataoad/_policy.py", "dataoad/_evidence.py"]
-#: ``--safety-critical``: the runner and its blocking surface, verifier answers, the embedded
-#: ledgers' transitions. The SQLite file's opening, schema set-up and closing
+#: ``--safety-critical``: the runner, its blocking surface and engine step, verifier answers, the
+#: embedded ledgers' transitions. The SQLite file's opening, schema set-up and closing
 #: are left out (their own tests cover them, and each of their mutants reruns
 #: every SQLite test, which alone would take hours).
 SAFETY_CRITICAL_MODULES = [
@@ -54,6 +54,7 @@ SAFETY_CRITICAL_MODULES = [
     "dataoad/ledgers/_sqlite_file.py",
     "dataoad/_blocking.py",
     "dataoad/_sync.py",
+    "dataoad/integrations/_engine.py",
     "dataoad/_leases.py",
     "dataoad/_ledger_rules.py",
     "dataoad/_clock.py",
@@ -84,6 +85,8 @@ SAFETY_CRITICAL_MUTANTS = [
     "dataoad._blocking.*",
     # The blocking surface: every argument handed on, close's refusals.
     "dataoad._sync.*",
+    # Where an engine's at-least-once step meets the runner: its key, checks and call.
+    "dataoad.integrations._engine.*",
     "dataoad._leases.*",
     "dataoad._ledger_rules.*",
     "dataoad._clock.*",
