@@ -28,6 +28,7 @@ from suite_support import (
     events,
     execute,
     fixed_verifier,
+    refuse,
     unstarted,
 )
 
@@ -50,16 +51,6 @@ async def legacy_ledger() -> InMemoryLedger:
 
 FAIL = LedgerFault.FAIL_BEFORE_WRITE
 LOSE = LedgerFault.LOSE_ACKNOWLEDGEMENT
-
-
-async def refuse(receipt: ActionReceipt, *, lease: float | None = None) -> bool:
-    """An attempt start whose condition no longer holds (typed as the ledger's method).
-
-    A stand-in that refused the runner's ``lease=`` with TypeError once made
-    these tests pass on a failed write instead of a refusal: each now says
-    which it saw.
-    """
-    return False
 
 
 @pytest.mark.parametrize("read_back_fails", [False, True])

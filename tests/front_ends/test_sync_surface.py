@@ -138,6 +138,21 @@ def _required(function: Callable[..., Any]) -> tuple[list[Any], dict[str, Any]]:
     }
 
 
+def _called_through(
+    verb: str, args: list[Any], kwargs: dict[str, Any]
+) -> tuple[Any, tuple[str, dict[str, Any], _Marker]]:
+    """The blocking ``verb``'s answer, and the one call its (recording) async runner got."""
+    runner = SyncActionRunner(InMemoryLedger())
+    try:
+        answer = getattr(runner, verb)(*args, **kwargs)
+        inner = runner.runner
+        assert isinstance(inner, _Recorder)
+        [call] = inner.calls
+        return answer, call
+    finally:
+        runner.close()
+
+
 def test_the_constructor_leaves_each_default_to_actionrunner(recorded: type[_Recorder]) -> None:
     args, kwargs = _required(SyncActionRunner.__init__)
     runner = SyncActionRunner(*args, **kwargs)
@@ -153,16 +168,9 @@ def test_each_verb_leaves_each_default_to_actionrunner(
 ) -> None:
     # Called with only what it requires, the async verb sees its own defaults
     # (the signatures' equality is checked apart: a wrapper can hide a default).
-    runner = SyncActionRunner(InMemoryLedger())
-    try:
-        args, kwargs = _required(getattr(SyncActionRunner, verb))
-        getattr(runner, verb)(*args, **kwargs)
-        inner = runner.runner
-        assert isinstance(inner, _Recorder)
-        [(_, received, _)] = inner.calls
-        assert received == _received(getattr(ActionRunner, verb), args, kwargs)
-    finally:
-        runner.close()
+    args, kwargs = _required(getattr(SyncActionRunner, verb))
+    _, (_, received, _) = _called_through(verb, args, kwargs)
+    assert received == _received(getattr(ActionRunner, verb), args, kwargs)
 
 
 @pytest.mark.parametrize("verb", VERBS)
@@ -177,21 +185,14 @@ def test_each_verb_has_a_blocking_twin_with_the_same_parameters(verb: str) -> No
 def test_each_verb_hands_every_argument_on_and_returns_the_answer(
     recorded: type[_Recorder], verb: str
 ) -> None:
-    runner = SyncActionRunner(InMemoryLedger())
-    try:
-        args, kwargs = _arguments(getattr(SyncActionRunner, verb))
-        answer = getattr(runner, verb)(*args, **kwargs)
-        inner = runner.runner
-        assert isinstance(inner, _Recorder)
-        [(name, received, given)] = inner.calls
-        assert name == verb
-        assert received == _received(getattr(ActionRunner, verb), args, kwargs)
-        assert all(type(value) is _Marker for value in received.values())
-        # A verb that answers hands the answer back; one that returns None returns None.
-        expected = inspect.signature(getattr(ActionRunner, verb)).return_annotation
-        assert answer is (None if expected in (None, "None") else given)
-    finally:
-        runner.close()
+    args, kwargs = _arguments(getattr(SyncActionRunner, verb))
+    answer, (name, received, given) = _called_through(verb, args, kwargs)
+    assert name == verb
+    assert received == _received(getattr(ActionRunner, verb), args, kwargs)
+    assert all(type(value) is _Marker for value in received.values())
+    # A verb that answers hands the answer back; one that returns None returns None.
+    expected = inspect.signature(getattr(ActionRunner, verb)).return_annotation
+    assert answer is (None if expected in (None, "None") else given)
 
 
 @pytest.mark.parametrize("name", PROPERTIES)
