@@ -3,10 +3,11 @@ report the double charges they show in the terminal summary."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 
 import pytest
+from dbos import DBOS
 
 from tests.engines.dbos_support import system_database
 
@@ -16,6 +17,14 @@ def dbos_system_database(tmp_path: Path) -> Iterator[str]:
     """DBOS's system database for one test: SQLite where DBOS supports it, else PostgreSQL."""
     with system_database(tmp_path) as url:
         yield url
+
+
+@pytest.fixture
+async def dbos_app(dbos_system_database: str) -> AsyncIterator[Callable[[], None]]:
+    """A DBOS app on a fresh system database; call the result to launch it."""
+    DBOS(config={"name": "dataoad-test", "system_database_url": dbos_system_database})
+    yield DBOS.launch
+    DBOS.destroy(destroy_registry=True)
 
 
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:

@@ -4,7 +4,7 @@ the key, the UNKNOWN rule, DBOS's retries left off, and every bad use refused fi
 from __future__ import annotations
 
 import pickle
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -31,14 +31,6 @@ from dataoad import (
 )
 from dataoad.integrations._engine import engine_key
 from dataoad.integrations.dbos import guarded_step, step_key
-
-
-@pytest.fixture
-async def dbos_app(dbos_system_database: str) -> AsyncIterator[Callable[[], None]]:
-    """A DBOS app on a fresh system database; call the result to launch it."""
-    DBOS(config={"name": "dataoad-test", "system_database_url": dbos_system_database})
-    yield DBOS.launch
-    DBOS.destroy(destroy_registry=True)
 
 
 async def run_workflow(workflow: Any, *args: Any, workflow_id: str = "wf-1") -> Any:

@@ -17,18 +17,16 @@ from typing import Any
 import pytest
 
 from dataoad import (
-    ActionReceipt,
     ActionRunner,
     GuardedTool,
     InMemoryLedger,
-    RetryPolicy,
     SyncActionRunner,
-    VerificationResult,
     guarded,
     run_tool,
 )
 from dataoad._arguments import EXECUTE_OPTIONS
 from dataoad.integrations._engine import EngineStep
+from suite_support.options import VALUES, recording_runner
 
 _RERUN = (
     "an engine runs a step at least once: a step re-run after its receipt expired would run "
@@ -40,22 +38,6 @@ NOT_OFFERED: dict[str, dict[str, str]] = {
     "dbos.guarded_step": {"expires_after": _RERUN},
     "temporal.guarded_activity": {"expires_after": _RERUN},
     "langgraph.guarded_node": {"expires_after": _RERUN},
-}
-
-
-def _verifier(receipt: ActionReceipt) -> VerificationResult:
-    return VerificationResult.unknown(reason="not looked")
-
-
-#: A value for each option that differs from its default.
-VALUES: dict[str, Any] = {
-    "provider_reference": "ref-1",
-    "verifier": _verifier,
-    "risk": "money",
-    "metadata": {"ticket": 7},
-    "policy": RetryPolicy(max_attempts=2, retry_on_failed=True),
-    "wait_in_progress": 1.5,
-    "expires_after": 3600.0,
 }
 
 
@@ -105,28 +87,12 @@ def test_the_check_sees_a_front_end_that_misses_an_option() -> None:
     }
 
 
-class _Recording(ActionRunner):
-    """Records the options each execute call was given (then runs it)."""
-
-    seen: list[dict[str, Any]]
-
-    async def execute(self, *args: Any, **kwargs: Any) -> Any:
-        self.seen.append({k: kwargs.get(k) for k in EXECUTE_OPTIONS})
-        return await super().execute(*args, **kwargs)
-
-
-def _recording() -> _Recording:
-    runner = _Recording(InMemoryLedger())
-    runner.seen = []
-    return runner
-
-
 async def _charge() -> str:
     return "ch_1"
 
 
 async def test_guarded_passes_every_option_on() -> None:
-    runner = _recording()
+    runner = recording_runner()
     options = {k: v for k, v in VALUES.items() if k != "provider_reference"}
 
     @guarded(
@@ -145,7 +111,7 @@ async def test_guarded_passes_every_option_on() -> None:
 
 
 async def test_run_tool_and_guarded_tool_pass_every_option_on() -> None:
-    runner = _recording()
+    runner = recording_runner()
     await run_tool(runner, "charge", _charge, request={"n": 1}, idempotency_key="k1", **VALUES)
     tool = GuardedTool(
         runner,
