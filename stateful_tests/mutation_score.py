@@ -212,6 +212,12 @@ DESELECTED = [
 ]
 
 
+#: mutmut's verdicts that a failed test stands behind. Every other one
+#: ("survived", "no tests", "timeout", "suspicious", "segfault", "not checked")
+#: is a survivor until a recheck against every example test fails.
+CONFIRMED_KILLS = ("killed", "caught by type check")
+
+
 #: Written into every workspace, so that --keep never deletes anything else.
 WORKSPACE_MARKER = ".dataoad-mutation-workspace"
 
@@ -260,9 +266,21 @@ def recheck(workspace: Path, name: str, env: dict[str, str]) -> bool:
         capture_output=True,
         text=True,
     )
-    # With -x and two workers pytest reports a stop as "interrupted" (2): a
-    # failed test, not the exit status, is the kill.
-    return re.search(r"^FAILED ", done.stdout, re.M) is not None
+    return failed_a_test(done.stdout)
+
+
+def failed_a_test(output: str) -> bool:
+    """Whether pytest's ``output`` reports a failed test, or a fixture that broke.
+
+    With -x and two workers pytest reports a stop as "interrupted" (2): a
+    failed test, not the exit status, is the kill.
+    """
+    return re.search(r"^(FAILED|ERROR) ", output, re.M) is not None
+
+
+def unconfirmed(statuses: dict[str, str]) -> list[str]:
+    """The mutants no failed test stands behind (see ``CONFIRMED_KILLS``)."""
+    return [name for name, status in statuses.items() if status not in CONFIRMED_KILLS]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -425,7 +443,11 @@ def main() -> int:
             }
         known = reviewed()
         # A mutant no test even ran is as unnoticed as one that survived them.
-        unnoticed = [n for n, status in statuses.items() if status in ("survived", "no tests")]
+        # So is one mutmut stopped on its CPU limit ("timeout"): the limit is
+        # drawn from the tests' durations in its first run, and a slow room
+        # (the engines') passes it with a mutant every test lets through.
+        # Only a failed test is a kill, so each is rechecked like a survivor.
+        unnoticed = unconfirmed(statuses)
         stale = stale_triage(
             known, {n: mutated_code(copy, n, env) for n in unnoticed if n in known}
         )
@@ -457,7 +479,10 @@ def main() -> int:
     for name in triaged:
         print(f"  equivalent  {name}: {trusted[name].reason}")
     for name in open_:
-        print(f"  SURVIVED    {name}" + (f" ({stale[name]})" if name in stale else ""))
+        notes = [stale[name]] if name in stale else []
+        if statuses[name] not in ("survived", "no tests"):
+            notes.append(f"mutmut: {statuses[name]}, not confirmed by a failed test")
+        print(f"  SURVIVED    {name}" + (f" ({'; '.join(notes)})" if notes else ""))
     return 1 if open_ else 0
 
 

@@ -210,3 +210,26 @@ def test_every_triage_entry_records_the_code_it_was_written_for() -> None:
     from stateful_tests import mutation_score as score
 
     assert [n for n, t in score.reviewed().items() if not t.mutated] == []
+
+
+def test_only_a_failed_test_counts_as_a_kill() -> None:
+    from stateful_tests import mutation_score as score
+
+    # mutmut stops a mutant on a CPU limit drawn from the tests' first run; a
+    # slow room passes it with a mutant every test lets through, so a
+    # "timeout" is rechecked like a survivor, never counted as a kill.
+    statuses = {
+        "a": "killed",
+        "b": "caught by type check",
+        "c": "survived",
+        "d": "no tests",
+        "e": "timeout",
+        "f": "suspicious",
+        "g": "segfault",
+        "h": "not checked",
+    }
+    assert score.unconfirmed(statuses) == ["c", "d", "e", "f", "g", "h"]
+    assert score.failed_a_test("...\nFAILED tests/x.py::test_y - AssertionError\n")
+    assert score.failed_a_test("ERROR tests/x.py::test_y - fixture broke\n")
+    assert not score.failed_a_test("12 passed in 3.0s\n")
+    assert not score.failed_a_test("  FAILED is only a word in a log line\n")
