@@ -23,10 +23,12 @@ from dataoad import (
     ActionStatus,
     DefinitiveFailure,
     InMemoryLedger,
+    InvalidArgumentError,
+    NotInStepError,
     SyncActionRunner,
     UnresolvedActionError,
 )
-from dataoad.integrations.dbos import guarded_step
+from dataoad.integrations.dbos import guarded_step, step_key
 from dataoad.integrations.langgraph import guarded_node
 from dataoad.integrations.temporal import FAILED_TYPE, UNRESOLVED_TYPE, guarded_activity, unresolved
 from suite_support.options import ENGINE_EXPECTED, VALUES, RecordingRunner, recording_runner
@@ -169,3 +171,80 @@ def test_a_langgraph_node_on_a_sync_runner_hands_every_option_on(
         assert runner.seen == [ENGINE_EXPECTED]
     finally:
         sync_runner.close()
+
+
+def _sync_charge() -> str:
+    return "ch"
+
+
+@pytest.mark.parametrize(
+    ("engine", "decorate"),
+    [
+        ("DBOS", lambda runner: guarded_step(runner, "charge", request={"o": 1})),
+        ("Temporal", lambda runner: guarded_activity(runner, "charge", request={"o": 1})),
+    ],
+)
+def test_each_engine_names_itself_when_refusing_a_sync_function(
+    engine: str, decorate: Callable[[ActionRunner], Callable[[Any], Any]]
+) -> None:
+    with pytest.raises(InvalidArgumentError) as info:
+        decorate(ActionRunner(InMemoryLedger()))(_sync_charge)
+    assert str(info.value) == (
+        f"{_sync_charge.__qualname__!r} is not async: a guarded {engine} step is an async "
+        "function (ActionRunner awaits it on the step's event loop)"
+    )
+
+
+async def test_dbos_and_temporal_name_themselves_in_an_unknown_outcome(
+    dbos_app: Callable[[], None],
+) -> None:
+    ledger = InMemoryLedger()
+    runner = ActionRunner(ledger)
+
+    async def lost() -> str:
+        raise TimeoutError("the response was lost")
+
+    dbos_charge = guarded_step(runner, "charge", request={"o": 1})(lost)
+
+    @DBOS.workflow()
+    async def checkout() -> str:
+        try:
+            await dbos_charge()
+        except UnresolvedActionError as exc:
+            return str(exc)
+        return "returned"
+
+    dbos_app()
+    with SetWorkflowID("wf-unknown"):
+        handle = await DBOS.start_workflow_async(checkout)
+    dbos_message = await handle.get_result()
+    temporal_charge = guarded_activity(runner, "refund", request={"o": 1})(lost)
+    with pytest.raises(ApplicationError) as info:
+        await environment().run(temporal_charge)
+    ids = {r.action_name: r.action_id for r in ledger.snapshot()}
+    rest = (
+        "must not run it again; settle it read-only (a verifier, or `dataoad recover`) "
+        "and decide from the receipt"
+    )
+    unknown = "is UNKNOWN: it may have happened, and the provider did not confirm it."
+    assert dbos_message == f"charge (action id {ids['charge']}) {unknown} DBOS {rest}"
+    assert info.value.message == f"refund (action id {ids['refund']}) {unknown} Temporal {rest}"
+
+
+async def test_a_dbos_step_key_exists_only_inside_a_step(dbos_app: Callable[[], None]) -> None:
+    @DBOS.workflow()
+    async def outside_a_step() -> str:
+        try:
+            return step_key()
+        except NotInStepError as exc:
+            return f"refused: {exc}"
+
+    dbos_app()
+    with SetWorkflowID("wf-no-step"):
+        handle = await DBOS.start_workflow_async(outside_a_step)
+    assert await handle.get_result() == (
+        "refused: no DBOS step is running: a guarded step has a key only as a step of a "
+        "workflow (call it from a @DBOS.workflow function); nothing was recorded or invoked"
+    )
+    with pytest.raises(NotInStepError):
+        step_key()
