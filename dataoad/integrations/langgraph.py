@@ -104,12 +104,20 @@ def _volatile_ids() -> dict[str, object]:
     except RuntimeError:
         return {}
     metadata = config.get("metadata") or {}
+    configurable = config.get("configurable") or {}
     namespace = str(metadata.get("langgraph_checkpoint_ns") or "")
-    return {
+    volatile: dict[str, object] = {
         "task id": namespace.rpartition(":")[2] or None,
         "run id": config.get("run_id"),
-        "checkpoint id": (config.get("configurable") or {}).get("checkpoint_id"),
+        "checkpoint id": configurable.get("checkpoint_id"),
     }
+    # Inside a task LangGraph gives no run id or checkpoint id, but the
+    # checkpoints it runs from, by graph: kept when a failed task is resumed,
+    # new when a lost checkpoint is re-run or the thread replayed from an
+    # earlier one.
+    for graph, checkpoint in dict(configurable.get("checkpoint_map") or {}).items():
+        volatile[f"checkpoint id of {f'subgraph {graph!r}' if graph else 'the graph'}"] = checkpoint
+    return volatile
 
 
 def _injected_call_ids(fn: Callable[..., Any]) -> tuple[str, ...]:

@@ -399,6 +399,50 @@ def test_a_node_key_drawn_from_the_task_id_is_refused_before_anything() -> None:
     assert calls == ["o1"]
 
 
+def test_a_node_key_drawn_from_its_checkpoint_is_refused_before_anything() -> None:
+    # The checkpoint a task runs from is kept when the task is resumed after a
+    # failure, but is new when a lost checkpoint is re-run (durability="async")
+    # or the thread is replayed from an earlier one: a key holding it acts twice.
+    from langgraph.config import get_config
+
+    ledger = InMemoryLedger()
+    calls: list[str] = []
+
+    def from_the_checkpoint(state: Order) -> str:
+        checkpoints = get_config()["configurable"]["checkpoint_map"]
+        return f"order-{state['order_id']}-{checkpoints['']}"
+
+    node = keyed_node(ledger, calls, from_the_checkpoint)
+    app = order_graph(node).compile(checkpointer=InMemorySaver())
+    with pytest.raises(InvalidArgumentError, match="the checkpoint id of the graph"):
+        app.invoke({"order_id": "o1"}, {"configurable": {"thread_id": "t"}})
+    assert calls == []
+    assert ledger.snapshot() == []
+
+
+def test_a_key_drawn_from_a_subgraph_task_s_own_id_is_refused_before_anything() -> None:
+    from langgraph.config import get_config
+
+    ledger = InMemoryLedger()
+    calls: list[str] = []
+
+    def from_the_inner_task(state: Order) -> str:
+        # "outer-node:<outer task id>|charge:<this task's id>"
+        namespace = str(get_config()["metadata"]["langgraph_checkpoint_ns"])
+        return f"order-{state['order_id']}-{namespace.rpartition(':')[2]}"
+
+    inner = order_graph(keyed_node(ledger, calls, from_the_inner_task)).compile()
+    outer = StateGraph(Order)
+    outer.add_node("inner", inner)
+    outer.add_edge(START, "inner")
+    outer.add_edge("inner", END)
+    app = outer.compile(checkpointer=InMemorySaver())
+    with pytest.raises(InvalidArgumentError, match="task id"):
+        app.invoke({"order_id": "o1"}, {"configurable": {"thread_id": "t"}})
+    assert calls == []
+    assert ledger.snapshot() == []
+
+
 @pytest.mark.parametrize("how", ["invoke", "ainvoke"])
 def test_a_node_key_drawn_from_the_attempt_number_is_refused_before_anything(how: str) -> None:
     from langgraph.runtime import get_runtime
