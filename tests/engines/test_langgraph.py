@@ -220,6 +220,27 @@ def test_outside_a_graph_there_is_no_task_key() -> None:
         task_key()
 
 
+@pytest.mark.parametrize(
+    "metadata",
+    [{"langgraph_step": 1}, {"langgraph_path": ["__pregel_pull", "charge"]}, {}],
+    ids=["no path", "no step", "neither"],
+)
+def test_a_task_without_its_step_or_its_path_has_no_task_key(metadata: dict[str, Any]) -> None:
+    # What LangGraph gives every task; a run that lacked either (another
+    # runtime, a later LangGraph) must not get a key missing half its place.
+    from langchain_core.runnables.config import var_child_runnable_config
+
+    token = var_child_runnable_config.set(
+        {"configurable": {"thread_id": "t"}, "metadata": metadata}
+    )
+    try:
+        with pytest.raises(NotInStepError) as info:
+            task_key()
+    finally:
+        var_child_runnable_config.reset(token)
+    assert str(info.value) == "LangGraph gave this task no step and path; pass idempotency_key"
+
+
 def test_a_sync_call_from_inside_an_event_loop_is_refused() -> None:
     ledger = InMemoryLedger()
     node = charge_node(ledger, [], asynchronous=False)
