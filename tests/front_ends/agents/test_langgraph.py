@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import inspect
 from typing import Any, TypedDict
 
 import pytest
@@ -158,3 +159,26 @@ def test_a_node_rerun_by_retry_policy_replays() -> None:
     assert scenario.provider.charge_calls == 1
     assert final["charge"]["replayed"] is True
     assert final["charge"]["status"] == "CONFIRMED"
+
+
+def test_a_guarded_tool_is_named_described_and_awaited_as_given() -> None:
+    scenario = ChargeScenario()
+
+    async def undocumented(order_id: str, amount_cents: int) -> str:
+        return order_id
+
+    default = guarded_tool(scenario.charge_order, scenario.guard())
+    named = guarded_tool(scenario.charge_order, scenario.guard(), name="charge")
+    bare = guarded_tool(undocumented, scenario.guard())
+    # The model sees the function's name and docstring unless told otherwise.
+    assert (default.name, default.description) == (
+        "charge_order",
+        "Charge the customer of an order.",
+    )
+    assert named.name == "charge"
+    assert bare.description == "undocumented"
+    # Under ainvoke the tool is awaited on the graph's loop, not run on a thread.
+    assert asyncio.iscoroutinefunction(default.coroutine)
+    # Called without a loop (invoke), it takes the function's own parameters.
+    assert default.func is not None
+    assert list(inspect.signature(default.func).parameters) == ["order_id", "amount_cents"]
