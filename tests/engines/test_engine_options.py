@@ -151,9 +151,40 @@ def _node_with_every_option(runner: ActionRunner | SyncActionRunner) -> Any:
 async def test_a_langgraph_node_hands_every_option_on() -> None:
     runner = recording_runner()
     node = _node_with_every_option(runner)
-    with pytest.raises(UnresolvedActionError):  # the verifier given could not tell
+    with pytest.raises(UnresolvedActionError) as info:  # the verifier given could not tell
         await node({"order": "o1"})
     assert runner.seen == [ENGINE_EXPECTED]
+    # Named by its action, and told the verifier will look again.
+    assert str(info.value).startswith("UNKNOWN: charge may have happened (action id ")
+    assert str(info.value).endswith(
+        "It will be verified read-only; tell the user the outcome is being checked."
+    )
+    assert info.value.receipt == runner.ledger.snapshot()[0]  # type: ignore[attr-defined]
+
+
+async def test_a_langgraph_node_without_a_verifier_says_nothing_will_check_it() -> None:
+    ledger = InMemoryLedger()
+
+    async def lost(state: Any) -> str:
+        raise TimeoutError("the response was lost")
+
+    node = guarded_node(
+        lost,
+        runner=ActionRunner(ledger),
+        action_name="payout",
+        request=lambda state: {"o": 1},
+        idempotency_key=lambda state: "payout-1",
+    )
+    with pytest.raises(UnresolvedActionError) as info:
+        await node({})
+    (receipt,) = ledger.snapshot()
+    assert info.value.receipt == receipt
+    assert str(info.value) == (
+        f"UNKNOWN: payout may have happened (action id {receipt.action_id}); the provider "
+        "did not confirm it. Do NOT call this tool again for the same request: that could "
+        "do it twice. Nothing will check it automatically (no verifier is set): an operator "
+        "must check it with the provider. Tell the user the outcome is not known yet."
+    )
 
 
 def test_a_langgraph_node_on_a_sync_runner_hands_every_option_on(
