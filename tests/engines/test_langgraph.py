@@ -200,15 +200,20 @@ def test_no_checkpointer_means_no_default_key_and_nothing_happens() -> None:
     assert ledger.snapshot() == []
 
 
-def test_inside_a_subgraph_the_default_key_is_refused() -> None:
-    ledger = InMemoryLedger()
-    calls: list[str] = []
-    inner = order_graph(charge_node(ledger, calls, asynchronous=False)).compile()
+def in_a_subgraph(inner: Any) -> Any:
+    """``inner`` as the one node ("inner") of a checkpointed outer graph."""
     outer = StateGraph(Order)
     outer.add_node("inner", inner)
     outer.add_edge(START, "inner")
     outer.add_edge("inner", END)
-    app = outer.compile(checkpointer=InMemorySaver())
+    return outer.compile(checkpointer=InMemorySaver())
+
+
+def test_inside_a_subgraph_the_default_key_is_refused() -> None:
+    ledger = InMemoryLedger()
+    calls: list[str] = []
+    inner = order_graph(charge_node(ledger, calls, asynchronous=False)).compile()
+    app = in_a_subgraph(inner)
     with pytest.raises(NotInStepError, match="subgraph"):
         app.invoke({"order_id": "o1"}, {"configurable": {"thread_id": "t"}})
     assert calls == []
@@ -448,16 +453,12 @@ def test_a_key_drawn_from_a_subgraph_task_s_own_id_is_refused_before_anything() 
     calls: list[str] = []
 
     def from_the_inner_task(state: Order) -> str:
-        # "outer-node:<outer task id>|charge:<this task's id>"
+        # "inner:<the outer task's id>|charge:<this task's id>"
         namespace = str(get_config()["metadata"]["langgraph_checkpoint_ns"])
         return f"order-{state['order_id']}-{namespace.rpartition(':')[2]}"
 
     inner = order_graph(keyed_node(ledger, calls, from_the_inner_task)).compile()
-    outer = StateGraph(Order)
-    outer.add_node("inner", inner)
-    outer.add_edge(START, "inner")
-    outer.add_edge("inner", END)
-    app = outer.compile(checkpointer=InMemorySaver())
+    app = in_a_subgraph(inner)
     with pytest.raises(InvalidArgumentError, match="task id"):
         app.invoke({"order_id": "o1"}, {"configurable": {"thread_id": "t"}})
     assert calls == []
