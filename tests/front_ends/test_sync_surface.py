@@ -31,7 +31,9 @@ from dataoad import (
 VERBS = [
     name
     for name, member in inspect.getmembers(ActionRunner, inspect.iscoroutinefunction)
-    if not name.startswith("_")
+    # Not mutmut's copies of a verb ("xǁActionRunnerǁexecute__mutmut_1"):
+    # under a mutation run they are members too, and no twin has them.
+    if not name.startswith("_") and name.isascii()
 ]
 #: ActionRunner's read-only properties.
 PROPERTIES = [
