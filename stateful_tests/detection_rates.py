@@ -66,6 +66,8 @@ def ledgers(bug: PlantedBug, backend: str) -> str:
     """The ledgers the bug's machine drives."""
     if bug.machine == "ledger":
         return "memory+sqlite"
+    if bug.machine == "shared":
+        return "sqlite, shared"
     return (bug.backend or backend) if bug.machine == "runner" else "memory"
 
 
@@ -96,7 +98,8 @@ def one_seed(
     """Search for ``bug`` with seed ``n`` under the ci profile, at its machine's CI budget.
 
     The runner machine's bugs get the in-memory runner machine's budget
-    (``IN_MEMORY_RUNNER_FACTOR`` times the profile's), on either backend.
+    (``IN_MEMORY_RUNNER_FACTOR`` times the profile's), on either backend; the
+    shared-connection machine's the profile's, as CI gives it.
     """
     ci = settings.get_profile("ci")
     if bug.machine == "runner":

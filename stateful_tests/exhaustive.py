@@ -311,6 +311,9 @@ OUT_OF_REACH = {
     "group-fails-whole-on-a-failed-look-up": "a SQLite grouped-writer bug (the group machine)",
     "group-runs-a-claim-its-look-up-answered": "a SQLite grouped-writer bug (the group machine)",
     "group-looks-up-on-a-broken-connection": "a SQLite grouped-writer bug (the group machine)",
+    "runner-trusts-a-rolled-back-group": (
+        "a SQLite grouped-writer bug (the runner machine on one connection)"
+    ),
     "observations-truncated-oldest-first": "losing an observation is judged by the merge machine",
     "newest-observation-dropped": "losing an observation is judged by the merge machine",
     "sync-operation-on-the-loop": "this explorer's operations are async; the runner machine has sync ones",

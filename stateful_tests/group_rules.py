@@ -4,14 +4,17 @@ Mixed into a runner machine whose contenders share one ``SQLiteLedger`` (one
 process, many tasks) instead of one connection each. A rule holds the
 connection's thread, releases several contenders parked before a ledger
 write at once, lets each queue its write, and then lets the thread run them:
-their writes are committed as one group. Every property of the runner
-machine is checked after it, as after any step.
+their writes are committed as one group, or the group's COMMIT fails (drawn)
+and nothing of it is stored. Every property of the runner machine is
+checked after it, as after any step; a contender whose write the failed
+COMMIT took back has that fault noted at its write's gate
+(``LedgerFault.GROUP_COMMIT_FAILED``), as the progress properties need.
 
-A group whose COMMIT fails is not drawn here: with it, runs that made the
-same choices ended in different states (which contenders were left parked
-where), so Hypothesis could not replay them. Failed group commits are
-driven by the group machine (``group_machine.py``) and, through the real
-runner, by ``tests/ledgers/test_sqlite_group_commit.py``.
+Runs must replay: the same choices must end in the same state. So the
+contenders' ungated reads before a write are made from the file, not on the
+held connection (where whether they came back within the rule's loop turns
+decided which writes made the group), and only the group formed behind the
+held thread may fail: which later writes share a flush is timing.
 """
 
 from __future__ import annotations
@@ -25,9 +28,11 @@ from hypothesis import event
 from hypothesis import strategies as st
 from hypothesis.stateful import precondition, rule
 
-from dataoad import SQLiteLedger
+from dataoad import ActionReceipt, SQLiteLedger
 from dataoad.ledgers import _sqlite_live as live
-from stateful_tests.harness import LedgerFault
+from dataoad.ledgers._sqlite_group import QueuedWrite
+from stateful_tests.harness import LedgerFault, current_contender
+from stateful_tests.sqlite_files import SQLiteStorageReads
 
 __all__ = ["GroupCommitRules", "WRITE_GATES"]
 
@@ -55,6 +60,7 @@ class GroupCommitRules:
     loop: Any
     scheduler: Any
     clients: list[Any]
+    storage_reads: SQLiteStorageReads | None
 
     def new_client(self) -> Any:
         if self.clients:
@@ -78,46 +84,139 @@ class GroupCommitRules:
             label="contenders",
         )
         chosen = [parked[name] for name in sorted(names)]
+        commit = data.draw(st.sampled_from(["commits", "commits", "commit fails"]), label="commit")
         ledger: SQLiteLedger = self.clients[0]
-        conn = self.loop.run(ledger._connection())
         group = ledger._group
-        gate = threading.Event()
-        holder = self.loop.get_loop().create_task(live.on_thread(conn, lambda: gate.wait(30)))
-        self.history.step += 1
-        self.history.add(
-            "SQLite connection",
-            f"{', '.join(c.name for c in chosen)} write together "
-            f"({', '.join(str(c.parked_at) for c in chosen)})",
-        )
-        real_flush = group.flush
+        real_flush, real_put = group.flush, group.put
+        #: Each write queued during this rule and its contender, so that the
+        #: fault is noted on whoever's write it took back (a contender not
+        #: chosen may reach a write too, on a timer of its own).
+        writers: list[tuple[QueuedWrite, Any]] = []
+
+        def put(entry: QueuedWrite) -> QueuedWrite:
+            writers.append((entry, current_contender()))
+            return real_put(entry)
+
         sizes: list[int] = []
+        # Only the group formed behind the held thread may fail (armed just
+        # before the thread is let go): which other writes share a flush is
+        # timing, and a fault drawn for them would make runs of the same
+        # choices differ.
+        armed = [False]
+        struck: list[int] = []
+        failed: list[Any] = []  # the contenders whose write the failed COMMIT took back
 
         def flush(db: sqlite3.Connection) -> None:
             with group._lock:
                 size = len(group._queue)
-            if size:
-                sizes.append(size)
-            real_flush(db)
+            if not size:
+                real_flush(db)
+                return
+            sizes.append(size)
+            if not armed[0]:
+                real_flush(db)
+                return
+            armed[0] = False
+            faulty = _FailingCommit(db)
+            real_flush(faulty)  # type: ignore[arg-type]
+            if faulty.struck:
+                struck.append(size)
+                failed.extend(
+                    who
+                    for entry, who in writers
+                    if who is not None and isinstance(entry.error, _CommitFails)
+                )
 
         group.flush = flush  # type: ignore[method-assign]
+        group.put = put  # type: ignore[method-assign]
+        gate = threading.Event()
         try:
+            conn = self.loop.run(ledger._connection())
+            holder = self.loop.get_loop().create_task(live.on_thread(conn, lambda: gate.wait(30)))
+            self.history.step += 1
+            self.history.add(
+                "SQLite connection",
+                f"{', '.join(c.name for c in chosen)} write together "
+                f"({', '.join(str(c.parked_at) for c in chosen)}); the group {commit}",
+            )
             for c in chosen:
                 c.park = self.loop.get_loop().create_future()
                 assert c.go is not None
                 c.go.set_result(LedgerFault.NONE)
             self.loop.run(_turns(_TURNS))  # each reaches the held thread's queue
+            with group._lock:
+                held = len(group._queue)
+            armed[0] = commit == "commit fails"
             gate.set()
             self.loop.run(_done(holder))
             for c in chosen:
                 self.scheduler._settle(c)
         finally:
-            group.flush = real_flush  # type: ignore[method-assign]
+            group.flush, group.put = real_flush, real_put  # type: ignore[method-assign]
             gate.set()
+        for c in failed:
+            # Its write's gate, its last passed (it is parked at the next, or
+            # done), let it through; its group then failed: noted there.
+            method, fault = c.ledger_faults[-1]
+            if fault is LedgerFault.NONE:
+                c.ledger_faults[-1] = (method, LedgerFault.GROUP_COMMIT_FAILED)
         for c in chosen:
             self._after(c)  # type: ignore[attr-defined]
-        largest = max(sizes, default=0)
-        event(f"writes in one group: largest group {min(largest, 3)}")
-        self.history.add("SQLite connection", f"groups run: {sizes}")
+        event(f"writes in one group: held group of {min(held, 3)}")
+        if struck:
+            event("writes in one group: a group's COMMIT failed")
+        self.history.add(
+            "SQLite connection",
+            f"{held} writes queued behind the held thread; groups run: {sizes}"
+            + (f"; the COMMIT of the group of {struck[0]} failed" if struck else ""),
+        )
+
+    def gated(self, client: Any) -> Any:
+        """A contender's view of the shared ``client``, its ungated reads made from the file.
+
+        A write's read of the claim before it (``GatedLedger.pre_reads``)
+        would otherwise wait behind the held connection, and whether it
+        came back within the rule's loop turns would decide the group.
+        """
+        gated = super().gated(client)  # type: ignore[misc]
+        if self.storage_reads is not None:
+            gated.pre_reads = _FileReads(self.storage_reads)
+        return gated
+
+
+class _FileReads:
+    """``get`` from the ledger file on the loop's own thread: it never waits for a connection."""
+
+    def __init__(self, reads: SQLiteStorageReads) -> None:
+        self._reads = reads
+
+    async def get(self, action_id: str) -> ActionReceipt | None:
+        assert self._reads.ready()
+        return self._reads.get(action_id)
+
+
+class _CommitFails(sqlite3.OperationalError):
+    """The machine's failed COMMIT (a full disk, say): the whole group fails."""
+
+
+class _FailingCommit:
+    """The connection as one flush sees it: every statement runs, the COMMIT fails.
+
+    A lone write runs in autocommit, with no COMMIT of its own: it is stored.
+    """
+
+    def __init__(self, db: sqlite3.Connection) -> None:
+        self._db = db
+        self.struck = False
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._db, name)
+
+    def execute(self, sql: str, *args: Any) -> Any:
+        if sql.split(None, 1)[0].upper() == "COMMIT":
+            self.struck = True
+            raise _CommitFails("injected: the group's COMMIT failed")
+        return self._db.execute(sql, *args)
 
 
 async def _done(task: asyncio.Future[Any]) -> None:

@@ -21,7 +21,7 @@ from collections import Counter
 from collections.abc import Awaitable, Callable, Iterable
 from datetime import datetime
 from pathlib import Path
-from typing import Any, TypeVar, cast
+from typing import Any, Protocol, TypeVar, cast
 
 from hypothesis import settings
 
@@ -71,6 +71,10 @@ class LedgerFault(enum.Enum):
     #: SQLite only: another process holds the writer lock and does not let go
     #: (stopped, say); the write must give up within busy_timeout.
     LOCK_HELD = "another process holds the writer lock"
+    #: SQLite's shared connection only (``group_rules``): the write ran in a
+    #: group whose COMMIT failed, so nothing of it was stored. Noted after the
+    #: fact, never drawn at a gate.
+    GROUP_COMMIT_FAILED = "the write's group failed to commit"
 
 
 #: The write faults every backend can suffer (LOCK_HELD is SQLite's alone).
@@ -436,6 +440,12 @@ class LeaseGrant:
     until: datetime
 
 
+class PreReads(Protocol):
+    """Where a gated write reads, ungated, the claim it is about to change."""
+
+    async def get(self, action_id: str) -> ActionReceipt | None: ...
+
+
 class GatedLedger(FaultyLedger):
     """A ledger client whose every call parks first; the release decides the fault."""
 
@@ -447,9 +457,14 @@ class GatedLedger(FaultyLedger):
         history: History | None = None,
         clock: Callable[[], datetime] | None = None,
         lease_grants: dict[str, LeaseGrant] | None = None,
+        pre_reads: PreReads | None = None,
     ) -> None:
         super().__init__(inner)
         self.scheduler = scheduler
+        #: Where a write's ungated read of the claim before it goes (``inner``
+        #: unless given: the shared-connection machine reads on a connection
+        #: of its own, so that read never waits behind the connection it holds).
+        self.pre_reads: PreReads = inner if pre_reads is None else pre_reads
         self.history = history
         #: The ledger's clock as the machine keeps it: judges the takeovers it sees.
         self.clock = clock
@@ -546,7 +561,7 @@ class GatedLedger(FaultyLedger):
         # write that lands on a PENDING claim moves a claim away from its holder.
         # What a committed write stored is the receipt it proposed (``written``):
         # no second read, which once doubled the exhaustive explorer's time.
-        before = await self.inner.get(action_id)
+        before = await self.pre_reads.get(action_id)
         done = await call()
         contender = _current.get(None)
         if done and contender is not None and before is not None:
@@ -980,3 +995,12 @@ def io_bound_settings() -> settings:
     """
     profile = settings()
     return settings(profile, max_examples=max(10, profile.max_examples // 4))
+
+
+def shared_connection_settings() -> settings:
+    """The active profile's whole budget, for the runner machine on one SQLite connection.
+
+    It alone fails a group's COMMIT under the real runner (``group_rules``);
+    an I/O-bound quarter found its planted bug by too few seeds.
+    """
+    return settings()

@@ -19,7 +19,7 @@ class PlantedBug:
 
     name: str
     trigger: str
-    machine: str  # runner | ledger | merge | group
+    machine: str  # runner | ledger | merge | group | shared (the runner on one SQLite connection)
     expected: frozenset[str]
     plant: Callable[[pytest.MonkeyPatch], dict[str, Any]]
     #: The runner machine's backend when the bug exists on one only (None: any).

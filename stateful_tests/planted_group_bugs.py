@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 
+from dataoad import SQLiteLedger
 from dataoad.ledgers._sqlite_group import GroupWriter, QueuedWrite
 from stateful_tests.planted import PlantedBug, names
 
@@ -116,6 +117,18 @@ def _writer(cls: type[GroupWriter]) -> Any:
     return lambda mp: {"writer_class": cls}
 
 
+class _LedgerKeepingAnswersOfARolledBackGroup(SQLiteLedger):
+    """The real SQLite ledger over ``KeepsAnswersOfARolledBackGroup``."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._group.__class__ = KeepsAnswersOfARolledBackGroup
+
+
+def _runner_trusts_a_rolled_back_group(mp: pytest.MonkeyPatch) -> dict[str, Any]:
+    return {"ledger_class": _LedgerKeepingAnswersOfARolledBackGroup}
+
+
 GROUP_BUGS = [
     PlantedBug(
         "group-answers-writes-a-rollback-took-back",
@@ -165,5 +178,21 @@ GROUP_BUGS = [
         "group",
         names("group-answers-follow-the-model"),
         _writer(LooksUpOnABrokenConnection),
+    ),
+    # The same broken rule as the first, hunted through the real runner: its
+    # contenders share one connection (``group_rules``), and a group holding
+    # their writes fails to commit. A claim or an outcome answered as stored
+    # when nothing was.
+    PlantedBug(
+        "runner-trusts-a-rolled-back-group",
+        "contenders' writes in one group whose COMMIT fails",
+        "shared",
+        names(
+            "invocation-counted-before-call",
+            "returned-receipts-are-durable",
+            "receipts-never-lost-and-only-move-forward",
+        ),
+        _runner_trusts_a_rolled_back_group,
+        backend="sqlite",
     ),
 ]

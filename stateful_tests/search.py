@@ -17,7 +17,7 @@ from stateful_tests.ledger_machine import LedgerMachineBase
 from stateful_tests.merge_machine import MergeMachineBase
 from stateful_tests.planted import PlantedBug
 from stateful_tests.planted_bugs import planted
-from stateful_tests.runner_machine import machine_for
+from stateful_tests.runner_machine import RunnerMachineSQLiteShared, machine_for
 from stateful_tests.violations import InvariantViolation
 
 __all__ = ["SEARCH", "find_violation", "machine"]
@@ -51,6 +51,10 @@ def machine(bug: PlantedBug, overrides: dict[str, object], backend: str = "memor
     """
     if bug.machine == "runner":
         return machine_for(backend, **overrides)
+    if bug.machine == "shared":
+        return type(
+            f"RunnerMachineSQLiteShared_{bug.name}", (RunnerMachineSQLiteShared,), overrides
+        )
     base = {"ledger": LedgerMachineBase, "group": GroupMachineBase}.get(
         bug.machine, MergeMachineBase
     )
