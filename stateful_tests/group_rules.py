@@ -177,6 +177,11 @@ class GroupCommitRules:
         A write's read of the claim before it (``GatedLedger.pre_reads``)
         would otherwise wait behind the held connection, and whether it
         came back within the rule's loop turns would decide the group.
+        Read before the group, it misses what an earlier write of the same
+        group did to that claim; but every transition is conditional on the
+        claim's version, so of two transitions of one claim in a group only
+        the first can land, and one that lands read true (but for its lease,
+        which a renewal in the same group may have moved).
         """
         gated = super().gated(client)  # type: ignore[misc]
         if self.storage_reads is not None:
