@@ -6,7 +6,6 @@ import asyncio
 import logging
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -15,8 +14,8 @@ from dataoad import (
     Ledger,
     SQLiteLedger,
 )
-from dataoad.testing import FaultyLedger
 from suite_support import BACKENDS
+from suite_support.fault_guard import guarding_injected_faults
 from suite_support.services import (
     PostgresRoute,
     PostgresTestTable,
@@ -47,25 +46,20 @@ def new_ledger(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Calla
 def every_injected_fault_strikes(
     request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch
 ) -> Iterator[None]:
-    """A fault a test injects into a FaultyLedger must strike before the test ends.
+    """Each fault a test injects must strike, and a lost acknowledgement must follow a
+    write that stored something (``suite_support.fault_guard``).
 
-    One that never strikes leaves the test's scenario unbuilt, and the test
-    then passes for another reason (an audit found such tests). A test that
-    injects more than it needs on purpose says why with
-    ``@pytest.mark.faults_may_remain("why")``.
+    A test that injects more than it needs on purpose says why with
+    ``@pytest.mark.faults_may_remain("why")``; one that loses the answer to a
+    refused write on purpose, with ``@pytest.mark.refused_write_may_lose_its_ack("why")``.
     """
-    made: list[FaultyLedger] = []
-    build = FaultyLedger.__init__
-
-    def register(self: FaultyLedger, *args: Any, **kwargs: Any) -> None:
-        build(self, *args, **kwargs)
-        made.append(self)
-
-    monkeypatch.setattr(FaultyLedger, "__init__", register)
-    yield
-    if request.node.get_closest_marker("faults_may_remain") is None:
-        left = {id(f): f._faults for f in made if f.pending_faults()}
-        assert not left, f"injected faults never struck: {list(left.values())}"
+    with guarding_injected_faults(
+        monkeypatch,
+        unstruck_allowed=request.node.get_closest_marker("faults_may_remain") is not None,
+        refused_allowed=request.node.get_closest_marker("refused_write_may_lose_its_ack")
+        is not None,
+    ):
+        yield
 
 
 @pytest.fixture
