@@ -414,13 +414,18 @@ async def test_the_listing_filters_at_its_exact_bounds(clocked: tuple[Any, Manua
     assert await ledger.audit(action_id="id1") == [stamped[1]]
     assert await ledger.audit(limit=1) == [stamped[2]]
     assert await ledger.audit(limit=100_000) == stamped[::-1]
+    assert await ledger.audit(operator="x" * 1000, action_id="x" * 1000) == []  # the longest
     for bad in (
         {"limit": 0},
         {"limit": 100_001},
         {"limit": True},
         {"since": datetime(2031, 1, 1)},  # no time zone
         {"operator": ""},
+        {"operator": "x" * 1001},
         {"namespace": 3},
+        {"action_id": ""},
+        {"action_id": 7},
+        {"action_id": "x" * 1001},
     ):
         with pytest.raises(InvalidArgumentError):
             await ledger.audit(**bad)

@@ -26,9 +26,11 @@ from dataoad import (
     RecoveryRefusedError,
     SQLiteLedger,
 )
+from dataoad.ledgers import sqlite as sqlite_module
 from dataoad.ledgers._codec import row_of
+from dataoad.ledgers._statements import SQLITE, Statements
 from dataoad.ledgers.sqlite import APPLICATION_ID, MIGRATIONS, SCHEMA_VERSION
-from dataoad.testing import make_receipt
+from dataoad.testing import make_receipt, unstarted_claim
 from suite_support import skew_wall_clock
 from suite_support.ledger_child import CRASH_POINTS, EffectsVerifier, contend_in_processes
 
@@ -605,3 +607,32 @@ def test_the_clock_connection_closes_and_a_later_reading_opens_another() -> None
     )
     done = subprocess.run([sys.executable, "-c", child], capture_output=True, timeout=60)
     assert done.returncode == 0, done.stderr
+
+
+async def test_the_claim_statement_compiled_now_claims_a_free_key_and_answers_a_held_one(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The SQLite ledger's statements, compiled by this test rather than at import.
+
+    The ledger compiles its statements once, when its module is imported,
+    so a mutation run (which changes code only for calls made after
+    import) never saw a broken claim statement: PostgreSQL, which compiles
+    its own per ledger, claims with another statement.
+    """
+    monkeypatch.setattr(sqlite_module, "_SQL", Statements("receipts", SQLITE))
+    ledger = SQLiteLedger(tmp_path / "ledger.sqlite3")
+    try:
+        first = unstarted_claim("charge", "k", {"amount": 1}, provider_reference="ref-1")
+        stored, created = await ledger.claim(first, lease=30.0)
+        assert created
+        assert stored.action_id == first.action_id
+        assert stored.stored_at is not None
+        assert stored.lease_expires_at is not None
+        assert await ledger.get(first.action_id) == stored
+        again = unstarted_claim("charge", "k", {"amount": 1}, provider_reference="ref-1")
+        holder, created = await ledger.claim(again, lease=30.0)
+        assert not created
+        assert holder == stored
+        assert await ledger.get(again.action_id) is None  # nothing written for the replay
+    finally:
+        await ledger.close()
