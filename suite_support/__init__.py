@@ -7,7 +7,7 @@ import fcntl
 import os
 import sys
 from collections.abc import Callable, Sequence
-from datetime import datetime
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -34,6 +34,9 @@ LOSE = LedgerFault.LOSE_ACKNOWLEDGEMENT
 
 REF = "order-1"
 REQUEST: dict[str, Any] = {"customer_id": "c1", "amount_cents": 2500}
+#: Where the ``clocked`` fixture's ledger clock starts: far from this host's,
+#: so that a time stamped by the host's clock would show.
+LEDGER_START = datetime(2031, 3, 1, 8, 0, tzinfo=UTC)
 
 
 class CountingOperation:
@@ -178,6 +181,7 @@ def _stop_without_closing_the_ledger(facade: Any) -> None:
 
 
 __all__ = [
+    "LEDGER_START",
     "FRONT_ENDS",
     "FRONT_ENDS_AND_OPERATION_KINDS",
     "call_via",

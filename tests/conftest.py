@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -14,7 +15,8 @@ from dataoad import (
     Ledger,
     SQLiteLedger,
 )
-from suite_support import BACKENDS
+from dataoad.testing import ManualClock
+from suite_support import BACKENDS, LEDGER_START, closing
 from suite_support.fault_guard import guarding_injected_faults
 from suite_support.services import (
     PostgresRoute,
@@ -40,6 +42,28 @@ def new_ledger(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Calla
             yield table.client
         finally:
             asyncio.run(table.drop())
+
+
+@pytest.fixture(params=BACKENDS)
+async def clocked(
+    request: pytest.FixtureRequest, tmp_path: Path
+) -> AsyncIterator[tuple[Any, ManualClock]]:
+    """A ledger of each backend whose clock is a ManualClock at ``LEDGER_START``, far from
+    the host's: anything the host's clock stamped would show."""
+    clock = ManualClock(LEDGER_START)
+    table = None
+    if request.param == "memory":
+        ledger: Any = InMemoryLedger(clock=clock)
+    elif request.param == "sqlite":
+        ledger = SQLiteLedger(tmp_path / "ledger.sqlite3", clock=clock)
+    else:
+        table = PostgresTestTable()
+        await table.create()
+        ledger = table.client(clock=clock, max_size=4)
+    yield ledger, clock
+    await closing(ledger)
+    if table is not None:
+        await table.drop()
 
 
 @pytest.fixture(autouse=True)

@@ -12,8 +12,8 @@ from __future__ import annotations
 import asyncio
 import getpass
 import socket
-from collections.abc import AsyncIterator, Awaitable, Callable
-from datetime import UTC, datetime, timedelta
+from collections.abc import Awaitable, Callable
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -38,7 +38,7 @@ from dataoad._receipt import AttemptRecord
 from dataoad._records import MAX_RECEIPT_OPERATOR_RECORDS
 from dataoad.testing import ManualClock
 from suite_support import (
-    BACKENDS,
+    LEDGER_START,
     CountingOperation,
     closing,
     confirmed,
@@ -49,31 +49,6 @@ from suite_support import (
     unknown,
     unstarted,
 )
-from suite_support.services import PostgresTestTable
-
-#: The ledger's clock, far from this host's: a record stamped by the host would show.
-LEDGER_START = datetime(2031, 3, 1, 8, 0, tzinfo=UTC)
-
-
-@pytest.fixture(params=BACKENDS)
-async def clocked(
-    request: pytest.FixtureRequest, tmp_path: Path
-) -> AsyncIterator[tuple[Any, ManualClock]]:
-    """A ledger of each backend whose clock is a ManualClock far from the host's."""
-    clock = ManualClock(LEDGER_START)
-    table = None
-    if request.param == "memory":
-        ledger: Any = InMemoryLedger(clock=clock)
-    elif request.param == "sqlite":
-        ledger = SQLiteLedger(tmp_path / "ledger.sqlite3", clock=clock)
-    else:
-        table = PostgresTestTable()
-        await table.create()
-        ledger = table.client(clock=clock, max_size=4)
-    yield ledger, clock
-    await closing(ledger)
-    if table is not None:
-        await table.drop()
 
 
 async def test_every_operator_verb_leaves_its_record_stamped_by_the_ledger(

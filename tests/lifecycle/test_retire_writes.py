@@ -9,6 +9,7 @@ another writer changed the receipt is decided afresh, not raised.
 
 from __future__ import annotations
 
+from datetime import timedelta
 from typing import Any
 
 import pytest
@@ -23,8 +24,8 @@ from dataoad import (
     NothingInvokedError,
     RecoveryRefusedError,
 )
-from dataoad.testing import FaultyLedger, LedgerFault
-from suite_support import Recorder, UnknownLandsFirst
+from dataoad.testing import FaultyLedger, LedgerFault, ManualClock
+from suite_support import LEDGER_START, Recorder, UnknownLandsFirst
 
 
 async def declined() -> str:
@@ -186,3 +187,22 @@ async def test_expiry_on_a_ledger_that_cannot_free_keys_is_refused_by_name() -> 
         f"ledger {NoRetire.__qualname__} cannot free keys (no retire), so it cannot expire receipts"
     )
     assert await ledger.receipts() == []
+
+
+async def test_a_freed_receipt_is_stamped_when_freed_by_the_ledger_s_clock(
+    clocked: tuple[Any, ManualClock],
+) -> None:
+    """Freeing a key stores a new version of its receipt: ``stored_at`` is when, by the ledger."""
+    ledger, clock = clocked
+    runner = ActionRunner(ledger)
+    done = await runner.execute("charge", paid, request={}, idempotency_key="k")
+    written = await ledger.get(done.receipt.action_id)
+    assert written is not None
+    assert written.stored_at == LEDGER_START
+    clock.advance(60)
+    fresh = await runner.execute("charge", paid, request={}, idempotency_key="k", expires_after=30)
+    assert not fresh.replayed
+    old = await ledger.get(done.receipt.action_id)
+    assert old is not None
+    assert old.retired_at is not None
+    assert old.stored_at == LEDGER_START + timedelta(seconds=60)
