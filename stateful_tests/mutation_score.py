@@ -15,12 +15,14 @@ still puts in that code; any other survivor makes the exit status 1.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import fnmatch
 import json
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -249,24 +251,63 @@ def config(modules: list[str]) -> str:
     )
 
 
-def recheck(workspace: Path, name: str, env: dict[str, str]) -> bool:
+#: Wall-clock seconds a recheck may take (the example tests take about 4
+#: minutes on 2 idle cores). pytest's per-test limit cannot stop a mutant
+#: that spins the event loop without yielding (a renewal loop that forgot
+#: to sleep held one recheck for over 17 minutes), so the whole run has one.
+RECHECK_LIMIT = 20 * 60.0
+
+
+@dataclasses.dataclass(frozen=True)
+class Recheck:
+    """What running every example test against one mutant showed."""
+
+    killed: bool
+    #: The run passed ``RECHECK_LIMIT`` and was stopped before any test failed.
+    hung: bool = False
+
+
+def recheck(
+    workspace: Path, name: str, env: dict[str, str], limit: float = RECHECK_LIMIT
+) -> Recheck:
     """Whether ``name`` fails the example tests when they all run against it.
 
     mutmut runs, for each mutant, only the tests it saw calling the mutated
     function. That misses code run at import (a statement built once when
     its module loads) and code a racy test reaches only sometimes; so every
     survivor not already reviewed runs against every example test here.
+    A run that passes ``limit`` is stopped, with its workers: a test that
+    failed before then is a kill, a hang alone is not.
     """
     examples = [t for t in TESTS if t.startswith("tests/")]
-    done = subprocess.run(
+    return run_until(
         [sys.executable, "-m", "pytest", "-n", "2", *PYTEST_OPTIONS, *examples],
         cwd=workspace / "mutants",
         env={**env, "MUTANT_UNDER_TEST": name},
-        check=False,
-        capture_output=True,
-        text=True,
+        limit=limit,
     )
-    return failed_a_test(done.stdout)
+
+
+def run_until(command: list[str], cwd: Path, env: dict[str, str], limit: float) -> Recheck:
+    """Run pytest's ``command`` for at most ``limit`` seconds; a failed test in its output is a kill."""
+    # Its own session, so the hung xdist workers are stopped with it.
+    process = subprocess.Popen(
+        command,
+        cwd=cwd,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+    )
+    try:
+        output, _ = process.communicate(timeout=limit)
+    except subprocess.TimeoutExpired:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(process.pid, signal.SIGKILL)
+        output, _ = process.communicate()
+        return Recheck(killed=failed_a_test(output), hung=not failed_a_test(output))
+    return Recheck(killed=failed_a_test(output))
 
 
 def failed_a_test(output: str) -> bool:
@@ -375,6 +416,13 @@ def main() -> int:
         "one module; the score it prints is lower than a full run's)",
     )
     parser.add_argument(
+        "--recheck-limit",
+        type=float,
+        default=RECHECK_LIMIT,
+        metavar="SECONDS",
+        help=f"stop a recheck after this long (default {RECHECK_LIMIT:.0f}); a hang is not a kill",
+    )
+    parser.add_argument(
         "--record-mutated-code",
         type=Path,
         metavar="DIR",
@@ -452,11 +500,12 @@ def main() -> int:
             known, {n: mutated_code(copy, n, env) for n in unnoticed if n in known}
         )
         trusted = {n: t for n, t in known.items() if n not in stale}
-        rechecked = [
-            n
+        verdicts = {
+            n: recheck(copy, n, env, args.recheck_limit)
             for n in sorted(unnoticed)
-            if n not in trusted and not args.no_recheck and recheck(copy, n, env)
-        ]
+            if n not in trusted and not args.no_recheck
+        }
+        rechecked = [n for n, verdict in verdicts.items() if verdict.killed]
     total = len(statuses)
     survivors = sorted(set(unnoticed) - set(rechecked))
     killed = total - len(survivors)
@@ -482,6 +531,8 @@ def main() -> int:
         notes = [stale[name]] if name in stale else []
         if statuses[name] not in ("survived", "no tests"):
             notes.append(f"mutmut: {statuses[name]}, not confirmed by a failed test")
+        if name in verdicts and verdicts[name].hung:
+            notes.append(f"the recheck hung past {args.recheck_limit:.0f} s and was stopped")
         print(f"  SURVIVED    {name}" + (f" ({'; '.join(notes)})" if notes else ""))
     return 1 if open_ else 0
 

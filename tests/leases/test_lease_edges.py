@@ -75,6 +75,62 @@ async def test_a_refused_renewal_stops_renewing_and_says_fenced() -> None:
         await zombie.task
 
 
+class _Paced(InMemoryLedger):
+    """A ledger that stops a renewal arriving sooner than a third of a lease after the last.
+
+    A renewal loop that forgot to sleep spins on a ledger whose renewal never
+    yields, and would hold the event loop for good; this one ends that
+    renewal task instead, so the test fails rather than hangs.
+    """
+
+    def __init__(self, interval: float) -> None:
+        super().__init__()
+        self.interval = interval
+        self.renewed_at: list[float] = []
+        self.too_soon: list[float] = []
+
+    async def renew(self, action_id: str, fencing_token: int, lease: float) -> bool:
+        now = asyncio.get_running_loop().time()
+        if self.renewed_at and now - self.renewed_at[-1] < self.interval / 2:
+            self.too_soon.append(now - self.renewed_at[-1])
+            task = asyncio.current_task()
+            assert task is not None
+            task.cancel()
+            await asyncio.sleep(0)
+        self.renewed_at.append(now)
+        return await super().renew(action_id, fencing_token, lease)
+
+
+class _OwnSleepClock:
+    """A clock of the caller's own (not ``SystemClock``): its attempts renew from a task."""
+
+    def monotonic(self) -> float:
+        return asyncio.get_running_loop().time()
+
+    async def sleep(self, seconds: float) -> None:
+        await asyncio.sleep(seconds)
+
+
+@pytest.mark.parametrize("clock", [None, _OwnSleepClock()], ids=["system clock", "own clock"])
+async def test_renewals_wait_a_third_of_the_lease_between_them(clock: object) -> None:
+    lease = 0.3
+    ledger = _Paced(interval=lease / leases_module.RENEWALS_PER_LEASE)
+    runner = ActionRunner(ledger, owner="A", lease=lease, clock=clock)  # type: ignore[arg-type]
+
+    async def long_charge() -> str:
+        await asyncio.sleep(0.75)  # over two leases
+        return "ch"
+
+    began = asyncio.get_running_loop().time()
+    done = await runner.execute("charge", long_charge, request=REQUEST, idempotency_key="k")
+    elapsed = asyncio.get_running_loop().time() - began
+    assert done.status is ActionStatus.CONFIRMED
+    assert ledger.too_soon == []
+    # Each a third of a lease after the last, the first a third in: the
+    # claim was kept all along, and never renewed more often than that.
+    assert 4 <= len(ledger.renewed_at) <= elapsed / ledger.interval, ledger.renewed_at
+
+
 async def test_a_sweep_skips_a_claim_renewed_after_it_was_listed() -> None:
     clock = ManualClock()
     inner = InMemoryLedger(clock=clock)

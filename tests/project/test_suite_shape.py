@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import ast
 import fnmatch
+import os
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -233,3 +234,39 @@ def test_only_a_failed_test_counts_as_a_kill() -> None:
     assert score.failed_a_test("ERROR tests/x.py::test_y - fixture broke\n")
     assert not score.failed_a_test("12 passed in 3.0s\n")
     assert not score.failed_a_test("  FAILED is only a word in a log line\n")
+
+
+def test_a_recheck_that_hangs_is_stopped_and_is_not_a_kill(tmp_path: Path) -> None:
+    import sys
+
+    from stateful_tests import mutation_score as score
+
+    # The hang is in a child of pytest's process, as in an xdist worker: the
+    # whole session is stopped, or reading its output would wait for good.
+    token = f"recheck-hang-{os.getpid()}"
+    spins = (
+        "import subprocess, sys, time;"
+        "print({before!r}, flush=True);"
+        f"subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(600)', {token!r}]);"
+        "time.sleep(600)"
+    )
+
+    def run(before: str, limit: float = 1.0) -> score.Recheck:
+        command = [sys.executable, "-c", spins.format(before=before)]
+        return score.run_until(command, cwd=tmp_path, env=dict(os.environ), limit=limit)
+
+    assert run("..") == score.Recheck(killed=False, hung=True)
+    assert run("FAILED tests/x.py::test_y - AssertionError") == score.Recheck(killed=True)
+    passes = [sys.executable, "-c", "print('3 passed')"]
+    assert score.run_until(passes, tmp_path, dict(os.environ), 60.0) == score.Recheck(False)
+    fails = [sys.executable, "-c", "print('FAILED tests/x.py::t - E')"]
+    assert score.run_until(fails, tmp_path, dict(os.environ), 60.0) == score.Recheck(True)
+    left = [p for p in Path("/proc").glob("[0-9]*/cmdline") if token.encode() in _read(p)]
+    assert left == []
+
+
+def _read(path: Path) -> bytes:
+    try:
+        return path.read_bytes()
+    except OSError:  # the process ended while the test looked
+        return b""
