@@ -15,21 +15,26 @@ still puts in that code; any other survivor makes the exit status 1.
 from __future__ import annotations
 
 import argparse
-import contextlib
-import dataclasses
 import fnmatch
 import json
 import os
 import re
 import shutil
-import signal
 import subprocess
 import sys
 import tempfile
 from pathlib import Path
 
+from stateful_tests.mutation_triage import (
+    EQUIVALENTS,
+    mutated_code,
+    record_mutated_code,
+    reviewed,
+    stale_triage,
+)
+from stateful_tests.mutation_verdicts import NOT_RUN, RECHECK_LIMIT, Recheck, run_until, unconfirmed
+
 ROOT = Path(__file__).resolve().parents[1]
-EQUIVALENTS = Path(__file__).with_name("mutation_equivalents.txt")
 DEFAULT_MODULES = ["dataoad/_policy.py", "dataoad/_evidence.py"]
 #: ``--safety-critical``: the runner, its blocking surface and engine step, verifier answers, the
 #: embedded ledgers' transitions. The SQLite file's opening, schema set-up and closing
@@ -214,12 +219,6 @@ DESELECTED = [
 ]
 
 
-#: mutmut's verdicts that a failed test stands behind. Every other one
-#: ("survived", "no tests", "timeout", "suspicious", "segfault", "not checked")
-#: is a survivor until a recheck against every example test fails.
-CONFIRMED_KILLS = ("killed", "caught by type check")
-
-
 #: Written into every workspace, so that --keep never deletes anything else.
 WORKSPACE_MARKER = ".dataoad-mutation-workspace"
 
@@ -251,22 +250,6 @@ def config(modules: list[str]) -> str:
     )
 
 
-#: Wall-clock seconds a recheck may take (the example tests take about 4
-#: minutes on 2 idle cores). pytest's per-test limit cannot stop a mutant
-#: that spins the event loop without yielding (a renewal loop that forgot
-#: to sleep held one recheck for over 17 minutes), so the whole run has one.
-RECHECK_LIMIT = 20 * 60.0
-
-
-@dataclasses.dataclass(frozen=True)
-class Recheck:
-    """What running every example test against one mutant showed."""
-
-    killed: bool
-    #: The run passed ``RECHECK_LIMIT`` and was stopped before any test failed.
-    hung: bool = False
-
-
 def recheck(
     workspace: Path, name: str, env: dict[str, str], limit: float = RECHECK_LIMIT
 ) -> Recheck:
@@ -286,113 +269,6 @@ def recheck(
         env={**env, "MUTANT_UNDER_TEST": name},
         limit=limit,
     )
-
-
-def run_until(command: list[str], cwd: Path, env: dict[str, str], limit: float) -> Recheck:
-    """Run pytest's ``command`` for at most ``limit`` seconds; a failed test in its output is a kill."""
-    # Its own session, so the hung xdist workers are stopped with it.
-    process = subprocess.Popen(
-        command,
-        cwd=cwd,
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        start_new_session=True,
-    )
-    try:
-        output, _ = process.communicate(timeout=limit)
-    except subprocess.TimeoutExpired:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(process.pid, signal.SIGKILL)
-        output, _ = process.communicate()
-        return Recheck(killed=failed_a_test(output), hung=not failed_a_test(output))
-    return Recheck(killed=failed_a_test(output))
-
-
-def failed_a_test(output: str) -> bool:
-    """Whether pytest's ``output`` reports a failed test, or a fixture that broke.
-
-    With -x and two workers pytest reports a stop as "interrupted" (2): a
-    failed test, not the exit status, is the kill.
-    """
-    return re.search(r"^(FAILED|ERROR) ", output, re.M) is not None
-
-
-def unconfirmed(statuses: dict[str, str]) -> list[str]:
-    """The mutants no failed test stands behind (see ``CONFIRMED_KILLS``)."""
-    return [name for name, status in statuses.items() if status not in CONFIRMED_KILLS]
-
-
-@dataclasses.dataclass(frozen=True)
-class Triage:
-    """One reviewed survivor: why it is equivalent, and the mutated code that review read."""
-
-    reason: str
-    mutated: str | None
-
-
-def reviewed(path: Path = EQUIVALENTS) -> dict[str, Triage]:
-    """The triage file: ``name<TAB>reason[<TAB>mutated code]`` per line."""
-    if not path.exists():
-        return {}
-    triaged = {}
-    for line in path.read_text().splitlines():
-        if line and not line.startswith("#"):
-            name, reason, *mutated = line.split("\t")
-            triaged[name] = Triage(reason, mutated[0] if mutated else None)
-    return triaged
-
-
-def mutated_code(workspace: Path, name: str, env: dict[str, str]) -> str:
-    """The lines mutant ``name`` puts in, as ``mutmut show`` prints them, joined by " | "."""
-    shown = subprocess.run(
-        ["mutmut", "show", name],
-        cwd=workspace,
-        env=env,
-        check=False,
-        capture_output=True,
-        text=True,
-    ).stdout
-    return " | ".join(
-        line[1:].strip()
-        for line in shown.splitlines()
-        if line.startswith("+") and not line.startswith("+++")
-    )
-
-
-def stale_triage(known: dict[str, Triage], shown: dict[str, str]) -> dict[str, str]:
-    """Triaged survivors whose mutated code is not the code their review read, with why.
-
-    Mutants are numbered per function, so an edit renumbers them; a triage
-    kept by number alone once excused two mutants that broke the SQL (the
-    contract suite kills them). A review counts only for the mutation it read.
-    """
-    stale = {}
-    for name, code in shown.items():
-        recorded = known[name].mutated
-        if recorded is None:
-            stale[name] = "its triage records no mutated code"
-        elif recorded != code:
-            stale[name] = f"its triage was written for `{recorded}`, this mutant puts in `{code}`"
-    return stale
-
-
-def record_mutated_code(workspace: Path, env: dict[str, str]) -> int:
-    """Write each triage's mutated code, read from ``workspace``, where it has none yet."""
-    known = reviewed()
-    lines = []
-    added = 0
-    for line in EQUIVALENTS.read_text().splitlines():
-        name = line.split("\t", 1)[0]
-        if line and not line.startswith("#") and known[name].mutated is None:
-            code = mutated_code(workspace, name, env)
-            if code:
-                line = f"{line}\t{code}"
-                added += 1
-        lines.append(line)
-    EQUIVALENTS.write_text("\n".join(lines) + "\n")
-    return added
 
 
 def main() -> int:
@@ -429,6 +305,13 @@ def main() -> int:
         help="write into the triage file, for each entry without it, the code its mutant puts "
         "in, read from the kept workspace DIR (check each against its reason), and run nothing",
     )
+    parser.add_argument(
+        "--rescore",
+        type=Path,
+        metavar="DIR",
+        help="score the kept workspace DIR of a run that finished or was stopped, without "
+        "running mutmut again (mutmut does not resume); mutants it never ran are counted apart",
+    )
     args = parser.parse_args()
     if args.record_mutated_code:
         added = record_mutated_code(args.record_mutated_code.resolve(), dict(os.environ))
@@ -437,6 +320,12 @@ def main() -> int:
     patterns: list[str] = []
     if args.safety_critical:
         args.modules, patterns = SAFETY_CRITICAL_MODULES, SAFETY_CRITICAL_MUTANTS
+    if args.rescore:
+        copy = args.rescore.resolve()
+        if not (copy / WORKSPACE_MARKER).exists() or not (copy / "mutants").is_dir():
+            print(f"{copy} is not a kept mutation workspace", file=sys.stderr)
+            return 2
+        return score(copy, test_env(), args, patterns)
     with tempfile.TemporaryDirectory(prefix="dataoad-mutation-") as folder:
         copy = args.keep.resolve() if args.keep else Path(folder) / "repo"
         if copy.exists():
@@ -451,16 +340,7 @@ def main() -> int:
         (copy / WORKSPACE_MARKER).touch()
         with (copy / "pyproject.toml").open("a") as handle:
             handle.write(config(args.modules))
-        # One PostgreSQL server for the whole run, started here: a test that
-        # started its own inside mutmut's process would leave it a child that
-        # mutmut does not know (its worker bookkeeping then fails).
-        from dataoad.testing._postgres_server import shared_test_dsn
-
-        env = {
-            **os.environ,
-            "HYPOTHESIS_PROFILE": "dev",
-            "DATAOAD_TEST_POSTGRES_DSN": shared_test_dsn(),
-        }
+        env = test_env()
         run = subprocess.run(
             ["mutmut", "run", *patterns],
             cwd=copy,
@@ -474,38 +354,63 @@ def main() -> int:
         if run.returncode != 0:
             print(f"mutmut run failed:\n{run.stdout[-2000:]}{run.stderr[-2000:]}", file=sys.stderr)
             return 2
-        results = subprocess.run(
-            ["mutmut", "results", "--all", "true"],
-            cwd=copy,
-            env=env,
-            check=False,
-            capture_output=True,
-            text=True,
-        ).stdout
-        statuses = dict(re.findall(r"^\s*(\S+): (\w[\w ]*)$", results, re.M))
-        if patterns:
-            statuses = {
-                name: status
-                for name, status in statuses.items()
-                if any(fnmatch.fnmatchcase(name, pattern) for pattern in patterns)
-            }
-        known = reviewed()
-        # A mutant no test even ran is as unnoticed as one that survived them.
-        # So is one mutmut stopped on its CPU limit ("timeout"): the limit is
-        # drawn from the tests' durations in its first run, and a slow room
-        # (the engines') passes it with a mutant every test lets through.
-        # Only a failed test is a kill, so each is rechecked like a survivor.
-        unnoticed = unconfirmed(statuses)
-        stale = stale_triage(
-            known, {n: mutated_code(copy, n, env) for n in unnoticed if n in known}
-        )
-        trusted = {n: t for n, t in known.items() if n not in stale}
-        verdicts = {
-            n: recheck(copy, n, env, args.recheck_limit)
-            for n in sorted(unnoticed)
-            if n not in trusted and not args.no_recheck
+        return score(copy, env, args, patterns)
+
+
+def test_env() -> dict[str, str]:
+    """The environment of every test run: the dev profile and one PostgreSQL server.
+
+    The server is started here: a test that started its own inside mutmut's
+    process would leave it a child that mutmut does not know (its worker
+    bookkeeping then fails).
+    """
+    from dataoad.testing._postgres_server import shared_test_dsn
+
+    return {
+        **os.environ,
+        "HYPOTHESIS_PROFILE": "dev",
+        "DATAOAD_TEST_POSTGRES_DSN": shared_test_dsn(),
+    }
+
+
+def score(copy: Path, env: dict[str, str], args: argparse.Namespace, patterns: list[str]) -> int:
+    """Print the score of the workspace ``copy`` after rechecking its unconfirmed mutants."""
+    results = subprocess.run(
+        ["mutmut", "results", "--all", "true"],
+        cwd=copy,
+        env=env,
+        check=False,
+        capture_output=True,
+        text=True,
+    ).stdout
+    statuses = dict(re.findall(r"^\s*(\S+): (\w[\w ]*)$", results, re.M))
+    if patterns:
+        statuses = {
+            name: status
+            for name, status in statuses.items()
+            if any(fnmatch.fnmatchcase(name, pattern) for pattern in patterns)
         }
-        rechecked = [n for n, verdict in verdicts.items() if verdict.killed]
+    # A run that was stopped never ran some: they are neither kills nor
+    # survivors, and the score says it covers only what ran.
+    not_run = sorted(n for n, status in statuses.items() if status == NOT_RUN)
+    statuses = {n: status for n, status in statuses.items() if status != NOT_RUN}
+    known = reviewed()
+    # A mutant no test even ran is as unnoticed as one that survived them.
+    # So is one mutmut stopped on its CPU limit ("timeout"): the limit is
+    # drawn from the tests' durations in its first run, and a slow room
+    # (the engines') passes it with a mutant every test lets through.
+    # Only a failed test is a kill, so each is rechecked like a survivor.
+    unnoticed = unconfirmed(statuses)
+    stale = stale_triage(known, {n: mutated_code(copy, n, env) for n in unnoticed if n in known})
+    trusted = {n: t for n, t in known.items() if n not in stale}
+    verdicts: dict[str, Recheck] = {}
+    for name in sorted(unnoticed):
+        if name not in trusted and not args.no_recheck:
+            verdicts[name] = recheck(copy, name, env, args.recheck_limit)
+            # As it goes, so a run that dies still leaves what it found.
+            with (copy / "recheck.log").open("a") as log:
+                log.write(f"{name}\t{verdicts[name]}\n")
+    rechecked = [n for n, verdict in verdicts.items() if verdict.killed]
     total = len(statuses)
     survivors = sorted(set(unnoticed) - set(rechecked))
     killed = total - len(survivors)
@@ -515,6 +420,8 @@ def main() -> int:
         print("mutmut produced no results", file=sys.stderr)
         return 2
     print(f"modules: {', '.join(args.modules)}")
+    if not_run:
+        print(f"NOT RUN: {len(not_run)} mutants (the run was stopped); the scores cover the rest")
     print(
         f"mutants: {total}, killed: {killed} ({len(rechecked)} of them only when rechecked "
         f"against every example test), survived: {len(survivors)}"
@@ -534,7 +441,7 @@ def main() -> int:
         if name in verdicts and verdicts[name].hung:
             notes.append(f"the recheck hung past {args.recheck_limit:.0f} s and was stopped")
         print(f"  SURVIVED    {name}" + (f" ({'; '.join(notes)})" if notes else ""))
-    return 1 if open_ else 0
+    return 1 if open_ or not_run else 0
 
 
 if __name__ == "__main__":

@@ -13,6 +13,8 @@ import fnmatch
 import os
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -185,19 +187,19 @@ def test_every_safety_critical_module_is_scored() -> None:
 
 
 def test_a_triage_counts_only_for_the_mutated_code_it_was_written_for(tmp_path: Path) -> None:
-    from stateful_tests import mutation_score as score
+    from stateful_tests import mutation_triage as triage
 
-    triage = tmp_path / "equivalents.txt"
-    triage.write_text(
+    listed = tmp_path / "equivalents.txt"
+    listed.write_text(
         "# a comment\n"
         "m.x_f__mutmut_1\tcase only\tsql = 'SELECT'\n"
         "m.x_f__mutmut_2\tolder entry, no code recorded\n"
     )
-    known = score.reviewed(triage)
-    assert known["m.x_f__mutmut_1"] == score.Triage("case only", "sql = 'SELECT'")
-    assert known["m.x_f__mutmut_2"] == score.Triage("older entry, no code recorded", None)
-    assert score.stale_triage(known, {"m.x_f__mutmut_1": "sql = 'SELECT'"}) == {}
-    stale = score.stale_triage(
+    known = triage.reviewed(listed)
+    assert known["m.x_f__mutmut_1"] == triage.Triage("case only", "sql = 'SELECT'")
+    assert known["m.x_f__mutmut_2"] == triage.Triage("older entry, no code recorded", None)
+    assert triage.stale_triage(known, {"m.x_f__mutmut_1": "sql = 'SELECT'"}) == {}
+    stale = triage.stale_triage(
         known, {"m.x_f__mutmut_1": "sql = 'SELEC'", "m.x_f__mutmut_2": "x = 1"}
     )
     assert stale == {
@@ -208,13 +210,13 @@ def test_a_triage_counts_only_for_the_mutated_code_it_was_written_for(tmp_path: 
 
 
 def test_every_triage_entry_records_the_code_it_was_written_for() -> None:
-    from stateful_tests import mutation_score as score
+    from stateful_tests import mutation_triage as triage
 
-    assert [n for n, t in score.reviewed().items() if not t.mutated] == []
+    assert [n for n, t in triage.reviewed().items() if not t.mutated] == []
 
 
 def test_only_a_failed_test_counts_as_a_kill() -> None:
-    from stateful_tests import mutation_score as score
+    from stateful_tests import mutation_verdicts as verdicts
 
     # mutmut stops a mutant on a CPU limit drawn from the tests' first run; a
     # slow room passes it with a mutant every test lets through, so a
@@ -229,17 +231,17 @@ def test_only_a_failed_test_counts_as_a_kill() -> None:
         "g": "segfault",
         "h": "not checked",
     }
-    assert score.unconfirmed(statuses) == ["c", "d", "e", "f", "g", "h"]
-    assert score.failed_a_test("...\nFAILED tests/x.py::test_y - AssertionError\n")
-    assert score.failed_a_test("ERROR tests/x.py::test_y - fixture broke\n")
-    assert not score.failed_a_test("12 passed in 3.0s\n")
-    assert not score.failed_a_test("  FAILED is only a word in a log line\n")
+    assert verdicts.unconfirmed(statuses) == ["c", "d", "e", "f", "g", "h"]
+    assert verdicts.failed_a_test("...\nFAILED tests/x.py::test_y - AssertionError\n")
+    assert verdicts.failed_a_test("ERROR tests/x.py::test_y - fixture broke\n")
+    assert not verdicts.failed_a_test("12 passed in 3.0s\n")
+    assert not verdicts.failed_a_test("  FAILED is only a word in a log line\n")
 
 
 def test_a_recheck_that_hangs_is_stopped_and_is_not_a_kill(tmp_path: Path) -> None:
     import sys
 
-    from stateful_tests import mutation_score as score
+    from stateful_tests import mutation_verdicts as verdicts
 
     # The hang is in a child of pytest's process, as in an xdist worker: the
     # whole session is stopped, or reading its output would wait for good.
@@ -251,16 +253,16 @@ def test_a_recheck_that_hangs_is_stopped_and_is_not_a_kill(tmp_path: Path) -> No
         "time.sleep(600)"
     )
 
-    def run(before: str, limit: float = 1.0) -> score.Recheck:
+    def run(before: str, limit: float = 1.0) -> verdicts.Recheck:
         command = [sys.executable, "-c", spins.format(before=before)]
-        return score.run_until(command, cwd=tmp_path, env=dict(os.environ), limit=limit)
+        return verdicts.run_until(command, cwd=tmp_path, env=dict(os.environ), limit=limit)
 
-    assert run("..") == score.Recheck(killed=False, hung=True)
-    assert run("FAILED tests/x.py::test_y - AssertionError") == score.Recheck(killed=True)
+    assert run("..") == verdicts.Recheck(killed=False, hung=True)
+    assert run("FAILED tests/x.py::test_y - AssertionError") == verdicts.Recheck(killed=True)
     passes = [sys.executable, "-c", "print('3 passed')"]
-    assert score.run_until(passes, tmp_path, dict(os.environ), 60.0) == score.Recheck(False)
+    assert verdicts.run_until(passes, tmp_path, dict(os.environ), 60.0) == verdicts.Recheck(False)
     fails = [sys.executable, "-c", "print('FAILED tests/x.py::t - E')"]
-    assert score.run_until(fails, tmp_path, dict(os.environ), 60.0) == score.Recheck(True)
+    assert verdicts.run_until(fails, tmp_path, dict(os.environ), 60.0) == verdicts.Recheck(True)
     left = [p for p in Path("/proc").glob("[0-9]*/cmdline") if token.encode() in _read(p)]
     assert left == []
 
@@ -270,3 +272,35 @@ def _read(path: Path) -> bytes:
         return path.read_bytes()
     except OSError:  # the process ended while the test looked
         return b""
+
+
+def test_a_stopped_run_is_scored_on_what_ran_and_says_what_did_not(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import argparse
+    import sys
+
+    from stateful_tests import mutation_score as score
+
+    # mutmut as a stopped run leaves it: some verdicts, some never run.
+    bin_ = tmp_path / "bin"
+    bin_.mkdir()
+    (bin_ / "mutmut").write_text(
+        f"#!{sys.executable}\n"
+        "import sys\n"
+        "if sys.argv[1] == 'results':\n"
+        "    print('    m.x_f__mutmut_1: killed')\n"
+        "    print('    m.x_f__mutmut_2: killed')\n"
+        "    print('    m.x_f__mutmut_3: survived')\n"
+        "    print('    m.x_g__mutmut_1: not checked')\n"
+    )
+    (bin_ / "mutmut").chmod(0o700)
+    env = {**os.environ, "PATH": f"{bin_}{os.pathsep}{os.environ['PATH']}"}
+    args = argparse.Namespace(modules=["m.py"], no_recheck=True, recheck_limit=1.0)
+    assert score.score(tmp_path, env, args, []) == 1
+    out = capsys.readouterr().out
+    assert "NOT RUN: 1 mutants" in out
+    assert "mutants: 3, killed: 2" in out
+    assert "raw score: 66.67%" in out
+    assert "SURVIVED    m.x_f__mutmut_3" in out
+    assert "m.x_g__mutmut_1" not in out
