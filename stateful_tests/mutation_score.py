@@ -272,7 +272,9 @@ def recheck(
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(prog="python -m stateful_tests.mutation_score")
+    parser = argparse.ArgumentParser(
+        prog="python -m stateful_tests.mutation_score", fromfile_prefix_chars="@"
+    )
     parser.add_argument("--modules", nargs="+", default=DEFAULT_MODULES)
     parser.add_argument(
         "--safety-critical",
@@ -306,6 +308,13 @@ def main() -> int:
         "in, read from the kept workspace DIR (check each against its reason), and run nothing",
     )
     parser.add_argument(
+        "--only",
+        nargs="+",
+        metavar="NAME",
+        help="run and score only the mutants with these names or glob patterns (@FILE reads "
+        "them one per line), such as the ones a stopped run never reached",
+    )
+    parser.add_argument(
         "--rescore",
         type=Path,
         metavar="DIR",
@@ -320,6 +329,8 @@ def main() -> int:
     patterns: list[str] = []
     if args.safety_critical:
         args.modules, patterns = SAFETY_CRITICAL_MODULES, SAFETY_CRITICAL_MUTANTS
+    if args.only:
+        patterns = args.only
     if args.rescore:
         copy = args.rescore.resolve()
         if not (copy / WORKSPACE_MARKER).exists() or not (copy / "mutants").is_dir():
