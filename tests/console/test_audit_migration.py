@@ -22,6 +22,7 @@ from dataoad.ledgers.postgres import SCHEMA_VERSION as PG_SCHEMA
 from dataoad.ledgers.sqlite import SCHEMA_VERSION
 from dataoad.ledgers.sqlite_reader import SQLiteReader
 from suite_support import confirmed, fixed_verifier, old_postgres_table
+from suite_support.fixtures import read_only_fixture
 from suite_support.services import postgres_dsn
 
 V5 = Path(__file__).parents[1] / "data" / "ledger-schema5.sqlite3"
@@ -32,13 +33,13 @@ V5_COLUMNS = tuple(c for c in COLUMNS if c != "operator_records")
 
 
 def v5_rows() -> list[dict[str, Any]]:
-    with contextlib.closing(sqlite3.connect(f"{V5.resolve().as_uri()}?mode=ro", uri=True)) as c:
+    with read_only_fixture(V5) as c:
         rows = c.execute(f"SELECT {', '.join(V5_COLUMNS)} FROM receipts").fetchall()
     return [dict(zip(V5_COLUMNS, row, strict=True)) for row in rows]
 
 
 def test_the_fixture_is_what_schema_5_wrote() -> None:
-    with contextlib.closing(sqlite3.connect(f"{V5.resolve().as_uri()}?mode=ro", uri=True)) as c:
+    with read_only_fixture(V5) as c:
         assert c.execute("PRAGMA user_version").fetchone()[0] == 5
         tables = {row[0] for row in c.execute("SELECT name FROM sqlite_master")}
     assert "operator_audit" not in tables

@@ -25,6 +25,7 @@ from dataoad.ledgers._audit import AUDIT_FIELDS
 from dataoad.ledgers._codec import COLUMNS
 from dataoad.ledgers.sqlite_reader import SQLiteReader
 from suite_support import old_postgres_table
+from suite_support.fixtures import read_only_fixture
 from suite_support.services import postgres_dsn
 
 V6 = Path(__file__).parents[1] / "data" / "ledger-schema6.sqlite3"
@@ -32,7 +33,7 @@ V6_COLUMNS = tuple(c for c in COLUMNS if c != "operator_records")
 
 
 def _read_v6(sql: str) -> list[Any]:
-    with contextlib.closing(sqlite3.connect(f"{V6.resolve().as_uri()}?mode=ro", uri=True)) as c:
+    with read_only_fixture(V6) as c:
         return c.execute(sql).fetchall()
 
 

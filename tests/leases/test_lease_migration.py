@@ -29,6 +29,7 @@ from dataoad.ledgers.postgres import MIGRATIONS as PG_MIGRATIONS
 from dataoad.ledgers.postgres import SCHEMA_VERSION as PG_SCHEMA
 from dataoad.ledgers.sqlite import SCHEMA_VERSION
 from dataoad.ledgers.sqlite_reader import SQLiteReader
+from suite_support.fixtures import read_only_fixture
 from suite_support.services import postgres_dsn, unique_table
 
 V01 = Path(__file__).parents[1] / "data" / "ledger-v0.1.sqlite3"
@@ -36,12 +37,12 @@ KEYS = ["done", "declined", "lost", "stranded", "unstarted"]
 
 
 def v01_rows() -> list[tuple[object, ...]]:
-    with contextlib.closing(sqlite3.connect(f"{V01.resolve().as_uri()}?mode=ro", uri=True)) as c:
+    with read_only_fixture(V01) as c:
         return c.execute("SELECT * FROM receipts ORDER BY idempotency_key").fetchall()
 
 
 def test_the_fixture_is_what_v01_wrote() -> None:
-    with contextlib.closing(sqlite3.connect(f"{V01.resolve().as_uri()}?mode=ro", uri=True)) as c:
+    with read_only_fixture(V01) as c:
         assert c.execute("PRAGMA user_version").fetchone()[0] == 2
         columns = [row[1] for row in c.execute("PRAGMA table_info(receipts)")]
     assert len(columns) == 18

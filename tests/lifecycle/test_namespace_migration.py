@@ -26,6 +26,7 @@ from dataoad.ledgers.postgres import SCHEMA_VERSION as PG_SCHEMA
 from dataoad.ledgers.sqlite import SCHEMA_VERSION
 from dataoad.ledgers.sqlite_reader import SQLiteReader
 from dataoad.testing import make_receipt
+from suite_support.fixtures import read_only_fixture
 from suite_support.services import postgres_dsn
 
 V3 = Path(__file__).parents[1] / "data" / "ledger-schema3.sqlite3"
@@ -33,12 +34,12 @@ KEYS = {"done", "declined", "lost", "stranded", "taken", "unstarted"}
 
 
 def v3_rows() -> list[tuple[Any, ...]]:
-    with contextlib.closing(sqlite3.connect(f"{V3.resolve().as_uri()}?mode=ro", uri=True)) as c:
+    with read_only_fixture(V3) as c:
         return c.execute("SELECT * FROM receipts ORDER BY idempotency_key").fetchall()
 
 
 def test_the_fixture_is_what_schema_3_wrote() -> None:
-    with contextlib.closing(sqlite3.connect(f"{V3.resolve().as_uri()}?mode=ro", uri=True)) as c:
+    with read_only_fixture(V3) as c:
         assert c.execute("PRAGMA user_version").fetchone()[0] == 3
         columns = [row[1] for row in c.execute("PRAGMA table_info(receipts)")]
     assert len(columns) == 21

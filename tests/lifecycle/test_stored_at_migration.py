@@ -23,6 +23,7 @@ from dataoad.ledgers.postgres import SCHEMA_VERSION as PG_SCHEMA
 from dataoad.ledgers.sqlite import SCHEMA_VERSION
 from dataoad.ledgers.sqlite_reader import SQLiteReader
 from suite_support import old_postgres_table
+from suite_support.fixtures import read_only_fixture
 from suite_support.services import postgres_dsn
 
 V4 = Path(__file__).parents[1] / "data" / "ledger-schema4.sqlite3"
@@ -30,13 +31,13 @@ V4_COLUMNS = [c for c in COLUMNS if c not in ("stored_at", "operator_records")]
 
 
 def v4_rows() -> list[dict[str, Any]]:
-    with contextlib.closing(sqlite3.connect(f"{V4.resolve().as_uri()}?mode=ro", uri=True)) as c:
+    with read_only_fixture(V4) as c:
         rows = c.execute(f"SELECT {', '.join(V4_COLUMNS)} FROM receipts").fetchall()
     return [dict(zip(V4_COLUMNS, row, strict=True)) for row in rows]
 
 
 def test_the_fixture_is_what_schema_4_wrote() -> None:
-    with contextlib.closing(sqlite3.connect(f"{V4.resolve().as_uri()}?mode=ro", uri=True)) as c:
+    with read_only_fixture(V4) as c:
         assert c.execute("PRAGMA user_version").fetchone()[0] == 4
         columns = {row[1] for row in c.execute("PRAGMA table_info(receipts)")}
     assert columns == set(V4_COLUMNS)
