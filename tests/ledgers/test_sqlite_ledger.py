@@ -573,6 +573,20 @@ def test_a_forked_child_reads_the_clock_though_a_parent_thread_held_it() -> None
     assert os.waitstatus_to_exitcode(done[1]) == 0
 
 
+def test_the_clock_reads_in_memory_and_leaves_no_file_where_the_process_runs(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The clock's connection is in memory: a reading never creates a
+    database file in the caller's working folder."""
+    from dataoad.ledgers import _sqlite_file
+
+    monkeypatch.chdir(tmp_path)
+    clock = _sqlite_file._SQLITE_NOW
+    clock.close()  # the next reading opens its connection, here
+    assert clock() is not None
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_the_clock_connection_closes_and_a_later_reading_opens_another() -> None:
     """At exit the clock's connection is closed (registered with ``atexit``); a
     reading after that, by another exit handler, opens a new one."""
