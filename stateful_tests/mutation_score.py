@@ -166,6 +166,7 @@ TESTS = [
     "tests/leases/test_owner_outcome_after_zombie.py",
     "tests/leases/test_rebase_over_evidence.py",
     "tests/ledgers/test_sqlite_group_commit.py",
+    "tests/ledgers/test_close_while_opening.py",
     "tests/ledgers/test_row_encoding.py",
     "tests/lifecycle/test_lifecycle.py",
     "tests/lifecycle/test_retire_writes.py",

@@ -14,7 +14,8 @@ writes.
 
 * Every statement keeps its own condition. A statement SQLite refuses (a
   constraint, a bad binding) fails alone: SQLite undoes a failed statement
-  and keeps the transaction. Any other error (I/O, a full disk, memory)
+  and keeps the transaction. So does one whose parameters Python cannot
+  build or bind: SQLite never ran it. Any other error (I/O, a full disk, memory)
   fails the whole group, as SQLite's documentation advises.
 * If the group cannot be committed, every write in it fails with that
   error. The caller then reads its receipt back (the proven-write rule),
@@ -57,12 +58,18 @@ T = TypeVar("T")
 #: A statement's arguments, with the ledger's clock (read once per group).
 Params = Callable[[Statement, dict[str, Any], datetime | None], tuple[Any, ...]]
 
-#: Errors of one statement that SQLite undoes alone, keeping the transaction.
+#: Errors of one statement that SQLite undoes alone, keeping the transaction,
+#: and those Python raises building or binding its parameters, before SQLite
+#: runs anything of it (a value too large for an INTEGER, a lone surrogate, a
+#: lease that is not finite): one caller's bad value is never another's error.
 _STATEMENT_ERRORS: Final = (
     sqlite3.IntegrityError,
     sqlite3.ProgrammingError,
     sqlite3.InterfaceError,
     KeyError,  # a statement's parameter missing from its values
+    OverflowError,
+    ValueError,  # UnicodeEncodeError among them
+    TypeError,
 )
 
 

@@ -183,7 +183,7 @@ class PostgresLedger(PostgresAudit, PostgresRetention):
                         self._driver, self._dsn, self._statement_timeout, self._connect_timeout
                     )
                     self._transaction_pooling = pooled
-                self._pool = await create_ledger_pool(
+                pool = await create_ledger_pool(
                     self._driver,
                     self._dsn,
                     pooled=pooled,
@@ -191,6 +191,12 @@ class PostgresLedger(PostgresAudit, PostgresRetention):
                     sizes=(self._min_size, self._max_size),
                     connect_timeout=self._connect_timeout,
                 )
+                if self._closed:
+                    # close() ran while the pool was made and found nothing to
+                    # close: a closed ledger serves nothing, so this is closed.
+                    await pool.close()
+                    raise LedgerClosedError(f"{self!r} was closed while it opened")
+                self._pool = pool
         assert self._pool is not None
         return self._pool
 

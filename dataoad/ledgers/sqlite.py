@@ -176,7 +176,18 @@ class SQLiteLedger(SQLiteAudit):
             self._open_lock = asyncio.Lock()
         async with self._open_lock:
             if self._conn is None:
-                self._conn = await self._open()
+                if self._closed:
+                    raise LedgerClosedError(f"{self!r} is closed")
+                conn = await self._open()
+                if self._closed:
+                    # close() ran while the file was opening and found nothing
+                    # to close: a closed ledger serves nothing, so this is closed.
+                    if self._finalizer is not None:
+                        self._finalizer.detach()
+                    if live.take(conn):
+                        await conn.close()
+                    raise LedgerClosedError(f"{self!r} was closed while it opened")
+                self._conn = conn
         return self._conn
 
     async def _open(self) -> aiosqlite.Connection:

@@ -40,7 +40,7 @@ from dataoad.ledgers._sqlite_group import (
     _settle,
     answer,
 )
-from dataoad.ledgers._statements import SQLITE, compile_sql
+from dataoad.ledgers._statements import SQLITE, Statement, compile_sql
 from dataoad.ledgers._writer_lock import WriterLock
 from suite_support import CountingOperation, lock_is_free, unstarted
 from suite_support.writer_lock import HeldWriterLock
@@ -130,14 +130,36 @@ def test_a_lone_write_is_one_statement_in_autocommit(
     assert trace.seen == ["INSERT"]
 
 
-def test_a_statement_that_raises_fails_alone(tmp_path: Path, db: sqlite3.Connection) -> None:
-    group = writer(tmp_path)
+def _refusing_nan(statement: Statement, values: dict[str, Any], now: Any) -> tuple[Any, ...]:
+    if values["v"] != values["v"]:
+        raise ValueError("a lease must be finite")  # as the ledger's own parameters refuse
+    return statement.bind(values)
+
+
+@pytest.mark.parametrize(
+    ("bad_value", "error"),
+    [
+        (-1, sqlite3.IntegrityError),  # breaks the CHECK
+        (2**64, OverflowError),  # too large for an INTEGER: raised by Python, binding
+        ("\ud800", UnicodeEncodeError),  # a lone surrogate: raised by Python, binding
+        ({"x": 1}, sqlite3.ProgrammingError),  # no SQLite type
+        (float("nan"), ValueError),  # refused while building the parameters
+    ],
+    ids=["constraint", "int-too-large", "lone-surrogate", "unbindable", "parameters-refused"],
+)
+def test_a_statement_that_raises_fails_alone(
+    tmp_path: Path, db: sqlite3.Connection, bad_value: object, error: type[Exception]
+) -> None:
+    """Raised by SQLite or by Python before SQLite ran it, one write's error is its own:
+    the others of its group are committed and answered."""
+    group = GroupWriter(WriterLock(tmp_path / "g.sqlite3.lock"), 1.0, _refusing_nan)
     before = group.enqueue(INSERT, {"k": "a", "v": 1})
-    bad = group.enqueue(INSERT, {"k": "b", "v": -1})  # breaks the CHECK
+    bad = group.enqueue(INSERT, {"k": "b", "v": bad_value})
     after = group.enqueue(INSERT, {"k": "c", "v": 3})
     group.flush(db)
+    assert group.group_sizes == [3]
     assert answer(before) == [("a",)]
-    with pytest.raises(sqlite3.IntegrityError):
+    with pytest.raises(error):
         answer(bad)
     assert answer(after) == [("c",)]
     assert stored(tmp_path / "g.sqlite3") == {"a": 1, "c": 3}
