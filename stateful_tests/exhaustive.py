@@ -308,6 +308,7 @@ OUT_OF_REACH = {
     "group-commits-each-write-alone": "a SQLite grouped-writer bug (the group machine)",
     "group-serves-after-a-failed-rollback": "a SQLite grouped-writer bug (the group machine)",
     "group-fails-whole-on-a-refused-statement": "a SQLite grouped-writer bug (the group machine)",
+    "group-fails-whole-on-an-unbindable-value": "a SQLite grouped-writer bug (the group machine)",
     "group-fails-whole-on-a-failed-look-up": "a SQLite grouped-writer bug (the group machine)",
     "group-runs-a-claim-its-look-up-answered": "a SQLite grouped-writer bug (the group machine)",
     "group-looks-up-on-a-broken-connection": "a SQLite grouped-writer bug (the group machine)",

@@ -52,6 +52,8 @@ __all__ = ["GroupMachineBase"]
 
 KEYS = ("a", "b", "c")
 VALUES = st.integers(0, 2)
+#: Values Python refuses to bind, before SQLite sees the statement.
+UNBINDABLE = st.sampled_from([2**64, "\ud800"])
 INSERT = compile_sql(
     "INSERT INTO t (k, v) VALUES (:k, :v) ON CONFLICT (k) DO NOTHING RETURNING k", SQLITE
 )
@@ -181,6 +183,12 @@ class GroupMachineBase(RuleBasedStateMachine):
     def breaks_a_check(self, caller: int, key: str) -> None:
         """A caller's write that SQLite refuses (a CHECK): it must fail alone."""
         self._queue(caller, ("bad", key), INSERT, {"k": key, "v": -1})
+
+    @rule(caller=st.integers(1, 4), key=st.sampled_from(KEYS), value=UNBINDABLE)
+    def cannot_be_bound(self, caller: int, key: str, value: object) -> None:
+        """A caller's write whose value Python cannot bind: SQLite never runs it, so it
+        must fail alone (a direct ledger caller's bad value, never another's error)."""
+        self._queue(caller, ("unbindable", key, value), INSERT, {"k": key, "v": value})
 
     @precondition(lambda self: bool(self.queued))
     @rule(fault=FAULTS, at=st.integers(1, 4))
@@ -322,6 +330,8 @@ def _apply(state: dict[str, int], write: tuple[Any, ...]) -> tuple[Any, Any]:
     kind, key = write[0], write[1]
     if kind == "bad":
         return None, sqlite3.IntegrityError
+    if kind == "unbindable":
+        return None, OverflowError if isinstance(write[2], int) else UnicodeEncodeError
     if kind in ("insert", "claim"):
         if key in state:
             return [], None

@@ -113,6 +113,20 @@ def _refused_statement_fails_the_group(mp: pytest.MonkeyPatch) -> dict[str, Any]
     return {}
 
 
+def _unbindable_value_fails_the_group(mp: pytest.MonkeyPatch) -> dict[str, Any]:
+    import dataoad.ledgers._sqlite_group as group_module
+
+    # Only SQLite's own refusals counted as one statement's: a value Python
+    # cannot bind (raised before SQLite ran anything) failed the whole group.
+    python_side = (OverflowError, ValueError, TypeError)
+    mp.setattr(
+        group_module,
+        "_STATEMENT_ERRORS",
+        tuple(e for e in group_module._STATEMENT_ERRORS if e not in python_side),
+    )
+    return {}
+
+
 def _writer(cls: type[GroupWriter]) -> Any:
     return lambda mp: {"writer_class": cls}
 
@@ -157,6 +171,13 @@ GROUP_BUGS = [
         "group",
         names("group-answers-follow-the-model", "group-stores-exactly-what-it-answered"),
         _refused_statement_fails_the_group,
+    ),
+    PlantedBug(
+        "group-fails-whole-on-an-unbindable-value",
+        "a group holding a write whose value Python cannot bind beside others",
+        "group",
+        names("group-answers-follow-the-model", "group-stores-exactly-what-it-answered"),
+        _unbindable_value_fails_the_group,
     ),
     PlantedBug(
         "group-fails-whole-on-a-failed-look-up",
