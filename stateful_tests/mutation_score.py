@@ -337,7 +337,7 @@ def main() -> int:
         if not (copy / WORKSPACE_MARKER).exists() or not (copy / "mutants").is_dir():
             print(f"{copy} is not a kept mutation workspace", file=sys.stderr)
             return 2
-        return score(copy, test_env(), args, patterns)
+        return score(copy, run_env(), args, patterns)
     with tempfile.TemporaryDirectory(prefix="dataoad-mutation-") as folder:
         copy = args.keep.resolve() if args.keep else Path(folder) / "repo"
         if copy.exists():
@@ -352,7 +352,7 @@ def main() -> int:
         (copy / WORKSPACE_MARKER).touch()
         with (copy / "pyproject.toml").open("a") as handle:
             handle.write(config(args.modules))
-        env = test_env()
+        env = run_env()
         run = subprocess.run(
             ["mutmut", "run", *patterns],
             cwd=copy,
@@ -369,7 +369,7 @@ def main() -> int:
         return score(copy, env, args, patterns)
 
 
-def test_env() -> dict[str, str]:
+def run_env() -> dict[str, str]:
     """The environment of every test run: the dev profile and one PostgreSQL server.
 
     The server is started here: a test that started its own inside mutmut's
