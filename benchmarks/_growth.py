@@ -58,6 +58,9 @@ async def sqlite_with(path: Path, rows: int) -> SQLiteLedger:
             f"INSERT INTO receipts ({', '.join(WRITTEN)}) VALUES ({placeholders})",
             (filler(n) for n in range(rows)),
         )
+        # The ledger stamps stored_at (by its clock) on every write; rows
+        # that accumulated were stored when they last changed.
+        conn.execute("UPDATE receipts SET stored_at = updated_at")
     conn.close()
     return SQLiteLedger(path)
 

@@ -186,6 +186,9 @@ async def fill(ledger: PostgresLedger, rows: int, receipt: Callable[[int], Any])
             columns=list(WRITTEN),
             records=[row_of(receipt(n)) for n in range(rows)],
         )
+        # The server stamps stored_at on every write; rows that accumulated
+        # were stored when they last changed (prune judges age by it).
+        await conn.execute(f'UPDATE "{ledger.schema}"."{ledger.table}" SET stored_at = updated_at')
 
 
 async def drop(ledger: PostgresLedger) -> None:

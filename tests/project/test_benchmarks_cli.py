@@ -255,3 +255,28 @@ async def test_the_call_with_no_runner_layers_writes_and_answers_what_execute_do
     assert bare_replay.replayed
     assert replay.replayed
     assert bare_replay.status is replay.status is ActionStatus.CONFIRMED
+
+
+async def test_the_receipts_the_benchmarks_fill_in_are_old_enough_to_prune(tmp_path: Path) -> None:
+    """The retention benchmark prunes receipts bulk-inserted as last changed on
+    2026-01-01; prune judges age by ``stored_at``, which a bulk insert must set
+    too (left unset, the benchmark pruned nothing and stopped)."""
+    from datetime import UTC, datetime
+
+    from benchmarks import _growth as growth
+    from benchmarks import _postgres as pg
+    from dataoad import ActionStatus
+    from suite_support.services import PostgresTestTable
+
+    before = datetime(2026, 6, 1, tzinfo=UTC)
+    done = (ActionStatus.CONFIRMED, ActionStatus.FAILED)
+    async with await growth.sqlite_with(tmp_path / "filled.sqlite3", 30) as ledger:
+        assert await ledger.prune(completed_before=before, statuses=done) == 30
+    table = PostgresTestTable()
+    await table.create()
+    try:
+        async with table.client() as ledger:
+            await pg.fill(ledger, 30, growth.filler_receipt)
+            assert await ledger.prune(completed_before=before, statuses=done) == 30
+    finally:
+        await table.drop()
