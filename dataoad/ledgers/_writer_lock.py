@@ -16,6 +16,12 @@ file description. A wait that timed out leaves its helper thread blocked in
 the kernel; when that thread finally gets the lock it must be able to drop
 it without touching a lock some later write holds, so each wait owns its
 descriptor and closes it.
+
+Why a timed-out wait is taken up again: while another process holds the
+lock for long, every write that timed out would leave one more helper
+thread and descriptor queued in the kernel, without bound. The next
+contended hold adopts the wait still queued instead (it is also further
+ahead in the kernel's queue), so at most one is left behind per lock.
 """
 
 from __future__ import annotations
@@ -50,6 +56,8 @@ class _Wait:
         self.error: BaseException | None = None
         self._state = threading.Lock()
         self._abandoned = False
+        self._closed = False
+        self._pid = os.getpid()
 
     def run(self) -> None:
         try:
@@ -61,6 +69,7 @@ class _Wait:
                 # The caller gave up: hand the lock straight back (closing
                 # the descriptor releases it) so no writer waits on a ghost.
                 os.close(self.fd)
+                self._closed = True
                 return
             self.done.set()
 
@@ -73,6 +82,17 @@ class _Wait:
             self._abandoned = True
             return False
 
+    def adopt(self) -> bool:
+        """Take up this abandoned wait again: once, before its thread closed it, and
+        only in the process whose thread waits (a forked child has no such thread)."""
+        if self._pid != os.getpid():
+            return False
+        with self._state:
+            if self._closed or not self._abandoned:
+                return False  # closed, or taken up by another hold already
+            self._abandoned = False
+            return True
+
 
 class WriterLock:
     """Exclusive, fair, bounded: ``with lock.hold(timeout): <one statement>``.
@@ -83,6 +103,20 @@ class WriterLock:
 
     def __init__(self, path: Path) -> None:
         self.path = path
+        #: A wait that timed out and may still be queued in the kernel (see above).
+        self._left: _Wait | None = None
+
+    def _queued_wait(self, fd: int) -> tuple[_Wait, int]:
+        """The wait left queued, taken up again (``fd`` closed), or a new one on ``fd``."""
+        # No lock of our own (one held at a fork would stay held in the
+        # child): two holds that read the same wait cannot both adopt it.
+        left, self._left = self._left, None
+        if left is not None and left.adopt():
+            os.close(fd)
+            return left, left.fd
+        wait = _Wait(fd)
+        threading.Thread(target=wait.run, name="dataoad-sqlite-lock", daemon=True).start()
+        return wait, fd
 
     @contextlib.contextmanager
     def hold(self, timeout: float) -> Iterator[None]:
@@ -95,10 +129,10 @@ class WriterLock:
             except BlockingIOError:
                 # Contended: queue in the kernel on a helper thread, so the
                 # wait stays fair and still ends at the timeout.
-                wait = _Wait(fd)
-                threading.Thread(target=wait.run, name="dataoad-sqlite-lock", daemon=True).start()
+                wait, fd = self._queued_wait(fd)
                 if not wait.outcome(timeout):
-                    owned = False  # the helper thread closes it
+                    owned = False  # the helper thread closes it, unless taken up again
+                    self._left = wait
                     raise LedgerBusyError(
                         f"{self.path}: another writer held the ledger's writer lock for more "
                         f"than {timeout:g} s (busy_timeout); nothing was written"

@@ -318,3 +318,122 @@ async def test_a_new_ledger_is_durable_by_default(tmp_path: Path) -> None:
     assert synchronous == 2, "synchronous must be FULL (2) unless asked otherwise"
     assert journal == "wal"
     assert (ledger.busy_timeout, busy_ms) == (5.0, 5000), "the documented 5 s busy_timeout"
+
+
+def _lock_threads() -> int:
+    return sum(t.name == "dataoad-sqlite-lock" for t in threading.enumerate())
+
+
+def _descriptors_on(path: Path) -> int:
+    import contextlib
+    import os
+
+    found = 0
+    for fd in Path("/proc/self/fd").iterdir():
+        with contextlib.suppress(OSError):  # closed while we looked
+            found += os.readlink(fd) == str(path)
+    return found
+
+
+def _until(done: Callable[[], bool], seconds: float = 10) -> bool:
+    deadline = time.monotonic() + seconds
+    while not done() and time.monotonic() < deadline:
+        time.sleep(0.005)
+    return done()
+
+
+def test_waits_timed_out_behind_a_stuck_holder_leave_one_waiter_not_one_each(
+    tmp_path: Path,
+) -> None:
+    """Behind a holder that never lets go, each timed-out write used to leave a
+    helper thread and a descriptor queued in the kernel, without bound."""
+    from dataoad.ledgers._writer_lock import WriterLock
+
+    lock = WriterLock(tmp_path / "l.sqlite3.lock")
+    peer = HeldWriterLock(tmp_path / "l.sqlite3")
+    for _ in range(50):
+        with pytest.raises(LedgerBusyError), lock.hold(0.005):
+            pytest.fail("held a lock another process holds")
+    assert _lock_threads() == 1
+    assert _descriptors_on(lock.path) == 2  # the peer's, and the one wait left queued
+    peer.release()
+    # The wait left queued gets the lock, sees nobody wants it and lets go.
+    assert _until(lambda: _lock_threads() == 0 and _descriptors_on(lock.path) == 0)
+    assert lock_is_free(lock.path)
+
+
+def test_a_wait_taken_up_again_holds_the_lock_once_the_holder_lets_go(tmp_path: Path) -> None:
+    from dataoad.ledgers._writer_lock import WriterLock
+
+    lock = WriterLock(tmp_path / "l.sqlite3.lock")
+    peer = HeldWriterLock(tmp_path / "l.sqlite3")
+    for _ in range(3):
+        with pytest.raises(LedgerBusyError), lock.hold(0.005):
+            pytest.fail("held a lock another process holds")
+    threading.Timer(0.1, peer.release).start()
+    with lock.hold(10):
+        assert not peer.held
+        assert not lock_is_free(lock.path)  # held by this block, on the adopted wait
+        assert _lock_threads() == 0  # no second waiter was started
+    assert lock_is_free(lock.path)
+    assert _descriptors_on(lock.path) == 0
+
+
+def test_holds_that_meet_a_wait_left_queued_still_hold_one_at_a_time(tmp_path: Path) -> None:
+    """Two holds may both find the wait a timed-out one left: only one takes it up."""
+    from dataoad.ledgers._writer_lock import WriterLock
+
+    lock = WriterLock(tmp_path / "l.sqlite3.lock")
+    peer = HeldWriterLock(tmp_path / "l.sqlite3")
+    with pytest.raises(LedgerBusyError), lock.hold(0.005):
+        pytest.fail("held a lock another process holds")
+    inside: list[int] = []
+    overlaps: list[int] = []
+
+    def writer() -> None:
+        for _ in range(20):
+            with lock.hold(10):
+                inside.append(1)
+                if len(inside) > 1:
+                    overlaps.append(len(inside))
+                time.sleep(0.001)
+                inside.pop()
+
+    threads = [threading.Thread(target=writer) for _ in range(3)]
+    for thread in threads:
+        thread.start()
+    time.sleep(0.05)  # all three are waiting
+    peer.release()
+    for thread in threads:
+        thread.join(30)
+    assert not any(thread.is_alive() for thread in threads)
+    assert overlaps == []
+    assert lock_is_free(lock.path)
+
+
+def test_a_wait_left_queued_is_taken_up_once_and_only_where_its_thread_runs(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two holders of one descriptor would both think they hold the lock: a wait
+    is adopted once, never after its thread closed it, never in a forked child."""
+    import os
+
+    from dataoad.ledgers._writer_lock import _Wait
+
+    def abandoned() -> _Wait:
+        wait = _Wait(os.open(tmp_path / "l.lock", os.O_CREAT | os.O_RDWR, 0o600))
+        assert wait.outcome(0) is False  # nothing ran it: timed out, abandoned
+        return wait
+
+    wait = abandoned()
+    assert wait.adopt() is True
+    assert wait.adopt() is False  # taken up already
+    assert wait.outcome(0) is False  # abandoned again: adoptable again
+    wait.run()  # its thread gets the lock, sees it abandoned, closes it
+    assert wait.adopt() is False
+    child = abandoned()
+    monkeypatch.setattr(os, "getpid", lambda: -1)  # as in a forked child
+    assert child.adopt() is False
+    monkeypatch.undo()
+    assert child.adopt() is True
+    os.close(child.fd)
