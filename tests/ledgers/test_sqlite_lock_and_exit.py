@@ -437,3 +437,37 @@ def test_a_wait_left_queued_is_taken_up_once_and_only_where_its_thread_runs(
     monkeypatch.undo()
     assert child.adopt() is True
     os.close(child.fd)
+
+
+def test_a_wait_left_behind_a_stuck_holder_never_keeps_the_process_from_exiting(
+    tmp_path: Path,
+) -> None:
+    """The waiter a timed-out hold leaves queued is a daemon thread: the process
+    still ends while another process holds the lock."""
+    peer = HeldWriterLock(tmp_path / "l.sqlite3")
+    child = textwrap.dedent(
+        """
+        import sys
+        from pathlib import Path
+        from dataoad import LedgerBusyError
+        from dataoad.ledgers._writer_lock import WriterLock
+
+        try:
+            with WriterLock(Path(sys.argv[1])).hold(0.05):
+                raise SystemExit(3)  # the lock is held by the test: never had
+        except LedgerBusyError:
+            print("busy, ending")
+        """
+    )
+    try:
+        done = subprocess.run(
+            [sys.executable, "-c", child, str(peer.path)],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            timeout=30,
+        )
+    finally:
+        peer.release()
+    assert done.returncode == 0, done.stderr
+    assert "busy, ending" in done.stdout
