@@ -349,6 +349,8 @@ def test_waits_timed_out_behind_a_stuck_holder_leave_one_waiter_not_one_each(
     helper thread and a descriptor queued in the kernel, without bound."""
     from dataoad.ledgers._writer_lock import WriterLock
 
+    # Waiters of earlier tests end once their holders let go: none is left.
+    assert _until(lambda: _lock_threads() == 0)
     lock = WriterLock(tmp_path / "l.sqlite3.lock")
     peer = HeldWriterLock(tmp_path / "l.sqlite3")
     for _ in range(50):
@@ -365,6 +367,7 @@ def test_waits_timed_out_behind_a_stuck_holder_leave_one_waiter_not_one_each(
 def test_a_wait_taken_up_again_holds_the_lock_once_the_holder_lets_go(tmp_path: Path) -> None:
     from dataoad.ledgers._writer_lock import WriterLock
 
+    assert _until(lambda: _lock_threads() == 0)  # none left by earlier tests
     lock = WriterLock(tmp_path / "l.sqlite3.lock")
     peer = HeldWriterLock(tmp_path / "l.sqlite3")
     for _ in range(3):
@@ -374,7 +377,9 @@ def test_a_wait_taken_up_again_holds_the_lock_once_the_holder_lets_go(tmp_path: 
     with lock.hold(10):
         assert not peer.held
         assert not lock_is_free(lock.path)  # held by this block, on the adopted wait
-        assert _lock_threads() == 0  # no second waiter was started
+        # Its waiter thread ends once it has handed the lock over; none
+        # is left blocked behind this hold.
+        assert _until(lambda: _lock_threads() == 0)
     assert lock_is_free(lock.path)
     assert _descriptors_on(lock.path) == 0
 
