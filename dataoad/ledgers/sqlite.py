@@ -182,10 +182,7 @@ class SQLiteLedger(SQLiteAudit):
                 if self._closed:
                     # close() ran while the file was opening and found nothing
                     # to close: a closed ledger serves nothing, so this is closed.
-                    if self._finalizer is not None:
-                        self._finalizer.detach()
-                    if live.take(conn):
-                        await conn.close()
+                    await self._let_go(conn)
                     raise LedgerClosedError(f"{self!r} was closed while it opened")
                 self._conn = conn
         return self._conn
@@ -207,11 +204,16 @@ class SQLiteLedger(SQLiteAudit):
             await conn.execute(f"PRAGMA synchronous = {self.synchronous}")
             await conn.execute(f"PRAGMA busy_timeout = {int(self.busy_timeout * 1000)}")
         except BaseException:
-            self._finalizer.detach()
-            if live.take(conn):
-                await conn.close()
+            await self._let_go(conn)
             raise
         return conn
+
+    async def _let_go(self, conn: aiosqlite.Connection | None) -> None:
+        """Close ``conn`` now, and never again when the ledger is collected."""
+        if self._finalizer is not None:
+            self._finalizer.detach()
+        if conn is not None and live.take(conn):
+            await conn.close()
 
     @classmethod
     async def open(
@@ -230,10 +232,7 @@ class SQLiteLedger(SQLiteAudit):
         """Close the connection. Safe to call more than once."""
         self._closed = True
         conn, self._conn = self._conn, None
-        if self._finalizer is not None:
-            self._finalizer.detach()
-        if conn is not None and live.take(conn):
-            await conn.close()
+        await self._let_go(conn)
 
     # -- statements ----------------------------------------------------------
 

@@ -5,6 +5,8 @@ no ledger, closed or not, keeps the interpreter from exiting.
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import os
 import subprocess
 import sys
 import textwrap
@@ -325,9 +327,6 @@ def _lock_threads() -> int:
 
 
 def _descriptors_on(path: Path) -> int:
-    import contextlib
-    import os
-
     found = 0
     for fd in Path("/proc/self/fd").iterdir():
         with contextlib.suppress(OSError):  # closed while we looked
@@ -421,8 +420,6 @@ def test_a_wait_left_queued_is_taken_up_once_and_only_where_its_thread_runs(
 ) -> None:
     """Two holders of one descriptor would both think they hold the lock: a wait
     is adopted once, never after its thread closed it, never in a forked child."""
-    import os
-
     from dataoad.ledgers._writer_lock import _Wait
 
     def abandoned() -> _Wait:
