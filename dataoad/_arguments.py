@@ -21,6 +21,7 @@ from dataoad._frozen import FrozenDict, freeze
 from dataoad._identity import check_key_size
 from dataoad._leases import default_owner
 from dataoad._ledger import Ledger
+from dataoad._ledger_arguments import checked_lease
 from dataoad._lifecycle import check_expires_after
 from dataoad._observing import resolve_verifier
 from dataoad._policy import RetryPolicy
@@ -72,9 +73,6 @@ MAX_TEXT_ARG_LENGTH: Final[dict[str, int]] = {
     "owner": 200,
 }
 
-#: Longest accepted lease, in seconds (a day).
-MAX_LEASE: Final = 86_400.0
-
 _LEDGER_METHODS: Final = ("claim", "get", "find", "start_attempt", "record", "release")
 
 
@@ -96,22 +94,13 @@ def check_ledger(ledger: object) -> Ledger:
 
 def check_lease(lease: object, ledger: object) -> float | None:
     """None, or finite seconds in (0, MAX_LEASE] on a ledger that keeps leases."""
-    if lease is None:
-        return None
-    if (
-        type(lease) not in (int, float)
-        or not math.isfinite(lease)  # type: ignore[arg-type]
-        or not 0 < lease <= MAX_LEASE  # type: ignore[operator]
-    ):
-        raise InvalidArgumentError(
-            f"lease must be None or seconds in (0, {MAX_LEASE:g}], not {lease!r}"
-        )
-    if not keeps_leases(ledger):
+    seconds = checked_lease(lease)
+    if seconds is not None and not keeps_leases(ledger):
         raise InvalidArgumentError(
             f"ledger {type(ledger).__qualname__} keeps no leases (no take_over and renew); "
             "pass lease=None to run without them"
         )
-    return float(lease)  # type: ignore[arg-type]
+    return seconds
 
 
 def check_owner(owner: object) -> str:

@@ -136,8 +136,8 @@ def prunable(
     )
 
 
-def check_expires_after(value: object) -> float | None:
-    """None, or finite seconds in [0, MAX_EXPIRES_AFTER]."""
+def check_expires_after(value: object, name: str = "expires_after") -> float | None:
+    """None, or finite seconds in [0, MAX_EXPIRES_AFTER] (``name``: the argument's)."""
     if value is None:
         return None
     if (
@@ -146,7 +146,7 @@ def check_expires_after(value: object) -> float | None:
         or not 0 <= value <= MAX_EXPIRES_AFTER  # type: ignore[operator]
     ):
         raise InvalidArgumentError(
-            f"expires_after must be None or seconds in [0, {MAX_EXPIRES_AFTER:g}], not {value!r}"
+            f"{name} must be None or seconds in [0, {MAX_EXPIRES_AFTER:g}], not {value!r}"
         )
     return float(value)  # type: ignore[arg-type]
 

@@ -62,12 +62,26 @@ def check_stored_text(name: str, value: object, *, limit: int, optional: bool = 
         raise InvalidArgumentError(f"{name} must not be empty")
     if len(value) > limit:
         raise InvalidArgumentError(f"{name} is longer than {limit} characters")
+    why = unstorable(value)
+    if why is not None:
+        raise InvalidArgumentError(f"{name} {why}")
+
+
+def unstorable(value: str) -> str | None:
+    """Why no ledger could store ``value`` as given, or None if every ledger can.
+
+    PostgreSQL's text holds no NUL, and no UTF-8 encoder writes a lone
+    surrogate (bytes decoded with ``surrogateescape`` carry them).
+    """
     if "\x00" in value:
-        raise InvalidArgumentError(f"{name} must not contain NUL characters")
+        return "must not contain NUL characters"
+    if value.isascii():
+        return None
     try:
         value.encode("utf-8")
     except UnicodeEncodeError:
-        raise InvalidArgumentError(f"{name} is not valid Unicode (lone surrogate)") from None
+        return "is not valid Unicode (lone surrogate)"
+    return None
 
 
 def _check_reference(name: str, value: object, *, optional: bool) -> None:

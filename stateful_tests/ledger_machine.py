@@ -36,7 +36,7 @@ from dataoad import (
 )
 from dataoad._ledger import InspectableLedger
 from dataoad.testing import ManualClock, make_receipt
-from dataoad.testing._ledger_contract import _T0, completed, started
+from dataoad.testing._contract_receipts import _T0, completed, started
 from models.ledger import AbstractLedger, ModelReceipt
 from stateful_tests.harness import History, MachineLoop, violation
 from suite_support.services import PostgresTestTable

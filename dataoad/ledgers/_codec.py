@@ -13,10 +13,12 @@ from datetime import datetime
 from typing import Any, Final
 
 from dataoad._canonical import json_text
+from dataoad._errors import InvalidArgumentError
 from dataoad._frozen import FrozenDict
 from dataoad._receipt import ActionReceipt, AttemptRecord, build_receipt
 from dataoad._records import MAX_RECEIPT_OPERATOR_RECORDS, OperatorRecord
 from dataoad._status import ActionStatus, ClaimState
+from dataoad._verification import unstorable
 
 __all__ = [
     "COLUMNS",
@@ -187,16 +189,41 @@ def _record_json(r: AttemptRecord) -> str:
         return json_text(_record_object(r))
 
 
+def _storable(what: str, encode: Callable[[Any], str]) -> Callable[[Any], str]:
+    """``encode``, refusing (InvalidArgumentError) what no ledger could store.
+
+    The runner only ever hands a ledger JSON it has checked; a receipt built
+    by hand may hold a value JSON has no form for, or a lone surrogate, which
+    the JSON text keeps and no database encoder writes.
+    """
+
+    def storable(value: Any) -> str:
+        try:
+            text = encode(value)
+        except (TypeError, ValueError) as exc:
+            raise InvalidArgumentError(f"{what} cannot be stored as JSON: {exc}") from None
+        why = unstorable(text)
+        if why is not None:
+            raise InvalidArgumentError(f"{what} {why}")
+        return text
+
+    return storable
+
+
+_RECORD_TEXT: Final = _storable("an attempt record", _record_json)
+_METADATA_TEXT: Final = _storable("metadata", json_text)
+
+
 def attempts_json(records: Sequence[AttemptRecord]) -> str:
     """Attempt records as JSON text (a JSON array of one object per record)."""
-    return "[" + ",".join(_ENCODED.text(r, _record_json) for r in records) + "]"
+    return "[" + ",".join(_ENCODED.text(r, _RECORD_TEXT) for r in records) + "]"
 
 
 def metadata_json(metadata: Any) -> str:
     """A receipt's metadata as JSON text (reused while the frozen snapshot is unchanged)."""
     if type(metadata) is not FrozenDict:  # only a receipt's deep-frozen snapshot is cached
-        return json_text(metadata)
-    return _ENCODED.text(metadata, json_text)
+        return _METADATA_TEXT(metadata)
+    return _ENCODED.text(metadata, _METADATA_TEXT)
 
 
 def attempts_from(text: str) -> tuple[AttemptRecord, ...]:

@@ -8,6 +8,16 @@ from collections.abc import Callable, Sequence
 from datetime import datetime
 from types import TracebackType
 
+from dataoad._errors import InvalidArgumentError
+from dataoad._ledger_arguments import (
+    check_key,
+    check_receipt,
+    checked_action_id,
+    checked_count,
+    checked_lease,
+    checked_older_than,
+    required_lease,
+)
 from dataoad._ledger_rules import (
     check_ledger_clock,
     check_record,
@@ -85,15 +95,17 @@ class InMemoryLedger:
         self, receipt: ActionReceipt, *, lease: float | None = None
     ) -> tuple[ActionReceipt, bool]:
         """Insert the claim unless its action name and key are taken."""
+        check_receipt(receipt)
+        lease = checked_lease(lease)
         key = (receipt.namespace, receipt.action_name, receipt.idempotency_key)
         with self._lock:
             existing_id = self._by_key.get(key)
             if existing_id is not None:
                 return self._by_id[existing_id], False
             if receipt.action_id in self._by_id:
-                raise ValueError(f"action id {receipt.action_id!r} already exists")
+                raise InvalidArgumentError(f"action id {receipt.action_id!r} already exists")
             if receipt.retired_at is not None:
-                raise ValueError("a new claim must hold its key (retired_at is None)")
+                raise InvalidArgumentError("a new claim must hold its key (retired_at is None)")
             receipt = self._leased(receipt, lease)
             self._by_id[receipt.action_id] = receipt
             self._by_key[key] = receipt.action_id
@@ -101,6 +113,7 @@ class InMemoryLedger:
 
     async def get(self, action_id: str) -> ActionReceipt | None:
         """The receipt with this action id, or None."""
+        checked_action_id(action_id)
         with self._lock:
             return self._by_id.get(action_id)
 
@@ -108,12 +121,15 @@ class InMemoryLedger:
         self, action_name: str, idempotency_key: str, namespace: str = ""
     ) -> ActionReceipt | None:
         """The receipt holding this key in ``namespace``, or None."""
+        check_key(action_name, idempotency_key, namespace)
         with self._lock:
             action_id = self._by_key.get((namespace, action_name, idempotency_key))
             return None if action_id is None else self._by_id[action_id]
 
     async def start_attempt(self, receipt: ActionReceipt, *, lease: float | None = None) -> bool:
         """Store the next attempt (renewing the lease) if the stored claim allows that step."""
+        check_receipt(receipt)
+        lease = checked_lease(lease)
         with self._lock:
             current = self._by_id.get(receipt.action_id)
             if current is None or not check_start_attempt(current, receipt):
@@ -123,6 +139,7 @@ class InMemoryLedger:
 
     async def record(self, receipt: ActionReceipt) -> bool:
         """Store the next version if the stored claim allows exactly that step."""
+        check_receipt(receipt)
         with self._lock:
             current = self._by_id.get(receipt.action_id)
             if current is None or not check_record(current, receipt):
@@ -139,6 +156,8 @@ class InMemoryLedger:
 
     async def take_over(self, receipt: ActionReceipt, *, lease: float) -> bool:
         """Hand an expired claim to ``receipt.owner`` under the next fencing token."""
+        check_receipt(receipt)
+        lease = required_lease(lease)
         with self._lock:
             current = self._by_id.get(receipt.action_id)
             if current is None or not check_take_over(current, receipt, self._now()):
@@ -148,6 +167,9 @@ class InMemoryLedger:
 
     async def renew(self, action_id: str, fencing_token: int, lease: float) -> bool:
         """Extend the lease of a PENDING claim still held under ``fencing_token``."""
+        checked_action_id(action_id)
+        checked_count("fencing_token", fencing_token, 1)
+        lease = required_lease(lease)
         with self._lock:
             current = self._by_id.get(action_id)
             if current is None or not check_renew(current, fencing_token):
@@ -160,6 +182,8 @@ class InMemoryLedger:
 
     async def release(self, action_id: str, version: int) -> bool:
         """Delete an unstarted PENDING claim at exactly ``version``."""
+        checked_action_id(action_id)
+        checked_count("version", version, 1)
         with self._lock:
             current = self._by_id.get(action_id)
             if (
@@ -179,6 +203,8 @@ class InMemoryLedger:
         With ``older_than``, only if it was stored at least that many seconds
         ago by this ledger's clock (an expiry).
         """
+        check_receipt(receipt)
+        older_than = checked_older_than(older_than)
         with self._lock:
             current = self._by_id.get(receipt.action_id)
             now = self._now()

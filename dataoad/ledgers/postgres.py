@@ -30,6 +30,15 @@ from typing import Any, Final
 
 from dataoad._clock import LedgerClock
 from dataoad._errors import LedgerClosedError, MissingExtraError
+from dataoad._ledger_arguments import (
+    check_key,
+    check_receipt,
+    checked_action_id,
+    checked_count,
+    checked_lease,
+    checked_older_than,
+    required_lease,
+)
 from dataoad._ledger_rules import check_ledger_clock
 from dataoad._receipt import ActionReceipt
 from dataoad._status import ActionStatus, ClaimState
@@ -288,6 +297,8 @@ class PostgresLedger(PostgresAudit, PostgresRetention):
         self, receipt: ActionReceipt, *, lease: float | None = None
     ) -> tuple[ActionReceipt, bool]:
         """Insert the claim unless its action name and key are taken."""
+        check_receipt(receipt)
+        lease = checked_lease(lease)
         claim = self._sql["claim_or_held"]
         while True:
             values = {**values_of(receipt), "now": self._now(), "lease": lease}
@@ -315,6 +326,7 @@ class PostgresLedger(PostgresAudit, PostgresRetention):
 
     async def get(self, action_id: str) -> ActionReceipt | None:
         """The receipt with this action id, or None."""
+        checked_action_id(action_id)
         get = self._sql["get"]
         rows = await self._read(get.sql, *get.bind({"action_id": action_id}))
         return receipt_of(rows[0]) if rows else None
@@ -323,6 +335,7 @@ class PostgresLedger(PostgresAudit, PostgresRetention):
         self, action_name: str, idempotency_key: str, namespace: str = ""
     ) -> ActionReceipt | None:
         """The receipt holding this key in ``namespace``, or None."""
+        check_key(action_name, idempotency_key, namespace)
         find = self._sql["find"]
         rows = await self._read(
             find.sql,
@@ -348,6 +361,8 @@ class PostgresLedger(PostgresAudit, PostgresRetention):
 
     async def start_attempt(self, receipt: ActionReceipt, *, lease: float | None = None) -> bool:
         """Store the next attempt (restarting the lease) if the stored claim allows that step."""
+        check_receipt(receipt)
+        lease = checked_lease(lease)
         if receipt.claim_state is not ClaimState.PENDING or len(receipt.attempt_records) != (
             receipt.attempts
         ):
@@ -362,18 +377,24 @@ class PostgresLedger(PostgresAudit, PostgresRetention):
 
     async def record(self, receipt: ActionReceipt) -> bool:
         """Store the next version if the stored claim allows exactly that step."""
+        check_receipt(receipt)
         if len(receipt.attempt_records) != receipt.attempts:
             return False
         return await self._transition(self._sql["record"], receipt, now=self._now())
 
     async def take_over(self, receipt: ActionReceipt, *, lease: float) -> bool:
         """Hand an expired claim to ``receipt.owner`` under the next fencing token."""
+        check_receipt(receipt)
+        lease = required_lease(lease)
         if receipt.claim_state is not ClaimState.PENDING:
             return False
         return await self._transition(self._sql["take_over"], receipt, now=self._now(), lease=lease)
 
     async def renew(self, action_id: str, fencing_token: int, lease: float) -> bool:
         """Restart the lease of a PENDING claim still held under ``fencing_token``."""
+        checked_action_id(action_id)
+        checked_count("fencing_token", fencing_token, 1)
+        lease = required_lease(lease)
         return await self._run(
             self._sql["renew"],
             {
@@ -386,6 +407,8 @@ class PostgresLedger(PostgresAudit, PostgresRetention):
 
     async def release(self, action_id: str, version: int) -> bool:
         """Delete an unstarted PENDING claim at exactly ``version``."""
+        checked_action_id(action_id)
+        checked_count("version", version, 1)
         return await self._run(self._sql["release"], {"action_id": action_id, "version": version})
 
     async def retire(self, receipt: ActionReceipt, *, older_than: float | None = None) -> bool:
@@ -394,6 +417,8 @@ class PostgresLedger(PostgresAudit, PostgresRetention):
         With ``older_than``, only if it was stored at least that many seconds
         ago by the server's clock (an expiry), judged inside the statement.
         """
+        check_receipt(receipt)
+        older_than = checked_older_than(older_than)
         if receipt.retired_at is None:
             return False
         return await self._transition(

@@ -43,6 +43,15 @@ import aiosqlite
 
 from dataoad._clock import LedgerClock
 from dataoad._errors import InvalidArgumentError, LedgerClosedError
+from dataoad._ledger_arguments import (
+    check_key,
+    check_receipt,
+    checked_action_id,
+    checked_count,
+    checked_lease,
+    checked_older_than,
+    required_lease,
+)
 from dataoad._ledger_rules import check_ledger_clock
 from dataoad._lifecycle import DEFAULT_PRUNE_STATUSES
 from dataoad._receipt import ActionReceipt
@@ -286,7 +295,8 @@ class SQLiteLedger(SQLiteAudit):
         answered from the read (a replay takes no write lock and writes
         nothing); a free one is inserted in the group's commit.
         """
-        values = {**_values_of(receipt), "now": None, "lease": lease}
+        check_receipt(receipt)
+        values = {**_values_of(receipt), "now": None, "lease": checked_lease(lease)}
         find = _SQL["find"]
         look_up = functools.partial(_holder, find.sql, find.bind(values))
         conn = await self._connection()
@@ -305,6 +315,7 @@ class SQLiteLedger(SQLiteAudit):
 
     async def get(self, action_id: str) -> ActionReceipt | None:
         """The receipt with this action id, or None."""
+        checked_action_id(action_id)
         rows = await self._read(_SQL["get"].sql, _SQL["get"].bind({"action_id": action_id}))
         return _receipt_of(rows[0]) if rows else None
 
@@ -312,6 +323,7 @@ class SQLiteLedger(SQLiteAudit):
         self, action_name: str, idempotency_key: str, namespace: str = ""
     ) -> ActionReceipt | None:
         """The receipt holding this key in ``namespace``, or None."""
+        check_key(action_name, idempotency_key, namespace)
         find = _SQL["find"]
         rows = await self._read(
             find.sql,
@@ -337,6 +349,8 @@ class SQLiteLedger(SQLiteAudit):
 
     async def start_attempt(self, receipt: ActionReceipt, *, lease: float | None = None) -> bool:
         """Store the next attempt (restarting the lease) if the stored claim allows that step."""
+        check_receipt(receipt)
+        lease = checked_lease(lease)
         if receipt.claim_state is not ClaimState.PENDING or len(receipt.attempt_records) != (
             receipt.attempts
         ):
@@ -351,18 +365,24 @@ class SQLiteLedger(SQLiteAudit):
 
     async def record(self, receipt: ActionReceipt) -> bool:
         """Store the next version if the stored claim allows exactly that step."""
+        check_receipt(receipt)
         if len(receipt.attempt_records) != receipt.attempts:
             return False
         return await self._transition(_SQL["record"], receipt, now=None)
 
     async def take_over(self, receipt: ActionReceipt, *, lease: float) -> bool:
         """Hand an expired claim to ``receipt.owner`` under the next fencing token."""
+        check_receipt(receipt)
+        lease = required_lease(lease)
         if receipt.claim_state is not ClaimState.PENDING:
             return False
         return await self._transition(_SQL["take_over"], receipt, now=None, lease=lease)
 
     async def renew(self, action_id: str, fencing_token: int, lease: float) -> bool:
         """Restart the lease of a PENDING claim still held under ``fencing_token``."""
+        checked_action_id(action_id)
+        checked_count("fencing_token", fencing_token, 1)
+        lease = required_lease(lease)
         return await self._run(
             _SQL["renew"],
             {"action_id": action_id, "fencing_token": fencing_token, "now": None, "lease": lease},
@@ -370,6 +390,8 @@ class SQLiteLedger(SQLiteAudit):
 
     async def release(self, action_id: str, version: int) -> bool:
         """Delete an unstarted PENDING claim at exactly ``version``."""
+        checked_action_id(action_id)
+        checked_count("version", version, 1)
         return await self._run(_SQL["release"], {"action_id": action_id, "version": version})
 
     async def retire(self, receipt: ActionReceipt, *, older_than: float | None = None) -> bool:
@@ -378,6 +400,8 @@ class SQLiteLedger(SQLiteAudit):
         With ``older_than``, only if it was stored at least that many seconds
         ago by the ledger's clock (an expiry).
         """
+        check_receipt(receipt)
+        older_than = checked_older_than(older_than)
         if receipt.retired_at is None:
             return False
         return await self._transition(_SQL["retire"], receipt, now=None, older_than=older_than)

@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from dataoad.testing._adapter import ProviderAdapter, ReadFault, SandboxFault
+from dataoad.testing._argument_contract import ArgumentContract
 from dataoad.testing._faulty_ledger import FaultyLedger, LedgerFault, LedgerFaultError
 from dataoad.testing._lease_contract import LeaseContract, ManualClock
 from dataoad.testing._ledger_contract import DurableLedgerContract, LedgerContract, make_receipt
@@ -44,6 +45,7 @@ if TYPE_CHECKING:  # what a type checker sees; at run time they load on first us
 __all__ = [
     "unstarted_claim",
     "AdapterCheckReport",
+    "ArgumentContract",
     "AdapterViolation",
     "ProviderAdapter",
     "ReadFault",

@@ -17,7 +17,7 @@ from typing import Any
 from dataoad._ledger import LeasingLedger
 from dataoad._receipt import ActionReceipt
 from dataoad._status import ActionStatus
-from dataoad.testing._ledger_contract import completed, make_receipt, started
+from dataoad.testing._contract_receipts import completed, make_receipt, started
 
 __all__ = ["LeaseContract", "ManualClock"]
 

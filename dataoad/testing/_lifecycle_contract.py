@@ -20,8 +20,8 @@ from typing import Any
 from dataoad._errors import InvalidArgumentError
 from dataoad._receipt import ActionReceipt
 from dataoad._status import ActionStatus
+from dataoad.testing._contract_receipts import _T0, completed, make_receipt, started
 from dataoad.testing._lease_contract import ManualClock
-from dataoad.testing._ledger_contract import _T0, completed, make_receipt, started
 
 __all__ = ["LifecycleContract"]
 

@@ -189,7 +189,7 @@ async def test_a_retry_starts_with_the_earlier_observations_stored() -> None:
 
 
 async def test_an_attempt_start_error_carries_what_a_concurrent_writer_stored() -> None:
-    from dataoad.testing._ledger_contract import started
+    from dataoad.testing._contract_receipts import started
 
     for raises in (True, False):
         inner = await legacy_ledger()

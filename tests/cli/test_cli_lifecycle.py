@@ -18,7 +18,7 @@ from dataoad._cli_lifecycle import parse_age
 from dataoad._receipt import utc_now
 from dataoad.ledgers.sqlite_reader import SQLiteReader
 from dataoad.testing import make_receipt
-from dataoad.testing._ledger_contract import completed, started
+from dataoad.testing._contract_receipts import completed, started
 from suite_support.cli import Store, as_nobody, dataoad, read_only_copy
 from suite_support.services import PostgresTestTable
 

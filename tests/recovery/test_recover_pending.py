@@ -145,7 +145,7 @@ async def test_reconciling_an_inconclusive_recovery_keeps_its_recovery_note(
 
 
 async def test_a_recovery_refuses_when_the_worker_starts_another_attempt_meanwhile() -> None:
-    from dataoad.testing._ledger_contract import started
+    from dataoad.testing._contract_receipts import started
 
     ledger = InMemoryLedger()
     stuck = await stranded(ledger)
