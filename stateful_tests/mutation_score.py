@@ -64,6 +64,7 @@ SAFETY_CRITICAL_MODULES = [
     "dataoad/integrations/_engine.py",
     "dataoad/_leases.py",
     "dataoad/_ledger_rules.py",
+    "dataoad/_ledger_arguments.py",
     "dataoad/_clock.py",
     "dataoad/_current.py",
     "dataoad/_action_ids.py",
@@ -96,6 +97,8 @@ SAFETY_CRITICAL_MUTANTS = [
     "dataoad.integrations._engine.*",
     "dataoad._leases.*",
     "dataoad._ledger_rules.*",
+    # Every ledger's door: what it refuses before it writes.
+    "dataoad._ledger_arguments.*",
     "dataoad._clock.*",
     "dataoad._current.*",
     "dataoad._action_ids.*",
