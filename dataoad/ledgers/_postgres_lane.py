@@ -20,7 +20,9 @@ Every statement, held or pooled, has a client-side time limit: a server
 that stops answering (a silent partition) cannot hold a call, or its
 cancellation, past it. A connection whose statement timed out, was
 cancelled or lost its transport is terminated at once, never waited on and
-never reused: nobody knows what state its session is in.
+never reused: nobody knows what state its session is in. A write's server
+backend is then ended as well (``_postgres_backend``), so that nobody reads
+the write back while it can still commit.
 """
 
 from __future__ import annotations
@@ -29,6 +31,8 @@ import asyncio
 import contextlib
 import random
 from typing import Any, Final
+
+from dataoad.ledgers._postgres_backend import Backends
 
 __all__ = [
     "IDLE_SECONDS",
@@ -69,26 +73,49 @@ _FATAL_DRIVER_ERRORS: Final = frozenset(
 
 
 async def fetch_bounded(
-    pool: Any, sql: str, args: tuple[Any, ...], limit: float | None
+    pool: Any,
+    sql: str,
+    args: tuple[Any, ...],
+    limit: float | None,
+    backends: Backends | None = None,
 ) -> list[Any]:
-    """One statement on a pool connection, bounded; a connection left in doubt is terminated."""
+    """One statement on a pool connection, bounded; a connection left in doubt is terminated.
+
+    ``backends``: the statement writes, and the server backend of a
+    connection left in doubt is ended before the error goes up (see
+    ``_postgres_backend``).
+    """
     conn = await pool.acquire(timeout=limit)
     try:
         rows = list(await conn.fetch(sql, *args, timeout=limit))
     except BaseException as exc:
-        await _return(pool, conn, exc)
+        await _return(pool, conn, exc, limit, backends)
         raise
     await pool.release(conn)
     return rows
 
 
-async def _return(pool: Any, conn: Any, exc: BaseException) -> None:
-    """Give ``conn`` back after ``exc``: terminated first when it is in doubt."""
-    if _fatal(exc):
+async def _return(
+    pool: Any, conn: Any, exc: BaseException, limit: float | None, backends: Backends | None
+) -> None:
+    """Give ``conn`` back after ``exc``: terminated first when it is in doubt.
+
+    A write's backend is then ended too, and waited for unless the caller
+    was cancelled: no read-back of the write may run while it still can
+    commit.
+    """
+    if not _fatal(exc):
         with contextlib.suppress(Exception):
-            conn.terminate()  # at once: closing politely would wait on a silent server
+            await pool.release(conn)
+        return
+    backend = None if backends is None else backends.named(conn)
+    with contextlib.suppress(Exception):
+        conn.terminate()  # at once: closing politely would wait on a silent server
     with contextlib.suppress(Exception):  # a closing pool: the statement's error is the news
         await pool.release(conn)
+    if backend is not None and backends is not None:
+        cancelled = isinstance(exc, asyncio.CancelledError)
+        await backends.end(pool, backend, limit, wait=not cancelled)
 
 
 def _usable(conn: Any) -> bool:
@@ -109,15 +136,25 @@ class ConnectionLane:
         "_idle",
         "_last_used",
         "_timer",
+        "backends",
         "enabled",
         "pool",
         "timeout",
     )
 
-    def __init__(self, pool: Any, *, owned: bool = True, timeout: float | None = None) -> None:
+    def __init__(
+        self,
+        pool: Any,
+        *,
+        owned: bool = True,
+        timeout: float | None = None,
+        backends: Backends | None = None,
+    ) -> None:
         self.pool = pool
         #: Seconds each statement may take, on the client's side (None: no limit).
         self.timeout = timeout
+        #: The pool's server backends, by name (None: they cannot be named).
+        self.backends = backends
         size = getattr(pool, "get_max_size", None)
         self.enabled = owned and callable(size) and size() >= 2 and hasattr(pool, "acquire")
         self._conn: Any = None
@@ -127,10 +164,14 @@ class ConnectionLane:
         self._last_used = 0.0
         self._idle: asyncio.Task[None] | None = None  # kept: the loop holds tasks weakly
 
-    async def fetch(self, sql: str, *args: Any) -> list[Any]:
-        """Run one statement on the held connection if it is free, else on a pool connection."""
+    async def fetch(self, sql: str, *args: Any, writes: bool = False) -> list[Any]:
+        """Run one statement on the held connection if it is free, else on a pool connection.
+
+        ``writes``: a write, whose server backend is ended when it is left in doubt.
+        """
+        backends = self.backends if writes else None
         if self._busy or self._closing or not self.enabled:
-            return await fetch_bounded(self.pool, sql, args, self.timeout)
+            return await fetch_bounded(self.pool, sql, args, self.timeout, backends)
         # One event loop: nothing runs between this check and the claim below.
         self._busy = True
         try:
@@ -146,7 +187,7 @@ class ConnectionLane:
             # terminated first when its session is in doubt.
             conn, self._conn = self._conn, None
             if conn is not None:
-                await _return(self.pool, conn, exc)
+                await _return(self.pool, conn, exc, self.timeout, backends)
             raise
         finally:
             self._busy = False
@@ -227,7 +268,7 @@ async def write_conditionally(
     retries = serialization_retries
     while True:
         try:
-            return await lane.fetch(sql, *args)
+            return await lane.fetch(sql, *args, writes=True)
         except (TimeoutError, asyncio.CancelledError):
             raise  # in doubt, and a second try would only wait as long again
         except (
@@ -242,7 +283,7 @@ async def write_conditionally(
             # connection. Rows back: it is done now. None: the first run may
             # have committed it, so the first error stands and the
             # proven-write rule reads back to find out.
-            rows = await fetch_bounded(lane.pool, sql, args, limit)
+            rows = await fetch_bounded(lane.pool, sql, args, limit, lane.backends)
             if not rows:
                 raise broken from None
             return rows

@@ -11,6 +11,7 @@ TCP proxy, which keeps one server session per client) they are equal.
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from dataoad.ledgers._postgres_lane import no_reset
@@ -27,8 +28,12 @@ async def create_ledger_pool(
     statement_timeout: float | None,
     sizes: tuple[int, int],
     connect_timeout: float,
+    init: Callable[[Any], Awaitable[None]] | None = None,
 ) -> Any:
-    """The ledger's connection pool; ``pooled``: keeping nothing in a session."""
+    """The ledger's connection pool; ``pooled``: keeping nothing in a session.
+
+    ``init`` runs on each new connection (see ``Backends.note``).
+    """
     settings = {} if pooled else {"application_name": "dataoad"}
     if statement_timeout is not None:
         settings["statement_timeout"] = str(int(statement_timeout * 1000))
@@ -39,6 +44,7 @@ async def create_ledger_pool(
         reset=no_reset,
         server_settings=settings,
         timeout=connect_timeout,
+        init=init,
         **({"statement_cache_size": 0} if pooled else {}),
     )
 

@@ -46,6 +46,7 @@ from dataoad.ledgers._audit import AuditStatements
 from dataoad.ledgers._codec import COLUMNS, receipt_of, values_of
 from dataoad.ledgers._durability import DurabilityReport, opened, postgres_durability
 from dataoad.ledgers._postgres_audit import PostgresAudit
+from dataoad.ledgers._postgres_backend import Backends
 from dataoad.ledgers._postgres_lane import (
     ConnectionLane,
     read_once_more,
@@ -143,6 +144,7 @@ class PostgresLedger(PostgresAudit, PostgresRetention):
         self._statement_timeout = statement_timeout
         self._open_lock: asyncio.Lock | None = None
         self._lane: ConnectionLane | None = None
+        self._backends: Backends | None = None
         self._checked = False
         self._closed = False
         qualified = f'"{self.schema}"."{self.table}"'
@@ -192,6 +194,9 @@ class PostgresLedger(PostgresAudit, PostgresRetention):
                         self._driver, self._dsn, self._statement_timeout, self._connect_timeout
                     )
                     self._transaction_pooling = pooled
+                # Straight to the server, each connection's backend can be
+                # named, and ended when a write on it is left in doubt.
+                backends = None if pooled else Backends()
                 pool = await create_ledger_pool(
                     self._driver,
                     self._dsn,
@@ -199,7 +204,9 @@ class PostgresLedger(PostgresAudit, PostgresRetention):
                     statement_timeout=self._statement_timeout,
                     sizes=(self._min_size, self._max_size),
                     connect_timeout=self._connect_timeout,
+                    init=None if backends is None else backends.note,
                 )
+                self._backends = backends
                 if self._closed:
                     # close() ran while the pool was made and found nothing to
                     # close: a closed ledger serves nothing, so this is closed.
@@ -221,6 +228,8 @@ class PostgresLedger(PostgresAudit, PostgresRetention):
         self._closed = True
         if self._lane is not None:
             await self._lane.close()  # kept: once closing, it takes no connection
+        if self._backends is not None:
+            await self._backends.close()  # the backends being ended need the pool
         pool, self._pool = self._pool, None
         if pool is not None and self._owns_pool:
             await pool.close()
@@ -265,7 +274,9 @@ class PostgresLedger(PostgresAudit, PostgresRetention):
             # A statement that passed its checks before close() began must
             # never take a connection that close() would then wait for.
             held = self._owns_pool and not self._closed
-            self._lane = ConnectionLane(pool, owned=held, timeout=self._command_timeout)
+            self._lane = ConnectionLane(
+                pool, owned=held, timeout=self._command_timeout, backends=self._backends
+            )
         return self._lane
 
     async def _read(self, sql: str, *args: Any) -> list[Any]:

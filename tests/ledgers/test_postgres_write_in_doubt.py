@@ -1,0 +1,214 @@
+"""A PostgreSQL write its client gave up on is settled on the server before it is read back.
+
+A statement that outlives its client's time limit may still be running on
+the server: waiting for a lock, or for a synchronous standby to confirm its
+commit. The ledger ends that backend and waits for it before the error goes
+up to the proven-write read-back, so the read-back sees the write's final
+fate: a statement still waiting is rolled back (never to commit later, a
+claim stranded with its attempt counted), a commit that waited for a
+standby becomes visible (and is proven, not taken for absent).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator
+from datetime import timedelta
+from typing import Any
+
+import pytest
+
+from dataoad import (
+    ActionRunner,
+    ActionStatus,
+    NothingInvokedError,
+    OutcomeNotRecordedError,
+    PostgresLedger,
+)
+from dataoad.ledgers._postgres_backend import Backends
+from dataoad.testing._postgres_server import PostgresServer, PostgresUnavailableError
+from suite_support import REQUEST, CountingOperation
+from suite_support.services import postgres_dsn, unavailable, unique_table
+
+LIMIT = 0.5  # seconds: the ledger's command_timeout in these tests
+
+
+@pytest.fixture
+async def ledger() -> AsyncIterator[PostgresLedger]:
+    ledger = PostgresLedger(postgres_dsn(), table=unique_table(), command_timeout=LIMIT)
+    await ledger.migrate()
+    yield ledger
+    await ledger.close()
+
+
+@pytest.fixture
+async def admin() -> AsyncIterator[Any]:
+    """A session that watches the server (never inside a transaction: a transaction
+    keeps its first look at ``pg_stat_activity``)."""
+    import asyncpg
+
+    conn = await asyncpg.connect(postgres_dsn())
+    yield conn
+    await conn.close()
+
+
+@pytest.fixture
+async def locker() -> AsyncIterator[Any]:
+    """A session that takes the lock every INSERT and UPDATE of the table waits for."""
+    import asyncpg
+
+    conn = await asyncpg.connect(postgres_dsn())
+    yield conn
+    await conn.close()
+
+
+async def _writes_running(admin: Any, ledger: PostgresLedger) -> list[Any]:
+    """The ledger's statements on its table still running on the server."""
+    rows = await admin.fetch(
+        "SELECT pid, query FROM pg_stat_activity WHERE state = 'active' "
+        "AND pid <> pg_backend_pid() AND query LIKE '%' || $1 || '%'",
+        ledger.table,
+    )
+    return list(rows)
+
+
+async def test_a_claim_that_timed_out_on_a_lock_is_rolled_back_not_stranded(
+    ledger: PostgresLedger, admin: Any, locker: Any
+) -> None:
+    runner = ActionRunner(ledger)
+    operation = CountingOperation()
+    await runner.execute("charge", operation, request=REQUEST, idempotency_key="warm")
+    lock = locker.transaction()
+    await lock.start()
+    # A lock every INSERT waits for and no SELECT does (a migration, VACUUM FULL...).
+    await locker.execute(f'LOCK TABLE "{ledger.table}" IN SHARE MODE')
+    try:
+        with pytest.raises(NothingInvokedError) as raised:
+            await runner.execute("charge", operation, request=REQUEST, idempotency_key="k")
+        assert raised.value.receipt is None
+        # Its backend was ended before the read-back: nothing of it runs on.
+        assert await _writes_running(admin, ledger) == []
+    finally:
+        await lock.rollback()
+    await asyncio.sleep(0.2)
+    assert await ledger.find("charge", "k") is None  # the claim never commits later
+    assert operation.calls == 1  # the warm-up only
+    result = await runner.execute("charge", operation, request=REQUEST, idempotency_key="k")
+    assert result.status is ActionStatus.CONFIRMED
+    assert operation.calls == 2
+
+
+async def test_an_outcome_that_timed_out_on_a_lock_never_lands_after_the_answer(
+    ledger: PostgresLedger, admin: Any, locker: Any
+) -> None:
+    runner = ActionRunner(ledger)
+    lock = locker.transaction()
+
+    async def charge() -> str:
+        # The effect happens; then something locks the table the outcome goes to.
+        await lock.start()
+        await locker.execute(f'LOCK TABLE "{ledger.table}" IN SHARE MODE')
+        return "ch_1"
+
+    try:
+        with pytest.raises(OutcomeNotRecordedError) as raised:
+            await runner.execute("charge", charge, request=REQUEST, idempotency_key="k")
+        assert await _writes_running(admin, ledger) == []
+    finally:
+        await lock.rollback()
+    stored = raised.value.receipt
+    assert stored is not None
+    assert stored.is_pending
+    await asyncio.sleep(0.2)
+    # What the read-back showed is what stays: the claim, PENDING, for recovery.
+    assert await ledger.get(stored.action_id) == stored
+
+
+async def test_a_cancelled_write_does_not_wait_and_its_backend_still_ends(
+    ledger: PostgresLedger, admin: Any, locker: Any
+) -> None:
+    runner = ActionRunner(ledger)
+    await runner.execute("charge", CountingOperation(), request=REQUEST, idempotency_key="warm")
+    lock = locker.transaction()
+    await lock.start()
+    await locker.execute(f'LOCK TABLE "{ledger.table}" IN SHARE MODE')
+    try:
+        call = asyncio.ensure_future(
+            runner.execute("charge", CountingOperation(), request=REQUEST, idempotency_key="k")
+        )
+        # The server offers no event for "a statement waits": look until it does.
+        while not await _writes_running(admin, ledger):  # noqa: ASYNC110
+            await asyncio.sleep(0.01)
+        started = time.monotonic()
+        call.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await call
+        assert time.monotonic() - started < LIMIT  # the caller was not held
+        assert ledger._backends is not None
+        await ledger._backends.close()  # the end, run in the background, is done
+        assert await _writes_running(admin, ledger) == []
+    finally:
+        await lock.rollback()
+    await asyncio.sleep(0.2)
+    assert await ledger.find("charge", "k") is None
+
+
+async def test_a_backend_is_ended_only_under_the_name_it_had(admin: Any) -> None:
+    """A process id noted with another start time (reused since, or another server's)
+    names another session: that session is left alone."""
+    import asyncpg
+
+    pool = await asyncpg.create_pool(postgres_dsn(), min_size=1, max_size=2)
+    other = await asyncpg.connect(postgres_dsn())
+    try:
+        pid = other.get_server_pid()
+        started = await admin.fetchval(
+            "SELECT backend_start FROM pg_stat_activity WHERE pid = $1", pid
+        )
+        backends = Backends()
+        for wrong in (started - timedelta(microseconds=1), started + timedelta(microseconds=1)):
+            await backends.end(pool, (pid, wrong), 1.0, wait=True)
+            assert await other.fetchval("SELECT 1") == 1  # untouched
+        await backends.end(pool, (pid, started), 1.0, wait=True)
+        assert not await admin.fetchval("SELECT count(*) FROM pg_stat_activity WHERE pid = $1", pid)
+    finally:
+        other.terminate()
+        await pool.close()
+
+
+async def test_a_commit_waiting_for_a_standby_is_proven_not_taken_for_absent() -> None:
+    """Synchronous replication with the standby away: each write's commit waits for it,
+    unseen by other sessions. Ended, the backend's commit becomes visible, and the
+    read-back proves the write instead of answering "not stored" for a write that
+    then appears."""
+    try:
+        server = PostgresServer()
+        server.start()
+    except PostgresUnavailableError as exc:
+        unavailable(f"no PostgreSQL server of the test's own: {exc}")
+    try:
+        import asyncpg
+
+        admin = await asyncpg.connect(server.dsn)
+        ledger = PostgresLedger(server.dsn, table=unique_table(), command_timeout=LIMIT)
+        try:
+            await ledger.migrate()
+            await admin.execute("ALTER SYSTEM SET synchronous_standby_names = 'away'")
+            await admin.execute("SELECT pg_reload_conf()")
+            operation = CountingOperation()
+            result = await ActionRunner(ledger).execute(
+                "charge", operation, request=REQUEST, idempotency_key="k"
+            )
+            assert result.status is ActionStatus.CONFIRMED
+            assert operation.calls == 1
+            stored = await ledger.find("charge", "k")
+            assert stored is not None
+            assert stored == result.receipt
+        finally:
+            await admin.execute("ALTER SYSTEM RESET synchronous_standby_names")
+            await admin.execute("SELECT pg_reload_conf()")
+            await ledger.close()
+            await admin.close()
+    finally:
+        server.stop()
