@@ -71,7 +71,8 @@ class OperatorStamp:
         except Exception as exc:
             raise AuditNotRecordedError(
                 f"{self.verb} {action_id or ''} was done ({outcome}), but its operator record "
-                f"could not be appended to the audit: {type(exc).__name__}: {exc}",
+                f"could not be appended to the audit: {type(exc).__name__}: {exc} (where the "
+                "answer to the append was lost it may be there: look before adding it again)",
                 record=record,
             ) from exc
 

@@ -31,6 +31,7 @@ __all__ = [
     "MAX_COUNT",
     "MAX_LEASE",
     "check_key",
+    "check_listing",
     "check_receipt",
     "checked_action_id",
     "checked_count",
@@ -204,3 +205,41 @@ def _judged(receipt: ActionReceipt) -> ActionReceipt:
         if not isinstance(value, datetime) or value.tzinfo is None:
             raise InvalidArgumentError(f"{name} must be a timezone-aware datetime, not {value!r}")
     return receipt
+
+
+def check_listing(
+    *,
+    final_status: object,
+    pending: object,
+    stale: object,
+    action_name: object,
+    idempotency_key: object,
+    action_id_prefix: object,
+    since: object,
+    limit: object,
+    namespace: object,
+    newest_first: object,
+) -> None:
+    """A ``receipts()`` listing's filters, each None or of its kind (``limit``: 0 and up)."""
+    if final_status is not None and not isinstance(final_status, ActionStatus):
+        raise InvalidArgumentError(
+            f"final_status must be an ActionStatus or None, not {type(final_status).__name__}"
+        )
+    for name, flag in (("pending", pending), ("stale", stale)):
+        if flag is not None and type(flag) is not bool:
+            raise InvalidArgumentError(f"{name} must be True, False or None, not {flag!r}")
+    if type(newest_first) is not bool:
+        raise InvalidArgumentError(f"newest_first must be True or False, not {newest_first!r}")
+    for name, text in (
+        ("action_name", action_name),
+        ("idempotency_key", idempotency_key),
+        ("action_id_prefix", action_id_prefix),
+        ("namespace", namespace),
+    ):
+        checked_text(name, text, optional=True)
+    if since is not None and (not isinstance(since, datetime) or since.tzinfo is None):
+        raise InvalidArgumentError(
+            f"since must be a timezone-aware datetime or None, not {since!r}"
+        )
+    if limit is not None:
+        checked_count("limit", limit, 0)

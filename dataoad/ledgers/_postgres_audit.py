@@ -37,14 +37,18 @@ class PostgresAudit:
     async def _read(self, sql: str, *args: Any) -> list[Any]:
         raise NotImplementedError
 
-    async def _write_rows(self, sql: str, *args: Any) -> list[Any]:
+    async def _write_rows(self, sql: str, *args: Any, conditional: bool = True) -> list[Any]:
         raise NotImplementedError
 
     async def append_audit(self, record: OperatorRecord) -> OperatorRecord:
-        """Append ``record`` to the audit, and to its receipt's records, by the server's clock."""
+        """Append ``record`` to the audit, and to its receipt's records, by the server's clock.
+
+        Never run twice: an append has no condition that a second run would
+        fail, so one whose acknowledgement was lost is reported, not repeated.
+        """
         insert = self._audit_sql.insert_and_append
         values = {**insert_values(check_new_record(record)), "now": self._now()}
-        rows = await self._write_rows(insert.sql, *insert.bind(values))
+        rows = await self._write_rows(insert.sql, *insert.bind(values), conditional=False)
         return dataclasses.replace(record, at=rows[0][0])
 
     async def audit(

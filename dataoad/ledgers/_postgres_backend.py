@@ -95,23 +95,27 @@ class Backends:
             )
 
     async def _ended(self, pool: Any, backend: tuple[int, datetime], limit: float | None) -> bool:
-        loop = asyncio.get_running_loop()
-        deadline = None if limit is None else loop.time() + limit
+        # All of it within ``limit``: in a partition nothing can be confirmed,
+        # and the write's caller must still be answered in bounded time.
         try:
-            conn = await pool.acquire(timeout=limit)
-        except Exception:
+            async with asyncio.timeout(limit):
+                return await self._end_and_watch(pool, backend, limit)
+        except Exception:  # TimeoutError among them
             return False
+
+    @staticmethod
+    async def _end_and_watch(pool: Any, backend: tuple[int, datetime], limit: float | None) -> bool:
+        conn = await pool.acquire(timeout=limit)
         try:
             await conn.fetch(_END, *backend, timeout=limit)
-            while await conn.fetchval(_ALIVE, *backend, timeout=limit):
-                if deadline is not None and loop.time() >= deadline:
-                    return False
+            # The server tells no one when a backend is gone: look until it is.
+            while await conn.fetchval(_ALIVE, *backend, timeout=limit):  # noqa: ASYNC110
                 await asyncio.sleep(_POLL)
             return True
-        except Exception:
+        except BaseException:
             with contextlib.suppress(Exception):
                 conn.terminate()  # in doubt itself: never reused
-            return False
+            raise
         finally:
             with contextlib.suppress(Exception):
                 await pool.release(conn)

@@ -263,8 +263,14 @@ async def write_conditionally(
     limit: float | None,
     driver: Any,
     serialization_retries: int,
+    *,
+    conditional: bool = True,
 ) -> list[Any]:
-    """A conditional write, re-run only where that is known to be safe."""
+    """A write, re-run only where that is known to be safe.
+
+    ``conditional=False``: a write that would apply twice if run twice (an
+    audit append), never re-run after its connection broke.
+    """
     retries = serialization_retries
     while True:
         try:
@@ -277,6 +283,8 @@ async def write_conditionally(
             driver.InternalClientError,
             OSError,
         ) as broken:
+            if not conditional:
+                raise  # the first run may have committed: a second would append again
             # The connection was gone (the server ended it, the loop had not
             # read that yet): usually nothing reached the server. Every
             # statement is conditional, so it runs once more on a fresh

@@ -36,7 +36,7 @@ class PostgresRetention:
     async def _read(self, sql: str, *args: Any) -> list[Any]:
         raise NotImplementedError
 
-    async def _write_rows(self, sql: str, *args: Any) -> list[Any]:
+    async def _write_rows(self, sql: str, *args: Any, conditional: bool = True) -> list[Any]:
         raise NotImplementedError
 
     async def prune(

@@ -10,6 +10,7 @@ from typing import Any, Final
 
 from dataoad._errors import InvalidArgumentError, LedgerUnusableError
 from dataoad.ledgers._audit import postgres_receipt_records
+from dataoad.ledgers._postgres_lane import fetch_bounded
 
 __all__ = [
     "MIGRATIONS",
@@ -156,12 +157,21 @@ def _version_table(schema: str, table: str) -> str:
     return f'"{schema}"."{table}_schema"'
 
 
-async def read_schema_version(pool: Any, schema: str, table: str) -> int | None:
-    """The ledger schema version of ``schema.table``, or None before it was migrated."""
-    exists = await pool.fetchval("SELECT to_regclass($1) IS NOT NULL", f"{schema}.{table}_schema")
-    if not exists:
+async def read_schema_version(
+    pool: Any, schema: str, table: str, limit: float | None = None
+) -> int | None:
+    """The ledger schema version of ``schema.table``, or None before it was migrated.
+
+    Each read within ``limit`` seconds, its connection's checkout too: the
+    first call of a ledger reads this, and a server that stopped answering
+    must not hold it (or its cancellation) for good.
+    """
+    args = (f"{schema}.{table}_schema",)
+    exists = await fetch_bounded(pool, "SELECT to_regclass($1) IS NOT NULL", args, limit)
+    if not exists[0][0]:
         return None
-    version = await pool.fetchval(f"SELECT max(version) FROM {_version_table(schema, table)}")
+    sql = f"SELECT max(version) FROM {_version_table(schema, table)}"
+    version = (await fetch_bounded(pool, sql, (), limit))[0][0]
     return None if version is None else int(version)
 
 

@@ -11,6 +11,7 @@ from types import TracebackType
 from dataoad._errors import InvalidArgumentError
 from dataoad._ledger_arguments import (
     check_key,
+    check_listing,
     check_receipt,
     checked_action_id,
     checked_count,
@@ -320,6 +321,18 @@ class InMemoryLedger:
         ``since``: created at or after. The same filters and order as the
         SQLite and PostgreSQL ledgers (the Inspection protocol).
         """
+        check_listing(
+            final_status=final_status,
+            pending=pending,
+            stale=stale,
+            action_name=action_name,
+            idempotency_key=idempotency_key,
+            action_id_prefix=action_id_prefix,
+            since=since,
+            limit=limit,
+            namespace=namespace,
+            newest_first=newest_first,
+        )
         now = self._now()
         selected = [
             r

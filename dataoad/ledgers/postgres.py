@@ -32,6 +32,7 @@ from dataoad._clock import LedgerClock
 from dataoad._errors import LedgerClosedError, MissingExtraError
 from dataoad._ledger_arguments import (
     check_key,
+    check_listing,
     check_receipt,
     checked_action_id,
     checked_count,
@@ -252,7 +253,8 @@ class PostgresLedger(PostgresAudit, PostgresRetention):
 
     async def schema_version(self) -> int | None:
         """The ledger schema version in the database, or None before ``migrate()``."""
-        return await read_schema_version(await self._raw_pool(), self.schema, self.table)
+        pool = await self._raw_pool()
+        return await read_schema_version(pool, self.schema, self.table, self._command_timeout)
 
     async def migrate(self) -> int:
         """Create or upgrade the schema to SCHEMA_VERSION; returns the version it found.
@@ -262,7 +264,8 @@ class PostgresLedger(PostgresAudit, PostgresRetention):
         Refuses (LedgerSchemaError) a schema newer than this code.
         """
         pool = await self._raw_pool()
-        async with pool.acquire() as conn:
+        # The checkout is bounded; the steps are not (a large table's may take long).
+        async with pool.acquire(timeout=self._command_timeout) as conn:
             found = await apply_migrations(conn, self.schema, self.table)
         self._checked = False
         return found
@@ -288,7 +291,7 @@ class PostgresLedger(PostgresAudit, PostgresRetention):
     async def _write(self, sql: str, *args: Any) -> bool:
         return bool(await self._write_rows(sql, *args))
 
-    async def _write_rows(self, sql: str, *args: Any) -> list[Any]:
+    async def _write_rows(self, sql: str, *args: Any, conditional: bool = True) -> list[Any]:
         pool = await self._ready_pool()
         return await write_conditionally(
             self._lane_of(pool),
@@ -297,6 +300,7 @@ class PostgresLedger(PostgresAudit, PostgresRetention):
             self._command_timeout,
             self._driver,
             self._serialization_retries,
+            conditional=conditional,
         )
 
     # -- the Ledger protocol -------------------------------------------------
@@ -453,6 +457,18 @@ class PostgresLedger(PostgresAudit, PostgresRetention):
         newest_first: bool = False,
     ) -> list[ActionReceipt]:
         """Stored receipts, oldest first, optionally filtered (``since``: created at or after)."""
+        check_listing(
+            final_status=final_status,
+            pending=pending,
+            stale=stale,
+            action_name=action_name,
+            idempotency_key=idempotency_key,
+            action_id_prefix=action_id_prefix,
+            since=since,
+            limit=limit,
+            namespace=namespace,
+            newest_first=newest_first,
+        )
         listing, values = self._sql.listing(
             namespace=namespace,
             final_status=final_status,

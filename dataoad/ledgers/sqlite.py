@@ -45,6 +45,7 @@ from dataoad._clock import LedgerClock
 from dataoad._errors import InvalidArgumentError, LedgerClosedError
 from dataoad._ledger_arguments import (
     check_key,
+    check_listing,
     check_receipt,
     checked_action_id,
     checked_count,
@@ -490,6 +491,18 @@ class SQLiteLedger(SQLiteAudit):
         newest_first: bool = False,
     ) -> list[ActionReceipt]:
         """Stored receipts, oldest first, optionally filtered (``since``: created at or after)."""
+        check_listing(
+            final_status=final_status,
+            pending=pending,
+            stale=stale,
+            action_name=action_name,
+            idempotency_key=idempotency_key,
+            action_id_prefix=action_id_prefix,
+            since=since,
+            limit=limit,
+            namespace=namespace,
+            newest_first=newest_first,
+        )
         listing, values = _SQL.listing(
             namespace=namespace,
             final_status=final_status,

@@ -207,6 +207,40 @@ class ArgumentContract:
 
         self._run_arguments(check)
 
+    def test_listings_with_bad_filters_are_refused(self) -> None:
+        """``receipts()`` refuses a filter of the wrong kind, or a limit below 0 or past the bound."""
+
+        async def check(
+            ledger: Ledger, current: ActionReceipt, unchanged: Callable[[], Awaitable[None]]
+        ) -> None:
+            receipts = getattr(ledger, "receipts", None)
+            if receipts is None:
+                return
+            bad: list[dict[str, Any]] = [
+                {"limit": -1},
+                {"limit": MAX_COUNT + 1},
+                {"limit": True},
+                {"limit": 1.0},
+                {"final_status": "CONFIRMED"},
+                {"pending": "yes"},
+                {"stale": 1},
+                {"newest_first": None},
+                {"since": "yesterday"},
+                {"since": datetime(2026, 1, 2)},  # naive
+                *(
+                    {name: text}
+                    for name in ("action_name", "idempotency_key", "action_id_prefix", "namespace")
+                    for text in BAD_TEXT
+                ),
+            ]
+            for filters in bad:
+                await self._refused(receipts(**filters), unchanged)
+            # Both ends of the limit: none at all, and the bound itself.
+            assert await receipts(limit=0) == []
+            assert await receipts(limit=MAX_COUNT) == [current]
+
+        self._run_arguments(check)
+
     def test_json_no_ledger_can_store_is_refused(self) -> None:
         """Metadata or an attempt record JSON cannot hold, or with a lone surrogate, is refused."""
 

@@ -36,6 +36,7 @@ from dataoad import (
     ClaimState,
     PostgresLedger,
 )
+from dataoad._records import OperatorRecord
 from dataoad.testing import ManualClock
 from dataoad.testing._postgres_server import PostgresServer, PostgresUnavailableError
 from suite_support import REQUEST, CountingOperation, unstarted
@@ -191,6 +192,38 @@ async def test_lost_acknowledgement_is_read_back_and_the_operation_runs_once(
         again = await runner.execute("charge", op, request=REQUEST, idempotency_key="k")
         assert again.replayed
         assert op.calls == 1
+        await ledger.close()
+
+
+async def test_an_audit_append_whose_answer_was_lost_is_not_appended_again(
+    route: PostgresRoute,
+) -> None:
+    """An append has no condition a second run would fail: it is reported, never re-run."""
+    import asyncpg
+
+    async with proxied(route.dsn) as (proxy, proxy_dsn):
+        ledger = await fresh_ledger(route, proxy_dsn)
+        result = await ActionRunner(ledger).execute(
+            "charge", CountingOperation(), request=REQUEST, idempotency_key="k"
+        )
+        assert await ledger.audit() == []
+        record = OperatorRecord(
+            operator="op",
+            host="h",
+            verb="reconcile",
+            action_id=result.receipt.action_id,
+            namespace="",
+            reason="test",
+            outcome="confirmed",
+        )
+        proxy.armed = b"SELECT 1\x00"  # the append's answer: the server committed it
+        with pytest.raises((OSError, asyncpg.PostgresConnectionError, asyncpg.InterfaceError)):
+            await ledger.append_audit(record)
+        assert proxy.dropped == 1, "the proxy never saw the append's answer"
+        assert [r.verb for r in await ledger.audit()] == ["reconcile"]
+        stored = await ledger.get(result.receipt.action_id)
+        assert stored is not None
+        assert [r.verb for r in stored.operator_records] == ["reconcile"]
         await ledger.close()
 
 

@@ -71,6 +71,29 @@ async def test_a_call_during_a_partition_answers_in_time_and_invokes_nothing(
     assert done.status is ActionStatus.CONFIRMED
 
 
+async def test_the_first_call_is_bounded_while_it_checks_the_schema(
+    partitioned: tuple[SilentProxy, PostgresLedger],
+) -> None:
+    """A ledger opened before the partition reads its schema version on its first call:
+    that read is bounded like every statement, and a cancellation ends it at once."""
+    proxy, ledger = partitioned
+    await ledger.durability()  # the pool is open; the schema is not checked yet
+    proxy.partition()
+    started = time.monotonic()
+    with pytest.raises(NothingInvokedError):
+        await ActionRunner(ledger).execute("charge", lambda: "ok", request={}, idempotency_key="a")
+    assert time.monotonic() - started < 6 * LIMIT + 1
+    call = asyncio.ensure_future(
+        ActionRunner(ledger).execute("charge", lambda: "ok", request={}, idempotency_key="b")
+    )
+    await asyncio.sleep(LIMIT / 5)
+    started = time.monotonic()
+    call.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await call
+    assert time.monotonic() - started < LIMIT
+
+
 async def test_a_partition_during_the_operation_says_it_ran(
     partitioned: tuple[SilentProxy, PostgresLedger],
 ) -> None:
