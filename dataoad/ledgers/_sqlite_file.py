@@ -7,7 +7,7 @@ import os
 import sqlite3
 import threading
 from collections.abc import Callable
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Final, NoReturn
 
@@ -15,6 +15,7 @@ from dataoad._errors import LedgerUnusableError
 
 __all__ = [
     "APPLICATION_ID",
+    "ClockTexts",
     "SCHEMA_VERSION",
     "LedgerFileError",
     "clock_text",
@@ -188,3 +189,26 @@ def _access_hint(path: Path) -> str:
 def clock_text(moment: datetime) -> str:
     """A time as the file stores it: UTC, always with microseconds, so text sorts like time."""
     return moment.astimezone(UTC).isoformat(timespec="microseconds")
+
+
+class ClockTexts:
+    """One reading of the ledger's clock as stored text, and the lease ends from it.
+
+    A group's writes share one reading: its text, and that of the end of
+    each lease granted at it, are written once per group, not per write.
+    """
+
+    __slots__ = ("_ends", "now", "text")
+
+    def __init__(self, now: datetime | None) -> None:
+        self.now = now
+        self.text = None if now is None else clock_text(now)
+        self._ends: dict[float, str] = {}
+
+    def after(self, lease: float) -> str:
+        """The stored text of ``now`` plus ``lease`` seconds."""
+        end = self._ends.get(lease)
+        if end is None:
+            assert self.now is not None
+            end = self._ends[lease] = clock_text(self.now + timedelta(seconds=lease))
+        return end

@@ -54,30 +54,24 @@ from dataoad._ledger_arguments import (
     required_lease,
 )
 from dataoad._ledger_rules import check_ledger_clock
-from dataoad._lifecycle import DEFAULT_PRUNE_STATUSES
 from dataoad._receipt import ActionReceipt
 from dataoad._status import ActionStatus, ClaimState
 from dataoad.ledgers import _sqlite_live as live
 from dataoad.ledgers._codec import receipt_of, values_of
 from dataoad.ledgers._durability import DurabilityReport, opened, sqlite_durability
-from dataoad.ledgers._pruning import (
-    DEFAULT_BATCH_SIZE,
-    BeforeDelete,
-    DeleteExact,
-    NextBatch,
-    prune,
-)
 from dataoad.ledgers._sqlite_audit import SQLiteAudit
 from dataoad.ledgers._sqlite_file import (
     APPLICATION_ID as APPLICATION_ID,
 )
 from dataoad.ledgers._sqlite_file import (
     SCHEMA_VERSION,
+    ClockTexts,
     LedgerFileError,
     clock_text,
     sqlite_clock,
 )
 from dataoad.ledgers._sqlite_group import GroupWriter
+from dataoad.ledgers._sqlite_retention import SQLiteRetention
 from dataoad.ledgers._sqlite_schema import MIGRATIONS as MIGRATIONS
 from dataoad.ledgers._sqlite_setup import initialise, open_file
 from dataoad.ledgers._statements import SQLITE, Statement, Statements
@@ -109,7 +103,7 @@ def _holder(sql: str, args: tuple[Any, ...], db: sqlite3.Connection) -> ActionRe
     return _receipt_of(rows[0]) if rows else None
 
 
-class SQLiteLedger(SQLiteAudit):
+class SQLiteLedger(SQLiteAudit, SQLiteRetention):
     """A durable ledger in one SQLite file (WAL journal), safe across processes.
 
     ``SQLiteLedger(path)`` opens lazily on first use, so it can be handed to
@@ -131,6 +125,8 @@ class SQLiteLedger(SQLiteAudit):
     none can take over a live lease or expire a fresh receipt because its
     own clock was made to run fast. ``clock`` (for tests) replaces it.
     """
+
+    _sql = _SQL
 
     def __init__(
         self,
@@ -158,6 +154,7 @@ class SQLiteLedger(SQLiteAudit):
         self._group = GroupWriter(self._writer, self.busy_timeout, self._params, self._now)
         self._closed = False
         self._finalizer: weakref.finalize[Any, Any] | None = None
+        self._clock_texts = ClockTexts(None)  # read on the connection's thread only
 
     def __repr__(self) -> str:
         state = "closed" if self._closed else ("open" if self._conn else "not yet opened")
@@ -272,16 +269,17 @@ class SQLiteLedger(SQLiteAudit):
         """
         if "now" in values:
             now = self._now() if now is None else now
+            texts = self._clock_texts
+            if texts.now is not now:  # the next group's clock (a group's writes share one)
+                texts = self._clock_texts = ClockTexts(now)
             lease = values.get("lease")
             older_than = values.get("older_than")
-            values = {
-                **values,
-                "now": clock_text(now),
-                "lease_end": None if lease is None else clock_text(now + timedelta(seconds=lease)),
-                "cutoff": None
-                if older_than is None
-                else clock_text(now - timedelta(seconds=older_than)),
-            }
+            # The write's own dict, made for it by its caller: filled in, not copied.
+            values["now"] = texts.text
+            values["lease_end"] = None if lease is None else texts.after(lease)
+            values["cutoff"] = (
+                None if older_than is None else clock_text(now - timedelta(seconds=older_than))
+            )
         return statement.bind(values)
 
     # -- the Ledger protocol -------------------------------------------------------
@@ -406,73 +404,6 @@ class SQLiteLedger(SQLiteAudit):
         if receipt.retired_at is None:
             return False
         return await self._transition(_SQL["retire"], receipt, now=None, older_than=older_than)
-
-    async def prune(
-        self,
-        *,
-        completed_before: datetime | None = None,
-        older_than: float | None = None,
-        statuses: Sequence[ActionStatus] = DEFAULT_PRUNE_STATUSES,
-        namespace: str | None = None,
-        batch_size: int = DEFAULT_BATCH_SIZE,
-        dry_run: bool = False,
-        before_delete: BeforeDelete | None = None,
-        operator: str | None = None,
-        reason: str | None = None,
-    ) -> int:
-        """Delete completed receipts in ``statuses`` stored before the cut-off.
-
-        The cut-off is ``completed_before``, or ``older_than`` seconds before
-        now by the ledger's own clock; either is held against the time the
-        ledger stored each receipt (``stored_at``), never a writer's clock.
-
-        In batches of ``batch_size``, each one write statement under the
-        writer lock, and each receipt only at the version it was read at;
-        returns how many were deleted (with ``dry_run``, how many would be).
-        A prune that deletes is audited: ``operator`` (default: the OS
-        user) and ``reason`` go into its OperatorRecord.
-        """
-        return await prune(
-            self._prune_steps,
-            completed_before=completed_before,
-            older_than=older_than,
-            ledger_now=self._ledger_now,
-            statuses=statuses,
-            namespace=namespace,
-            batch_size=batch_size,
-            dry_run=dry_run,
-            before_delete=before_delete,
-            operator=operator,
-            reason=reason,
-            audit_to=self,
-        )
-
-    async def _ledger_now(self) -> datetime:
-        """The ledger's clock, read for a prune's cut-off."""
-        await self._connection()  # the file exists and is a ledger before its clock is read
-        return self._now()
-
-    def _prune_steps(
-        self, before: datetime, chosen: tuple[ActionStatus, ...], scope: str | None
-    ) -> tuple[NextBatch, DeleteExact]:
-
-        async def next_batch(after: tuple[datetime, str] | None, limit: int) -> list[ActionReceipt]:
-            statement, values = _SQL.prune_batch(
-                statuses=chosen,
-                namespace=scope,
-                completed_before=before.astimezone(UTC).isoformat(),
-                after=None if after is None else (after[0].isoformat(), after[1]),
-                limit=limit,
-            )
-            return [
-                _receipt_of(row) for row in await self._read(statement.sql, statement.bind(values))
-            ]
-
-        async def delete_exact(batch: Sequence[ActionReceipt]) -> int:
-            statement, values = _SQL.delete_exact([(r.action_id, r.version) for r in batch])
-            return len(await self._write(statement, values))
-
-        return next_batch, delete_exact
 
     # -- inspection ------------------------------------------------------------
 
