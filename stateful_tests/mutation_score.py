@@ -90,6 +90,7 @@ SAFETY_CRITICAL_MUTANTS = [
     "dataoad.ledgers._sqlite_file.x_sqlite_clock__mutmut_*",
     "dataoad.ledgers._sqlite_file.xǁ_SQLiteNowǁ*",
     "dataoad.ledgers._sqlite_file.x_clock_text__mutmut_*",
+    "dataoad.ledgers._sqlite_file.xǁClockTextsǁ*",
     "dataoad._blocking.*",
     # The blocking surface: every argument handed on, close's refusals.
     "dataoad._sync.*",
