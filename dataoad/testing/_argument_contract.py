@@ -74,13 +74,30 @@ class ArgumentContract:
         asyncio.run(main())
 
     @staticmethod
-    async def _refused(call: Awaitable[Any], unchanged: Callable[[], Awaitable[None]]) -> None:
+    async def _refused(
+        call: Awaitable[Any],
+        unchanged: Callable[[], Awaitable[None]],
+        naming: str,
+        *also: str,
+        first: bool = True,
+    ) -> None:
+        """``call`` raises InvalidArgumentError, and nothing changed.
+
+        Its message names ``naming`` (``first``: it begins with it, as a
+        message about one argument does) and each of ``also`` (what was
+        given instead, say).
+        """
         try:
             answer = await call
-        except InvalidArgumentError:
-            await unchanged()
-            return
-        raise AssertionError(f"accepted, answering {answer!r}; InvalidArgumentError expected")
+        except InvalidArgumentError as exc:
+            refused = str(exc)
+        else:
+            raise AssertionError(f"accepted, answering {answer!r}; InvalidArgumentError expected")
+        named = refused.startswith(naming) if first else naming in refused
+        assert named, f"{refused!r} does not name {naming!r}"
+        for word in also:
+            assert word in refused, f"{refused!r} does not say {word!r}"
+        await unchanged()
 
     def test_claims_a_ledger_cannot_store_are_refused(self) -> None:
         """A claim with a count out of range, unstorable text or a wrong type writes nothing."""
@@ -95,6 +112,7 @@ class ArgumentContract:
             {"fencing_token": 1.0},
             {"action_id": ""},
             {"final_status": "CONFIRMED"},
+            {"claim_state": "PENDING"},
             {"created_at": datetime(2026, 1, 2, 3, 4, 5)},  # naive
             *(
                 {field: text}
@@ -110,9 +128,18 @@ class ArgumentContract:
                 receipt = make_receipt(idempotency_key="fresh")
                 for name, value in changes.items():
                     object.__setattr__(receipt, name, value)  # past the dataclass on purpose
-                await self._refused(ledger.claim(receipt), unchanged)
+                (name,) = changes
+                # A status of the wrong kind is told by its type.
+                given = ("str",) if name.endswith(("_status", "_state")) else ()
+                await self._refused(ledger.claim(receipt), unchanged, name, *given)
                 assert await ledger.find("charge", "fresh") is None, changes
-            await self._refused(ledger.claim("not a receipt"), unchanged)  # type: ignore[arg-type]
+            await self._refused(
+                ledger.claim("not a receipt"),  # type: ignore[arg-type]
+                unchanged,
+                "ActionReceipt",
+                "str",
+                first=False,
+            )
             # The last count accepted.
             top = make_receipt(idempotency_key="top", version=MAX_COUNT, fencing_token=MAX_COUNT)
             assert (await ledger.claim(top))[1]
@@ -128,20 +155,25 @@ class ArgumentContract:
             finished = completed(current)
             for text in BAD_TEXT:
                 wrong = finished.evolve(provider_request_id=text)
-                await self._refused(ledger.record(wrong), unchanged)
+                await self._refused(ledger.record(wrong), unchanged, "provider_request_id")
                 await self._refused(
-                    ledger.start_attempt(started(current).evolve(error=text)), unchanged
+                    ledger.start_attempt(started(current).evolve(error=text)), unchanged, "error"
                 )
-            await self._refused(ledger.record(finished.evolve(version=MAX_COUNT + 1)), unchanged)
-            await self._refused(ledger.release(current.action_id, 0), unchanged)
-            await self._refused(ledger.release(current.action_id, True), unchanged)
+            too_far = finished.evolve(version=MAX_COUNT + 1)
+            await self._refused(ledger.record(too_far), unchanged, "version")
+            await self._refused(ledger.release(current.action_id, 0), unchanged, "version")
+            await self._refused(ledger.release(current.action_id, True), unchanged, "version")
             for action_id in (*BAD_TEXT, "", None):
-                await self._refused(ledger.get(action_id), unchanged)  # type: ignore[arg-type]
-                await self._refused(ledger.release(action_id, 1), unchanged)  # type: ignore[arg-type]
+                bad: Any = action_id
+                await self._refused(ledger.get(bad), unchanged, "action_id")
+                await self._refused(ledger.release(bad, 1), unchanged, "action_id")
             for text in (*BAD_TEXT, None):
-                await self._refused(ledger.find("charge", text), unchanged)  # type: ignore[arg-type]
-                await self._refused(ledger.find(text, "held"), unchanged)  # type: ignore[arg-type]
-                await self._refused(ledger.find("charge", "held", text), unchanged)  # type: ignore[arg-type]
+                wrong_text: Any = text
+                await self._refused(ledger.find("charge", wrong_text), unchanged, "idempotency_key")
+                await self._refused(ledger.find(wrong_text, "held"), unchanged, "action_name")
+                await self._refused(
+                    ledger.find("charge", "held", wrong_text), unchanged, "namespace"
+                )
             assert await ledger.record(finished)  # the same write, storable: stored
 
         self._run_arguments(check)
@@ -155,23 +187,23 @@ class ArgumentContract:
             if not keeps_leases(ledger):
                 return
             leasing: Any = ledger
+            token = current.fencing_token
             for lease in BAD_LEASES:
                 fresh = make_receipt(idempotency_key="fresh")
-                await self._refused(ledger.claim(fresh, lease=lease), unchanged)  # type: ignore[arg-type]
+                await self._refused(leasing.claim(fresh, lease=lease), unchanged, "lease")
                 await self._refused(
-                    ledger.start_attempt(started(current), lease=lease),  # type: ignore[arg-type]
-                    unchanged,
+                    leasing.start_attempt(started(current), lease=lease), unchanged, "lease"
                 )
                 await self._refused(
-                    leasing.renew(current.action_id, current.fencing_token, lease), unchanged
+                    leasing.renew(current.action_id, token, lease), unchanged, "lease"
                 )
-                taken = current.evolve(owner="B", fencing_token=current.fencing_token + 1)
-                await self._refused(leasing.take_over(taken, lease=lease), unchanged)
-            await self._refused(leasing.take_over(current, lease=None), unchanged)
+                taken = current.evolve(owner="B", fencing_token=token + 1)
+                await self._refused(leasing.take_over(taken, lease=lease), unchanged, "lease")
+            await self._refused(leasing.take_over(current, lease=None), unchanged, "lease")
+            await self._refused(leasing.renew(current.action_id, token, None), unchanged, "lease")
             await self._refused(
-                leasing.renew(current.action_id, current.fencing_token, None), unchanged
+                leasing.renew(current.action_id, 0, 30.0), unchanged, "fencing_token"
             )
-            await self._refused(leasing.renew(current.action_id, 0, 30.0), unchanged)
             assert await ledger.find("charge", "fresh") is None
             # The bound itself is granted, and so is the least lease there is.
             assert await leasing.renew(current.action_id, current.fencing_token, MAX_LEASE)
@@ -201,7 +233,7 @@ class ArgumentContract:
                 assert await ledger.get(stored.action_id) == stored
 
             for age in (-1.0, math.nan, math.inf, "1", MAX_EXPIRES_AFTER * 2):
-                await self._refused(retire(retiring, older_than=age), still)
+                await self._refused(retire(retiring, older_than=age), still, "older_than")
             # Both ends of the range are ages a ledger judges (0: any age will do).
             assert await retire(retiring, older_than=0.0) is True
 
@@ -234,7 +266,9 @@ class ArgumentContract:
                 ),
             ]
             for filters in bad:
-                await self._refused(receipts(**filters), unchanged)
+                (name,) = filters
+                given = ("str",) if name == "final_status" else ()
+                await self._refused(receipts(**filters), unchanged, name, *given)
             # Both ends of the limit: none at all, and the bound itself.
             assert await receipts(limit=0) == []
             assert await receipts(limit=MAX_COUNT) == [current]
@@ -252,10 +286,10 @@ class ArgumentContract:
             for metadata in ({"x": {1, 2}}, {"x": math.nan}, {"x": "a\ud800"}):
                 fresh = make_receipt(idempotency_key="fresh")
                 object.__setattr__(fresh, "metadata", metadata)
-                await self._refused(ledger.claim(fresh), unchanged)
+                await self._refused(ledger.claim(fresh), unchanged, "metadata")
             record = dataclasses.replace(current.attempt_records[-1], error="a\ud800")
             wrong = current.evolve(attempt_records=(record,), version=current.version + 1)
-            await self._refused(ledger.record(wrong), unchanged)
+            await self._refused(ledger.record(wrong), unchanged, "attempt record", first=False)
             assert await ledger.find("charge", "fresh") is None
 
         self._run_arguments(check)
