@@ -141,6 +141,7 @@ TESTS = [
     "tests/evidence/test_execution_evidence.py",
     "tests/attempts/test_persistence_faults.py",
     "tests/ledgers/test_ledger_contract.py",
+    "tests/ledgers/test_ledger_arguments.py",
     "tests/ledgers/test_sqlite_ledger.py",
     "tests/ledgers/test_in_memory_ledger.py",
     "tests/claim/test_input_validation.py",

@@ -116,7 +116,17 @@ class ArgumentContract:
             {"created_at": datetime(2026, 1, 2, 3, 4, 5)},  # naive
             *(
                 {field: text}
-                for field in ("idempotency_key", "owner", "error")
+                for field in (
+                    "action_name",
+                    "idempotency_key",
+                    "request_hash",
+                    "namespace",
+                    "provider_reference",
+                    "risk",
+                    "owner",
+                    "error",
+                    "provider_request_id",
+                )
                 for text in BAD_TEXT
             ),
         ]
