@@ -25,7 +25,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any, NamedTuple
 
 from dataoad._action_ids import new_action_id
-from dataoad._blocking import call_maybe_async
+from dataoad._blocking import call_maybe_async, caller_cancelled
 from dataoad._completing import (
     Execution,
     complete,
@@ -388,6 +388,12 @@ async def _invoke(operation: Callable[[], Any], *, verifying: bool) -> Execution
         return Execution(ActionStatus.FAILED, error=bounded_error(exc), retryable=_retryable(exc))
     except Exception as exc:
         # Timeouts, resets, malformed responses: the effect may have happened.
+        return Execution(ActionStatus.UNKNOWN, error=bounded_error(exc))
+    except asyncio.CancelledError as exc:
+        if caller_cancelled():
+            raise
+        # Raised by something the operation awaited, not by its caller: the
+        # operation failed mid-way, and the effect may have happened.
         return Execution(ActionStatus.UNKNOWN, error=bounded_error(exc))
     if verifying:
         # A return proves only that execution finished; read-back decides.

@@ -34,6 +34,7 @@ __all__ = [
     "Placement",
     "call_blocking",
     "call_maybe_async",
+    "caller_cancelled",
     "is_async_callable",
     "placed",
 ]
@@ -147,6 +148,18 @@ def placed(place: Placement) -> Iterator[None]:
         yield
     finally:
         _placement.reset(token)
+
+
+def caller_cancelled() -> bool:
+    """Whether the running task itself was asked to stop.
+
+    A ``CancelledError`` that an operation or verifier raises while its
+    caller was not cancelled (it awaited a future that someone else
+    cancelled, a closed client's) is that callable's failure, judged like
+    any other; only the caller's own cancellation goes through as one.
+    """
+    task = asyncio.current_task()
+    return task is None or task.cancelling() > 0
 
 
 async def call_maybe_async(fn: Callable[[], Any]) -> Any:

@@ -10,6 +10,7 @@ that cannot start says that the earlier attempts ran.
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 from collections.abc import Mapping, Sequence
 from typing import Any, NamedTuple
@@ -94,6 +95,13 @@ async def complete(
             # A fenced worker's evidence merged under this owner is folded in.
             rebase=rebased_over_evidence,
         )
+    except asyncio.CancelledError:
+        # The operation ran and what it did is known: the same conditional
+        # write once more (refused if the first landed) before the
+        # cancellation goes through, or the claim would keep neither its
+        # outcome nor its evidence until a lease or an operator settles it.
+        await store.record_best_effort(final)
+        raise
     except ClaimFencedError as exc:
         if exc.receipt is None:
             raise

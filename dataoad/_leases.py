@@ -18,7 +18,6 @@ it observed is merged into the receipt as evidence (``_recovery``).
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import dataclasses
 import logging
 import os
@@ -197,10 +196,18 @@ class keep_lease:
     async def __aexit__(self, *exc_info: object) -> None:
         if self._timer is not None:
             self._timer.discard(self)
+        if not self._tasks:
+            return
         for task in self._tasks:
             task.cancel()
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await task
+        # ``asyncio.wait``, not ``await task``: a cancellation of the caller
+        # arriving while the renewals end is the caller's, and must reach it
+        # (awaiting a cancelled task, the two look alike and one would be
+        # swallowed: the call would go on, even to another attempt).
+        await asyncio.wait(self._tasks)
+        for task in self._tasks:
+            if not task.cancelled():
+                task.exception()  # a renewal's failure is not the attempt's
 
 
 async def take_over(

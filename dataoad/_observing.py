@@ -17,7 +17,7 @@ import logging
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any, Final, cast
 
-from dataoad._blocking import call_blocking, is_async_callable
+from dataoad._blocking import call_blocking, caller_cancelled, is_async_callable
 from dataoad._canonical import json_text
 from dataoad._errors import InvalidArgumentError
 from dataoad._events import EventKind, EventSink
@@ -190,7 +190,9 @@ async def observe(
     """Ask the verifier about ``receipt`` and judge its answer; never raises an Exception."""
     try:
         result = await verify(receipt)
-    except Exception as exc:
+    except (Exception, asyncio.CancelledError) as exc:
+        if not isinstance(exc, Exception) and caller_cancelled():
+            raise  # the caller's own cancellation; a verifier's own is no answer
         # Only the type is stored: the message may carry a provider's values
         # (a URL, a response body). The event logs it, bounded.
         raised = f"verifier raised {type(exc).__name__}"

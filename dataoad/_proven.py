@@ -269,28 +269,32 @@ class ProvenLedger(ProvenReads):
             stored = (
                 await self._read_back(functools.partial(self.ledger.get, mine.action_id))
             ).stored
+            if write.error is not None and proves(stored, mine):
+                # The write's own read-back could not tell; this one shows it landed.
+                events.emit(EventKind.OUTCOME_ACKNOWLEDGEMENT_RECOVERED, final)
+                return final
             rebased = None if stored is None else rebase(final, base, stored)
             if stored is None or rebased is None:
                 break
             base, final = stored, rebased
-        if write.error is None:
-            # Refused: another writer moved the claim. Was it a new owner?
-            back = await self._read_back(lambda: self.ledger.get(final.action_id))
-            if fenced(back.stored, final):
-                assert back.stored is not None
-                events.emit(EventKind.FENCED, back.stored, level=logging.WARNING)
-                raise ClaimFencedError(
-                    f"action {durable.action_id} was taken over by {back.stored.owner!r} "
-                    f"(its lease had run out); this worker's outcome "
-                    f"({observed_status.value}) is evidence only. The operation WAS "
-                    "invoked: do not repeat it",
-                    receipt=back.stored,
-                    operation_invoked=True,
-                    observed_status=observed_status,
-                    observed_metadata=observed_metadata,
-                    value_available=has_value,
-                    observed_value=value,
-                )
+        # Refused, or failed without landing: if a new owner took the claim,
+        # this outcome is a fenced worker's evidence, however the write ended.
+        back = await self._read_back(lambda: self.ledger.get(final.action_id))
+        if fenced(back.stored, final):
+            assert back.stored is not None
+            events.emit(EventKind.FENCED, back.stored, level=logging.WARNING)
+            raise ClaimFencedError(
+                f"action {durable.action_id} was taken over by {back.stored.owner!r} "
+                f"(its lease had run out); this worker's outcome "
+                f"({observed_status.value}) is evidence only. The operation WAS "
+                "invoked: do not repeat it",
+                receipt=back.stored,
+                operation_invoked=True,
+                observed_status=observed_status,
+                observed_metadata=observed_metadata,
+                value_available=has_value,
+                observed_value=value,
+            )
         events.emit(
             EventKind.OUTCOME_NOT_RECORDED,
             durable,

@@ -16,6 +16,7 @@ from typing import Any, Final
 
 from dataoad._errors import (
     ActionNotFoundError,
+    AuditNotRecordedError,
     ClaimFencedError,
     DataoadError,
     NothingInvokedError,
@@ -333,10 +334,23 @@ async def recover_stale(
     one that never started an attempt is then released, one that did is
     settled read-only like any takeover. Returns the settled results;
     ``note(action_id, outcome)`` hears of each released or settled claim.
+    Records it could not append are reported once the sweep is done
+    (``AuditNotRecordedError`` carrying the results).
     """
     stale_claims = await store.stale_claims(limit)  # this runner's namespace only
     sweeper = dataclasses.replace(tenure, lease=tenure.lease or DEFAULT_LEASE)
     results: list[ActionResult[Any]] = []
+    unrecorded: list[AuditNotRecordedError] = []
+
+    async def noted(action_id: str, outcome: str) -> None:
+        # A record that could not be appended stops neither the sweep nor
+        # the report of what it settled: the caller hears of both at the end.
+        if note is not None:
+            try:
+                await note(action_id, outcome)
+            except AuditNotRecordedError as exc:
+                unrecorded.append(exc)
+
     for stale in stale_claims:
         try:
             taken = await _take_over_stale(store, stale, sweeper, events)
@@ -360,11 +374,17 @@ async def recover_stale(
         # Outside the try: an audit that could not be appended is not a
         # claim that could not be settled.
         if settled is None:
-            if note is not None:
-                await note(taken.action_id, "released (never started)")
+            await noted(taken.action_id, "released (never started)")
             continue
         assert isinstance(settled, ActionResult)
         results.append(settled)
-        if note is not None:
-            await note(settled.receipt.action_id, settled.status.value)
+        await noted(settled.receipt.action_id, settled.status.value)
+    if unrecorded:
+        first = unrecorded[0]
+        raise AuditNotRecordedError(
+            f"recover_stale settled or released what it found, but {len(unrecorded)} "
+            f"operator record(s) could not be appended to the audit; the first: {first}",
+            record=first.record,
+            result=results,
+        ) from first
     return results

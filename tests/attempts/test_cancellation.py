@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import pytest
 
@@ -14,6 +14,7 @@ from dataoad import (
     InMemoryLedger,
     VerificationResult,
 )
+from dataoad.testing import ManualClock
 from suite_support import REF, REQUEST, execute, fixed_verifier, reached
 
 T = TypeVar("T")
@@ -118,3 +119,183 @@ async def test_a_cancelled_attempt_keeps_the_observations_of_earlier_attempts() 
     assert stored.final_status is ActionStatus.UNKNOWN
     assert [o["attempt"] for o in stored.metadata["verification_observations"]] == [1]
     assert stored.metadata["verification_conflict"] is False
+
+
+class _LoopClock:
+    """The system's time through a clock of the test's own: renewals run as a task from the start."""
+
+    def monotonic(self) -> float:
+        return asyncio.get_running_loop().time()
+
+    async def sleep(self, seconds: float) -> None:
+        await asyncio.sleep(seconds)
+
+
+async def test_a_cancellation_arriving_while_the_renewals_end_reaches_the_caller() -> None:
+    # The caller is cancelled as the operation returns; the first suspension
+    # after it is where the attempt's renewal task is ended. Awaiting that
+    # cancelled task swallowed the caller's cancellation: execute returned
+    # CONFIRMED and asyncio.timeout never fired.
+    ledger = InMemoryLedger()
+    runner = ActionRunner(ledger, lease=30.0, clock=_LoopClock())
+    calls = 0
+
+    async def op() -> str:
+        nonlocal calls
+        calls += 1
+        task = asyncio.current_task()
+        assert task is not None
+        task.cancel()
+        return "charged"
+
+    task = asyncio.create_task(runner.execute("a", op, request={}, idempotency_key="k"))
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert calls == 1
+    [receipt] = ledger.snapshot()
+    assert receipt.claim_state is ClaimState.COMPLETED
+    assert receipt.final_status is ActionStatus.UNKNOWN  # cancelled after it was invoked
+    assert not [t for t in asyncio.all_tasks() if "renew" in t.get_name()]
+
+
+async def test_a_timeout_expiring_as_the_operation_returns_is_raised() -> None:
+    runner = ActionRunner(InMemoryLedger(), lease=30.0, clock=_LoopClock())
+
+    async def op() -> str:
+        timeout.reschedule(asyncio.get_running_loop().time())  # expires at the next suspension
+        return "charged"
+
+    with pytest.raises(TimeoutError):
+        async with asyncio.timeout(None) as timeout:
+            await runner.execute("a", op, request={}, idempotency_key="k")
+
+
+class _OutcomeWriteHeld(InMemoryLedger):
+    """The first outcome write waits (forever) before, or after, it lands."""
+
+    def __init__(self, *, lands: bool) -> None:
+        super().__init__()
+        self.lands = lands
+        self.writes = 0
+        self.waiting = asyncio.Event()
+
+    async def record(self, receipt: Any) -> bool:
+        self.writes += 1
+        if self.writes > 1:
+            return await super().record(receipt)
+        done = await super().record(receipt) if self.lands else False
+        self.waiting.set()
+        await asyncio.sleep(3600)  # the caller is cancelled here
+        return done
+
+
+@pytest.mark.parametrize("lands", [False, True], ids=["write-held-before", "answer-held-after"])
+async def test_a_cancellation_during_the_outcome_write_still_records_the_outcome(
+    lands: bool,
+) -> None:
+    # The operation ran and returned: a cancellation while its outcome was
+    # being written left the claim PENDING, its CONFIRMED lost, until a
+    # lease or an operator settled it UNKNOWN.
+    ledger = _OutcomeWriteHeld(lands=lands)
+    runner = ActionRunner(ledger, lease=None)
+    calls = 0
+
+    async def op() -> str:
+        nonlocal calls
+        calls += 1
+        return "charged"
+
+    task = asyncio.create_task(
+        runner.execute("a", op, request={}, idempotency_key="k", provider_reference=REF)
+    )
+    await reached(ledger.waiting, task)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert calls == 1
+    assert ledger.writes == 2  # the outcome written once more, under the same condition
+    [receipt] = ledger.snapshot()
+    assert receipt.claim_state is ClaimState.COMPLETED
+    assert receipt.final_status is ActionStatus.CONFIRMED
+    assert receipt.execution_status is ActionStatus.CONFIRMED
+    assert receipt.version == 2  # one outcome: the repeat of a write that landed is refused
+    replay = await runner.execute("a", op, request={}, idempotency_key="k", provider_reference=REF)
+    assert replay.replayed
+    assert replay.status is ActionStatus.CONFIRMED
+    assert calls == 1
+
+
+def _cancelled_underneath() -> asyncio.Future[None]:
+    # A future someone else cancelled (a closed client's): awaiting it
+    # raises CancelledError although the awaiting task was never cancelled.
+    future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+    future.cancel()
+    return future
+
+
+async def test_an_operation_raising_cancelled_error_of_its_own_is_an_unknown_outcome() -> None:
+    ledger = InMemoryLedger()
+    runner = ActionRunner(ledger)
+    calls = 0
+
+    async def op() -> None:
+        nonlocal calls
+        calls += 1
+        await _cancelled_underneath()
+
+    result = await runner.execute("a", op, request={}, idempotency_key="k")
+    assert result.status is ActionStatus.UNKNOWN
+    assert result.receipt.error == "CancelledError"
+    assert calls == 1
+    confirming = fixed_verifier(VerificationResult.confirmed(verified_provider_reference=REF))
+    checked = await runner.execute(
+        "a", op, request={}, idempotency_key="k2", provider_reference=REF, verifier=confirming
+    )
+    assert checked.status is ActionStatus.CONFIRMED  # read-back settles it
+    assert calls == 2
+
+
+async def test_a_verifier_raising_cancelled_error_of_its_own_is_no_answer() -> None:
+    clock = ManualClock()
+    ledger = InMemoryLedger(clock=clock)
+    runner = ActionRunner(ledger, owner="A", lease=30.0)
+
+    async def cancelled_read(receipt: Any) -> VerificationResult:
+        await _cancelled_underneath()
+        raise AssertionError("unreachable")
+
+    async def lost() -> None:
+        raise TimeoutError("response lost")
+
+    result = await runner.execute(
+        "a", lost, request={}, idempotency_key="k", provider_reference=REF, verifier=cancelled_read
+    )
+    assert result.status is ActionStatus.UNKNOWN
+    [observation] = result.receipt.observations
+    assert observation.error == "verifier raised CancelledError"
+    settled = await runner.reconcile(result.receipt.action_id, cancelled_read)
+    assert settled.status is ActionStatus.UNKNOWN
+    # A sweep over two stale claims settles both, though the verifier's
+    # answer for the first was a CancelledError of its own.
+    held, running = asyncio.Event(), asyncio.Semaphore(0)
+
+    async def hang() -> None:
+        running.release()
+        await held.wait()
+
+    dead = ActionRunner(ledger, owner="dead", lease=30.0)
+    hung = [
+        asyncio.create_task(
+            dead.execute("a", hang, request={}, idempotency_key=k, provider_reference=REF)
+        )
+        for k in ("s1", "s2")
+    ]
+    for _ in hung:
+        await running.acquire()
+    clock.advance(60)
+    swept = await ActionRunner(ledger, owner="sweeper", lease=30.0).recover_stale(cancelled_read)
+    assert [r.status for r in swept] == [ActionStatus.UNKNOWN, ActionStatus.UNKNOWN]
+    assert all(r.claim_state is ClaimState.COMPLETED for r in ledger.snapshot())
+    for task in hung:
+        task.cancel()
+    await asyncio.gather(*hung, return_exceptions=True)

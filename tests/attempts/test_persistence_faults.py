@@ -177,7 +177,7 @@ async def test_lost_completion_acknowledgement_with_failed_read_back_is_a_persis
 ):
     inner, faulty, runner, op = setup()
     faulty.inject("record", LOST_ACK)
-    faulty.inject("get", BEFORE)
+    faulty.inject("get", BEFORE, times=3)  # every read-back of the outcome write fails
     with pytest.raises(ActionPersistenceError) as info:
         await runner.execute("a", op, request=REQUEST, idempotency_key="k")
     assert op.calls == 1
@@ -185,6 +185,21 @@ async def test_lost_completion_acknowledgement_with_failed_read_back_is_a_persis
     assert info.value.observed_status is ActionStatus.CONFIRMED
     [stored] = inner.snapshot()
     assert stored.claim_state is ClaimState.COMPLETED
+
+
+async def test_an_outcome_a_second_read_back_shows_stored_is_reported_recorded() -> None:
+    # The write landed, its answer was lost and the first read-back failed:
+    # the next read shows the outcome stored, which proves it as the first would have.
+    inner, faulty, runner, op = setup()
+    faulty.inject("record", LOST_ACK)
+    faulty.inject("get", BEFORE)
+    result = await runner.execute("a", op, request=REQUEST, idempotency_key="k")
+    assert op.calls == 1
+    assert result.status is ActionStatus.CONFIRMED
+    assert result.value == "value"
+    [stored] = inner.snapshot()
+    assert stored == result.receipt
+    assert faulty.calls.count("record") == 1  # read, never written again
 
 
 @pytest.mark.parametrize("fault", [BEFORE])

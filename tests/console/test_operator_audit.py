@@ -426,6 +426,41 @@ async def test_a_verb_done_but_not_audited_says_so_with_its_result() -> None:
     assert stored.final_status is ActionStatus.CONFIRMED
 
 
+async def test_a_sweep_whose_records_are_not_appended_settles_all_and_reports_them() -> None:
+    # One record that cannot be appended stopped the sweep: the claims after
+    # it were never looked at, and what it had settled was not reported.
+    class AuditDown(InMemoryLedger):
+        async def append_audit(self, record: OperatorRecord) -> OperatorRecord:
+            raise ConnectionError("audit table unreachable")
+
+    clock = ManualClock()
+    ledger = AuditDown(clock=clock)
+    held, running = asyncio.Event(), asyncio.Semaphore(0)
+
+    async def hang() -> None:
+        running.release()
+        await held.wait()
+
+    dead = ActionRunner(ledger, owner="dead", lease=30.0)
+    hung = [
+        asyncio.create_task(dead.execute("a", hang, request={}, idempotency_key=k))
+        for k in ("s1", "s2", "s3")
+    ]
+    for _ in hung:
+        await running.acquire()
+    clock.advance(60)
+    with pytest.raises(AuditNotRecordedError) as info:
+        await ActionRunner(ledger, owner="sweeper", lease=30.0).recover_stale(operator="ana")
+    assert "3 operator record(s) could not be appended" in str(info.value)
+    assert info.value.record.operator == "ana"
+    assert [r.status for r in info.value.result] == [ActionStatus.UNKNOWN] * 3
+    assert {r.receipt.idempotency_key for r in info.value.result} == {"s1", "s2", "s3"}
+    assert all(r.claim_state is ClaimState.COMPLETED for r in ledger.snapshot())
+    for task in hung:
+        task.cancel()
+    await asyncio.gather(*hung, return_exceptions=True)
+
+
 def test_the_sync_runner_passes_the_operator_on(tmp_path: Path) -> None:
     path = tmp_path / "ledger.sqlite3"
 

@@ -24,10 +24,11 @@ from dataoad import (
     EventKind,
     InMemoryLedger,
     RetryPolicy,
+    SQLiteLedger,
     VerificationResult,
 )
 from dataoad import _evidence as evidence_module
-from dataoad.testing import ManualClock
+from dataoad.testing import FaultyLedger, LedgerFault, ManualClock
 from suite_support import Recorder, unstarted
 from suite_support.leases import LEASE, REQUEST, counting
 
@@ -364,3 +365,52 @@ async def test_a_holder_fenced_before_its_first_attempt_is_told_nothing_ran() ->
     assert event.level == logging.WARNING
     assert event.receipt is not None
     assert event.receipt.owner == "B"
+
+
+@pytest.mark.parametrize("backend", ["memory", "sqlite"])
+async def test_a_zombie_whose_outcome_write_fails_is_still_told_it_was_fenced(
+    backend: str, tmp_path: Any
+) -> None:
+    # The fenced holder's write raised (a transient error) instead of being
+    # refused. The read-back shows the new owner either way: what the holder
+    # saw is evidence, merged, not an outcome "not recorded" and lost.
+    clock = ManualClock()
+    inner: Any = (
+        InMemoryLedger(clock=clock)
+        if backend == "memory"
+        else SQLiteLedger(tmp_path / "l.sqlite3", clock=clock)
+    )
+    seen_by_a = FaultyLedger(inner)
+    started, finish = asyncio.Event(), asyncio.Event()
+
+    async def paused() -> str:
+        started.set()
+        await finish.wait()
+        return "ch_1"
+
+    zombie = asyncio.create_task(
+        ActionRunner(seen_by_a, owner="A").execute(
+            "charge", paused, request=REQUEST, idempotency_key="k", provider_reference=REF
+        )
+    )
+    await started.wait()
+    clock.advance(LEASE)
+    taken = await ActionRunner(inner, owner="B").execute(
+        "charge", counting(), request=REQUEST, idempotency_key="k", provider_reference=REF
+    )
+    assert taken.taken_over
+    assert taken.status is ActionStatus.UNKNOWN
+    seen_by_a.inject("record", LedgerFault.FAIL_BEFORE_WRITE)
+    finish.set()
+    with pytest.raises(ClaimFencedError) as info:
+        await zombie
+    assert info.value.operation_invoked is True
+    assert info.value.observed_status is ActionStatus.CONFIRMED
+    stored = await inner.get(taken.receipt.action_id)
+    assert stored is not None
+    assert info.value.receipt == stored
+    assert stored.owner == "B"
+    assert stored.final_status is ActionStatus.CONFIRMED  # A's direct success, merged
+    assert stored.attempt_records[0].execution_status is ActionStatus.CONFIRMED
+    if backend == "sqlite":
+        await inner.close()
