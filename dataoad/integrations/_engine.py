@@ -76,6 +76,7 @@ def refuse_volatile(key: str, volatile: Mapping[str, object]) -> None:
     re-execution, and the step would run twice. Raised before anything is
     recorded or invoked.
     """
+    check_text_arg("idempotency_key", key)  # before looking into it
     for name, value in volatile.items():
         text = str(value) if value is not None else ""
         if len(text) >= MIN_VOLATILE_LENGTH and text in key:
@@ -172,8 +173,12 @@ class EngineStep:
         fn: Callable[..., Any],
         args: tuple[Any, ...],
         kwargs: dict[str, Any],
+        metadata: dict[str, Any] | None = None,
     ) -> dict[str, Any]:
-        """``execute``'s arguments for ``fn(*args, **kwargs)`` under ``key``."""
+        """``execute``'s arguments for ``fn(*args, **kwargs)`` under ``key``.
+
+        ``metadata``: this call's, instead of the step's (an engine notes its own facts).
+        """
         spec: Any = self.request
         given: Any = self.provider_reference
         return {
@@ -186,7 +191,7 @@ class EngineStep:
             "policy": self.policy,
             "wait_in_progress": self.wait_in_progress,
             "risk": self.risk,
-            "metadata": self.metadata,
+            "metadata": self.metadata if metadata is None else metadata,
         }
 
     async def execute(
@@ -195,10 +200,12 @@ class EngineStep:
         fn: Callable[..., Any],
         args: tuple[Any, ...],
         kwargs: dict[str, Any],
+        *,
+        metadata: dict[str, Any] | None = None,
     ) -> ActionResult[Any]:
         """``runner.execute`` of ``fn(*args, **kwargs)`` under ``key``, whatever the outcome."""
         result: ActionResult[Any] = await self.runner.execute(
-            **self.arguments(key, fn, args, kwargs)
+            **self.arguments(key, fn, args, kwargs, metadata)
         )
         return result
 

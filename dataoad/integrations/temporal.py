@@ -16,16 +16,26 @@ meet the first attempt's receipt:
     await workflow.execute_activity(charge, order, start_to_close_timeout=...)
 
 The key is ``activity_key()``: the namespace, workflow id and activity id,
-never the attempt number. The activity returns the operation's value for a
+never the attempt number, nor the run: a reset or a retry of the workflow
+re-executes the same activities, and meets their receipts. A continue-as-new
+or cron run restarts activity ids, so its activity 1 would meet the last
+run's: a receipt another run made is refused (``ApplicationError`` of type
+``"ActionOfAnotherRun"``, non-retryable) unless ``across_runs=True`` says
+that a new run is the same intent; a workflow that loops through runs gives
+``idempotency_key=`` (a callable of the activity's arguments: an invoice
+id, ``dataoad.intent_key(...)`` of the month). A local activity has no
+stable id (its retry after a long backoff gets a new one), so it needs
+``idempotency_key=`` too. The activity returns the operation's value for a
 CONFIRMED outcome it ran, and None for a CONFIRMED replay (Dataoad never
 stores provider values: read the system of record by the reference). A FAILED
 outcome and an UNKNOWN one are raised as non-retryable ``ApplicationError``
 (types ``"ActionFailed"`` and ``"UnresolvedActionError"``) so Temporal never
 retries them as transient; ``unresolved(error)`` in the workflow turns the
 latter back into ``UnresolvedActionError``. A bad argument and a ledger that
-cannot be used (closed, not set up) are non-retryable too; other Dataoad
-errors (a claim in progress, a ledger that could not be written this time)
-are retried by Temporal and meet the same receipt.
+cannot be used (closed, not set up) and a key claimed for another request
+are non-retryable too; other Dataoad errors (a claim in progress, a ledger
+that could not be written this time) are retried by Temporal and meet the
+same receipt.
 """
 
 from __future__ import annotations
@@ -34,7 +44,9 @@ import functools
 from collections.abc import Awaitable, Callable
 from typing import Any, ParamSpec, TypeVar
 
+from dataoad._arguments import check_text_arg
 from dataoad._errors import (
+    IdempotencyConflictError,
     InvalidArgumentError,
     InvalidRequestError,
     LedgerUnusableError,
@@ -55,11 +67,20 @@ from dataoad.integrations._engine import (
     RequestSpec,
     engine_key,
 )
+from dataoad.integrations._engine import unresolved as unresolved_outcome
 
 _activity = require("temporalio.activity", "temporal")
 _exceptions = require("temporalio.exceptions", "temporal")
 
-__all__ = ["FAILED_TYPE", "UNRESOLVED_TYPE", "activity_key", "guarded_activity", "unresolved"]
+__all__ = [
+    "ANOTHER_RUN_TYPE",
+    "FAILED_TYPE",
+    "RUN_METADATA_KEY",
+    "UNRESOLVED_TYPE",
+    "activity_key",
+    "guarded_activity",
+    "unresolved",
+]
 
 P = ParamSpec("P")
 T = TypeVar("T")
@@ -68,13 +89,18 @@ T = TypeVar("T")
 UNRESOLVED_TYPE = "UnresolvedActionError"
 #: The ``ApplicationError.type`` of a FAILED outcome.
 FAILED_TYPE = "ActionFailed"
+#: The ``ApplicationError.type`` of a receipt another run of the workflow made.
+ANOTHER_RUN_TYPE = "ActionOfAnotherRun"
+#: The caller-metadata key under which a guarded activity notes its workflow run.
+RUN_METADATA_KEY = "temporal_workflow_run_id"
 
 
 def activity_key() -> str:
     """The running activity's key: ``temporal:<namespace>:<workflow id>:<activity id>``.
 
     The same on every retry of the activity (the attempt number is not in
-    it). Raises ``NotInStepError`` outside an activity.
+    it). Raises ``NotInStepError`` outside an activity, and
+    ``InvalidArgumentError`` in a local activity (whose id is not stable).
     """
     if not _activity.in_activity():
         raise NotInStepError(
@@ -82,6 +108,13 @@ def activity_key() -> str:
             "worker runs it; nothing was recorded or invoked"
         )
     info = _activity.info()
+    if info.is_local:
+        raise InvalidArgumentError(
+            "a local activity has no stable key: Temporal gives its retry a new activity id "
+            "once the backoff passes the local retry threshold, and the retry would act "
+            "again. Run it as a regular activity, or give guarded_activity an "
+            "idempotency_key; nothing was recorded or invoked"
+        )
     return engine_key("temporal", info.namespace, info.workflow_id or "", info.activity_id)
 
 
@@ -113,6 +146,27 @@ def unresolved(error: BaseException) -> UnresolvedActionError | None:
     return None
 
 
+def _another_run(receipt: ActionReceipt, run_id: str) -> str | None:
+    # The run that made ``receipt``, when it is not this one (None: this
+    # run's, or made before runs were noted).
+    made_by = receipt.metadata.get(RUN_METADATA_KEY)
+    return made_by if isinstance(made_by, str) and made_by != run_id else None
+
+
+def _refused_across_runs(receipt: ActionReceipt, made_by: str, key: str) -> BaseException:
+    error: BaseException = _exceptions.ApplicationError(
+        f"the key {key!r} holds action {receipt.action_id}, made by another run of this "
+        f"workflow ({made_by!r}): a continue-as-new or cron run restarts activity ids, so "
+        "this may be a new action under an old key. Give guarded_activity an "
+        "idempotency_key that tells the runs' actions apart, or across_runs=True if a new "
+        "run is the same intent (a reset, a workflow retry). Nothing was invoked",
+        _receipt_details(receipt),
+        type=ANOTHER_RUN_TYPE,
+        non_retryable=True,
+    )
+    return error
+
+
 def guarded_activity(
     runner: Any,
     action_name: str,
@@ -125,6 +179,8 @@ def guarded_activity(
     metadata: dict[str, Any] | None = None,
     wait_in_progress: float | str | None = LEASE_WAIT,
     name: str | None = None,
+    idempotency_key: Callable[..., str] | None = None,
+    across_runs: bool = False,
 ) -> Callable[[Callable[P, Awaitable[T]]], Callable[P, Awaitable[T | None]]]:
     """Decorate an async function as a Temporal activity guarded under ``activity_key()``.
 
@@ -132,7 +188,15 @@ def guarded_activity(
     value of a CONFIRMED call that ran the operation (None for a replay);
     raises a non-retryable ``ApplicationError`` for FAILED and UNKNOWN.
     ``name`` is the activity's name (default: the function's).
+    ``idempotency_key``: a callable of the activity's arguments giving the
+    key instead (for workflows that continue as new, cron runs, local
+    activities). ``across_runs``: a receipt made by another run of the
+    workflow is this activity's too (refused by default; see the module).
     """
+    if idempotency_key is not None and not callable(idempotency_key):
+        raise InvalidArgumentError("idempotency_key must be a callable of the activity's arguments")
+    if type(across_runs) is not bool:
+        raise InvalidArgumentError(f"across_runs must be True or False, not {across_runs!r}")
     step = EngineStep(
         "Temporal",
         runner,
@@ -151,14 +215,26 @@ def guarded_activity(
 
         @functools.wraps(fn)
         async def guarded(*args: P.args, **kwargs: P.kwargs) -> T | None:
-            key = activity_key()
             try:
-                result = await step.run(key, fn, args, kwargs)
-            except UnresolvedActionError as exc:
+                if idempotency_key is None:
+                    key = activity_key()
+                else:
+                    if not _activity.in_activity():
+                        activity_key()  # NotInStepError, as without a key of one's own
+                    key = idempotency_key(*args, **kwargs)
+                    check_text_arg("idempotency_key", key)
+                run_id = _activity.info().workflow_run_id or ""
+                noted = {**(metadata or {}), RUN_METADATA_KEY: run_id}
+                result = await step.execute(key, fn, args, kwargs, metadata=noted)
+            except IdempotencyConflictError as exc:
+                made_by = _another_run(exc.receipt, run_id)
+                if made_by is not None and idempotency_key is None and not across_runs:
+                    raise _refused_across_runs(exc.receipt, made_by, key) from exc
+                # The same answer on every retry.
                 raise _exceptions.ApplicationError(
                     str(exc),
                     _receipt_details(exc.receipt),
-                    type=UNRESOLVED_TYPE,
+                    type=type(exc).__name__,
                     non_retryable=True,
                 ) from exc
             except (InvalidArgumentError, InvalidRequestError, ReservedMetadataError) as exc:
@@ -173,8 +249,20 @@ def guarded_activity(
                 raise _exceptions.ApplicationError(
                     str(exc), type=type(exc.__cause__).__name__, non_retryable=True
                 ) from exc
+            receipt = result.receipt
+            if result.replayed and idempotency_key is None and not across_runs:
+                made_by = _another_run(receipt, run_id)
+                if made_by is not None:
+                    raise _refused_across_runs(receipt, made_by, key)
+            if result.status is ActionStatus.UNKNOWN:
+                unknown = unresolved_outcome(result, "Temporal")
+                raise _exceptions.ApplicationError(
+                    str(unknown),
+                    _receipt_details(receipt),
+                    type=UNRESOLVED_TYPE,
+                    non_retryable=True,
+                ) from unknown
             if result.status is ActionStatus.FAILED:
-                receipt = result.receipt
                 raise _exceptions.ApplicationError(
                     f"{action_name} (action id {receipt.action_id}) FAILED: it did not happen"
                     + (f" ({receipt.error})" if receipt.error else ""),

@@ -30,7 +30,13 @@ from dataoad import (
 )
 from dataoad.integrations.dbos import guarded_step, step_key
 from dataoad.integrations.langgraph import guarded_node
-from dataoad.integrations.temporal import FAILED_TYPE, UNRESOLVED_TYPE, guarded_activity, unresolved
+from dataoad.integrations.temporal import (
+    FAILED_TYPE,
+    RUN_METADATA_KEY,
+    UNRESOLVED_TYPE,
+    guarded_activity,
+    unresolved,
+)
 from suite_support.options import ENGINE_EXPECTED, VALUES, RecordingRunner, recording_runner
 from tests.engines.test_temporal import environment
 
@@ -90,7 +96,10 @@ async def test_a_temporal_activity_hands_every_option_on_under_its_name() -> Non
     with pytest.raises(ApplicationError) as info:  # the verifier given could not tell
         await environment().run(charge)
     assert info.value.type == UNRESOLVED_TYPE
-    assert runner.seen == [ENGINE_EXPECTED]
+    # The caller's metadata, with the run the activity belongs to noted beside it.
+    run = environment().info.workflow_run_id
+    noted = {**ENGINE_EXPECTED["metadata"], RUN_METADATA_KEY: run}
+    assert runner.seen == [{**ENGINE_EXPECTED, "metadata": noted}]
     assert activity._Definition.must_from_callable(charge).name == "pay"
     # The function's own name by default, never the action's.
     assert activity._Definition.must_from_callable(give_back).name == "give_back"

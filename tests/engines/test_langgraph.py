@@ -425,6 +425,18 @@ def test_a_node_key_drawn_from_the_task_id_is_refused_before_anything() -> None:
     assert calls == ["o1"]
 
 
+@pytest.mark.parametrize("key", [42, None, b"o1"], ids=["int", "None", "bytes"])
+def test_a_node_key_that_is_not_text_is_refused_with_a_typed_error(key: object) -> None:
+    ledger = InMemoryLedger()
+    calls: list[str] = []
+    node = keyed_node(ledger, calls, lambda state: key)  # type: ignore[arg-type,return-value]
+    app = order_graph(node).compile(checkpointer=InMemorySaver())
+    with pytest.raises(InvalidArgumentError, match="idempotency_key must be a str"):
+        app.invoke({"order_id": "o1"}, {"configurable": {"thread_id": "t"}})
+    assert calls == []
+    assert ledger.snapshot() == []
+
+
 def test_a_node_key_drawn_from_its_checkpoint_is_refused_before_anything() -> None:
     # The checkpoint a task runs from is kept when the task is resumed after a
     # failure, but is new when a lost checkpoint is re-run (durability="async")

@@ -27,7 +27,9 @@ from dataoad import (
     VerificationResult,
 )
 from dataoad.integrations.temporal import (
+    ANOTHER_RUN_TYPE,
     FAILED_TYPE,
+    RUN_METADATA_KEY,
     UNRESOLVED_TYPE,
     activity_key,
     guarded_activity,
@@ -222,6 +224,118 @@ async def test_a_closed_ledger_is_not_retryable_and_nothing_is_invoked(tmp_path:
     assert calls == []
 
 
+async def test_a_local_activity_is_refused_before_anything_is_recorded() -> None:
+    # Temporal gives a local activity's retry a new activity id after a long
+    # backoff: keyed by it, the retry would charge again.
+    ledger = InMemoryLedger()
+    charges: list[int] = []
+
+    @guarded_activity(ActionRunner(ledger), "charge", request={"order": "o1"})
+    async def charge() -> str:
+        charges.append(1)
+        return "ch"
+
+    with pytest.raises(ApplicationError) as info:
+        await environment(is_local=True).run(charge)
+    assert info.value.type == "InvalidArgumentError"
+    assert info.value.non_retryable
+    assert "local activity has no stable key" in str(info.value)
+    assert charges == []
+    assert ledger.snapshot() == []
+
+    @guarded_activity(
+        ActionRunner(ledger), "charge", request={"order": "o1"}, idempotency_key=lambda: "o1"
+    )
+    async def keyed() -> str:
+        charges.append(1)
+        return "ch"
+
+    # With a key of its own, a retry under a new activity id meets its receipt.
+    assert await environment(is_local=True).run(keyed) == "ch"
+    assert await environment(is_local=True, activity_id="2", attempt=2).run(keyed) is None
+    assert charges == [1]
+
+
+def subscription(ledger: InMemoryLedger, charges: list[int], **options: Any) -> Any:
+    @guarded_activity(
+        ActionRunner(ledger), "charge", request=lambda month: {"plan": "pro"}, **options
+    )
+    async def charge(month: int) -> str:
+        charges.append(month)
+        return f"ch-{month}"
+
+    return charge
+
+
+async def test_a_receipt_of_another_run_is_refused_not_replayed() -> None:
+    # Each continue-as-new (or cron) run restarts activity ids: month 2's
+    # activity 1 has month 1's key. Replaying month 1's receipt would skip
+    # month 2's charge without a word.
+    ledger = InMemoryLedger()
+    charges: list[int] = []
+    charge = subscription(ledger, charges)
+    assert await environment(workflow_run_id="run-1").run(charge, 1) == "ch-1"
+    assert await environment(workflow_run_id="run-1", attempt=2).run(charge, 1) is None
+    with pytest.raises(ApplicationError) as info:
+        await environment(workflow_run_id="run-2").run(charge, 2)
+    assert info.value.type == ANOTHER_RUN_TYPE
+    assert info.value.non_retryable
+    assert "made by another run of this workflow ('run-1')" in str(info.value)
+    (receipt,) = ledger.snapshot()
+    assert info.value.details[0]["action_id"] == receipt.action_id
+    assert receipt.metadata[RUN_METADATA_KEY] == "run-1"
+    assert charges == [1]
+
+
+async def test_across_runs_replays_and_a_key_of_its_own_tells_runs_apart() -> None:
+    ledger = InMemoryLedger()
+    charges: list[int] = []
+    reset = subscription(ledger, charges, across_runs=True)  # a reset: the same intent
+    assert await environment(workflow_run_id="run-1").run(reset, 1) == "ch-1"
+    assert await environment(workflow_run_id="run-2").run(reset, 1) is None
+    assert charges == [1]
+    monthly = subscription(
+        InMemoryLedger(), charges, idempotency_key=lambda month: f"sub-7:{month}"
+    )
+    assert await environment(workflow_run_id="run-1").run(monthly, 1) == "ch-1"
+    assert await environment(workflow_run_id="run-2").run(monthly, 2) == "ch-2"
+    assert await environment(workflow_run_id="run-2", attempt=2).run(monthly, 2) is None
+    assert charges == [1, 1, 2]
+
+
+async def test_a_receipt_noted_before_runs_were_noted_still_replays() -> None:
+    ledger = InMemoryLedger()
+    await ActionRunner(ledger).execute(
+        "charge",
+        lambda: "ch",
+        request={"plan": "pro"},
+        idempotency_key="temporal:default:wf-1:1",
+    )
+    charges: list[int] = []
+    assert await environment(workflow_run_id="run-9").run(subscription(ledger, charges), 1) is None
+    assert charges == []
+
+
+async def test_a_key_claimed_for_another_request_is_not_retryable() -> None:
+    ledger = InMemoryLedger()
+    charges: list[int] = []
+
+    @guarded_activity(ActionRunner(ledger), "charge", request=lambda n: {"n": n})
+    async def charge(n: int) -> str:
+        charges.append(n)
+        return "ch"
+
+    await environment().run(charge, 1)
+    with pytest.raises(ApplicationError) as info:
+        await environment(attempt=2).run(charge, 2)  # the same activity, another request
+    assert info.value.type == "IdempotencyConflictError"
+    assert info.value.non_retryable  # Temporal would retry it without end otherwise
+    with pytest.raises(ApplicationError) as info:
+        await environment(workflow_run_id="another").run(charge, 2)
+    assert info.value.type == ANOTHER_RUN_TYPE
+    assert charges == [1]
+
+
 def test_bad_options_are_refused_when_decorating() -> None:
     sync_runner = SyncActionRunner(InMemoryLedger())
     try:
@@ -232,6 +346,11 @@ def test_bad_options_are_refused_when_decorating() -> None:
     decorate = guarded_activity(ActionRunner(InMemoryLedger()), "charge", request={})
     with pytest.raises(InvalidArgumentError, match="is not async"):
         decorate(lambda: "ch")  # type: ignore[arg-type,return-value]
+    runner = ActionRunner(InMemoryLedger())
+    with pytest.raises(InvalidArgumentError, match="idempotency_key must be a callable"):
+        guarded_activity(runner, "charge", request={}, idempotency_key="k")  # type: ignore[arg-type]
+    with pytest.raises(InvalidArgumentError, match="across_runs must be True or False"):
+        guarded_activity(runner, "charge", request={}, across_runs=1)  # type: ignore[arg-type]
 
 
 @pytest.mark.parametrize(("point", "verifier"), crash_matrix())
