@@ -31,6 +31,7 @@ from collections.abc import Callable, Iterator
 from typing import Any, Final, TypeVar
 
 __all__ = [
+    "Interrupted",
     "Placement",
     "call_blocking",
     "call_maybe_async",
@@ -114,15 +115,30 @@ def _settle(future: asyncio.Future[Any], value: object, exc: BaseException | Non
         future.set_exception(exc)
 
 
-async def call_blocking(fn: Callable[[], T]) -> T:
+class Interrupted(Exception):
+    """``fn`` raised KeyboardInterrupt or SystemExit (``original``) off the loop.
+
+    On the loop it is an ordinary failure of ``fn``: the attempt it ran in is
+    recorded like any other that failed mid-way, and the loop lives on.
+    """
+
+    def __init__(self, original: BaseException) -> None:
+        super().__init__(type(original).__name__)
+        self.original = original
+
+
+async def call_blocking(fn: Callable[[], T], *, on_pool: bool = False) -> T:
     """Run ``fn()`` off the event loop, with a copy of the caller's context.
 
     Cancelling the await does not stop the thread: a blocking call cannot be
     interrupted, which is why a cancelled attempt is recorded as UNKNOWN.
+    ``on_pool``: on the shared worker pool whatever the placement (a call
+    the loop may stop waiting for must not hold the caller's thread).
     """
     loop = asyncio.get_running_loop()
     future: asyncio.Future[T] = loop.create_future()
     context = contextvars.copy_context()
+    place = None if on_pool else _placement.get()
 
     def job() -> None:
         value: object = None
@@ -131,11 +147,18 @@ async def call_blocking(fn: Callable[[], T]) -> T:
             value = context.run(fn)
         except BaseException as exc:
             error = exc
+        interrupt = None
+        if error is not None and not isinstance(error, Exception):
+            # Raised into the loop, KeyboardInterrupt or SystemExit would stop
+            # it: every call it serves would hang and every lease it renews
+            # would run out under an operation still running.
+            interrupt, error = error, Interrupted(error)
         # A closed loop means its caller is gone: nobody to tell.
         with contextlib.suppress(RuntimeError):
             loop.call_soon_threadsafe(_settle, future, value, error)
+        if interrupt is not None and place is not None:
+            raise interrupt  # on the caller's own thread, the caller stops as well
 
-    place = _placement.get()
     (_POOL.submit if place is None else place)(job)
     return await future
 

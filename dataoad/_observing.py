@@ -89,8 +89,12 @@ def resolve_verifier(verifier: object, time_limit: float | None = None) -> Verif
     runs_on_loop = is_async_callable(fn)
 
     async def call(receipt: ActionReceipt) -> object:
-        # A sync verifier does blocking I/O: it runs on a worker thread.
-        outcome = fn(receipt) if runs_on_loop else await call_blocking(lambda: fn(receipt))
+        # A sync verifier does blocking I/O: it runs on a worker thread, of
+        # the pool even for a SyncActionRunner, so that its time limit frees
+        # the caller (a verifier only reads: it needs no thread of its own).
+        outcome = (
+            fn(receipt) if runs_on_loop else await call_blocking(lambda: fn(receipt), on_pool=True)
+        )
         if inspect.isawaitable(outcome):
             outcome = await outcome
         return outcome

@@ -257,6 +257,7 @@ class ProvenLedger(ProvenReads):
         """
         base = durable
         write = _Write()
+        back: _Write | None = None  # what is stored since the last write
         for _ in range(_REBASE_ROUNDS):
             mine = final
             write = await self._prove_unread(
@@ -266,9 +267,8 @@ class ProvenLedger(ProvenReads):
                 events.emit(EventKind.OUTCOME_ACKNOWLEDGEMENT_RECOVERED, final)
             if write.proven:
                 return final
-            stored = (
-                await self._read_back(functools.partial(self.ledger.get, mine.action_id))
-            ).stored
+            back = await self._read_back(functools.partial(self.ledger.get, mine.action_id))
+            stored = back.stored
             if write.error is not None and proves(stored, mine):
                 # The write's own read-back could not tell; this one shows it landed.
                 events.emit(EventKind.OUTCOME_ACKNOWLEDGEMENT_RECOVERED, final)
@@ -276,10 +276,11 @@ class ProvenLedger(ProvenReads):
             rebased = None if stored is None else rebase(final, base, stored)
             if stored is None or rebased is None:
                 break
-            base, final = stored, rebased
+            base, final, back = stored, rebased, None
+        if back is None:  # every round rebased: the last write is unread
+            back = await self._read_back(lambda: self.ledger.get(final.action_id))
         # Refused, or failed without landing: if a new owner took the claim,
         # this outcome is a fenced worker's evidence, however the write ended.
-        back = await self._read_back(lambda: self.ledger.get(final.action_id))
         if fenced(back.stored, final):
             assert back.stored is not None
             events.emit(EventKind.FENCED, back.stored, level=logging.WARNING)

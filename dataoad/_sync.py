@@ -93,6 +93,7 @@ class SyncActionRunner:
         # Set when close() begins: new calls are refused from then on.
         self._closing = False
         self._admit = threading.Lock()
+        self._closer = threading.Lock()
         self._calls = InFlight()
 
     @property
@@ -301,6 +302,14 @@ class SyncActionRunner:
                 "SyncActionRunner.close() was called from inside one of its own calls; "
                 "it would wait for itself. Close it after the call returns"
             )
+        # One closer at a time: a second one waits for the first, then finds
+        # the runner closed (two at once stopped the loop twice, or closed
+        # the ledger on a loop already stopped and waited forever).
+        with self._closer:
+            if not self._closed:
+                self._close(timeout)
+
+    def _close(self, timeout: float) -> None:
         with self._admit:
             self._closing = True
         if not self._calls.wait_idle(timeout):

@@ -32,6 +32,7 @@ import asyncio
 import functools
 import os
 import sqlite3
+import threading
 import weakref
 from collections.abc import Iterable, Sequence
 from datetime import UTC, datetime, timedelta
@@ -149,7 +150,10 @@ class SQLiteLedger(SQLiteAudit, SQLiteRetention):
         self.synchronous: Synchronous = synchronous
         self.busy_timeout = float(busy_timeout)
         self._conn: aiosqlite.Connection | None = None
-        self._open_lock: asyncio.Lock | None = None
+        self._open_locks: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, asyncio.Lock] = (
+            weakref.WeakKeyDictionary()
+        )
+        self._installing = threading.Lock()
         self._writer = WriterLock(self.path.with_name(self.path.name + ".lock"))
         self._group = GroupWriter(self._writer, self.busy_timeout, self._params, self._now)
         self._closed = False
@@ -179,27 +183,46 @@ class SQLiteLedger(SQLiteAudit, SQLiteRetention):
             return self._conn
         if self._closed:
             raise LedgerClosedError(f"{self!r} is closed")
-        if self._open_lock is None:
-            self._open_lock = asyncio.Lock()
-        async with self._open_lock:
+        # One opener per event loop at a time. An asyncio.Lock belongs to one
+        # loop: shared by two (a sync runner's and the application's), the
+        # loop that waited on it was never woken. Loops that open at once
+        # each open a connection; the first installed serves, the rest close.
+        async with self._opening_lock(asyncio.get_running_loop()):
             if self._conn is None:
                 if self._closed:
                     raise LedgerClosedError(f"{self!r} is closed")
-                conn = await self._open()
+                conn, finalizer = await self._open()
+                with self._installing:
+                    installed = self._conn is None and not self._closed
+                    if installed:
+                        self._conn, self._finalizer = conn, finalizer
+                if not installed:
+                    finalizer.detach()
+                    if live.take(conn):
+                        await conn.close()
                 if self._closed:
                     # close() ran while the file was opening and found nothing
                     # to close: a closed ledger serves nothing, so this is closed.
-                    await self._let_go(conn)
                     raise LedgerClosedError(f"{self!r} was closed while it opened")
-                self._conn = conn
+        assert self._conn is not None
         return self._conn
 
-    async def _open(self) -> aiosqlite.Connection:
+    def _opening_lock(self, loop: asyncio.AbstractEventLoop) -> asyncio.Lock:
+        with self._installing:
+            try:
+                lock = self._open_locks.get(loop)
+                if lock is None:
+                    lock = self._open_locks[loop] = asyncio.Lock()
+            except TypeError:  # a loop no weak reference can name: its callers each open
+                lock = asyncio.Lock()
+            return lock
+
+    async def _open(self) -> tuple[aiosqlite.Connection, weakref.finalize[Any, Any]]:
         if not self.path.parent.is_dir():
             raise LedgerFileError(f"{self.path}: folder {self.path.parent} does not exist")
         version = await open_file(self.path, self._writer, self.busy_timeout)
         conn = await live.connect(str(self.path), self.busy_timeout)
-        self._finalizer = weakref.finalize(self, live.stop, conn)
+        finalizer = weakref.finalize(self, live.stop, conn)
         try:
             if version != SCHEMA_VERSION:
                 await live.on_thread(
@@ -211,9 +234,11 @@ class SQLiteLedger(SQLiteAudit, SQLiteRetention):
             await conn.execute(f"PRAGMA synchronous = {self.synchronous}")
             await conn.execute(f"PRAGMA busy_timeout = {int(self.busy_timeout * 1000)}")
         except BaseException:
-            await self._let_go(conn)
+            finalizer.detach()
+            if live.take(conn):
+                await conn.close()
             raise
-        return conn
+        return conn, finalizer
 
     async def _let_go(self, conn: aiosqlite.Connection | None) -> None:
         """Close ``conn`` now, and never again when the ledger is collected."""
@@ -237,8 +262,9 @@ class SQLiteLedger(SQLiteAudit, SQLiteRetention):
 
     async def close(self) -> None:
         """Close the connection. Safe to call more than once."""
-        self._closed = True
-        conn, self._conn = self._conn, None
+        with self._installing:
+            self._closed = True
+            conn, self._conn = self._conn, None
         await self._let_go(conn)
 
     # -- statements ----------------------------------------------------------

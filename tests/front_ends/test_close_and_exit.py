@@ -229,3 +229,43 @@ async def test_closing_a_ledger_the_exit_hook_already_stopped_returns(tmp_path: 
         )
         _sqlite_live.stop_live_connections()  # what exit runs, no call being in flight
         await asyncio.wait_for(ledger.close(), 5)
+
+
+@pytest.mark.parametrize("kind", ["memory", "sqlite"])
+def test_two_threads_closing_at_once_both_return_and_close_once(kind: str, tmp_path: Path) -> None:
+    # Both used to pass the closed check and go on: one stopped a loop the
+    # other then waited on forever, or closed one already closed.
+    ledger: Any = InMemoryLedger() if kind == "memory" else SQLiteLedger(tmp_path / "l.sqlite3")
+    runner = SyncActionRunner(ledger)
+    release = threading.Event()
+    running = threading.Event()
+
+    def held() -> str:
+        running.set()
+        release.wait(10)
+        return "ok"
+
+    call = threading.Thread(
+        target=lambda: runner.execute("a", held, request=REQUEST, idempotency_key="k")
+    )
+    call.start()
+    assert running.wait(10)
+    outcomes: dict[int, str] = {}
+
+    def closer(n: int) -> None:
+        try:
+            runner.close(timeout=10)
+            outcomes[n] = "ok"
+        except BaseException as exc:  # any failure is the finding
+            outcomes[n] = f"{type(exc).__name__}: {exc}"
+
+    closers = [threading.Thread(target=closer, args=(n,)) for n in range(2)]
+    for thread in closers:
+        thread.start()
+    release.set()  # both closers are waiting for the call in flight
+    for thread in (*closers, call):
+        thread.join(15)
+    assert outcomes == {0: "ok", 1: "ok"}
+    assert not any(thread.is_alive() for thread in closers)
+    with pytest.raises(DataoadError, match="closed"):
+        runner.execute("a", lambda: "ok", request=REQUEST, idempotency_key="k2")

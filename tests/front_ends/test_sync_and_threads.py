@@ -857,9 +857,9 @@ async def test_where_each_kind_of_operation_runs(monkeypatch: pytest.MonkeyPatch
     hops: list[object] = []
     real_call_blocking = _blocking.call_blocking
 
-    async def counting(fn: Any) -> Any:
+    async def counting(fn: Any, **options: Any) -> Any:
         hops.append(fn)
-        return await real_call_blocking(fn)
+        return await real_call_blocking(fn, **options)
 
     class AsyncCallable:
         async def __call__(self) -> str:
@@ -993,9 +993,9 @@ async def test_an_async_verifier_runs_on_the_loop_and_a_sync_one_on_a_worker(
 
     hops: list[object] = []
 
-    async def counting(fn: Any) -> Any:
+    async def counting(fn: Any, **options: Any) -> Any:
         hops.append(fn)
-        return await real_call_blocking(fn)
+        return await real_call_blocking(fn, **options)
 
     monkeypatch.setattr(_observing, "call_blocking", counting)
     loop_thread = threading.current_thread()
