@@ -114,6 +114,25 @@ def guarded_step(
         dbos_step = _dbos.DBOS.step(
             name=name or getattr(fn, "__qualname__", action_name), retries_allowed=False
         )
-        return dbos_step(guarded)  # type: ignore[no-any-return]
+        stepped = dbos_step(guarded)
+
+        @functools.wraps(fn)
+        async def entered(*args: P.args, **kwargs: P.kwargs) -> ActionResult[T]:
+            outer = _dbos.DBOS.step_id
+            if outer is not None:
+                # DBOS runs a step called from inside another step as part of
+                # it, with no step id of its own: every guarded call in that
+                # step would share one key (the second unit of a cart replayed
+                # the first's receipt, a second item was refused).
+                raise NotInStepError(
+                    f"{action_name!r} was called inside step {outer} of workflow "
+                    f"{_dbos.DBOS.workflow_id!r}: DBOS runs it as part of that step, so it has "
+                    "no key of its own. Call the guarded step from the workflow; nothing was "
+                    "recorded or invoked"
+                )
+            result: ActionResult[T] = await stepped(*args, **kwargs)
+            return result
+
+        return entered
 
     return decorate

@@ -255,7 +255,9 @@ def guarded_node(
     run holds is waited for (``wait_in_progress``, by default long enough for
     a dead worker's lease to run out), then ``ActionInProgressError``; a
     conflict or a ledger that cannot be written raises as from ``execute``.
-    Inside another node, ``await node(state)`` or ``node.invoke(state)``.
+    Inside another node, ``await node(state)`` or ``node.invoke(state)``:
+    the default key is that task's, so one such call per task, or an
+    ``idempotency_key`` for each (a second call would meet the first's receipt).
     ``runner`` may be a ``SyncActionRunner`` too (it then runs on its own loop).
     """
     sync_runner = runner if isinstance(runner, SyncActionRunner) else None

@@ -189,6 +189,42 @@ async def test_outside_a_workflow_nothing_is_recorded_or_invoked() -> None:
     assert ledger.snapshot() == []
 
 
+async def test_a_guarded_step_inside_another_step_is_refused_before_anything(
+    dbos_app: Callable[[], None],
+) -> None:
+    # DBOS runs a step called from inside another step as part of it: no
+    # step id of its own, so every guarded call in it had the outer step's
+    # key (a cart's second unit replayed the first's receipt).
+    ledger = InMemoryLedger()
+    calls: list[str] = []
+
+    @guarded_step(ActionRunner(ledger), "charge", request=lambda sku: {"sku": sku})
+    async def charge(sku: str) -> str:
+        calls.append(sku)
+        return f"ch-{sku}"
+
+    @DBOS.step()
+    async def charge_cart(skus: list[str]) -> list[Any]:
+        return [(await charge(sku)).value for sku in skus]
+
+    @DBOS.workflow()
+    async def checkout(skus: list[str]) -> list[Any]:
+        return await charge_cart(skus)
+
+    @DBOS.workflow()
+    async def step_by_step(skus: list[str]) -> list[Any]:
+        return [(await charge(sku)).value for sku in skus]
+
+    dbos_app()
+    with pytest.raises(NotInStepError, match="was called inside step 1 of workflow 'wf-nested'"):
+        await run_workflow(checkout, ["a", "a"], workflow_id="wf-nested")
+    assert calls == []
+    assert ledger.snapshot() == []
+    # Called from the workflow, each unit is a step of its own.
+    assert await run_workflow(step_by_step, ["a", "a"]) == ["ch-a", "ch-a"]
+    assert calls == ["a", "a"]
+
+
 async def test_a_request_that_is_not_json_is_refused_before_anything(
     dbos_app: Callable[[], None],
 ) -> None:
