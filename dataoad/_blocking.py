@@ -116,7 +116,7 @@ def _settle(future: asyncio.Future[Any], value: object, exc: BaseException | Non
 
 
 class Interrupted(Exception):
-    """``fn`` raised KeyboardInterrupt or SystemExit (``original``) off the loop.
+    """``fn`` raised ``original`` off the loop, not an Exception (KeyboardInterrupt, SystemExit).
 
     On the loop it is an ordinary failure of ``fn``: the attempt it ran in is
     recorded like any other that failed mid-way, and the loop lives on.
@@ -156,7 +156,7 @@ async def call_blocking(fn: Callable[[], T], *, on_pool: bool = False) -> T:
         # A closed loop means its caller is gone: nobody to tell.
         with contextlib.suppress(RuntimeError):
             loop.call_soon_threadsafe(_settle, future, value, error)
-        if interrupt is not None and place is not None:
+        if isinstance(interrupt, KeyboardInterrupt | SystemExit) and place is not None:
             raise interrupt  # on the caller's own thread, the caller stops as well
 
     (_POOL.submit if place is None else place)(job)

@@ -178,6 +178,7 @@ TESTS = [
     "tests/front_ends/test_execute_options.py",
     "tests/front_ends/test_tool_outcome.py",
     "tests/front_ends/test_close_and_exit.py",
+    "tests/front_ends/test_interrupts.py",
     "tests/console/test_operator_audit.py",
     "tests/claim/test_canonical_hash.py",
     "tests/claim/test_action_ids.py",

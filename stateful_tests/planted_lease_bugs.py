@@ -315,8 +315,10 @@ LEASE_BUGS = [
         names(
             "no-second-mutation-of-a-claim-by-anyone",
             "no-second-mutation-after-unknown",
-            # When the retry is declined: FAILED over the zombie's ambiguous attempt.
+            # When the retry is declined: FAILED over the zombie's ambiguous attempt,
+            # seen as UNKNOWN evidence erased or as a status it does not permit.
             "unknown-evidence-never-erased",
+            "status-permitted-by-recorded-evidence",
         ),
         _taker_retries_without_retry_safe_evidence,
     ),

@@ -56,6 +56,8 @@ SETTLE_BUGS = [
             "failed-requires-no-effect-now-or-later",
             "unknown-evidence-never-erased",
             "confirmed-requires-the-effect",
+            # The earlier attempt's "absent" spoke over the retry's confirmation.
+            "clean-success-is-confirmed",
         ),
         _stale_observations_speak,
     ),

@@ -215,9 +215,18 @@ class EngineStep:
         fn: Callable[..., Any],
         args: tuple[Any, ...],
         kwargs: dict[str, Any],
+        *,
+        metadata: dict[str, Any] | None = None,
+        admit: Callable[[ActionResult[Any]], None] | None = None,
     ) -> ActionResult[Any]:
-        """Execute ``fn(*args, **kwargs)`` under ``key``; an UNKNOWN outcome is raised."""
-        result = await self.execute(key, fn, args, kwargs)
+        """Execute ``fn(*args, **kwargs)`` under ``key``; an UNKNOWN outcome is raised.
+
+        ``admit(result)`` may refuse a result first, by raising (an engine's
+        own check of whose receipt it is).
+        """
+        result = await self.execute(key, fn, args, kwargs, metadata=metadata)
+        if admit is not None:
+            admit(result)
         if result.status is ActionStatus.UNKNOWN:
             raise unresolved(result, self.engine)
         return result

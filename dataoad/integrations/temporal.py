@@ -57,6 +57,7 @@ from dataoad._errors import (
 )
 from dataoad._policy import RetryPolicy
 from dataoad._receipt import ActionReceipt
+from dataoad._result import ActionResult
 from dataoad._status import ActionStatus
 from dataoad._verification import AnyVerifier
 from dataoad.integrations._common import require
@@ -67,7 +68,6 @@ from dataoad.integrations._engine import (
     RequestSpec,
     engine_key,
 )
-from dataoad.integrations._engine import unresolved as unresolved_outcome
 
 _activity = require("temporalio.activity", "temporal")
 _exceptions = require("temporalio.exceptions", "temporal")
@@ -146,6 +146,20 @@ def unresolved(error: BaseException) -> UnresolvedActionError | None:
     return None
 
 
+def _key_and_run(
+    given: Callable[..., str] | None, args: tuple[Any, ...], kwargs: dict[str, Any]
+) -> tuple[str, str]:
+    """The activity's key (``given(*args, **kwargs)`` or ``activity_key()``) and its run."""
+    if given is None:
+        key = activity_key()
+    else:
+        if not _activity.in_activity():
+            activity_key()  # NotInStepError, as without a key of one's own
+        key = given(*args, **kwargs)
+        check_text_arg("idempotency_key", key)
+    return key, _activity.info().workflow_run_id or ""
+
+
 def _another_run(receipt: ActionReceipt, run_id: str) -> str | None:
     # The run that made ``receipt``, when it is not this one (None: this
     # run's, or made before runs were noted).
@@ -216,16 +230,24 @@ def guarded_activity(
         @functools.wraps(fn)
         async def guarded(*args: P.args, **kwargs: P.kwargs) -> T | None:
             try:
-                if idempotency_key is None:
-                    key = activity_key()
-                else:
-                    if not _activity.in_activity():
-                        activity_key()  # NotInStepError, as without a key of one's own
-                    key = idempotency_key(*args, **kwargs)
-                    check_text_arg("idempotency_key", key)
-                run_id = _activity.info().workflow_run_id or ""
+                key, run_id = _key_and_run(idempotency_key, args, kwargs)
+
+                def admit(result: ActionResult[Any]) -> None:
+                    # A replay of a receipt another run made (nothing ran here).
+                    if result.replayed and idempotency_key is None and not across_runs:
+                        made_by = _another_run(result.receipt, run_id)
+                        if made_by is not None:
+                            raise _refused_across_runs(result.receipt, made_by, key)
+
                 noted = {**(metadata or {}), RUN_METADATA_KEY: run_id}
-                result = await step.execute(key, fn, args, kwargs, metadata=noted)
+                result = await step.run(key, fn, args, kwargs, metadata=noted, admit=admit)
+            except UnresolvedActionError as exc:
+                raise _exceptions.ApplicationError(
+                    str(exc),
+                    _receipt_details(exc.receipt),
+                    type=UNRESOLVED_TYPE,
+                    non_retryable=True,
+                ) from exc
             except IdempotencyConflictError as exc:
                 made_by = _another_run(exc.receipt, run_id)
                 if made_by is not None and idempotency_key is None and not across_runs:
@@ -249,20 +271,8 @@ def guarded_activity(
                 raise _exceptions.ApplicationError(
                     str(exc), type=type(exc.__cause__).__name__, non_retryable=True
                 ) from exc
-            receipt = result.receipt
-            if result.replayed and idempotency_key is None and not across_runs:
-                made_by = _another_run(receipt, run_id)
-                if made_by is not None:
-                    raise _refused_across_runs(receipt, made_by, key)
-            if result.status is ActionStatus.UNKNOWN:
-                unknown = unresolved_outcome(result, "Temporal")
-                raise _exceptions.ApplicationError(
-                    str(unknown),
-                    _receipt_details(receipt),
-                    type=UNRESOLVED_TYPE,
-                    non_retryable=True,
-                ) from unknown
             if result.status is ActionStatus.FAILED:
+                receipt = result.receipt
                 raise _exceptions.ApplicationError(
                     f"{action_name} (action id {receipt.action_id}) FAILED: it did not happen"
                     + (f" ({receipt.error})" if receipt.error else ""),
