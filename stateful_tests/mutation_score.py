@@ -183,6 +183,8 @@ TESTS = [
     "tests/claim/test_canonical_hash.py",
     "tests/claim/test_action_ids.py",
     "tests/engines/test_engine_step.py",
+    "tests/engines/test_engine_options.py",
+    "tests/engines/test_temporal.py",
     "stateful_tests/test_runner_machine.py::TestRunnerMachineMemory",
     "stateful_tests/test_merge_machine.py::TestMergeMachineMemory",
     "stateful_tests/test_ledger_machine.py",

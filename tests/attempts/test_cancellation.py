@@ -299,3 +299,33 @@ async def test_a_verifier_raising_cancelled_error_of_its_own_is_no_answer() -> N
     for task in hung:
         task.cancel()
     await asyncio.gather(*hung, return_exceptions=True)
+
+
+async def test_a_caller_cancelled_while_its_verifier_reads_is_cancelled() -> None:
+    # Only a CancelledError the caller did not ask for is a verifier's "no
+    # answer"; the caller's own goes through, and the attempt is UNKNOWN.
+    ledger = InMemoryLedger()
+    runner = ActionRunner(ledger)
+    reading = asyncio.Event()
+
+    async def slow_read(receipt: Any) -> VerificationResult:
+        reading.set()
+        await asyncio.sleep(3600)
+        raise AssertionError("unreachable")
+
+    async def lost() -> None:
+        raise TimeoutError("response lost")
+
+    task = asyncio.create_task(
+        runner.execute(
+            "a", lost, request={}, idempotency_key="k", provider_reference=REF, verifier=slow_read
+        )
+    )
+    await reached(reading, task)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    [stored] = ledger.snapshot()
+    assert stored.claim_state is ClaimState.COMPLETED
+    assert stored.final_status is ActionStatus.UNKNOWN
+    assert stored.observations == ()  # the read was cut off: no answer recorded

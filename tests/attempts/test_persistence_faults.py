@@ -190,7 +190,12 @@ async def test_lost_completion_acknowledgement_with_failed_read_back_is_a_persis
 async def test_an_outcome_a_second_read_back_shows_stored_is_reported_recorded() -> None:
     # The write landed, its answer was lost and the first read-back failed:
     # the next read shows the outcome stored, which proves it as the first would have.
-    inner, faulty, runner, op = setup()
+    from dataoad import EventKind
+    from suite_support import Recorder
+
+    inner, faulty, _, op = setup()
+    seen = Recorder()
+    runner = ActionRunner(faulty, observers=[seen])
     faulty.inject("record", LOST_ACK)
     faulty.inject("get", BEFORE)
     result = await runner.execute("a", op, request=REQUEST, idempotency_key="k")
@@ -200,6 +205,8 @@ async def test_an_outcome_a_second_read_back_shows_stored_is_reported_recorded()
     [stored] = inner.snapshot()
     assert stored == result.receipt
     assert faulty.calls.count("record") == 1  # read, never written again
+    (recovered,) = seen.of(EventKind.OUTCOME_ACKNOWLEDGEMENT_RECOVERED)
+    assert recovered.receipt == stored
 
 
 @pytest.mark.parametrize("fault", [BEFORE])
@@ -287,3 +294,59 @@ async def test_an_outcome_refused_over_a_receipt_that_is_gone_is_not_recorded() 
     assert op.calls == 1
     assert info.value.operation_invoked is True
     assert "the claim changed concurrently" in str(info.value)
+
+
+@pytest.mark.parametrize("taken_over", [True, False], ids=["then-taken-over", "still-moving"])
+async def test_an_outcome_rebased_every_round_is_judged_on_a_last_read(taken_over: bool) -> None:
+    # Each of the bounded rounds is refused (the claim moved, evidence merged
+    # into it) and rebuilt; after the last, what is stored decides: a new
+    # owner makes it a fenced worker's evidence, anything else "not recorded".
+    from dataoad import ClaimFencedError, OutcomeNotRecordedError
+    from dataoad._events import EventSink
+    from dataoad._proven import ProvenLedger
+    from dataoad.testing import make_receipt
+
+    held = make_receipt(owner="A")
+    final = held.evolve(
+        version=2, claim_state=ClaimState.COMPLETED, final_status=ActionStatus.CONFIRMED
+    )
+    faulty = FaultyLedger(InMemoryLedger())
+    stored = [held]
+    writes: list[int] = []
+
+    async def record(receipt: Any) -> bool:
+        writes.append(receipt.version)
+        moved = stored[-1].evolve(version=stored[-1].version + 1)
+        stored.append(moved)  # another writer got there first
+        return False
+
+    async def get(action_id: str) -> Any:
+        if action_id != held.action_id:
+            raise LookupError(action_id)
+        if taken_over and len(writes) == 16:
+            return stored[-1].evolve(owner="B", fencing_token=2)
+        return stored[-1]
+
+    faulty.record = record  # type: ignore[method-assign]
+    faulty.get = get  # type: ignore[method-assign]
+
+    def rebase(mine: Any, base: Any, now: Any) -> Any:
+        return mine.evolve(version=now.version + 1)
+
+    expected = ClaimFencedError if taken_over else OutcomeNotRecordedError
+    with pytest.raises(expected) as info:
+        await ProvenLedger(faulty, "").record_outcome(
+            final,
+            held,
+            EventSink((), "execute"),
+            observed_status=ActionStatus.CONFIRMED,
+            observed_metadata={},
+            value="ch_1",
+            has_value=True,
+            rebase=rebase,
+        )
+    assert len(writes) == 16  # the bound: then one last read decides
+    assert info.value.operation_invoked is True
+    if taken_over:
+        assert info.value.receipt is not None
+        assert info.value.receipt.owner == "B"

@@ -453,6 +453,8 @@ async def test_a_sweep_whose_records_are_not_appended_settles_all_and_reports_th
         await ActionRunner(ledger, owner="sweeper", lease=30.0).recover_stale(operator="ana")
     assert "3 operator record(s) could not be appended" in str(info.value)
     assert info.value.record.operator == "ana"
+    # The record named is the first one missing: the first claim settled.
+    assert info.value.record.action_id == info.value.result[0].receipt.action_id
     assert [r.status for r in info.value.result] == [ActionStatus.UNKNOWN] * 3
     assert {r.receipt.idempotency_key for r in info.value.result} == {"s1", "s2", "s3"}
     assert all(r.claim_state is ClaimState.COMPLETED for r in ledger.snapshot())

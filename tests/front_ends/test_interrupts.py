@@ -146,10 +146,12 @@ def test_a_sync_verifier_past_its_time_limit_frees_the_sync_caller() -> None:
     runner = SyncActionRunner(InMemoryLedger(), verifier_timeout=0.05)
     release = threading.Event()
     still_reading = threading.Event()
+    done_reading = threading.Event()
 
     def hung_read(receipt: Any) -> VerificationResult:
         still_reading.set()
-        release.wait(60)
+        release.wait(5)  # held on the caller's thread, the call would return only after this
+        done_reading.set()
         return VerificationResult.confirmed(verified_provider_reference=REF)
 
     def lost() -> None:
@@ -165,8 +167,8 @@ def test_a_sync_verifier_past_its_time_limit_frees_the_sync_caller() -> None:
             verifier=hung_read,
         )
         # Returned while the verifier still reads: the limit freed the caller.
-        assert not release.is_set()
         assert still_reading.is_set()
+        assert not done_reading.is_set()
         assert result.status is ActionStatus.UNKNOWN
         [observation] = result.receipt.observations
         assert observation.error == "verifier raised TimeoutError: no answer within 0.05 s"
