@@ -204,8 +204,10 @@ class SQLiteLedger(SQLiteAudit, SQLiteRetention):
                     # close() ran while the file was opening and found nothing
                     # to close: a closed ledger serves nothing, so this is closed.
                     raise LedgerClosedError(f"{self!r} was closed while it opened")
-        assert self._conn is not None
-        return self._conn
+        serving = self._conn
+        if serving is None:  # closed from another loop's thread since
+            raise LedgerClosedError(f"{self!r} is closed")
+        return serving
 
     def _opening_lock(self, loop: asyncio.AbstractEventLoop) -> asyncio.Lock:
         with self._installing:
