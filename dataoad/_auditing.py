@@ -10,6 +10,7 @@ missed an action would be worse than none.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import dataclasses
 from collections.abc import Awaitable, Callable
@@ -94,6 +95,10 @@ async def audited(
         raise
     except DataoadError as exc:
         await _note_failure(ledger, stamp, action_id, f"failed: {type(exc).__name__}")
+        raise
+    except asyncio.CancelledError:
+        # Cancelled after its write may have been made: the audit says so.
+        await _note_failure(ledger, stamp, action_id, "cancelled: its write may have been made")
         raise
     try:
         await stamp.note(ledger, action_id, outcome_of(result))

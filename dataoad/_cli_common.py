@@ -6,6 +6,7 @@ import sys
 
 __all__ = [
     "EXIT_ERROR",
+    "EXIT_INTERRUPTED",
     "EXIT_OK",
     "EXIT_PIPE_CLOSED",
     "EXIT_STILL_UNKNOWN",
@@ -20,6 +21,8 @@ EXIT_OK, EXIT_ERROR, EXIT_USAGE = 0, 1, 2
 EXIT_STILL_UNKNOWN = 3
 #: The reader closed our output (``| head``): stop quietly, as on SIGPIPE.
 EXIT_PIPE_CLOSED = 141
+#: Ctrl-C: the shell's status for a command ended by SIGINT.
+EXIT_INTERRUPTED = 130
 
 
 class CommandError(Exception):

@@ -23,6 +23,7 @@ from dataoad._cli_audit import (
 )
 from dataoad._cli_common import (
     EXIT_ERROR,
+    EXIT_INTERRUPTED,
     EXIT_OK,
     EXIT_PIPE_CLOSED,
     EXIT_STILL_UNKNOWN,
@@ -162,6 +163,11 @@ def add_commands(commands: Any, parser_class: type[argparse.ArgumentParser]) -> 
     add_serve_command(commands, url_option)
 
 
+#: Receipts of one key read to find its holder; a key with more must be named
+#: by action and namespace, whose holder the ledger finds directly.
+_KEY_HISTORY = 1000
+
+
 async def _find_one(ledger: InspectableLedger, args: argparse.Namespace) -> ActionReceipt:
     """The receipt named by an id, a unique id prefix, or --key (and --action)."""
     namespace = check_cli_namespace(args.namespace)
@@ -169,14 +175,29 @@ async def _find_one(ledger: InspectableLedger, args: argparse.Namespace) -> Acti
     if key is not None:
         if args.action_id is not None:
             raise UsageError("give an action id or --key, not both")
+        # Newest first: a key reopened or expired many times keeps its whole
+        # history, and the one receipt holding it is the newest of its action.
         found = await ledger.receipts(
-            idempotency_key=key, action_name=args.action, namespace=namespace, limit=50
+            idempotency_key=key,
+            action_name=args.action,
+            namespace=namespace,
+            limit=_KEY_HISTORY,
+            newest_first=True,
         )
-        # A key's receipts that gave it up (expired, reopened) are only history.
-        holding = [r for r in found if r.holds_key] or found
         if not found:
             where = f" of action {args.action!r}" if args.action else ""
             raise CommandError(f"no receipt with key {key!r}{where}")
+        if len(found) == _KEY_HISTORY:
+            if args.action is None or namespace is None:
+                # A listing cut short may leave out another action's holder.
+                raise CommandError(
+                    f"key {key!r} has more than {_KEY_HISTORY - 1} receipts; add --action "
+                    "and --namespace to name the one holding it"
+                )
+            holder = await ledger.find(args.action, key, namespace)
+            return holder if holder is not None else found[0]
+        # A key's receipts that gave it up (expired, reopened) are only history.
+        holding = [r for r in found if r.holds_key] or found
         if len({(r.namespace, r.action_name) for r in holding}) > 1:
             names = ", ".join(
                 sorted(
@@ -192,7 +213,7 @@ async def _find_one(ledger: InspectableLedger, args: argparse.Namespace) -> Acti
                 else ("add --action")
             )
             raise CommandError(f"key {key!r} is used by several actions ({names}); {hint}")
-        return holding[-1]
+        return holding[0]
     if args.action_id is None:
         raise UsageError("name the receipt: ACTION_ID (or a unique prefix), or --key KEY")
     wanted = args.action_id.lower()
@@ -367,3 +388,8 @@ def run_ledger_command(args: argparse.Namespace) -> int:
             f"dataoad {args.command}: error: {type(problem).__name__}: {problem}", file=sys.stderr
         )
         return EXIT_ERROR
+    except KeyboardInterrupt:
+        # asyncio.run cancelled the command first, so a verb cut short has
+        # already appended its "cancelled" record to the audit.
+        print(f"dataoad {args.command}: interrupted", file=sys.stderr)
+        return EXIT_INTERRUPTED

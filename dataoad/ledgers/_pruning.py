@@ -21,6 +21,7 @@ as a time is never later than that start either.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import inspect
 import math
@@ -136,10 +137,15 @@ async def prune(
     deleted = [0]
     try:
         await _batches(next_batch, delete_exact, size, dry_run, before_delete, deleted)
-    except Exception as exc:
+    except (Exception, asyncio.CancelledError) as exc:
+        # A cancelled prune (Ctrl-C under asyncio.run, a timeout) has deleted
+        # every batch before the cancellation: the audit must say so too.
+        how = "cancelled" if isinstance(exc, asyncio.CancelledError) else "failed"
         with contextlib.suppress(AuditNotRecordedError):  # the prune's own error comes first
             await stamp.note(
-                audit_to, None, f"failed: {type(exc).__name__} after deleting {deleted[0]} {what}"
+                audit_to,
+                None,
+                f"{how}: {type(exc).__name__} after deleting {deleted[0]} {what}",
             )
         raise
     await stamp.note(audit_to, None, f"deleted {deleted[0]} {what}")

@@ -7,7 +7,7 @@ through the ledger's own statements, connection and writer lock.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any
 
 import aiosqlite
@@ -15,7 +15,7 @@ import aiosqlite
 from dataoad._lifecycle import DEFAULT_PRUNE_STATUSES
 from dataoad._receipt import ActionReceipt
 from dataoad._status import ActionStatus
-from dataoad.ledgers._codec import receipt_of
+from dataoad.ledgers._codec import COLUMNS, receipt_of
 from dataoad.ledgers._pruning import (
     DEFAULT_BATCH_SIZE,
     BeforeDelete,
@@ -23,9 +23,12 @@ from dataoad.ledgers._pruning import (
     NextBatch,
     prune,
 )
+from dataoad.ledgers._sqlite_file import clock_text
 from dataoad.ledgers._statements import Statement, Statements
 
 __all__ = ["SQLiteRetention"]
+
+_STORED_AT = COLUMNS.index("stored_at")
 
 
 class SQLiteRetention:
@@ -93,18 +96,30 @@ class SQLiteRetention:
         self, before: datetime, chosen: tuple[ActionStatus, ...], scope: str | None
     ) -> tuple[NextBatch, DeleteExact]:
 
+        # The cursor is the last row's stored text itself: re-encoding its
+        # time would not match a row stored without microseconds (a file
+        # from before stored_at was written with them), nor the reverse, and
+        # a row-value comparison on text would read rows again or skip them.
+        stored_texts: dict[tuple[datetime, str], str] = {}
+
         async def next_batch(after: tuple[datetime, str] | None, limit: int) -> list[ActionReceipt]:
             statement, values = self._sql.prune_batch(
                 statuses=chosen,
                 namespace=scope,
-                completed_before=before.astimezone(UTC).isoformat(),
-                after=None if after is None else (after[0].isoformat(), after[1]),
+                completed_before=clock_text(before),
+                after=None
+                if after is None
+                else (stored_texts.get(after) or clock_text(after[0]), after[1]),
                 limit=limit,
             )
-            return [
-                receipt_of(row, datetime.fromisoformat)
-                for row in await self._read(statement.sql, statement.bind(values))
-            ]
+            rows = await self._read(statement.sql, statement.bind(values))
+            batch = [receipt_of(row, datetime.fromisoformat) for row in rows]
+            stored_texts.clear()
+            if batch:
+                last = batch[-1]
+                assert last.stored_at is not None  # every stored receipt has one
+                stored_texts[(last.stored_at, last.action_id)] = rows[-1][_STORED_AT]
+            return batch
 
         async def delete_exact(batch: Sequence[ActionReceipt]) -> int:
             statement, values = self._sql.delete_exact([(r.action_id, r.version) for r in batch])

@@ -285,6 +285,37 @@ class LifecycleContract:
 
         self._life(check)
 
+    def test_prune_reads_each_receipt_once_when_many_share_a_whole_second(self) -> None:
+        async def check(ledger: Any) -> None:
+            # Stored at whole seconds (no microseconds), four at one and the
+            # same moment: every batch edge falls on a shared time somewhere.
+            made = [
+                await self._aged(ledger, ActionStatus.CONFIRMED, f"s{i}", days=9) for i in range(4)
+            ]
+            made += [
+                await self._aged(ledger, ActionStatus.FAILED, f"t{i}", days=8 + i) for i in range(2)
+            ]
+            assert all(r.stored_at is None or r.stored_at.microsecond == 0 for r in made)
+            for size in (1, 2, 3, 500):
+                counted = await asyncio.wait_for(
+                    ledger.prune(completed_before=_CUT, dry_run=True, batch_size=size), 30
+                )
+                assert counted == 6, f"batch_size={size} counted {counted} of 6"
+            seen: list[str] = []
+            deleted = await asyncio.wait_for(
+                ledger.prune(
+                    completed_before=_CUT,
+                    batch_size=1,
+                    before_delete=lambda batch: seen.extend(r.action_id for r in batch),
+                ),
+                30,
+            )
+            assert deleted == 6
+            assert sorted(seen) == sorted(r.action_id for r in made)
+            assert await ledger.receipts() == []
+
+        self._life(check)
+
     def test_prune_keeps_a_receipt_that_changed_while_being_pruned(self) -> None:
         async def check(ledger: Any) -> None:
             one = await self._aged(ledger, ActionStatus.UNKNOWN, "x", days=40)

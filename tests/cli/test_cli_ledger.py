@@ -470,3 +470,96 @@ def test_recover_guides_the_operator(store: Store) -> None:
     assert still.returncode == 3, still.stderr
     assert "provider search index is rebuilding" in still.stdout
     assert "Still UNKNOWN" in still.stderr
+
+
+def _key_with_history(path: Path, reopened: int, *, hold: bool = True) -> str:
+    """A key reopened ``reopened`` times (each a FAILED receipt), then held UNKNOWN."""
+    from dataoad import ActionRunner, DefinitiveFailure, SQLiteLedger
+
+    async def fill() -> str:
+        async with SQLiteLedger(path) as ledger:
+            runner = ActionRunner(ledger)
+
+            def declined() -> None:
+                raise DefinitiveFailure("card declined")
+
+            for _ in range(reopened):
+                failed = await runner.execute(
+                    "charge", declined, request={}, idempotency_key="order-1"
+                )
+                await runner.reopen(failed.receipt.action_id)
+            if not hold:
+                return ""
+
+            def lost() -> None:
+                raise TimeoutError("no answer")
+
+            held = await runner.execute("charge", lost, request={}, idempotency_key="order-1")
+            assert held.receipt.final_status is not None
+            assert held.receipt.final_status.value == "UNKNOWN"
+            return held.receipt.action_id
+
+    return asyncio.run(fill())
+
+
+def test_key_names_its_holder_past_a_long_history(tmp_path: Path) -> None:
+    # More reopened receipts under the key than one page of the old listing
+    # (50): the holder is the newest, never an old receipt that gave it up.
+    path = tmp_path / "ledger.sqlite3"
+    holder = _key_with_history(path, 55)
+    env = {"DATAOAD_LEDGER": str(path)}
+    shown = dataoad("receipts", "show", "--key", "order-1", "--json", cwd=tmp_path, env=env)
+    assert shown.returncode == 0, shown.stderr
+    assert (json.loads(shown.stdout)["action_id"], json.loads(shown.stdout)["final_status"]) == (
+        holder,
+        "UNKNOWN",
+    )
+
+
+async def test_a_key_whose_history_fills_the_listing_needs_its_action_and_namespace(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from argparse import Namespace
+
+    from dataoad import SQLiteLedger, _cli_ledger
+    from dataoad._cli_common import CommandError
+
+    path = tmp_path / "ledger.sqlite3"
+    holder = await asyncio.to_thread(_key_with_history, path, 4)
+    monkeypatch.setattr(_cli_ledger, "_KEY_HISTORY", 3)  # 5 receipts: the listing is cut short
+
+    def asked(action: str | None, namespace: str | None) -> Namespace:
+        return Namespace(
+            key="order-1", action=action, namespace=namespace, action_id=None, command="receipts"
+        )
+
+    async with SQLiteLedger(path) as ledger:
+        for action, namespace in ((None, None), ("charge", None), (None, "")):
+            with pytest.raises(CommandError, match="has more than 2 receipts; add --action"):
+                await _cli_ledger._find_one(ledger, asked(action, namespace))
+        found = await _cli_ledger._find_one(ledger, asked("charge", ""))
+        assert found.action_id == holder
+        await ledger.close()
+    # A key no receipt holds any more: its newest receipt is the one named.
+    freed = tmp_path / "freed.sqlite3"
+    await asyncio.to_thread(_key_with_history, freed, 5, hold=False)
+    async with SQLiteLedger(freed) as ledger:
+        newest = (await ledger.receipts(newest_first=True, limit=1))[0]
+        assert (await _cli_ledger._find_one(ledger, asked("charge", ""))).action_id == (
+            newest.action_id
+        )
+
+
+def test_ctrl_c_ends_a_command_with_one_line_and_status_130(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from argparse import Namespace
+
+    from dataoad import _cli_ledger
+
+    async def interrupted(args: Namespace) -> int:
+        raise KeyboardInterrupt  # what asyncio.run raises after cancelling the command
+
+    monkeypatch.setattr(_cli_ledger, "_run", interrupted)
+    assert _cli_ledger.run_ledger_command(Namespace(command="receipts")) == 130
+    assert capsys.readouterr().err == "dataoad receipts: interrupted\n"

@@ -369,6 +369,89 @@ async def test_a_prune_through_the_api_is_audited(clocked: tuple[Any, ManualCloc
     assert latest.outcome.startswith("deleted 0 ")
 
 
+async def test_a_prune_cancelled_part_way_records_what_it_deleted(
+    clocked: tuple[Any, ManualClock],
+) -> None:
+    ledger, clock = clocked
+    runner = ActionRunner(ledger)
+    for n in range(5):
+        await runner.execute(
+            "charge", CountingOperation("ok"), request={"n": n}, idempotency_key=f"k{n}"
+        )
+    clock.advance(3600)
+    shown: list[int] = []
+    third = asyncio.Event()
+
+    async def before_delete(batch: Any) -> None:
+        shown.append(len(batch))
+        if len(shown) == 3:
+            third.set()
+            await asyncio.Event().wait()  # Ctrl-C arrives while the third batch is exported
+
+    prune = asyncio.create_task(
+        ledger.prune(older_than=60, batch_size=1, before_delete=before_delete, operator="cy")
+    )
+    await third.wait()
+    prune.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await prune
+    assert len(await ledger.receipts()) == 3  # two batches went before the cancellation
+    (record,) = await ledger.audit()
+    assert (record.verb, record.operator) == ("prune", "cy")
+    assert record.outcome.startswith("cancelled: CancelledError after deleting 2 ")
+    # A prune cut off by a timeout is recorded too, then the timeout raised.
+    shown.clear()
+    third.clear()
+
+    async def prune_until_the_third_batch() -> None:
+        async with asyncio.timeout(None) as deadline:
+
+            async def expire_at_the_third_batch() -> None:
+                await third.wait()
+                deadline.reschedule(asyncio.get_running_loop().time())
+
+            expiring = asyncio.create_task(expire_at_the_third_batch())
+            try:
+                await ledger.prune(older_than=60, batch_size=1, before_delete=before_delete)
+            finally:
+                await expiring
+
+    with pytest.raises(TimeoutError):
+        await prune_until_the_third_batch()
+    assert len(await ledger.receipts()) == 1  # the third batch was never deleted
+    latest = (await ledger.audit(limit=1))[0]
+    assert latest.outcome.startswith("cancelled: CancelledError after deleting 2 ")
+    assert len(await ledger.audit()) == 2
+
+
+async def test_a_verb_cancelled_while_it_runs_is_recorded_as_cancelled(
+    new_ledger: Callable[[], Any],
+) -> None:
+    ledger = new_ledger()
+    lost = await unknown(ledger)
+    asking = asyncio.Event()
+
+    async def slow_verifier(receipt: Any) -> Any:
+        asking.set()
+        await asyncio.Event().wait()
+
+    recovering = asyncio.create_task(
+        ActionRunner(ledger).recover_pending(lost.receipt.action_id, slow_verifier, operator="cy")
+    )
+    await asking.wait()
+    recovering.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await recovering
+    (record,) = await ledger.audit()
+    assert (record.verb, record.operator, record.action_id) == (
+        "recover",
+        "cy",
+        lost.receipt.action_id,
+    )
+    assert record.outcome == "cancelled: its write may have been made"
+    await closing(ledger)
+
+
 async def test_the_listing_filters_at_its_exact_bounds(clocked: tuple[Any, ManualClock]) -> None:
     ledger, clock = clocked
     stamped = []

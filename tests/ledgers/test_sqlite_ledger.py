@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import hashlib
 import os
@@ -9,7 +10,7 @@ import sqlite3
 import stat
 import subprocess
 import sys
-from datetime import datetime
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -30,7 +31,7 @@ from dataoad.ledgers import sqlite as sqlite_module
 from dataoad.ledgers._codec import row_of
 from dataoad.ledgers._statements import SQLITE, Statements
 from dataoad.ledgers.sqlite import APPLICATION_ID, MIGRATIONS, SCHEMA_VERSION
-from dataoad.testing import make_receipt, unstarted_claim
+from dataoad.testing import ManualClock, make_receipt, unstarted_claim
 from suite_support import skew_wall_clock
 from suite_support.ledger_child import CRASH_POINTS, EffectsVerifier, contend_in_processes
 
@@ -648,5 +649,44 @@ async def test_the_claim_statement_compiled_now_claims_a_free_key_and_answers_a_
         assert not created
         assert holder == stored
         assert await ledger.get(again.action_id) is None  # nothing written for the replay
+    finally:
+        await ledger.close()
+
+
+async def test_a_prune_reads_each_receipt_once_whatever_form_its_stored_time_has(
+    tmp_path: Path,
+) -> None:
+    # A file migrated to stored_at copied each row's updated_at as it was
+    # written, without microseconds at a whole second; rows this version
+    # stores have them. Six receipts at one moment, half in each form.
+    clock = ManualClock(datetime(2030, 1, 1, tzinfo=UTC))
+    path = tmp_path / "mixed.sqlite3"
+    ledger = SQLiteLedger(path, clock=clock)
+    runner = ActionRunner(ledger, lease=None)
+    for n in range(6):
+        await runner.execute("charge", lambda: "ok", request={"n": n}, idempotency_key=f"k{n}")
+    await ledger.close()
+    with contextlib.closing(sqlite3.connect(path)) as db, db:
+        ids = [row[0] for row in db.execute("SELECT action_id FROM receipts ORDER BY action_id")]
+        db.executemany(
+            "UPDATE receipts SET stored_at = replace(stored_at, '.000000', '') WHERE action_id = ?",
+            [(i,) for i in ids[::2]],
+        )
+        forms = {row[0] for row in db.execute("SELECT stored_at FROM receipts")}
+    assert forms == {"2030-01-01T00:00:00+00:00", "2030-01-01T00:00:00.000000+00:00"}
+    clock.advance(86_400)
+    ledger = SQLiteLedger(path, clock=clock)
+    try:
+        for size in (1, 2, 4):
+            counted = await asyncio.wait_for(
+                ledger.prune(older_than=60, dry_run=True, batch_size=size), 30
+            )
+            assert counted == 6, f"batch_size={size} counted {counted} of 6"
+        seen: list[str] = []
+        deleted = await ledger.prune(
+            older_than=60, batch_size=1, before_delete=lambda b: seen.extend(r.action_id for r in b)
+        )
+        assert (deleted, sorted(seen)) == (6, ids)
+        assert await ledger.receipts() == []
     finally:
         await ledger.close()
