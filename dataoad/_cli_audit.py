@@ -15,6 +15,7 @@ from typing import Any
 
 from dataoad._auditing import OperatorStamp
 from dataoad._cli_common import EXIT_OK, CommandError, UsageError
+from dataoad._cli_render import printable
 from dataoad._errors import InvalidArgumentError
 from dataoad._operator import OperatorRecord
 
@@ -101,17 +102,12 @@ def render_records(records: Sequence[OperatorRecord]) -> str:
     for r in records:
         at = "?" if r.at is None else r.at.isoformat(timespec="seconds")
         target = r.action_id or "(many)"
-        why = f' reason="{_one_line(r.reason)}"' if r.reason else ""
+        why = f' reason="{printable(r.reason)}"' if r.reason else ""
         lines.append(
-            f"{at}  {_one_line(r.operator)}@{_one_line(r.host)}  {r.verb} {target}: "
-            f"{_one_line(r.outcome)}{why}"
+            f"{at}  {printable(r.operator)}@{printable(r.host)}  {r.verb} {target}: "
+            f"{printable(r.outcome)}{why}"
         )
     return "\n".join(lines)
-
-
-def _one_line(text: str) -> str:
-    # Stored strings are the operators' own: never let one forge another line.
-    return "".join(c if c.isprintable() else f"\\x{ord(c):02x}" for c in text)
 
 
 async def show_audit(ledger: Any, args: argparse.Namespace, namespace: str | None) -> int:

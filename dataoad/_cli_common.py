@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import sys
 
+from dataoad._cli_render import printable
+
 __all__ = [
     "EXIT_ERROR",
     "EXIT_INTERRUPTED",
@@ -37,6 +39,7 @@ def confirm(question: str, assume_yes: bool) -> None:
     """Ask on the terminal; without one, refuse unless ``--yes`` was given."""
     if assume_yes:
         return
+    question = printable(question)  # it names stored keys and actions
     if not sys.stdin or not sys.stdin.isatty():
         raise UsageError(f"{question} Refusing without --yes (no terminal to ask on)")
     answer = input(f"{question} [y/N] ").strip().lower()

@@ -15,7 +15,7 @@ from dataoad._cli_common import EXIT_OK, EXIT_STILL_UNKNOWN, CommandError, Usage
 from dataoad._cli_common import confirm as _confirm
 from dataoad._cli_lifecycle import check_cli_namespace
 from dataoad._cli_loading import import_attribute
-from dataoad._cli_render import receipt_dict, render_receipt, render_table, status_text
+from dataoad._cli_render import printable, receipt_dict, render_receipt, render_table, status_text
 from dataoad._events import EventKind, RunnerEvent
 from dataoad._receipt import ActionReceipt
 from dataoad._status import ActionStatus, ClaimState
@@ -77,7 +77,10 @@ async def recover(
     said = None if last is None else (last.reason or last.error)
     counted = None if last is None else last.status.value
     recorded = True
-    if no_answer.said is not None:
+    if result.replayed:
+        # Settled before: recover_pending asked no verifier and changed nothing.
+        said = counted = None
+    elif no_answer.said is not None:
         # No answer is no evidence: a completed receipt was left as it was.
         said, counted = no_answer.said, ActionStatus.UNKNOWN.value
         recorded = receipt.claim_state is ClaimState.PENDING
@@ -96,8 +99,10 @@ async def recover(
         )
     else:
         print(render_receipt(result.receipt))
+        if result.replayed:
+            print(f"Already {result.status.value}: the verifier was not asked; nothing changed")
         if counted is not None:
-            print(f"Verifier: counted as {counted}" + (f" ({said})" if said else ""))
+            print(f"Verifier: counted as {counted}" + (f" ({printable(said)})" if said else ""))
         if not recorded:
             print("The verifier gave no answer, so nothing was recorded: the receipt is unchanged")
     if result.status is ActionStatus.UNKNOWN:

@@ -77,6 +77,16 @@ def receipt_dict(receipt: ActionReceipt) -> dict[str, Any]:
     }
 
 
+def printable(text: str) -> str:
+    """``text`` with every character a terminal would act on shown as ``\\xNN``.
+
+    Stored strings come from callers and providers: a newline would forge
+    another line, an escape sequence could move the cursor and overwrite a
+    status, or retitle the terminal.
+    """
+    return "".join(c if c.isprintable() else f"\\x{ord(c):02x}" for c in text)
+
+
 def render_table(receipts: Sequence[ActionReceipt]) -> str:
     """One aligned line per receipt."""
     header: tuple[str, ...] = (
@@ -91,9 +101,9 @@ def render_table(receipts: Sequence[ActionReceipt]) -> str:
     )
     rows: list[tuple[str, ...]] = [
         (
-            r.action_id,
-            r.action_name,
-            r.idempotency_key,
+            printable(r.action_id),
+            printable(r.action_name),
+            printable(r.idempotency_key),
             r.claim_state.value,
             status_text(r.final_status),
             str(r.attempts),
@@ -104,7 +114,9 @@ def render_table(receipts: Sequence[ActionReceipt]) -> str:
     ]
     if any(r.namespace for r in receipts):  # the column only where namespaces are used
         header = ("NAMESPACE", *header)
-        rows = [(r.namespace or '""', *row) for r, row in zip(receipts, rows, strict=True)]
+        rows = [
+            (printable(r.namespace) or '""', *row) for r, row in zip(receipts, rows, strict=True)
+        ]
     widths = [max(len(row[i]) for row in [header, *rows]) for i in range(len(header))]
     lines = [
         "  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip()
@@ -188,4 +200,4 @@ def render_receipt(receipt: ActionReceipt) -> str:
     caller = {k: v for k, v in meta.items() if k not in RESERVED_METADATA_KEYS}
     if caller:
         lines.append(f"Metadata: {json.dumps(caller, sort_keys=True)}")
-    return "\n".join(lines)
+    return "\n".join(printable(line) for line in lines)

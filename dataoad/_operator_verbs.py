@@ -80,7 +80,7 @@ class OperatorVerbs:
                 stamp,
                 action_id,
                 lambda: recover_pending(self._store, action_id, verify, verb.events),
-                lambda result: result.status.value,
+                _recovered,
             )
             return verb.result  # type: ignore[no-any-return]
 
@@ -139,7 +139,7 @@ class OperatorVerbs:
                 stamp,
                 action_id,
                 lambda: reopen(self._store, action_id, verb.events),
-                lambda _: "reopened",
+                lambda freed: "reopened" if freed else "already free: nothing changed",
             )
 
     async def release_unstarted(
@@ -162,3 +162,10 @@ class OperatorVerbs:
                 lambda: release(self._store, action_id, verb.events),
                 lambda _: "released",
             )
+
+
+def _recovered(result: ActionResult[Any]) -> str:
+    """The audit's outcome of a recovery: what it settled, or that it found it settled."""
+    if result.replayed:
+        return f"already {result.status.value}: nothing changed"
+    return result.status.value

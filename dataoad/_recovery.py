@@ -102,7 +102,7 @@ async def reconcile(
             receipt=receipt,
         )
     if receipt.final_status is not ActionStatus.UNKNOWN:
-        return ActionResult(receipt)
+        return ActionResult(receipt, replayed=True)  # settled already: the verifier is not asked
     return await observe_and_merge(
         store, receipt, verify, ObservationSource.RECONCILE, events, replayed=False
     )
@@ -115,7 +115,7 @@ async def recover_pending(
     receipt = await store.read(action_id)
     if receipt.claim_state is ClaimState.COMPLETED:
         if receipt.final_status is not ActionStatus.UNKNOWN:
-            return ActionResult(receipt)
+            return ActionResult(receipt, replayed=True)  # settled already: nothing to verify
         source = ObservationSource.RECONCILE
     elif receipt.attempts == 0:
         raise RecoveryRefusedError(

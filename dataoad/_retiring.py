@@ -80,8 +80,11 @@ async def expire_if_due(
     )
 
 
-async def reopen(store: ProvenLedger, action_id: str, events: EventSink) -> None:
-    """Free the key of a definitive FAILED receipt; refuse anything else."""
+async def reopen(store: ProvenLedger, action_id: str, events: EventSink) -> bool:
+    """Free the key of a definitive FAILED receipt; refuse anything else.
+
+    True when this call freed it; False when it was free already.
+    """
     for _ in range(MAX_RETIRE_ROUNDS):
         current = await store.read(action_id)
         if not reopenable(current):
@@ -92,9 +95,9 @@ async def reopen(store: ProvenLedger, action_id: str, events: EventSink) -> None
                 receipt=current,
             )
         if current.retired_at is not None:
-            return  # already free: reopening twice changes nothing
+            return False  # already free: reopening twice changes nothing
         if await _retire(store, current, events, "reopened"):
-            return
+            return True
     raise NothingInvokedError(
         f"action {action_id} kept changing while it was being reopened; nothing was changed",
         receipt=None,

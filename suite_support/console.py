@@ -8,19 +8,22 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-from collections.abc import Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from dataoad import (
+    ActionPersistenceError,
     ActionRunner,
     DefinitiveFailure,
     PostgresLedger,
     SQLiteLedger,
     VerificationResult,
 )
-from dataoad.testing import ManualClock
+from dataoad.testing import FaultyLedger, LedgerFault, ManualClock
 from suite_support import unstarted
 from suite_support.services import PostgresTestTable
 
@@ -130,6 +133,28 @@ def add_tenant_failure(store: ConsoleStore) -> str:
         )
         return failed.receipt.action_id
 
+    return _in_store(store, add)
+
+
+def add_started_claim(store: ConsoleStore, key: str, *, lease: float) -> str:
+    """A PENDING charge with one attempt started, its lease ``lease`` seconds (its
+    worker's outcome write failed, as when it dies after the provider call); its id."""
+
+    async def add(ledger: Any) -> str:
+        faulty = FaultyLedger(ledger)
+        faulty.inject("record", LedgerFault.FAIL_BEFORE_WRITE)
+        runner = ActionRunner(faulty, lease=lease, owner="worker-A")
+        with pytest.raises(ActionPersistenceError) as info:
+            await runner.execute(
+                "charge", lambda: "ok", request={}, idempotency_key=key, provider_reference=key
+            )
+        assert info.value.receipt is not None
+        return info.value.receipt.action_id
+
+    return _in_store(store, add)
+
+
+def _in_store(store: ConsoleStore, add: Callable[[Any], Awaitable[str]]) -> str:
     async def in_store() -> str:
         if store.table is None:
             async with SQLiteLedger(store.folder / "ledger.sqlite3") as ledger:

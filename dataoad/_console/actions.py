@@ -12,13 +12,22 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, Final
 
+from dataoad._console.data import held_by_a_live_lease
 from dataoad._errors import DataoadError
 from dataoad._runner import ActionRunner
 
-__all__ = ["ACTIONS", "ActionRefused", "run_action", "verifier_for"]
+__all__ = ["ACTIONS", "LIVE_LEASE", "ActionRefused", "run_action", "verifier_for"]
 
 #: The actions a console may run, by the path segment that names them.
 ACTIONS: Final = ("verify", "reopen", "release")
+
+
+#: Why a claim whose worker still renews its lease is not verified from here.
+LIVE_LEASE: Final = (
+    "its worker ({owner}) still holds the claim's lease, so it may be running the operation "
+    "and could commit after the verifier looked; wait until the lease runs out (the claim then "
+    "shows in the queue), or stop the worker and run dataoad recover"
+)
 
 
 class ActionRefused(Exception):
@@ -61,10 +70,17 @@ async def run_action(
         who = {"operator": operator, "reason": reason}
         if action == "verify":
             assert verifier is not None
+            current = await ledger.get(receipt.action_id)
+            if current is not None and await held_by_a_live_lease(ledger, current):
+                raise ActionRefused(LIVE_LEASE.format(owner=current.owner))
             result = await runner.recover_pending(receipt.action_id, verifier, **who)
+            if result.replayed:
+                return f"already {result.status.value}: the verifier was not asked"
             return f"verified: now {result.status.value}"
         if action == "reopen":
             await runner.reopen(receipt.action_id, **who)
+            if receipt.retired_at is not None:
+                return "already reopened: nothing changed"
             return "reopened: the key is free again"
         await runner.release_unstarted(receipt.action_id, **who)
         return "released: the key is free again"

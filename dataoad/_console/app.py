@@ -28,7 +28,7 @@ from starlette.templating import Jinja2Templates
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from dataoad._console.actions import ACTIONS, ActionRefused, run_action, verifier_for
-from dataoad._console.data import audit_page, queue, receipt_json
+from dataoad._console.data import audit_page, held_by_a_live_lease, queue, receipt_json
 from dataoad._console.security import COOKIE, HEADERS, Sessions, same_secret
 from dataoad._errors import InvalidArgumentError
 from dataoad._identity import check_namespace
@@ -198,7 +198,13 @@ def build_app(settings: ConsoleSettings) -> Starlette:
             return refuse(request, 404, "no receipt with this action id")
         receipt, data = found
         can_verify = verifier_for(settings.verifiers, receipt.action_name) is not None
-        return page(request, "receipt.html", {**data, "can_verify": can_verify})
+        async with reading() as ledger:
+            live = await held_by_a_live_lease(ledger, receipt)
+        return page(
+            request,
+            "receipt.html",
+            {**data, "can_verify": can_verify and not live, "live_lease": live},
+        )
 
     async def receipt_api(request: Request) -> Response:
         found = await receipt_data(request)

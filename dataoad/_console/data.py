@@ -20,12 +20,27 @@ from dataoad._operator import OperatorRecord
 from dataoad._receipt import ActionReceipt
 from dataoad._status import ActionStatus
 
-__all__ = ["PAGE_SIZE", "Queue", "audit_page", "queue", "timeline"]
+__all__ = ["PAGE_SIZE", "Queue", "audit_page", "held_by_a_live_lease", "queue", "timeline"]
 
 #: Receipts a page of the queue or the audit shows.
 PAGE_SIZE: Final = 50
 #: Receipts the queue reads at most, per kind, to count and page them.
 QUEUE_LIMIT: Final = 10_000
+
+
+async def held_by_a_live_lease(ledger: Any, receipt: ActionReceipt) -> bool:
+    """Whether ``receipt`` is a PENDING claim whose lease has not run out by the ledger's clock.
+
+    Its worker renewed it lately, so it may still be running the operation:
+    settling the claim under it from a shared page would let that worker
+    commit after the verifier looked. The ledger judges the age itself.
+    """
+    if not receipt.is_pending or receipt.lease_expires_at is None:
+        return False
+    stale = await ledger.receipts(
+        stale=True, action_id_prefix=receipt.action_id, namespace=receipt.namespace, limit=1
+    )
+    return not any(r.action_id == receipt.action_id for r in stale)
 
 
 async def ledger_now(ledger: Any) -> datetime:

@@ -563,3 +563,48 @@ def test_ctrl_c_ends_a_command_with_one_line_and_status_130(
     monkeypatch.setattr(_cli_ledger, "_run", interrupted)
     assert _cli_ledger.run_ledger_command(Namespace(command="receipts")) == 130
     assert capsys.readouterr().err == "dataoad receipts: interrupted\n"
+
+
+def test_stored_strings_cannot_drive_the_terminal(tmp_path: Path) -> None:
+    # A key and a provider's error message that would retitle the terminal,
+    # move the cursor up over the status line and rewrite it.
+    from dataoad import ActionRunner, SQLiteLedger
+
+    path = tmp_path / "ledger.sqlite3"
+    key = "order-7\x1b]0;pwned\x07"
+    forged = "gateway timeout\x1b[5A\r\x1b[2K  final_status         CONFIRMED\nforged line"
+
+    async def fill() -> None:
+        async with SQLiteLedger(path) as ledger:
+
+            def lost() -> None:
+                raise TimeoutError(forged)
+
+            await ActionRunner(ledger).execute("charge", lost, request={}, idempotency_key=key)
+
+    asyncio.run(fill())
+    env = {"DATAOAD_LEDGER": str(path)}
+    shown = dataoad("receipts", "show", "--key", key, cwd=tmp_path, env=env)
+    listed = dataoad("receipts", "list", cwd=tmp_path, env=env)
+    for done in (shown, listed):
+        assert done.returncode == 0, done.stderr
+        assert not any(c in done.stdout for c in "\x1b\x07\r")
+        assert "order-7\\x1b]0;pwned\\x07" in done.stdout
+    assert "\\x1b[5A\\x0d\\x1b[2K  final_status         CONFIRMED\\x0aforged line" in shown.stdout
+    assert not any(line.startswith("forged line") for line in shown.stdout.splitlines())
+    statuses = [line.split()[1] for line in shown.stdout.splitlines() if "final_status" in line]
+    assert statuses[0] == "UNKNOWN"
+
+
+def test_recover_of_a_settled_receipt_says_it_asked_no_verifier(store: Store) -> None:
+    recover = ("recover", "--key", "order-1", "--yes", "--verifier")
+    first = dataoad(*recover, "ops_verifier:Confirms", cwd=store.cwd, env=store.env)
+    assert first.returncode == 0, first.stderr
+    assert "Verifier: counted as CONFIRMED" in first.stdout
+    again = dataoad(*recover, "ops_verifier:Down", "--json", cwd=store.cwd, env=store.env)
+    assert again.returncode == 0, again.stderr
+    said = json.loads(again.stdout)
+    assert (said["status"], said["verifier"]) == ("CONFIRMED", None)
+    audit = dataoad("audit", "--json", cwd=store.cwd, env=store.env)
+    outcomes = [r["outcome"] for r in json.loads(audit.stdout)]
+    assert outcomes == ["already CONFIRMED: nothing changed", "CONFIRMED"]

@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import re
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -29,7 +30,13 @@ from dataoad._cli_serve import console_settings
 from dataoad._console.app import build_app
 from dataoad._console.security import check_bind, is_loopback
 from dataoad.ledgers.sqlite_reader import SQLiteReader
-from suite_support.console import HOSTILE, ConsoleStore, add_tenant_failure, console_store
+from suite_support.console import (
+    HOSTILE,
+    ConsoleStore,
+    add_started_claim,
+    add_tenant_failure,
+    console_store,
+)
 
 TOKEN = "a-token-of-at-least-16-characters"
 
@@ -245,6 +252,40 @@ def test_an_action_on_another_namespaces_receipt_runs_in_that_namespace(
         assert untouched["receipt"]["namespace"] == ""
         assert untouched["receipt"]["retired_at"] is None
         assert untouched["operator_records"] == []
+
+
+def test_a_claim_whose_worker_still_holds_its_lease_is_not_verified_from_here(
+    store: ConsoleStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Verifying a started claim settles it: under a worker that still renews its lease
+    (by the ledger's clock) that worker could commit after the verifier looked. Once the
+    lease has run out the same action settles it."""
+    live = add_started_claim(store, "in-flight", lease=600)
+    gone = add_started_claim(store, "dead-worker", lease=0.001)
+    time.sleep(0.01)  # its lease has run out
+    with client(
+        store, monkeypatch, TOKEN, allow_actions=True, verifiers="ops_verifiers:VERIFIERS"
+    ) as http:
+        http.post("/login", data={"token": TOKEN})
+        page = http.get(f"/receipts/{live}")
+        assert "still renews this claim" in page.text
+        assert f"/receipts/{live}/verify" not in page.text
+        csrf = re.search(r'name="csrf" value="([^"]+)"', http.get(f"/receipts/{gone}").text)
+        assert csrf is not None
+        form = {"operator": "ana", "reason": "INC-11", "csrf": csrf.group(1)}
+        refused = http.post(f"/receipts/{live}/verify", data=form)
+        assert refused.status_code == 409
+        assert "still holds the claim" in refused.text
+        held = http.get(f"/api/receipts/{live}").json()
+        assert (held["receipt"]["claim_state"], held["receipt"]["final_status"]) == (
+            "PENDING",
+            None,
+        )
+        assert held["operator_records"] == []
+        assert f"/receipts/{gone}/verify" in http.get(f"/receipts/{gone}").text
+        done = http.post(f"/receipts/{gone}/verify", data=form)
+        assert done.status_code == 200, done.text
+        assert "verified: now CONFIRMED" in done.text
 
 
 def test_every_response_forbids_scripts_and_foreign_assets(

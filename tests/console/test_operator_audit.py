@@ -98,6 +98,43 @@ async def test_every_operator_verb_leaves_its_record_stamped_by_the_ledger(
         assert receipt.operator_records == (record,)
 
 
+async def test_a_verb_that_finds_its_work_done_records_that_it_changed_nothing(
+    new_ledger: Callable[[], Any],
+) -> None:
+    ledger = new_ledger()
+    runner = ActionRunner(ledger)
+    lost = await unknown(ledger)
+    asked = CountingOperation(confirmed())
+
+    async def verifier(receipt: Any) -> Any:
+        return await asked()
+
+    first = await runner.recover_pending(lost.receipt.action_id, verifier, operator="ana")
+    again = await runner.recover_pending(lost.receipt.action_id, verifier, operator="ana")
+    assert (first.status, first.replayed) == (ActionStatus.CONFIRMED, False)
+    assert (again.status, again.replayed, again.receipt) == (
+        ActionStatus.CONFIRMED,
+        True,
+        first.receipt,
+    )
+    assert asked.calls == 1  # a settled receipt is not verified again
+    declined = await runner.execute(
+        "charge",
+        CountingOperation(DefinitiveFailure("declined")),
+        request={"n": 2},
+        idempotency_key="declined",
+    )
+    await runner.reopen(declined.receipt.action_id, operator="bo")
+    await runner.reopen(declined.receipt.action_id, operator="bo")
+    assert [r.outcome for r in reversed(await ledger.audit())] == [
+        "CONFIRMED",
+        "already CONFIRMED: nothing changed",
+        "reopened",
+        "already free: nothing changed",
+    ]
+    await closing(ledger)
+
+
 async def test_a_receipt_keeps_its_records_whatever_copy_a_writer_holds(
     clocked: tuple[Any, ManualClock],
 ) -> None:

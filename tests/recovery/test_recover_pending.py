@@ -120,7 +120,9 @@ async def test_recovering_a_stranded_claim_records_how_and_keeps_caller_metadata
     later = await ActionRunner(inner).reconcile(action_id, fixed_verifier(confirmed()))
     assert later.receipt.metadata["ticket"] == "T-1"
     assert later.receipt.metadata["recovery"] == metadata["recovery"]
-    assert later.replayed is False
+    # Settled already: the receipt is the earlier one, unchanged (API.md's replayed).
+    assert later.replayed is True
+    assert later.receipt == recovered.receipt
 
 
 async def test_reconciling_an_inconclusive_recovery_keeps_its_recovery_note(
