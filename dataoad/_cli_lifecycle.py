@@ -10,6 +10,7 @@ any of it is deleted.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import re
@@ -157,19 +158,36 @@ class _Export:
             raise CommandError(f"--export {path} is a folder")
         if not path.parent.is_dir():
             raise CommandError(f"--export: folder {path.parent} does not exist")
-        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+        # Not through a link someone else placed; and a file that was there
+        # already is made owner-only too, as the receipts it will hold need.
+        try:
+            fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW, 0o600)
+        except OSError as problem:
+            raise CommandError(f"--export {path}: {problem.strerror or problem}") from None
+        if os.fstat(fd).st_uid != os.geteuid():
+            os.close(fd)
+            raise CommandError(f"--export {path} belongs to another user; name a new file")
+        os.fchmod(fd, 0o600)
+        self.path = path
         self.file = os.fdopen(fd, "a", encoding="utf-8")
         self.written = 0
 
     def __call__(self, batch: Sequence[ActionReceipt]) -> None:
-        for receipt in batch:
-            self.file.write(json.dumps(receipt_dict(receipt), ensure_ascii=False) + "\n")
-        self.file.flush()
-        os.fsync(self.file.fileno())  # on disk before a single one is deleted
+        try:
+            for receipt in batch:
+                self.file.write(json.dumps(receipt_dict(receipt), ensure_ascii=False) + "\n")
+            self.file.flush()
+            os.fsync(self.file.fileno())  # on disk before a single one is deleted
+        except OSError as problem:
+            # The export failed, not the ledger: nothing of this batch was deleted.
+            raise CommandError(
+                f"--export {self.path}: {problem.strerror or problem}; this batch was not deleted"
+            ) from None
         self.written += len(batch)
 
     def close(self) -> None:
-        self.file.close()
+        with contextlib.suppress(OSError):  # what was written was synced batch by batch
+            self.file.close()
 
 
 def _age_text(age: timedelta) -> str:

@@ -23,15 +23,26 @@ from dataoad._status import ActionStatus, ClaimState
 __all__ = ["NoAnswer", "load_verifier", "recover", "recover_stale"]
 
 
-def load_verifier(spec: str) -> Any:
+def load_verifier(spec: str, option: str = "--verifier") -> Any:
+    """The verifier ``module:attribute`` names; a class is made with no arguments.
+
+    Every failure is one line: UsageError for a malformed ``spec``,
+    CommandError for one that cannot be imported or made.
+    """
     try:
         verifier = import_attribute(spec)
     except ValueError as problem:
-        raise UsageError(f"--verifier {problem}") from None
+        raise UsageError(f"{option} {problem}") from None
     except LookupError as problem:
         raise CommandError(str(problem)) from None
     if isinstance(verifier, type):
-        verifier = verifier()  # a verifier class with no arguments
+        try:
+            verifier = verifier()  # a verifier class with no arguments
+        except Exception as problem:
+            raise CommandError(
+                f"{option} {spec}: a class is made with no arguments, and this one "
+                f"refused: {type(problem).__name__}: {problem}"
+            ) from None
     return verifier
 
 

@@ -14,7 +14,7 @@ import sys
 from typing import Any
 
 from dataoad._cli_common import EXIT_ERROR, EXIT_OK, EXIT_USAGE, CommandError, UsageError
-from dataoad._cli_loading import import_attribute
+from dataoad._cli_recover import load_verifier
 from dataoad._errors import MissingExtraError
 
 __all__ = ["add_serve_command", "console_settings", "run_serve_command"]
@@ -70,13 +70,9 @@ def console_settings(args: argparse.Namespace, token: str | None) -> Any:
     verifiers = None
     if args.verifiers is not None:
         try:
-            verifiers = import_attribute(args.verifiers)
-        except ValueError as problem:
-            raise UsageError(f"--verifiers {problem}") from None
-        except LookupError as problem:
-            raise CommandError(str(problem)) from None
-        if isinstance(verifiers, type):
-            verifiers = verifiers()
+            verifiers = load_verifier(args.verifiers, "--verifiers")
+        except CommandError as problem:  # a refusal to start, like every other
+            raise UsageError(str(problem)) from None
     open_reader, open_writer, postgres = open_ledger_pair(args.ledger, args.table)
     hosts: tuple[str, ...] = ("127.0.0.1", "localhost", "::1", "[::1]", args.host)
     if not is_loopback(args.host):

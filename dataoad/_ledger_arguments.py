@@ -22,7 +22,7 @@ from datetime import datetime
 from typing import Final
 
 from dataoad._errors import InvalidArgumentError
-from dataoad._lifecycle import check_expires_after
+from dataoad._lifecycle import check_expires_after, check_moment
 from dataoad._receipt import ActionReceipt
 from dataoad._status import ActionStatus, ClaimState
 from dataoad._verification import unstorable
@@ -237,9 +237,7 @@ def check_listing(
         ("namespace", namespace),
     ):
         checked_text(name, text, optional=True)
-    if since is not None and (not isinstance(since, datetime) or since.tzinfo is None):
-        raise InvalidArgumentError(
-            f"since must be a timezone-aware datetime or None, not {since!r}"
-        )
+    if since is not None:
+        check_moment("since", since)
     if limit is not None:
         checked_count("limit", limit, 0)

@@ -24,7 +24,7 @@ from __future__ import annotations
 import dataclasses
 import math
 from collections.abc import Callable, Iterable, Sequence
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Final
 
 from dataoad._errors import InvalidArgumentError
@@ -169,8 +169,24 @@ def check_prune_statuses(statuses: object) -> tuple[ActionStatus, ...]:
     return tuple(s for s in ActionStatus if s in chosen)
 
 
+def check_moment(name: str, value: object) -> datetime:
+    """An aware datetime that exists in UTC, where every ledger compares times.
+
+    Filters and cut-offs never guess a time zone; and a time at the very
+    edge of Python's range (year 1 at +05:00, say) has no UTC value: the
+    ledgers would fail on it after an operator record was started.
+    """
+    if not isinstance(value, datetime) or value.tzinfo is None or value.utcoffset() is None:
+        raise InvalidArgumentError(f"{name} must be a timezone-aware datetime, not {value!r}")
+    try:
+        value.astimezone(UTC)
+    except OverflowError:
+        raise InvalidArgumentError(
+            f"{name} {value.isoformat()} has no UTC time (out of range)"
+        ) from None
+    return value
+
+
 def check_completed_before(value: object) -> datetime:
     """An aware datetime (retention never guesses a time zone)."""
-    if not isinstance(value, datetime) or value.tzinfo is None or value.utcoffset() is None:
-        raise InvalidArgumentError(f"completed_before must be an aware datetime, not {value!r}")
-    return value
+    return check_moment("completed_before", value)

@@ -21,7 +21,7 @@ from starlette.applications import Starlette
 from starlette.middleware import Middleware
 from starlette.middleware.trustedhost import TrustedHostMiddleware
 from starlette.requests import Request
-from starlette.responses import JSONResponse, RedirectResponse, Response
+from starlette.responses import JSONResponse, PlainTextResponse, RedirectResponse, Response
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 from starlette.templating import Jinja2Templates
@@ -162,7 +162,8 @@ def build_app(settings: ConsoleSettings) -> Starlette:
 
     def page_of(request: Request) -> int:
         raw = request.query_params.get("page", "1")
-        return int(raw) if raw.isdigit() and 0 < int(raw) <= 100_000 else 1
+        # isdigit() alone passes "²", which int() refuses.
+        return int(raw) if raw.isascii() and raw.isdigit() and 0 < int(raw) <= 100_000 else 1
 
     async def queue_data(request: Request) -> Any:
         async with reading() as ledger:
@@ -218,10 +219,17 @@ def build_app(settings: ConsoleSettings) -> Starlette:
             return await audit_page(ledger, operator=operator, page=page_of(request))
 
     async def audit_html(request: Request) -> Response:
-        return page(request, "audit.html", {"audit": await audit_data(request)})
+        try:
+            found = await audit_data(request)
+        except InvalidArgumentError as problem:  # an operator name no one can have
+            return refuse(request, 400, str(problem))
+        return page(request, "audit.html", {"audit": found})
 
     async def audit_api(request: Request) -> Response:
-        return JSONResponse(await audit_data(request))
+        try:
+            return JSONResponse(await audit_data(request))
+        except InvalidArgumentError as problem:
+            return refuse(request, 400, str(problem))
 
     async def act(request: Request) -> Response:
         if not settings.allow_actions:
@@ -304,4 +312,15 @@ def build_app(settings: ConsoleSettings) -> Starlette:
         Middleware(SecurityHeaders),
         Middleware(TrustedHostMiddleware, allowed_hosts=list(settings.allowed_hosts)),
     ]
-    return Starlette(routes=routes, middleware=middleware, lifespan=lifespan)
+    return Starlette(
+        routes=routes,
+        middleware=middleware,
+        lifespan=lifespan,
+        exception_handlers={Exception: _server_error},
+    )
+
+
+async def _server_error(request: Request, exc: Exception) -> Response:
+    # Starlette answers an unexpected error outside every middleware, so the
+    # security headers are added here too; the error itself is not shown.
+    return PlainTextResponse("internal error", status_code=500, headers=HEADERS)

@@ -19,6 +19,7 @@ from dataoad._clock import utc_now
 from dataoad._operator import OperatorRecord
 from dataoad._receipt import ActionReceipt
 from dataoad._status import ActionStatus
+from dataoad.ledgers._audit import MAX_AUDIT_LIMIT
 
 __all__ = ["PAGE_SIZE", "Queue", "audit_page", "held_by_a_live_lease", "queue", "timeline"]
 
@@ -206,7 +207,9 @@ async def audit_page(ledger: Any, *, operator: str | None, page: int) -> dict[st
     """One page of the audit, newest first."""
     audit = getattr(ledger, "audit", None)
     records: list[OperatorRecord] = (
-        [] if audit is None else await audit(operator=operator, limit=page * PAGE_SIZE + 1)
+        []
+        if audit is None
+        else await audit(operator=operator, limit=min(page * PAGE_SIZE + 1, MAX_AUDIT_LIMIT))
     )
     shown = records[(page - 1) * PAGE_SIZE : page * PAGE_SIZE]
     return {

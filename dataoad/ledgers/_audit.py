@@ -12,6 +12,7 @@ from datetime import datetime
 from typing import Any, Final
 
 from dataoad._errors import InvalidArgumentError
+from dataoad._lifecycle import check_moment
 from dataoad._operator import OperatorRecord
 from dataoad._records import MAX_RECEIPT_OPERATOR_RECORDS
 from dataoad._verification import check_stored_text
@@ -39,8 +40,8 @@ def check_audit_filters(
     since: object, operator: object, namespace: object, action_id: object, limit: object
 ) -> None:
     """InvalidArgumentError for a filter no ledger can apply."""
-    if since is not None and (type(since) is not datetime or since.tzinfo is None):
-        raise InvalidArgumentError("since must be a timezone-aware datetime or None")
+    if since is not None:
+        check_moment("since", since)
     for name, value in (("operator", operator), ("action_id", action_id)):
         check_stored_text(name, value, limit=1000, optional=True)
     if namespace is not None and type(namespace) is not str:

@@ -90,8 +90,14 @@ Synchronous = Literal["FULL", "NORMAL", "EXTRA"]
 # -- serialisation ---------------------------------------------------------------
 
 
+def _utc_text(moment: datetime) -> str:
+    # The listing orders and filters by this text: times in one zone only
+    # sort like the times they are (a receipt a caller wrote at +05:00 too).
+    return moment.astimezone(UTC).isoformat()
+
+
 def _values_of(receipt: ActionReceipt) -> dict[str, Any]:
-    return values_of(receipt, datetime.isoformat)
+    return values_of(receipt, _utc_text)
 
 
 def _receipt_of(row: Sequence[Any]) -> ActionReceipt:

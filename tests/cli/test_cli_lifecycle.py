@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import errno
 import json
+import os
 import stat
 from collections.abc import Iterator
 from datetime import datetime, timedelta
@@ -13,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from dataoad import ActionStatus, InvalidArgumentError, SQLiteLedger
+from dataoad import ActionRunner, ActionStatus, InvalidArgumentError, SQLiteLedger
 from dataoad._cli_lifecycle import parse_age
 from dataoad._receipt import utc_now
 from dataoad.ledgers.sqlite_reader import SQLiteReader
@@ -134,6 +136,60 @@ def test_prune_dry_run_then_for_real_with_an_export(aged: Store) -> None:
     assert pending.returncode == 2
     assert "never pruned" in pending.stderr
     assert keys(aged) == {"old-pending", "young"}
+
+
+@pytest.mark.parametrize("aged", ["sqlite"], indirect=True)
+def test_an_export_is_owner_only_never_through_a_link_and_its_failure_named(
+    aged: Store,
+) -> None:
+    env, cwd = aged.env, aged.cwd
+    prune = ("receipts", "prune", "--older-than", "30d", "--yes", "--batch-size", "1", "--export")
+    # A link someone placed where the export goes is not followed.
+    elsewhere = cwd / "elsewhere.jsonl"
+    link = cwd / "link.jsonl"
+    link.symlink_to(elsewhere)
+    through_link = dataoad(*prune, str(link), cwd=cwd, env=env)
+    assert through_link.returncode == 1
+    assert through_link.stderr.startswith(f"dataoad receipts: error: --export {link}: ")
+    assert not elsewhere.exists()
+    assert keys(aged) == ALL
+    # A file that was there already is made owner-only before a receipt goes in.
+    existing = cwd / "existing.jsonl"
+    existing.write_text("")
+    existing.chmod(0o644)
+    done = dataoad(*prune, str(existing), cwd=cwd, env=env)
+    assert done.returncode == 0, done.stderr
+    assert stat.S_IMODE(existing.stat().st_mode) == 0o600
+    assert len(existing.read_text().splitlines()) == 3
+
+
+async def test_an_export_that_cannot_be_written_is_named_and_deletes_nothing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from dataoad._cli_common import CommandError
+    from dataoad._cli_lifecycle import _Export
+
+    path = tmp_path / "ledger.sqlite3"
+    async with SQLiteLedger(path) as ledger:
+        runner = ActionRunner(ledger)
+        for n in range(3):
+            await runner.execute("charge", lambda: "ok", request={"n": n}, idempotency_key=f"k{n}")
+        export = _Export(tmp_path / "pruned.jsonl")
+
+        def disk_full(fd: int) -> None:
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+        monkeypatch.setattr(os, "fsync", disk_full)
+        with pytest.raises(CommandError) as failed:
+            await ledger.prune(older_than=0, before_delete=export)
+        export.close()
+        assert str(failed.value) == (
+            f"--export {tmp_path / 'pruned.jsonl'}: No space left on device; "
+            "this batch was not deleted"
+        )
+        assert len(await ledger.receipts()) == 3
+        (record,) = await ledger.audit()
+        assert record.outcome.startswith("failed: CommandError after deleting 0 ")
 
 
 def test_prune_in_one_namespace_and_bad_ages(aged: Store) -> None:

@@ -288,6 +288,61 @@ def test_a_claim_whose_worker_still_holds_its_lease_is_not_verified_from_here(
         assert "verified: now CONFIRMED" in done.text
 
 
+def test_odd_query_parameters_are_answered_never_an_internal_error(
+    store: ConsoleStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    with client(store, monkeypatch) as http:
+        for path in ("/?page=\u00b2", "/api/queue?page=\u00b9", "/audit?page=\u0663"):
+            assert http.get(path).status_code == 200, path  # not a page number: page 1
+        # Page 2000 of the audit asks for more records than one listing holds.
+        for path in ("/audit?page=1999", "/audit?page=2000", "/api/audit?page=100000"):
+            answer = http.get(path)
+            assert answer.status_code == 200, path
+        assert http.get("/api/audit?page=2000").json()["records"] == []
+        for operator in ("a%00b", "x" * 1001):
+            for path in (f"/audit?operator={operator}", f"/api/audit?operator={operator}"):
+                answer = http.get(path)
+                assert answer.status_code == 400, path
+                assert "operator" in answer.text
+        assert http.get("/api/audit?operator=" + "x" * 1000).status_code == 200
+
+
+def test_an_internal_error_still_carries_the_security_headers(
+    store: ConsoleStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from dataoad._console import app as console_app
+
+    async def broken(*args: Any, **kwargs: Any) -> Any:
+        raise RuntimeError("a bug in the console")
+
+    monkeypatch.setattr(console_app, "queue", broken)
+    monkeypatch.chdir(store.folder)
+    settings = console_settings(serve_args(store), None)
+    with TestClient(build_app(settings), raise_server_exceptions=False) as http:
+        answer = http.get("http://127.0.0.1/")
+    assert answer.status_code == 500
+    assert answer.text == "internal error"
+    assert "default-src 'none'" in answer.headers["content-security-policy"]
+    assert answer.headers["x-frame-options"] == "DENY"
+
+
+def test_a_verifiers_class_that_cannot_be_made_is_one_line_not_a_traceback(
+    store: ConsoleStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from dataoad._cli_common import UsageError
+
+    (store.folder / "needs_args.py").write_text(
+        "class Keyed:\n    def __init__(self, api_key):\n        self.api_key = api_key\n"
+    )
+    monkeypatch.chdir(store.folder)
+    with pytest.raises(UsageError) as refused:
+        console_settings(serve_args(store, verifiers="needs_args:Keyed"), None)
+    said = str(refused.value)
+    assert said.startswith("--verifiers needs_args:Keyed: a class is made with no arguments")
+    assert "TypeError" in said
+    assert "\n" not in said
+
+
 def test_every_response_forbids_scripts_and_foreign_assets(
     store: ConsoleStore, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -13,7 +13,7 @@ import asyncio
 import getpass
 import socket
 from collections.abc import Awaitable, Callable
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
 
@@ -487,6 +487,36 @@ async def test_a_verb_cancelled_while_it_runs_is_recorded_as_cancelled(
     )
     assert record.outcome == "cancelled: its write may have been made"
     await closing(ledger)
+
+
+async def test_a_time_with_no_utc_value_is_refused_before_anything_is_read_or_written(
+    clocked: tuple[Any, ManualClock],
+) -> None:
+    ledger, clock = clocked
+    await ActionRunner(ledger).execute(
+        "charge", CountingOperation("ok"), request={}, idempotency_key="k"
+    )
+    clock.advance(3600)
+    east, west = timezone(timedelta(hours=5)), timezone(timedelta(hours=-5))
+    # One microsecond inside Python's range in UTC, and one outside it.
+    for outside, inside in (
+        (datetime(1, 1, 1, 4, 59, 59, 999999, tzinfo=east), datetime(1, 1, 1, 5, tzinfo=east)),
+        (datetime.max.replace(tzinfo=west), datetime.max.replace(tzinfo=UTC)),
+    ):
+        calls: tuple[Callable[[datetime], Awaitable[Any]], ...] = (
+            lambda when: ledger.prune(completed_before=when, operator="cy"),
+            lambda when: ledger.receipts(since=when),
+            lambda when: ledger.audit(since=when),
+        )
+        for call in calls:
+            with pytest.raises(InvalidArgumentError, match="has no UTC time"):
+                await call(outside)
+            await call(inside)
+    assert len(await ledger.receipts()) == 0  # the prune up to datetime.max deleted it
+    assert [r.outcome.split(" ")[:2] for r in await ledger.audit()] == [
+        ["deleted", "1"],
+        ["deleted", "0"],
+    ]
 
 
 async def test_the_listing_filters_at_its_exact_bounds(clocked: tuple[Any, ManualClock]) -> None:

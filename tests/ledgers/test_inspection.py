@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta, timezone
 from typing import Any
 
 import pytest
 
 from dataoad import ActionRunner, ActionStatus, DefinitiveFailure
 from dataoad._ledger import InspectableLedger
-from dataoad.testing import FaultyLedger, LedgerFault
+from dataoad.testing import FaultyLedger, LedgerFault, make_receipt
 from suite_support import REQUEST, CountingOperation, closing
 
 pytestmark = pytest.mark.asyncio
@@ -67,5 +67,28 @@ async def test_every_backend_lists_and_filters_alike(new_ledger: Any) -> None:
                 assert all(r.action_id.startswith(action_id[:length]) for r in found)
         assert await ledger.receipts(action_id_prefix="%") == []  # no wildcard widens it
         assert await ledger.receipts(action_id_prefix="_") == []
+    finally:
+        await closing(ledger)
+
+
+async def test_receipts_written_in_any_zone_list_in_the_order_of_their_times(
+    new_ledger: Any,
+) -> None:
+    # A receipt written through the Ledger protocol (not the runner) at +05:00:
+    # 10:00 UTC, before b's 12:00 UTC although its clock reads 15:00.
+    ledger: InspectableLedger = new_ledger()
+    east = timezone(timedelta(hours=5))
+    early = datetime(2026, 1, 1, 15, 0, tzinfo=east)
+    later = datetime(2026, 1, 1, 12, 0, tzinfo=UTC)
+    try:
+        for key, at in (("a", early), ("b", later)):
+            await ledger.claim(make_receipt(idempotency_key=key, created_at=at, updated_at=at))
+        assert [r.idempotency_key for r in await ledger.receipts()] == ["a", "b"]
+        assert [r.idempotency_key for r in await ledger.receipts(newest_first=True)] == ["b", "a"]
+        between = datetime(2026, 1, 1, 11, 0, tzinfo=UTC)
+        assert [r.idempotency_key for r in await ledger.receipts(since=between)] == ["b"]
+        assert [r.idempotency_key for r in await ledger.receipts(since=early)] == ["a", "b"]
+        (stored,) = await ledger.receipts(idempotency_key="a")
+        assert stored.created_at == early  # the same instant, whatever zone it reads in
     finally:
         await closing(ledger)
