@@ -24,6 +24,7 @@ import asyncio
 import contextlib
 import contextvars
 import inspect
+import os
 import queue
 import threading
 import types
@@ -78,6 +79,12 @@ class _WorkerPool:
         self._lock = threading.Lock()
         self._idle = 0
 
+    def start_after_fork(self) -> None:
+        """In a forked child: no worker of the parent's is here to take a job."""
+        self._jobs = queue.SimpleQueue()
+        self._lock = threading.Lock()
+        self._idle = 0
+
     def submit(self, job: Callable[[], None]) -> None:
         with self._lock:
             self._jobs.put(job)
@@ -104,6 +111,8 @@ class _WorkerPool:
 
 
 _POOL: Final = _WorkerPool()
+if hasattr(os, "register_at_fork"):  # a job queued to the parent's idle workers would wait forever
+    os.register_at_fork(after_in_child=_POOL.start_after_fork)
 
 
 def _settle(future: asyncio.Future[Any], value: object, exc: BaseException | None) -> None:

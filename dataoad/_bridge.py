@@ -11,6 +11,7 @@ that loop: it is refused.
 from __future__ import annotations
 
 import asyncio
+import os
 import threading
 from collections.abc import Awaitable, Callable
 from typing import TypeVar
@@ -35,6 +36,17 @@ def _loop() -> asyncio.AbstractEventLoop:
             ).start()
             _LOOP = loop
         return _LOOP
+
+
+def _after_fork_in_child() -> None:
+    # The bridge's thread stayed in the parent: the child starts its own
+    # loop on first use (and its lock may have been held at the fork).
+    global _LOCK, _LOOP
+    _LOCK, _LOOP = threading.Lock(), None
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 def run_blocking(make: Callable[[], Awaitable[T]], *, caller: str) -> T:

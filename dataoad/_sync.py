@@ -25,6 +25,7 @@ from dataoad._bounds import (
 from dataoad._clock import Clock
 from dataoad._errors import DataoadError, InvalidArgumentError
 from dataoad._events import RunnerObserver
+from dataoad._forks import FORKED_ADVICE, generation
 from dataoad._in_flight import InFlight
 from dataoad._leases import DEFAULT_LEASE
 from dataoad._ledger import Ledger
@@ -89,6 +90,7 @@ class SyncActionRunner:
             target=self._loop.run_forever, name="dataoad-sync-runner", daemon=True
         )
         self._thread.start()
+        self._made_in = generation()
         self._closed = False
         # Set when close() begins: new calls are refused from then on.
         self._closing = False
@@ -136,6 +138,12 @@ class SyncActionRunner:
             raise DataoadError(
                 "SyncActionRunner was called from inside a running event loop; it would block "
                 "that loop. Use ActionRunner and await it instead"
+            )
+        if self._made_in != generation():
+            # Its loop thread stayed in the parent: the call would wait forever.
+            coro.close()
+            raise DataoadError(
+                f"this SyncActionRunner was made before this process forked: {FORKED_ADVICE}"
             )
         with self._admit:
             if self._closing:
@@ -294,6 +302,10 @@ class SyncActionRunner:
         this runner's own calls, it refuses at once rather than wait forever.
         """
         if self._closed:
+            return
+        if self._made_in != generation():
+            # The parent's loop, thread and ledger: not this process's to stop.
+            self._closing = self._closed = True
             return
         if type(timeout) not in (int, float) or not 0 <= timeout <= 86_400:
             raise InvalidArgumentError(f"timeout must be seconds in [0, 86400], not {timeout!r}")

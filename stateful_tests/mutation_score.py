@@ -108,6 +108,7 @@ SAFETY_CRITICAL_MUTANTS = [
         for name in (
             "x__row_of",
             "x__values_of",
+            "x__utc_text",
             "x__receipt_of",
             "x__holder",
             "xǁSQLiteLedgerǁ_read",
@@ -179,6 +180,7 @@ TESTS = [
     "tests/front_ends/test_tool_outcome.py",
     "tests/front_ends/test_close_and_exit.py",
     "tests/front_ends/test_interrupts.py",
+    "tests/front_ends/test_fork.py",
     "tests/console/test_operator_audit.py",
     "tests/claim/test_canonical_hash.py",
     "tests/claim/test_action_ids.py",

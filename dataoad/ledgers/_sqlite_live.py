@@ -15,6 +15,7 @@ after the exit hook).
 from __future__ import annotations
 
 import contextlib
+import os
 import threading
 import warnings
 from collections.abc import Callable
@@ -114,5 +115,15 @@ def stop_live_connections() -> None:
         stop(conn)
 
 
+def _after_fork_in_child() -> None:
+    # The parent's connections are the parent's (their threads stayed there):
+    # the child's exit must neither wait for them nor stop them.
+    global _LOCK
+    _LOCK = threading.Lock()
+    _LIVE.clear()
+
+
 if hasattr(threading, "_register_atexit"):
     threading._register_atexit(stop_live_connections)
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)

@@ -29,7 +29,8 @@ from types import TracebackType
 from typing import Any, Final
 
 from dataoad._clock import LedgerClock
-from dataoad._errors import LedgerClosedError, MissingExtraError
+from dataoad._errors import LedgerClosedError, LedgerUnusableError, MissingExtraError
+from dataoad._forks import FORKED_ADVICE, generation
 from dataoad._ledger_arguments import (
     check_key,
     check_listing,
@@ -148,6 +149,7 @@ class PostgresLedger(PostgresAudit, PostgresRetention):
         self._backends: Backends | None = None
         self._checked = False
         self._closed = False
+        self._opened_in = generation()
         qualified = f'"{self.schema}"."{self.table}"'
         self._qualified = qualified
         self._sql = Statements(qualified, POSTGRES)
@@ -181,6 +183,12 @@ class PostgresLedger(PostgresAudit, PostgresRetention):
         if self._closed:
             raise LedgerClosedError(f"{self!r} is closed")
         if self._pool is not None:
+            if self._opened_in != generation():
+                # Its connections' sockets are the parent's: a statement sent
+                # here would interleave with the parent's on the same session.
+                raise LedgerUnusableError(
+                    f"{self!r} was connected before this process forked: {FORKED_ADVICE}"
+                )
             return self._pool
         if self._open_lock is None:
             self._open_lock = asyncio.Lock()
@@ -214,6 +222,7 @@ class PostgresLedger(PostgresAudit, PostgresRetention):
                     await pool.close()
                     raise LedgerClosedError(f"{self!r} was closed while it opened")
                 self._pool = pool
+                self._opened_in = generation()
         assert self._pool is not None
         return self._pool
 
@@ -227,6 +236,10 @@ class PostgresLedger(PostgresAudit, PostgresRetention):
     async def close(self) -> None:
         """Close the pool the ledger created (never a pool it was given). Idempotent."""
         self._closed = True
+        if self._pool is not None and self._opened_in != generation():
+            # The parent's sessions: ending them from here would end the parent's.
+            self._pool = self._lane = self._backends = None
+            return
         if self._lane is not None:
             await self._lane.close()  # kept: once closing, it takes no connection
         if self._backends is not None:

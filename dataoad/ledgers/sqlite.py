@@ -43,7 +43,8 @@ from typing import Any, Final, Literal
 import aiosqlite
 
 from dataoad._clock import LedgerClock
-from dataoad._errors import InvalidArgumentError, LedgerClosedError
+from dataoad._errors import InvalidArgumentError, LedgerClosedError, LedgerUnusableError
+from dataoad._forks import FORKED_ADVICE, generation
 from dataoad._ledger_arguments import (
     check_key,
     check_listing,
@@ -165,6 +166,7 @@ class SQLiteLedger(SQLiteAudit, SQLiteRetention):
         self._closed = False
         self._finalizer: weakref.finalize[Any, Any] | None = None
         self._clock_texts = ClockTexts(None)  # read on the connection's thread only
+        self._opened_in = generation()
 
     def __repr__(self) -> str:
         state = "closed" if self._closed else ("open" if self._conn else "not yet opened")
@@ -186,6 +188,10 @@ class SQLiteLedger(SQLiteAudit, SQLiteRetention):
 
     async def _connection(self) -> aiosqlite.Connection:
         if self._conn is not None:
+            if self._opened_in != generation():
+                raise LedgerUnusableError(
+                    f"{self!r} was opened before this process forked: {FORKED_ADVICE}"
+                )
             return self._conn
         if self._closed:
             raise LedgerClosedError(f"{self!r} is closed")
@@ -202,6 +208,7 @@ class SQLiteLedger(SQLiteAudit, SQLiteRetention):
                     installed = self._conn is None and not self._closed
                     if installed:
                         self._conn, self._finalizer = conn, finalizer
+                        self._opened_in = generation()
                 if not installed:
                     finalizer.detach()
                     if live.take(conn):
@@ -273,6 +280,13 @@ class SQLiteLedger(SQLiteAudit, SQLiteRetention):
         with self._installing:
             self._closed = True
             conn, self._conn = self._conn, None
+        if conn is not None and self._opened_in != generation():
+            # The parent's connection: its thread is not here to end it, and
+            # the parent still uses it. Left alone, as the clock's is.
+            if self._finalizer is not None:
+                self._finalizer.detach()
+            live.take(conn)
+            return
         await self._let_go(conn)
 
     # -- statements ----------------------------------------------------------
