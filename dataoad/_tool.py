@@ -33,6 +33,7 @@ from dataoad._result import ActionResult
 from dataoad._runner import ActionRunner
 from dataoad._status import ActionStatus
 from dataoad._verification import AnyVerifier
+from dataoad._volatile import call_ids_of, stable_key
 
 __all__ = ["GuardedTool", "ToolOutcome", "describe_result", "run_tool"]
 
@@ -267,13 +268,16 @@ class GuardedTool:
         arguments: Mapping[str, Any],
         *,
         default_key: Callable[[dict[str, Any]], str] | None = None,
-        check_key: Callable[[Callable[[], str], dict[str, Any]], str] | None = None,
+        check_key: Callable[[Callable[[], str], dict[str, Any], object], str] | None = None,
     ) -> ToolOutcome:
         """Run ``fn(**arguments)`` under the runner and describe the outcome.
 
         ``default_key(request)`` gives the key when ``idempotency_key`` is None.
-        ``check_key(derive, arguments)`` derives the key with ``derive`` and may
-        refuse it (before anything happens): it returns the key to use.
+        ``check_key(derive, arguments, request)`` derives the key with
+        ``derive`` and may refuse it (before anything happens): it returns the
+        key to use. Without one, the key is still derived twice and refused if
+        it changes, or if it or the request holds the model's call id from a
+        context argument (``ToolContext``, ``ToolRuntime``).
         """
         kwargs = dict(arguments)
         request = self.request(**kwargs)
@@ -286,7 +290,11 @@ class GuardedTool:
                 return default_key(request)
             return self.key_function("framework")(**kwargs)
 
-        key = derive() if check_key is None else check_key(derive, kwargs)
+        key = (
+            stable_key(derive, request, call_ids_of(kwargs))
+            if check_key is None
+            else check_key(derive, kwargs, request)
+        )
         return await run_tool(
             self.runner,
             self.action_name,

@@ -62,6 +62,7 @@ SAFETY_CRITICAL_MODULES = [
     "dataoad/_blocking.py",
     "dataoad/_sync.py",
     "dataoad/integrations/_engine.py",
+    "dataoad/_volatile.py",
     "dataoad/_leases.py",
     "dataoad/_ledger_rules.py",
     "dataoad/_ledger_arguments.py",
@@ -96,6 +97,8 @@ SAFETY_CRITICAL_MUTANTS = [
     "dataoad._sync.*",
     # Where an engine's at-least-once step meets the runner: its key, checks and call.
     "dataoad.integrations._engine.*",
+    # What no front end lets decide a key: one execution's own identifiers.
+    "dataoad._volatile.*",
     "dataoad._leases.*",
     "dataoad._ledger_rules.*",
     # Every ledger's door: what it refuses before it writes.

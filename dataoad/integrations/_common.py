@@ -28,7 +28,7 @@ def tool_function(
     *,
     framework: str = "this framework's",
     default_key: Callable[[dict[str, Any]], str] | None = None,
-    check_key: Callable[[Callable[[], str], dict[str, Any]], str] | None = None,
+    check_key: Callable[[Callable[[], str], dict[str, Any], object], str] | None = None,
 ) -> Callable[..., Awaitable[str]]:
     """An async function with ``fn``'s name, docstring and parameters that returns the message.
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import functools
 import hashlib
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from typing import Any, Final, TypeAlias
 
 import rfc8785
@@ -33,6 +33,7 @@ from dataoad._result import ActionResult
 from dataoad._runner import ActionRunner
 from dataoad._status import ActionStatus
 from dataoad._verification import AnyVerifier
+from dataoad._volatile import refuse_volatile
 
 __all__ = [
     "LEASE_WAIT",
@@ -62,31 +63,6 @@ def engine_key(engine: str, *parts: str) -> str:
         return key
     digest = hashlib.sha256(rfc8785.dumps(list(parts))).hexdigest()
     return f"{engine}-sha256:{digest}"
-
-
-#: Shorter identifiers could turn up in a stable key by chance (a step number, say).
-MIN_VOLATILE_LENGTH: Final = 8
-
-
-def refuse_volatile(key: str, volatile: Mapping[str, object]) -> None:
-    """Refuse a key that contains an identifier the engine changes when it re-executes.
-
-    ``volatile`` names each identifier of this execution only (a model's tool
-    call id, a task or checkpoint id); a key holding one would be new on the
-    re-execution, and the step would run twice. Raised before anything is
-    recorded or invoked.
-    """
-    check_text_arg("idempotency_key", key)  # before looking into it
-    for name, value in volatile.items():
-        text = str(value) if value is not None else ""
-        if len(text) >= MIN_VOLATILE_LENGTH and text in key:
-            raise InvalidArgumentError(
-                f"the idempotency key contains the {name} ({text!r}), which changes when the "
-                "step runs again (a retry, a resume, the model asking again): the second run "
-                "would get a new key and act twice. Derive the key from the business intent "
-                "(an order id, or dataoad.intent_key(scope, action, request)). Nothing was "
-                "recorded or invoked"
-            )
 
 
 def unresolved(result: ActionResult[Any], engine: str) -> UnresolvedActionError:

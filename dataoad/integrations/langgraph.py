@@ -40,8 +40,9 @@ from dataoad._runner import ActionRunner
 from dataoad._sync import SyncActionRunner
 from dataoad._tool import GuardedTool, describe_result
 from dataoad._verification import AnyVerifier
+from dataoad._volatile import call_ids_of, stable_key
 from dataoad.integrations._common import require, tool_function, tool_signature, with_signature
-from dataoad.integrations._engine import LEASE_WAIT, EngineStep, engine_key, refuse_volatile
+from dataoad.integrations._engine import LEASE_WAIT, EngineStep, engine_key
 
 _tools = require("langchain_core.tools", "langgraph")
 _runnables = require("langchain_core.runnables", "langgraph")
@@ -50,6 +51,8 @@ _runnable_config = require("langchain_core.runnables.config", "langgraph")
 
 #: Where LangGraph keeps a task's runtime in its config.
 _RUNTIME_KEY = "__pregel_runtime"
+#: Where it keeps the graph's checkpointer (None when it was compiled without one).
+_CHECKPOINTER_KEY = "__pregel_checkpointer"
 
 __all__ = ["GuardedNode", "guarded_node", "guarded_tool", "task_key", "thread_intent_key"]
 
@@ -83,6 +86,15 @@ def task_key() -> str:
     (whose place depends on its parent task's id): pass an explicit key there.
     """
     thread, metadata = _graph_config()
+    if (_config.get_config().get("configurable") or {}).get(_CHECKPOINTER_KEY) is None:
+        # Without one every invoke starts again at the first step: a second,
+        # separate run on the thread would take the first run's keys and
+        # replay its receipts instead of acting.
+        raise NotInStepError(
+            "this graph has no checkpointer: each invoke on the thread is a new run whose "
+            "tasks take the same steps, so there is no stable default key; compile with a "
+            "checkpointer, or pass idempotency_key. Nothing was recorded"
+        )
     namespace = str(metadata.get("langgraph_checkpoint_ns") or "")
     if "|" in namespace:
         raise NotInStepError(
@@ -160,29 +172,24 @@ def _as_next_attempt(derive: Callable[[], str]) -> str | None:
         _runnable_config.var_child_runnable_config.reset(token)
 
 
-def _checker(fn: Callable[..., Any] | None) -> Callable[[Callable[[], str], dict[str, Any]], str]:
+def _checker(
+    fn: Callable[..., Any] | None,
+) -> Callable[[Callable[[], str], dict[str, Any], object], str]:
     """Derive a caller's key, refusing one that would differ when the task runs again."""
     call_ids = () if fn is None else _injected_call_ids(fn)
 
-    def check(derive: Callable[[], str], arguments: dict[str, Any]) -> str:
-        key = derive()
-        again = derive()
-        if again != key:
-            raise InvalidArgumentError(
-                f"the idempotency key changed between two derivations ({key!r}, {again!r}): "
-                "a key drawn from the clock or at random is new when the step runs again. "
-                "Derive it from the business intent. Nothing was recorded or invoked"
-            )
+    def check(derive: Callable[[], str], arguments: dict[str, Any], request: object) -> str:
+        volatile = _volatile_ids()
+        for name in call_ids:
+            volatile[f"model's tool-call id ({name})"] = arguments.get(name)
+        volatile.update(call_ids_of(arguments))  # a ToolRuntime's tool_call_id
+        key = stable_key(derive, request, volatile)
         if _as_next_attempt(derive) not in (None, key):
             raise InvalidArgumentError(
                 f"the idempotency key {key!r} depends on the attempt number: LangGraph's next "
                 "attempt of this task would get another key and act twice. Derive it from the "
                 "business intent. Nothing was recorded or invoked"
             )
-        volatile = _volatile_ids()
-        for name in call_ids:
-            volatile[f"model's tool-call id ({name})"] = arguments.get(name)
-        refuse_volatile(key, volatile)
         return key
 
     return check
@@ -280,7 +287,7 @@ def guarded_node(
             key = task_key()
         else:
             given = idempotency_key
-            key = check(lambda: given(state), {})
+            key = check(lambda: given(state), {}, None)
         return step.arguments(key, operation, (state,), {})
 
     def update(result: ActionResult[Any]) -> dict[str, Any]:

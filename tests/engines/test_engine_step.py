@@ -21,13 +21,8 @@ from dataoad import (
     UnresolvedActionError,
 )
 from dataoad._arguments import MAX_TEXT_ARG_LENGTH
-from dataoad.integrations._engine import (
-    LEASE_WAIT,
-    MIN_VOLATILE_LENGTH,
-    EngineStep,
-    engine_key,
-    refuse_volatile,
-)
+from dataoad._volatile import MIN_VOLATILE_LENGTH, refuse_volatile
+from dataoad.integrations._engine import LEASE_WAIT, EngineStep, engine_key
 
 
 def _default_wait(lease: float | None) -> float | None:

@@ -5,6 +5,8 @@ thread and the task, and a worker killed at every point then resumed from its ch
 from __future__ import annotations
 
 import asyncio
+import functools
+import re
 from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated, Any, TypedDict
@@ -14,7 +16,7 @@ from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
 from langchain_core.tools import InjectedToolCallId
 from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.graph import END, START, MessagesState, StateGraph
-from langgraph.prebuilt import ToolNode
+from langgraph.prebuilt import ToolNode, ToolRuntime
 
 from dataoad import (
     ActionRunner,
@@ -196,6 +198,12 @@ def test_no_checkpointer_means_no_default_key_and_nothing_happens() -> None:
     app = order_graph(charge_node(ledger, calls, asynchronous=False)).compile()
     with pytest.raises(NotInStepError, match="no thread_id"):
         app.invoke({"order_id": "o1"})
+    # A thread id without a checkpointer: every invoke starts at the first step
+    # again, so a second, separate order on the thread would have taken the
+    # first one's key and replayed its receipt, charging nothing.
+    for _ in range(2):
+        with pytest.raises(NotInStepError, match="no checkpointer"):
+            app.invoke({"order_id": "o1"}, {"configurable": {"thread_id": "t"}})
     assert calls == []
     assert ledger.snapshot() == []
 
@@ -236,7 +244,10 @@ def test_a_task_without_its_step_or_its_path_has_no_task_key(metadata: dict[str,
     from langchain_core.runnables.config import var_child_runnable_config
 
     token = var_child_runnable_config.set(
-        {"configurable": {"thread_id": "t"}, "metadata": metadata}
+        {
+            "configurable": {"thread_id": "t", "__pregel_checkpointer": InMemorySaver()},
+            "metadata": metadata,
+        }
     )
     try:
         with pytest.raises(NotInStepError) as info:
@@ -375,33 +386,64 @@ def test_without_dataoad_langgraph_charges_twice(
     )
 
 
-def test_a_tool_key_drawn_from_the_model_s_call_id_is_refused_before_anything() -> None:
-    ledger = InMemoryLedger()
-    charged: list[str] = []
+def _call_id_tools() -> dict[str, tuple[Callable[..., str], GuardedTool, str]]:
+    """Three ways a tool's key or request takes the model's call id, each refused."""
 
-    def charge_order(order_id: str, tool_call_id: Annotated[str, InjectedToolCallId]) -> str:
+    def injected(order_id: str, tool_call_id: Annotated[str, InjectedToolCallId]) -> str:
         """Charge an order."""
-        charged.append(order_id)
         return "ch"
 
-    guard = GuardedTool(
-        ActionRunner(ledger),
-        "charge_order",
-        idempotency_key=lambda order_id, tool_call_id: f"charge-{tool_call_id}",
-        request=lambda order_id, tool_call_id: {"order": order_id},
-    )
-    call = {"name": "charge_order", "args": {"order_id": "o7"}, "id": "call_Zk3pQ9xY"}
+    def with_runtime(order_id: str, runtime: ToolRuntime) -> str:
+        """Charge an order."""
+        return "ch"
+
+    def guard(key: Callable[..., str] | None, request: Callable[..., Any]) -> GuardedTool:
+        return GuardedTool(ActionRunner(InMemoryLedger()), "charge_order", key, request=request)
+
+    return {
+        "key from the injected id": (
+            injected,
+            guard(lambda order_id, tool_call_id: f"c-{tool_call_id}", lambda order_id, **_: {}),
+            "idempotency key contains the model's tool-call id",
+        ),
+        # The default key hashes the request: one holding the id is new every time.
+        "request holding the injected id": (
+            injected,
+            guard(None, lambda order_id, tool_call_id: {"call": tool_call_id}),
+            "request contains the model's tool-call id",
+        ),
+        "key from a ToolRuntime": (
+            with_runtime,
+            guard(lambda order_id, runtime: f"{order_id}:{runtime.tool_call_id}", lambda **_: {}),
+            "idempotency key contains the model's tool-call id (runtime.tool_call_id)",
+        ),
+    }
+
+
+@pytest.mark.parametrize(
+    "way", ["key from the injected id", "request holding the injected id", "key from a ToolRuntime"]
+)
+def test_a_tool_key_drawn_from_the_model_s_call_id_is_refused_before_anything(way: str) -> None:
+    fn, guard, says = _call_id_tools()[way]
+    charged: list[str] = []
+
+    def charging(*args: Any, **kwargs: Any) -> str:
+        charged.append("o7")
+        return fn(*args, **kwargs)
+
+    functools.update_wrapper(charging, fn)
+    call = {"name": fn.__name__, "args": {"order_id": "o7"}, "id": "call_Zk3pQ9xY"}
     graph = StateGraph(MessagesState)
     graph.add_node("agent", lambda state: {"messages": [AIMessage("", tool_calls=[call])]})
-    graph.add_node("tools", ToolNode([guarded_tool(charge_order, guard)]))
+    graph.add_node("tools", ToolNode([guarded_tool(charging, guard, name=fn.__name__)]))
     graph.add_edge(START, "agent")
     graph.add_edge("agent", "tools")
     graph.add_edge("tools", END)
     app = graph.compile(checkpointer=InMemorySaver())
-    with pytest.raises(InvalidArgumentError, match="tool-call id"):
+    with pytest.raises(InvalidArgumentError, match=re.escape(says)):
         app.invoke({"messages": [HumanMessage("charge o7")]}, {"configurable": {"thread_id": "t"}})
     assert charged == []
-    assert ledger.snapshot() == []
+    assert guard.runner.ledger.snapshot() == []  # type: ignore[attr-defined]
 
 
 def test_a_node_key_drawn_from_the_task_id_is_refused_before_anything() -> None:

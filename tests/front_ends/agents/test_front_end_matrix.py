@@ -13,9 +13,11 @@ no proof when a verifier is configured.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import json
 import threading
+import uuid
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -28,6 +30,7 @@ from dataoad import (
     GuardedTool,
     IdempotencyConflictError,
     InMemoryLedger,
+    InvalidArgumentError,
     RetryPolicy,
     UnresolvedActionError,
     run_tool,
@@ -57,6 +60,8 @@ class Shop:
         self.entered = threading.Event()  # the tool is running
         self.hold: threading.Event | None = None  # set: let a held tool finish
         self.tool = self._async_tool() if kind == "async" else self._sync_tool()
+        #: The guard's key function (the order id, unless a test says otherwise).
+        self.key_of: Callable[..., str] = lambda order_id, amount_cents: order_id
 
     async def _charge(self, order_id: str, amount_cents: int) -> dict[str, Any]:
         charge = await self.provider.charge(
@@ -89,7 +94,7 @@ class Shop:
         return GuardedTool(
             self.runner,
             "charge_order",
-            idempotency_key=lambda order_id, amount_cents: order_id,
+            idempotency_key=self.key_of,
             request=request_of,
             provider_reference=lambda order_id, amount_cents: order_id,
             verifier=PaymentVerifier(self.provider),
@@ -275,9 +280,15 @@ def status_of(message: str) -> str:
 
 
 def play(
-    front: str, kind: str, charge_faults: list[ChargeFault], lookups: tuple[Any, ...] = ()
+    front: str,
+    kind: str,
+    charge_faults: list[ChargeFault],
+    lookups: tuple[Any, ...] = (),
+    key_of: Callable[..., str] | None = None,
 ) -> tuple[Shop, Invoke]:
     shop = Shop(kind, list(charge_faults), list(lookups))
+    if key_of is not None:
+        shop.key_of = key_of
     return shop, FRONT_ENDS[front](shop)
 
 
@@ -388,3 +399,26 @@ def test_a_concurrent_duplicate_is_told_it_is_in_progress(front: str, kind: str)
     assert "Do NOT call again" in second
     assert first.startswith("CONFIRMED: charge_order happened"), first
     assert shop.provider.charge_calls == 1
+
+
+@pytest.mark.parametrize(
+    ("front", "kind"),
+    [
+        (front, kind)
+        for front in FRONT_ENDS
+        if front not in ("run_tool", "langgraph node")  # given a key, not a key function
+        for kind in ("async", "sync")
+    ],
+)
+def test_a_key_drawn_at_random_is_refused_before_anything_on_every_front_end(
+    front: str, kind: str
+) -> None:
+    # New on every call, so a retry of the same intent would charge again.
+    shop, invoke = play(
+        front, kind, [], key_of=lambda order_id, amount_cents: f"{order_id}-{uuid.uuid4().hex}"
+    )
+    # What the model reads of the refusal is each framework's own; some raise it.
+    with contextlib.suppress(InvalidArgumentError):
+        in_turn(invoke, ARGS)
+    assert shop.provider.charge_calls == 0
+    assert shop.runner.ledger.snapshot() == []  # type: ignore[attr-defined]

@@ -12,12 +12,14 @@ framework("agents", "openai-agents")
 
 from agents import Agent, ModelResponse, Runner, Usage, set_tracing_disabled
 from agents.models.interface import Model
+from agents.tool_context import ToolContext
 from openai.types.responses import (
     ResponseFunctionToolCall,
     ResponseOutputMessage,
     ResponseOutputText,
 )
 
+from dataoad import ActionRunner, GuardedTool, InMemoryLedger
 from dataoad.integrations.openai_agents import guarded_function_tool
 from suite_support.agents import ARGS, ChargeScenario
 
@@ -85,3 +87,40 @@ def test_the_tool_schema_is_the_functions_own() -> None:
     assert tool.name == "charge_order"
     assert set(tool.params_json_schema["properties"]) == {"order_id", "amount_cents"}
     assert "Charge the customer" in tool.description
+
+
+def test_a_key_drawn_from_the_tool_context_s_call_id_is_refused_before_anything() -> None:
+    charged: list[str] = []
+
+    async def charge_order(ctx: ToolContext[Any], order_id: str, amount_cents: int) -> str:
+        """Charge an order."""
+        charged.append(order_id)
+        return "ch"
+
+    ledger = InMemoryLedger()
+    guard = GuardedTool(
+        ActionRunner(ledger),
+        "charge_order",
+        # New with every call id: the model's retry would charge again.
+        idempotency_key=lambda ctx, order_id, amount_cents: f"{order_id}:{ctx.tool_call_id}",
+        request=lambda ctx, order_id, amount_cents: {"order": order_id, "amount": amount_cents},
+    )
+    tool = guarded_function_tool(charge_order, guard)
+    args = json.dumps({"order_id": "o7", "amount_cents": 2500})
+
+    async def calls() -> list[str]:
+        said = []
+        for n in (1, 2):
+            ctx = ToolContext(
+                context=None,
+                tool_name="charge_order",
+                tool_call_id=f"call_retry_{n:04d}",
+                tool_arguments=args,
+            )
+            said.append(str(await tool.on_invoke_tool(ctx, args)))
+        return said
+
+    said = asyncio.run(calls())
+    assert charged == []
+    assert ledger.snapshot() == []
+    assert all("error" in text.lower() for text in said), said
