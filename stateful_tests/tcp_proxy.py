@@ -27,6 +27,7 @@ class SilentProxy:
         self._server: asyncio.Server | None = None
         self._writers: set[asyncio.StreamWriter] = set()
         self._tasks: set[asyncio.Task[None]] = set()
+        self._after_login = False
 
     @classmethod
     def for_dsn(cls, dsn: str) -> SilentProxy:
@@ -48,6 +49,12 @@ class SilentProxy:
     def partition(self) -> None:
         """Nothing flows from now on, in either direction; no connection is closed."""
         self._open.clear()
+
+    def partition_after_login(self) -> None:
+        """Each connection made from now on goes silent for good once the server has
+        logged it in (its first ReadyForQuery): the partition falls between a pool's
+        connect and the first statement it sends on the new connection."""
+        self._after_login = True
 
     def heal(self) -> None:
         """Bytes flow again, those held during the partition first."""
@@ -79,16 +86,51 @@ class SilentProxy:
             writer.close()
             return
         self._writers.add(up_writer)
-        for source, sink in ((reader, up_writer), (up_reader, writer)):
-            task = asyncio.ensure_future(self._pump(source, sink))
+        cut = asyncio.Event() if self._after_login else None
+        for source, sink, login in ((reader, up_writer, None), (up_reader, writer, cut)):
+            task = asyncio.ensure_future(self._pump(source, sink, cut, login))
             self._tasks.add(task)
             task.add_done_callback(self._tasks.discard)
 
-    async def _pump(self, source: asyncio.StreamReader, sink: asyncio.StreamWriter) -> None:
+    async def _pump(
+        self,
+        source: asyncio.StreamReader,
+        sink: asyncio.StreamWriter,
+        cut: asyncio.Event | None = None,
+        login: asyncio.Event | None = None,
+    ) -> None:
+        seen = _LoginWatch() if login is not None else None
         with contextlib.suppress(OSError, asyncio.CancelledError):
             while data := await source.read(65536):
                 await self._open.wait()  # the partition: held, never dropped, never closed
+                if cut is not None and cut.is_set():
+                    continue  # partitioned after its login: nothing flows any more
                 sink.write(data)
                 await sink.drain()
+                if seen is not None and login is not None and seen.ready_in(data):
+                    login.set()
             await self._open.wait()
             sink.close()  # the other side's FIN, passed on
+
+
+class _LoginWatch:
+    """Reads the server's side of a PostgreSQL connection until its first ReadyForQuery."""
+
+    def __init__(self) -> None:
+        self._buffer = b""
+        self._first = True
+
+    def ready_in(self, data: bytes) -> bool:
+        """Whether ``data`` (the next bytes) completes the login."""
+        self._buffer += data
+        if self._first and self._buffer[:1] in (b"N", b"S"):
+            self._buffer = self._buffer[1:]  # the answer to an SSLRequest: one byte
+        self._first = False
+        while len(self._buffer) >= 5:
+            length = int.from_bytes(self._buffer[1:5], "big")
+            if len(self._buffer) < 1 + length:
+                return False
+            kind, self._buffer = self._buffer[:1], self._buffer[1 + length :]
+            if kind == b"Z":
+                return True
+        return False

@@ -47,15 +47,25 @@ _POLL: Final = 0.005
 class Backends:
     """The server backends of one pool's connections, by the process id each was given."""
 
-    __slots__ = ("_ending", "_started")
+    __slots__ = ("_ending", "_limit", "_started")
 
-    def __init__(self) -> None:
+    def __init__(self, limit: float) -> None:
         self._started: dict[int, datetime] = {}
         self._ending: set[asyncio.Task[bool]] = set()  # held: the loop keeps tasks weakly
+        #: Seconds the naming query may take: it is part of connecting.
+        self._limit = limit
 
     async def note(self, conn: Any) -> None:
         """Pool ``init`` hook: remember the new connection's backend."""
-        row = await conn.fetchrow(_WHO)
+        try:
+            row = await conn.fetchrow(_WHO, timeout=self._limit)
+        except BaseException:
+            # The driver ends a connection whose init failed politely, with no
+            # time limit of its own: after a partition that wait would hold the
+            # call (and its cancellation) for good. Drop it at once instead.
+            with contextlib.suppress(Exception):
+                conn.terminate()
+            raise
         if row is None:  # pragma: no cover - a session always sees its own row
             return
         if len(self._started) >= _KEPT:

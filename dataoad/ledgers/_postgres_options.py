@@ -43,9 +43,13 @@ def check_options(
     if max_size < 1 or min_size > max_size:
         raise InvalidArgumentError("need 1 <= max_size and min_size <= max_size")
     if statement_timeout is not None and (
-        type(statement_timeout) not in (int, float) or not 0 < statement_timeout <= 86_400
+        type(statement_timeout) not in (int, float) or not 0.001 <= statement_timeout <= 86_400
     ):
-        raise InvalidArgumentError("statement_timeout must be seconds in (0, 86400] or None")
+        # The server counts it in whole milliseconds, and 0 there means no limit at all.
+        raise InvalidArgumentError(
+            "statement_timeout must be seconds in [0.001, 86400] (whole milliseconds to the "
+            f"server, where 0 means no limit) or None, not {statement_timeout!r}"
+        )
     if type(connect_timeout) not in (int, float) or not 0 < connect_timeout <= 600:
         raise InvalidArgumentError("connect_timeout must be seconds in (0, 600]")
     if command_timeout is not None and (

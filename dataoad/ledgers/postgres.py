@@ -205,7 +205,7 @@ class PostgresLedger(PostgresAudit, PostgresRetention):
                     self._transaction_pooling = pooled
                 # Straight to the server, each connection's backend can be
                 # named, and ended when a write on it is left in doubt.
-                backends = None if pooled else Backends()
+                backends = None if pooled else Backends(self._connect_timeout)
                 pool = await create_ledger_pool(
                     self._driver,
                     self._dsn,

@@ -142,3 +142,62 @@ async def test_a_cancelled_call_in_a_partition_ends_at_once(
 def test_a_bad_command_timeout_is_refused(value: Any) -> None:
     with pytest.raises(InvalidArgumentError, match="command_timeout"):
         PostgresLedger("postgresql://u@127.0.0.1/db", command_timeout=value)
+
+
+async def test_a_partition_right_after_a_new_connection_logs_in_is_bounded() -> None:
+    """Straight to the server, the pool names each new connection's backend with a query
+    it runs first (so a write left in doubt can be ended on the server). A partition that
+    falls between the login and that query bounds the call like any statement: on the
+    first call, and on a reconnect after the server ended the ledger's connections."""
+    table = PostgresTestTable()
+    await table.create()
+    proxy = SilentProxy.for_dsn(table.dsn)
+    await proxy.start()
+    ledger, fresh = (
+        PostgresLedger(
+            proxy.dsn(table.dsn),
+            table=table.table,
+            command_timeout=LIMIT,
+            connect_timeout=1,
+            transaction_pooling=False,
+        )
+        for _ in range(2)
+    )
+    try:
+        runner = ActionRunner(ledger)
+        assert (
+            await runner.execute("charge", lambda: "ok", request={}, idempotency_key="a")
+        ).status is ActionStatus.CONFIRMED
+        proxy.partition_after_login()
+        # The first call of a ledger that never connected.
+        started = time.monotonic()
+        with pytest.raises(NothingInvokedError):
+            await asyncio.wait_for(
+                ActionRunner(fresh).execute(
+                    "charge", lambda: "ok", request={}, idempotency_key="b"
+                ),
+                30,
+            )
+        assert time.monotonic() - started < 10
+        # A ledger in use whose connections the server ended: it connects again.
+        import asyncpg
+
+        ours = list(ledger._backends._started)  # type: ignore[union-attr]  # this pool's only
+        assert ours
+        admin = await asyncpg.connect(table.dsn)
+        try:
+            await admin.execute("SELECT pg_terminate_backend(pid) FROM unnest($1::int[]) pid", ours)
+        finally:
+            await admin.close()
+        started = time.monotonic()
+        with pytest.raises((NothingInvokedError, OutcomeNotRecordedError)):
+            await asyncio.wait_for(
+                runner.execute("charge", lambda: "ok", request={}, idempotency_key="c"), 30
+            )
+        assert time.monotonic() - started < 10
+    finally:
+        proxy.heal()
+        await asyncio.wait_for(ledger.close(), 10)
+        await asyncio.wait_for(fresh.close(), 10)
+        await proxy.stop()
+        await table.drop()

@@ -120,6 +120,8 @@ async def test_given_pool_is_used_and_not_closed() -> None:
         {"dsn": "postgresql://x", "schema": 'x"; DROP TABLE y; --'},
         {"dsn": "postgresql://x", "min_size": 5, "max_size": 2},
         {"dsn": "postgresql://x", "statement_timeout": 0},
+        {"dsn": "postgresql://x", "statement_timeout": 0.000999},  # "0" to the server: no limit
+        {"dsn": "postgresql://x", "statement_timeout": 86_400.001},
         {"dsn": "postgresql://x", "serialization_retries": -1},
         {"dsn": "postgresql://x", "transaction_pooling": "yes"},
         {"dsn": "postgresql://x", "transaction_pooling": True, "statement_timeout": 5},
@@ -128,6 +130,11 @@ async def test_given_pool_is_used_and_not_closed() -> None:
 def test_bad_arguments_are_refused(kwargs: dict[str, Any]) -> None:
     with pytest.raises(InvalidArgumentError):
         PostgresLedger(**kwargs)
+
+
+@pytest.mark.parametrize("seconds", [0.001, 86_400])
+def test_a_statement_timeout_at_either_bound_is_taken(seconds: float) -> None:
+    PostgresLedger("postgresql://x", statement_timeout=seconds)
 
 
 def test_without_the_extra_import_works_and_the_error_names_the_extra() -> None:

@@ -166,7 +166,7 @@ async def test_a_backend_is_ended_only_under_the_name_it_had(admin: Any) -> None
         started = await admin.fetchval(
             "SELECT backend_start FROM pg_stat_activity WHERE pid = $1", pid
         )
-        backends = Backends()
+        backends = Backends(5.0)
         for wrong in (started - timedelta(microseconds=1), started + timedelta(microseconds=1)):
             await backends.end(pool, (pid, wrong), 1.0, wait=True)
             assert await other.fetchval("SELECT 1") == 1  # untouched
