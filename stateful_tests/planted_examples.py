@@ -39,11 +39,10 @@ def copy_checkout(into: Path) -> Path:
     """What the example tests need of the checkout, copied to ``into / "planted"``."""
     copy = into / "planted"
     for folder in COPIED:
-        shutil.copytree(
-            ROOT / folder,
-            copy / folder,
-            ignore=shutil.ignore_patterns("__pycache__", ".hypothesis", "*.pyc"),
-        )
+        # Compiled modules come along (each keeps its source's time and size,
+        # so Python checks them as in the checkout): each copy's child pytest
+        # would otherwise compile every module again.
+        shutil.copytree(ROOT / folder, copy / folder, ignore=shutil.ignore_patterns(".hypothesis"))
     for name in COPIED_FILES:
         shutil.copy2(ROOT / name, copy / name)
     return copy
@@ -72,6 +71,9 @@ class PlantedExample:
                 f"({source.count(self.old)} matches in {self.path}); rewrite it"
             )
         target.write_text(source.replace(self.old, self.new))
+        # Its compiled form is the unplanted code's: never to be taken for it.
+        for stale in (target.parent / "__pycache__").glob(f"{target.stem}.*.pyc"):
+            stale.unlink()
         return copy
 
 

@@ -3,6 +3,8 @@ report the double charges they show in the terminal summary."""
 
 from __future__ import annotations
 
+import logging
+import sys
 from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 
@@ -22,6 +24,12 @@ def dbos_system_database(tmp_path: Path) -> Iterator[str]:
 @pytest.fixture
 async def dbos_app(dbos_system_database: str) -> AsyncIterator[Callable[[], None]]:
     """A DBOS app on a fresh system database; call the result to launch it."""
+    # DBOS's console handler keeps the stream it first saw; a second pytest
+    # session in one process (mutmut's clean run after its stats run) would
+    # find it closed, and DBOS's first log line would fail the set-up.
+    for handler in logging.getLogger("dbos").handlers:
+        if isinstance(handler, logging.StreamHandler) and getattr(handler.stream, "closed", False):
+            handler.stream = sys.stderr  # not setStream: it flushes the closed one first
     DBOS(config={"name": "dataoad-test", "system_database_url": dbos_system_database})
     yield DBOS.launch
     DBOS.destroy(destroy_registry=True)
