@@ -21,7 +21,13 @@ from dataoad import (
     UnresolvedActionError,
 )
 from dataoad._arguments import MAX_TEXT_ARG_LENGTH
-from dataoad._volatile import MIN_VOLATILE_LENGTH, refuse_volatile
+from dataoad._volatile import (
+    MIN_VOLATILE_LENGTH,
+    call_ids_of,
+    refuse_volatile,
+    refuse_volatile_request,
+    stable_key,
+)
 from dataoad.integrations._engine import LEASE_WAIT, EngineStep, engine_key
 
 
@@ -110,6 +116,48 @@ def test_a_key_holding_a_volatile_identifier_is_refused(value: object, refused: 
 def test_a_volatile_identifier_elsewhere_is_no_reason_to_refuse() -> None:
     refuse_volatile("order-1", {"tool call id": "call_12345678", "task id": None})
     assert MIN_VOLATILE_LENGTH == 8
+
+
+def test_a_request_holding_a_volatile_identifier_is_refused_by_name() -> None:
+    call_id = "call_Zk3pQ9xY"
+    refuse_volatile_request({"order": "o7"}, {"model's tool-call id": call_id})
+    refuse_volatile_request({"order": "o7", "short": "call_1"}, {"id": "call_1"})  # < 8
+    refuse_volatile_request(object(), {"id": call_id})  # not JSON: execute names it later
+    with pytest.raises(InvalidArgumentError) as info:
+        refuse_volatile_request({"order": "o7", "note": f"for {call_id}"}, {"tool id": call_id})
+    assert str(info.value).startswith(
+        f"the request contains the tool id ({call_id!r}), which changes when the step runs "
+        "again: its hash, and a key derived from it, would be new on the second run"
+    )
+    assert str(info.value).endswith("Nothing was recorded or invoked")
+
+
+def test_call_ids_are_found_on_any_context_argument() -> None:
+    class Context:
+        def __init__(self, tool_call_id: object) -> None:
+            self.tool_call_id = tool_call_id
+
+    found = call_ids_of({"ctx": Context("call_abcdefgh"), "n": 3, "odd": Context(7)})
+    assert found == {"model's tool-call id (ctx.tool_call_id)": "call_abcdefgh"}
+    assert call_ids_of({}) == {}
+
+
+def test_a_stable_key_is_derived_twice_and_held_to_both_rules() -> None:
+    keys = iter(["k-1", "k-2"])
+    with pytest.raises(InvalidArgumentError, match="changed between two derivations"):
+        stable_key(lambda: next(keys), {}, {})
+    derived: list[int] = []
+
+    def derive() -> str:
+        derived.append(1)
+        return "order-1"
+
+    assert stable_key(derive, {"order": 1}, {"id": "call_abcdefgh"}) == "order-1"
+    assert len(derived) == 2
+    with pytest.raises(InvalidArgumentError, match="idempotency key contains the id"):
+        stable_key(lambda: "order-1:call_abcdefgh", {}, {"id": "call_abcdefgh"})
+    with pytest.raises(InvalidArgumentError, match="request contains the id"):
+        stable_key(lambda: "order-1", {"call": "call_abcdefgh"}, {"id": "call_abcdefgh"})
 
 
 # -- the step: its checks, its call, and the UNKNOWN rule -------------------------------

@@ -33,8 +33,7 @@ from dataoad import (
     intent_key,
 )
 from dataoad.integrations.langgraph import guarded_node, guarded_tool, task_key
-from tests.engines.crash_harness import run_crash
-from tests.engines.crash_points import POINTS
+from tests.engines.crash_harness import crash_scenarios, run_crash
 from tests.engines.ledger_view import stored_receipts
 
 WORKER = "tests.engines.langgraph_worker"
@@ -325,8 +324,7 @@ def check_guarded(run: Any, ledger: Path, *, verifier: bool) -> None:
             marks=[] if (p, v, a) == ("after_commit", True, False) else [pytest.mark.slow],
             id=f"{p}-{'verifier' if v else 'no-verifier'}-{'ainvoke' if a else 'invoke'}",
         )
-        for p in POINTS
-        for v in (True, False)
+        for p, v in crash_scenarios()
         for a in (False, True)
     ],
 )
