@@ -304,8 +304,8 @@ class SyncActionRunner:
         if self._closed:
             return
         if self._made_in != generation():
-            # The parent's loop, thread and ledger: not this process's to stop.
-            self._closing = self._closed = True
+            # The parent's loop, thread and ledger: not this process's to stop
+            # (and every call here is refused already).
             return
         if type(timeout) not in (int, float) or not 0 <= timeout <= 86_400:
             raise InvalidArgumentError(f"timeout must be seconds in [0, 86400], not {timeout!r}")

@@ -57,7 +57,9 @@ def refuse_volatile_request(request: object, volatile: Mapping[str, object]) -> 
     """Refuse a request that holds one of the ``volatile`` identifiers: its hash, and a
     key derived from it (the default tool key, ``intent_key``), would be new every run."""
     try:
-        text = json.dumps(request, ensure_ascii=False, default=str)
+        # As written, not \u-escaped: an identifier with non-ASCII letters
+        # must be found in the text as it is.
+        text = json.dumps(request, ensure_ascii=False)
     except (TypeError, ValueError):
         return  # not JSON: execute refuses it by name before anything happens
     found = _present(volatile, text)

@@ -123,6 +123,8 @@ def test_a_request_holding_a_volatile_identifier_is_refused_by_name() -> None:
     refuse_volatile_request({"order": "o7"}, {"model's tool-call id": call_id})
     refuse_volatile_request({"order": "o7", "short": "call_1"}, {"id": "call_1"})  # < 8
     refuse_volatile_request(object(), {"id": call_id})  # not JSON: execute names it later
+    with pytest.raises(InvalidArgumentError, match="request contains the id"):
+        refuse_volatile_request({"call": "appel_éèêë1234"}, {"id": "appel_éèêë1234"})
     with pytest.raises(InvalidArgumentError) as info:
         refuse_volatile_request({"order": "o7", "note": f"for {call_id}"}, {"tool id": call_id})
     assert str(info.value).startswith(
