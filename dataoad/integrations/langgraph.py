@@ -53,6 +53,8 @@ _runnable_config = require("langchain_core.runnables.config", "langgraph")
 _RUNTIME_KEY = "__pregel_runtime"
 #: Where it keeps the graph's checkpointer (None when it was compiled without one).
 _CHECKPOINTER_KEY = "__pregel_checkpointer"
+#: Set (not None) in a run started from a named checkpoint: a replay, forked.
+_REPLAY_KEY = "__pregel_replay_state"
 
 __all__ = ["GuardedNode", "guarded_node", "guarded_tool", "task_key", "thread_intent_key"]
 
@@ -86,7 +88,8 @@ def task_key() -> str:
     (whose place depends on its parent task's id): pass an explicit key there.
     """
     thread, metadata = _graph_config()
-    if (_config.get_config().get("configurable") or {}).get(_CHECKPOINTER_KEY) is None:
+    configurable = _config.get_config().get("configurable") or {}
+    if configurable.get(_CHECKPOINTER_KEY) is None:
         # Without one every invoke starts again at the first step: a second,
         # separate run on the thread would take the first run's keys and
         # replay its receipts instead of acting.
@@ -94,6 +97,16 @@ def task_key() -> str:
             "this graph has no checkpointer: each invoke on the thread is a new run whose "
             "tasks take the same steps, so there is no stable default key; compile with a "
             "checkpointer, or pass idempotency_key. Nothing was recorded"
+        )
+    if configurable.get(_REPLAY_KEY) is not None:
+        # Time travel: LangGraph first writes a fork, so every task of the run
+        # runs a step later than it did, under another default key.
+        raise NotInStepError(
+            "this run started from a named checkpoint (LangGraph's time travel: a config "
+            "with a checkpoint_id, such as get_state(config).config), which forks: its tasks "
+            "run at new steps, so the default key would differ from the first run's and the "
+            "node would act again. Resume with the thread's config only, or pass "
+            "idempotency_key. Nothing was recorded"
         )
     namespace = str(metadata.get("langgraph_checkpoint_ns") or "")
     if "|" in namespace:

@@ -20,6 +20,7 @@ from langgraph.prebuilt import ToolNode, ToolRuntime
 
 from dataoad import (
     ActionRunner,
+    ActionStatus,
     DataoadError,
     GuardedTool,
     InMemoryLedger,
@@ -30,6 +31,7 @@ from dataoad import (
     NotInStepError,
     SQLiteLedger,
     SyncActionRunner,
+    UnresolvedActionError,
     intent_key,
 )
 from dataoad.integrations.langgraph import guarded_node, guarded_tool, task_key
@@ -205,6 +207,43 @@ def test_no_checkpointer_means_no_default_key_and_nothing_happens() -> None:
             app.invoke({"order_id": "o1"}, {"configurable": {"thread_id": "t"}})
     assert calls == []
     assert ledger.snapshot() == []
+
+
+def test_a_run_from_a_named_checkpoint_gets_no_default_key() -> None:
+    """Time travel (a config naming a checkpoint, such as ``get_state(config).config``)
+    forks first, so the node re-runs a step later: its default key would be new and an
+    UNKNOWN charge made again. Refused, before anything is recorded."""
+    ledger = InMemoryLedger()
+    calls: list[str] = []
+    lost = [TimeoutError("no answer")]
+
+    def charge(state: Order) -> str:
+        calls.append(state["order_id"])
+        if lost:
+            raise lost.pop()  # the provider committed; its answer was lost
+        return "ch"
+
+    node = guarded_node(
+        charge,
+        runner=ActionRunner(ledger),
+        action_name="charge",
+        request=lambda state: {"order": state["order_id"]},
+    )
+    graph = StateGraph(Order)
+    graph.add_node("prep", lambda state: {})
+    graph.add_node("charge", node)
+    graph.add_edge(START, "prep")
+    graph.add_edge("prep", "charge")
+    graph.add_edge("charge", END)
+    app = graph.compile(checkpointer=InMemorySaver())
+    thread: Any = {"configurable": {"thread_id": "t"}}
+    with pytest.raises(UnresolvedActionError):
+        app.invoke(Order(order_id="o1"), thread)
+    with pytest.raises(NotInStepError, match="started from a named checkpoint"):
+        app.invoke(None, app.get_state(thread).config)
+    assert calls == ["o1"]
+    (receipt,) = ledger.snapshot()
+    assert receipt.final_status is ActionStatus.UNKNOWN
 
 
 def in_a_subgraph(inner: Any) -> Any:
