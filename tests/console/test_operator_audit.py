@@ -373,14 +373,19 @@ async def test_records_outlive_the_receipts_they_name(clocked: tuple[Any, Manual
     assert record.outcome == "FAILED"
 
 
-async def test_a_prune_through_the_api_is_audited(clocked: tuple[Any, ManualClock]) -> None:
-    ledger, clock = clocked
+async def charged_an_hour_ago(ledger: Any, clock: ManualClock, count: int) -> None:
+    """``count`` confirmed charges (keys k0, k1, ...), an hour old by the ledger's clock."""
     runner = ActionRunner(ledger)
-    for n in range(3):
+    for n in range(count):
         await runner.execute(
             "charge", CountingOperation("ok"), request={"n": n}, idempotency_key=f"k{n}"
         )
     clock.advance(3600)
+
+
+async def test_a_prune_through_the_api_is_audited(clocked: tuple[Any, ManualClock]) -> None:
+    ledger, clock = clocked
+    await charged_an_hour_ago(ledger, clock, 3)
     # A dry run deletes nothing and is not an operator verb: no record.
     assert await ledger.prune(older_than=60, dry_run=True) == 3
     assert await ledger.audit() == []
@@ -410,12 +415,7 @@ async def test_a_prune_cancelled_part_way_records_what_it_deleted(
     clocked: tuple[Any, ManualClock],
 ) -> None:
     ledger, clock = clocked
-    runner = ActionRunner(ledger)
-    for n in range(5):
-        await runner.execute(
-            "charge", CountingOperation("ok"), request={"n": n}, idempotency_key=f"k{n}"
-        )
-    clock.advance(3600)
+    await charged_an_hour_ago(ledger, clock, 5)
     shown: list[int] = []
     third = asyncio.Event()
 
