@@ -5,10 +5,12 @@ Callers queue conditional writes on one SQLite connection's ``GroupWriter``
 answered by that read when the key is held, a compare-and-set of a value, a
 write that breaks a CHECK) and the machine flushes the queue as one group,
 with a fault drawn for it: none, the writer lock held by another process, a
-look-up or a statement that raises, SQLite rolling the whole transaction
-back at a statement, a failed COMMIT. A reference model runs the look-ups
-on what was committed before the flush, then applies the writes left in
-queue order.
+look-up or a statement that raises, the group's look-ups read together
+failing (each then reads alone), SQLite rolling the whole transaction back
+at a statement, a failed COMMIT. A claim that names its key is read with the
+group's other such claims in one statement, as the SQLite ledger's are. A
+reference model runs the look-ups on what was committed before the flush,
+then applies the writes left in queue order.
 
 Properties, checked after every flush:
 
@@ -59,6 +61,8 @@ INSERT = compile_sql(
 )
 SWAP = compile_sql("UPDATE t SET v = :new WHERE k = :k AND v = :old RETURNING v", SQLITE)
 HOLDER = "SELECT v FROM t WHERE k = ?"
+#: The holders of several keys, read together (the machine's ``look_up_together``).
+HOLDERS = "SELECT k, v FROM t WHERE k IN ({})"
 #: The faults a flush may meet (none, most often).
 FAULTS = st.sampled_from(
     [
@@ -73,6 +77,7 @@ FAULTS = st.sampled_from(
         # (at once: 9 of 10 seeds; twice: 30 of 30, LOG.md).
         "look-up fails",
         "look-up fails",
+        "read together fails",
         "rolled back",
         "commit fails",
         "commit and rollback fail",
@@ -103,7 +108,10 @@ class _FaultyDb:
     def execute(self, sql: str, *args: Any) -> Any:
         verb = sql.split(None, 1)[0].upper()
         self._trace.append(verb)
-        if verb == "SELECT":
+        if sql.startswith(HOLDERS.split("{")[0]):
+            if self._fault == "read together fails":
+                raise _Injected("read together fails")
+        elif verb == "SELECT":
             self._reads += 1
             if self._reads == self._at and self._fault == "look-up fails":
                 raise _Injected("look-up fails")
@@ -140,7 +148,10 @@ class GroupMachineBase(RuleBasedStateMachine):
         self.db.execute("CREATE TABLE t (k TEXT PRIMARY KEY, v INTEGER NOT NULL CHECK (v >= 0))")
         self.lock_path = self.folder / "g.sqlite3.lock"
         self.writer = self.writer_class(
-            WriterLock(self.lock_path), 0.02, lambda s, v, now: s.bind(v)
+            WriterLock(self.lock_path),
+            0.02,
+            lambda s, v, now: s.bind(v),
+            look_up_together=_holders,
         )
         self.model: dict[str, int] = {}
         #: Whether a group could not be rolled back (the writer then serves nothing).
@@ -153,9 +164,17 @@ class GroupMachineBase(RuleBasedStateMachine):
         shutil.rmtree(self.folder, ignore_errors=True)
 
     def _queue(
-        self, caller: int, write: tuple[Any, ...], statement: Any, values: Any, look_up: Any = None
+        self,
+        caller: int,
+        write: tuple[Any, ...],
+        statement: Any,
+        values: Any,
+        look_up: Any = None,
+        look_up_key: Any = None,
     ) -> None:
-        entry = self.writer.put(QueuedWrite(statement, values, look_up=look_up))
+        entry = self.writer.put(
+            QueuedWrite(statement, values, look_up=look_up, look_up_key=look_up_key)
+        )
         self.queued.append((entry, write))
         self.history.add(f"caller {caller}", f"queues {write}")
 
@@ -169,10 +188,18 @@ class GroupMachineBase(RuleBasedStateMachine):
         """A caller claims a key if it is free."""
         self._queue(caller, ("insert", key, value), INSERT, {"k": key, "v": value})
 
-    @rule(caller=st.integers(1, 4), key=st.sampled_from(KEYS), value=VALUES)
-    def claim(self, caller: int, key: str, value: int) -> None:
-        """A caller claims a key as the ledger does: answered by its holder if it is held."""
-        self._queue(caller, ("claim", key, value), INSERT, {"k": key, "v": value}, _holder_of(key))
+    @rule(caller=st.integers(1, 4), key=st.sampled_from(KEYS), value=VALUES, together=st.booleans())
+    def claim(self, caller: int, key: str, value: int, together: bool) -> None:
+        """A caller claims a key as the ledger does: answered by its holder if it is held
+        (``together``: its key read with the group's other such claims)."""
+        self._queue(
+            caller,
+            ("claim", key, value, together),
+            INSERT,
+            {"k": key, "v": value},
+            _holder_of(key),
+            key if together else None,
+        )
 
     @rule(caller=st.integers(1, 4), key=st.sampled_from(KEYS), old=VALUES, new=VALUES)
     def swap(self, caller: int, key: str, old: int, new: int) -> None:
@@ -195,9 +222,9 @@ class GroupMachineBase(RuleBasedStateMachine):
     def flush(self, fault: str, at: int) -> None:
         """The connection's thread runs everything queued as one group."""
         group, self.queued = self.queued, []
-        claims = sum(1 for _, write in group if write[0] == "claim")
+        claims = sum(1 for _, write in group if self._reads_alone(group, write, fault))
         if fault == "look-up fails" and claims:
-            at = (at - 1) % claims + 1  # it strikes one of the group's look-ups
+            at = (at - 1) % claims + 1  # it strikes one of the look-ups read alone
         event(f"group of {min(len(group), 4)}{'+' if len(group) > 4 else ''}: {fault}")
         self.history.add("writer", f"flushes {len(group)} write(s); fault: {fault} at write {at}")
         self.trace = []
@@ -244,7 +271,8 @@ class GroupMachineBase(RuleBasedStateMachine):
         reads = 0
         for n, (_, write) in enumerate(group):
             if write[0] == "claim":
-                reads += 1
+                if self._reads_alone(group, write, fault):
+                    reads += 1
                 if fault == "look-up fails" and reads == at:
                     answers[n] = (None, _Injected)  # this read alone failed: so does its claim
                     continue
@@ -257,6 +285,20 @@ class GroupMachineBase(RuleBasedStateMachine):
         ):
             answers[n] = answer_
         return [a for a in answers if a is not None], len(left)
+
+    @staticmethod
+    def _reads_alone(
+        group: list[tuple[QueuedWrite, tuple[Any, ...]]], write: tuple[Any, ...], fault: str
+    ) -> bool:
+        """Whether a write is a claim whose look-up runs as a statement of its own.
+
+        Claims that name their key are read together when the group holds two
+        or more of them, unless that read fails: then each reads alone.
+        """
+        if write[0] != "claim":
+            return False
+        together = sum(1 for _, w in group if w[0] == "claim" and w[3])
+        return not write[3] or together < 2 or fault == "read together fails"
 
     def _writes_expected(
         self, writes: list[tuple[Any, ...]], fault: str, at: int
@@ -323,6 +365,12 @@ def _holder_of(key: str) -> Any:
         return int(rows[0][0]) if rows else None
 
     return look_up
+
+
+def _holders(db: sqlite3.Connection, keys: list[str]) -> list[int | None]:
+    """The claims' look-ups read together: the value holding each key, or None."""
+    rows = dict(db.execute(HOLDERS.format(", ".join("?" * len(keys))), keys).fetchall())
+    return [rows.get(key) for key in keys]
 
 
 def _apply(state: dict[str, int], write: tuple[Any, ...]) -> tuple[Any, Any]:

@@ -88,6 +88,31 @@ class LooksUpOnABrokenConnection(GroupWriter):
             self.broken = broken
 
 
+class ReadTogetherAnswersOtherClaims(GroupWriter):
+    """The holders read together are handed to the group's claims in the wrong order."""
+
+    def _read_together(self, db: sqlite3.Connection, taken: list[QueuedWrite]) -> dict[int, Any]:
+        found = super()._read_together(db, taken)
+        return dict(zip(found, reversed(list(found.values())), strict=True))
+
+
+class FailedReadTogetherFailsItsClaims(GroupWriter):
+    """A read-together that raises fails every claim in it, instead of each reading alone."""
+
+    def _read_together(self, db: sqlite3.Connection, taken: list[QueuedWrite]) -> dict[int, Any]:
+        assert self._look_up_together is not None
+        reading = [e for e in taken if e.look_up_key is not None and e.state == "taken"]
+        if len(reading) < 2:
+            return {}
+        try:
+            found = self._look_up_together(db, [e.look_up_key for e in reading])
+        except Exception as exc:
+            for entry in reading:
+                entry.error, entry.state, entry.rows = exc, "answered", []
+            return {}
+        return {id(e): f for e, f in zip(reading, found, strict=True)}
+
+
 def _keeps_answers(mp: pytest.MonkeyPatch) -> dict[str, Any]:
     return {"writer_class": KeepsAnswersOfARolledBackGroup}
 
@@ -199,6 +224,20 @@ GROUP_BUGS = [
         "group",
         names("group-answers-follow-the-model"),
         _writer(LooksUpOnABrokenConnection),
+    ),
+    PlantedBug(
+        "group-answers-a-claim-with-another-keys-holder",
+        "claims of different keys, one held, read together in one group",
+        "group",
+        names("group-answers-follow-the-model"),
+        _writer(ReadTogetherAnswersOtherClaims),
+    ),
+    PlantedBug(
+        "group-fails-claims-whose-read-together-failed",
+        "claims read together whose read fails",
+        "group",
+        names("group-answers-follow-the-model"),
+        _writer(FailedReadTogetherFailsItsClaims),
     ),
     # The same broken rule as the first, hunted through the real runner: its
     # contenders share one connection (``group_rules``), and a group holding

@@ -26,6 +26,10 @@ writes.
   write on that connection, so nothing uncommitted is ever taken as stored.
 * A caller that gives up before the group holding its write has the writer
   lock withdraws it: it never runs later, when nobody waits for it.
+* The look-ups of a group's claims are one read: a statement per look-up
+  cost the connection's thread a hand-over of the interpreter lock each,
+  and at high concurrency those reads took as long as the group's writes.
+  If that read fails, each look-up runs alone, so a failure stays its own.
 * A lone write runs as before: one statement in autocommit.
 * The writer lock is held for the whole group, waited for at most
   ``busy_timeout`` seconds; a group that cannot have it fails as a whole
@@ -57,6 +61,9 @@ T = TypeVar("T")
 
 #: A statement's arguments, with the ledger's clock (read once per group).
 Params = Callable[[Statement, dict[str, Any], datetime | None], tuple[Any, ...]]
+#: The look-ups of many writes as one read: what each ``look_up_key`` finds
+#: (None: nothing), in their order.
+LookUpTogether = Callable[[sqlite3.Connection, list[Any]], list[Any]]
 
 #: Errors of one statement that SQLite undoes alone, keeping the transaction,
 #: and those Python raises building or binding its parameters, before SQLite
@@ -95,6 +102,8 @@ class QueuedWrite:
     #: answers the entry instead of its write, which then never runs.
     look_up: Callable[[sqlite3.Connection], Any] | None = None
     found: Any = None
+    #: What ``look_up`` reads, for a group's ``look_up_together`` (None: read alone).
+    look_up_key: Any = None
 
 
 class GroupWriter:
@@ -106,8 +115,10 @@ class GroupWriter:
         busy_timeout: float,
         params: Params,
         clock: Callable[[], datetime] | None = None,
+        look_up_together: LookUpTogether | None = None,
     ) -> None:
         self._writer = writer
+        self._look_up_together = look_up_together
         self._busy_timeout = busy_timeout
         self._params = params
         self._clock = clock
@@ -124,10 +135,15 @@ class GroupWriter:
         statement: Statement,
         values: dict[str, Any],
         look_up: Callable[[sqlite3.Connection], Any] | None = None,
+        look_up_key: Any = None,
     ) -> QueuedWrite:
         """A write not queued yet, answered on the running loop (see ``QueuedWrite.look_up``)."""
         return QueuedWrite(
-            statement, values, asyncio.get_running_loop().create_future(), look_up=look_up
+            statement,
+            values,
+            asyncio.get_running_loop().create_future(),
+            look_up=look_up,
+            look_up_key=look_up_key,
         )
 
     async def write(
@@ -245,11 +261,14 @@ class GroupWriter:
         # Before reading, or waiting for the lock: a connection left inside a
         # failed group would read its uncommitted writes, and serves nothing.
         self.check_usable()
+        together = self._read_together(db, taken)
         left = False
         for entry in taken:
             if entry.look_up is not None and entry.state == "taken":
                 try:
-                    entry.found = entry.look_up(db)
+                    entry.found = (
+                        together[id(entry)] if id(entry) in together else entry.look_up(db)
+                    )
                 except Exception as exc:  # this read alone failed: so does its entry
                     entry.error = exc
                 if entry.found is not None or entry.error is not None:
@@ -259,6 +278,23 @@ class GroupWriter:
                     continue
             left = left or entry.state == "taken"
         return left
+
+    def _read_together(self, db: sqlite3.Connection, taken: list[QueuedWrite]) -> dict[int, Any]:
+        """What the look-ups of ``taken`` find, read as one, by entry id ({}: read each alone)."""
+        if self._look_up_together is None:
+            return {}
+        reading = [
+            e
+            for e in taken
+            if e.look_up is not None and e.look_up_key is not None and e.state == "taken"
+        ]
+        if len(reading) < 2:
+            return {}  # one look-up: its own statement, prepared once, is cheaper
+        try:
+            found = self._look_up_together(db, [e.look_up_key for e in reading])
+            return {id(e): f for e, f in zip(reading, found, strict=True)}
+        except Exception:
+            return {}  # each look-up runs alone, and a failure stays its own
 
     def check_usable(self) -> None:
         """BrokenConnectionError once a failed group could not be rolled back (reads too:

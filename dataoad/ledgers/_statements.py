@@ -208,9 +208,34 @@ class Statements:
         #: The templates, before compiling (for tests that weaken one on purpose).
         self.templates: dict[str, str] = sql
         self._compiled = {name: compile_sql(text, dialect) for name, text in sql.items()}
+        self._holders: dict[int, Statement] = {}
 
     def __getitem__(self, name: str) -> Statement:
         return self._compiled[name]
+
+    def holders(self, count: int) -> Statement:
+        """The receipts holding ``count`` keys, read as one (``find`` for many keys).
+
+        Bind ``namespace_N``, ``action_name_N``, ``idempotency_key_N`` and
+        ``place_N`` for every N below ``count``; each row comes back with the
+        ``place`` of the key it holds first. The keys are joined as rows, so
+        each is one search of the key index (an ``IN`` of row values scans it).
+        """
+        statement = self._holders.get(count)
+        if statement is None:
+            keys = ", ".join(
+                f"(:namespace_{n}, :action_name_{n}, :idempotency_key_{n}, :place_{n})"
+                for n in range(count)
+            )
+            columns = ", ".join(f"r.{c}" for c in COLUMNS)
+            statement = self._holders[count] = compile_sql(
+                f"SELECT k.column4, {columns} FROM (VALUES {keys}) AS k "
+                f"CROSS JOIN {self._table} AS r ON r.namespace = k.column1 "
+                "AND r.action_name = k.column2 AND r.idempotency_key = k.column3 "
+                "AND r.retired_at IS NULL",
+                self.dialect,
+            )
+        return statement
 
     def listing(
         self,

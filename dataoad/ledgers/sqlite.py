@@ -111,6 +111,29 @@ def _holder(sql: str, args: tuple[Any, ...], db: sqlite3.Connection) -> ActionRe
     return _receipt_of(rows[0]) if rows else None
 
 
+#: How many keys one read of held keys asks for: a group's look-ups are
+#: padded to the next of these (the last key again), so a handful of
+#: statements serve every group size from the connection's statement cache.
+_KEYS_READ_TOGETHER: Final = (4, 16, 64)
+
+
+def _holders(db: sqlite3.Connection, keys: list[tuple[str, str, str]]) -> list[Any]:
+    """On the connection's thread: the receipt holding each key (None if free), in order."""
+    found: list[Any] = [None] * len(keys)
+    widest = _KEYS_READ_TOGETHER[-1]
+    for start in range(0, len(keys), widest):
+        chunk = keys[start : start + widest]
+        size = next(n for n in _KEYS_READ_TOGETHER if n >= len(chunk))
+        args: list[Any] = []
+        for n in range(size):
+            place = min(n, len(chunk) - 1)  # padded with the last key
+            args.extend(chunk[place])
+            args.append(start + place)
+        for place, *row in db.execute(_SQL.holders(size).sql, args).fetchall():
+            found[place] = _receipt_of(row)
+    return found
+
+
 class SQLiteLedger(SQLiteAudit, SQLiteRetention):
     """A durable ledger in one SQLite file (WAL journal), safe across processes.
 
@@ -162,7 +185,9 @@ class SQLiteLedger(SQLiteAudit, SQLiteRetention):
         )
         self._installing = threading.Lock()
         self._writer = WriterLock(self.path.with_name(self.path.name + ".lock"))
-        self._group = GroupWriter(self._writer, self.busy_timeout, self._params, self._now)
+        self._group = GroupWriter(
+            self._writer, self.busy_timeout, self._params, self._now, look_up_together=_holders
+        )
         self._closed = False
         self._finalizer: weakref.finalize[Any, Any] | None = None
         self._clock_texts = ClockTexts(None)  # read on the connection's thread only
@@ -348,7 +373,12 @@ class SQLiteLedger(SQLiteAudit, SQLiteRetention):
         look_up = functools.partial(_holder, find.sql, find.bind(values))
         conn = await self._connection()
         while True:
-            entry = self._group.new_entry(_SQL["claim"], values, look_up)
+            entry = self._group.new_entry(
+                _SQL["claim"],
+                values,
+                look_up,
+                (receipt.namespace, receipt.action_name, receipt.idempotency_key),
+            )
             made = await self._group.flushed(conn, self._group.put(entry))
             if entry.found is not None:
                 return entry.found, False

@@ -1103,3 +1103,118 @@ async def test_concurrent_claims_are_looked_up_by_one_flush(tmp_path: Path) -> N
     for receipt, _ in made:
         assert await ledger.find("charge", receipt.idempotency_key) == receipt
     await ledger.close()
+
+
+def _together(found: dict[Any, Any]) -> Any:
+    """A ``look_up_together`` answering from ``found`` by key, noting each read's keys."""
+
+    def look_up_together(db: sqlite3.Connection, keys: list[Any]) -> list[Any]:
+        look_up_together.reads.append(list(keys))  # type: ignore[attr-defined]
+        return [found.get(key) for key in keys]
+
+    look_up_together.reads = []  # type: ignore[attr-defined]
+    return look_up_together
+
+
+def _keyed(group: GroupWriter, look_up: Any, k: str, v: int) -> QueuedWrite:
+    return group.put(QueuedWrite(INSERT, {"k": k, "v": v}, look_up=look_up, look_up_key=k))
+
+
+def test_the_look_ups_of_a_group_are_one_read(tmp_path: Path, db: sqlite3.Connection) -> None:
+    together = _together({"held": "the holder"})
+    group = GroupWriter(
+        WriterLock(tmp_path / "g.sqlite3.lock"),
+        1.0,
+        lambda s, v, now: s.bind(v),
+        look_up_together=together,
+    )
+    alone = _finds("never asked")
+    held = _keyed(group, alone, "held", 1)
+    free = _keyed(group, alone, "free", 2)
+    unkeyed = _looked_up(group, _finds(None), "unkeyed", 3)  # no key: read alone
+    group.flush(db)
+    assert together.reads == [["held", "free"]]
+    assert alone.reads == 0
+    assert (held.found, answer(held)) == ("the holder", [])
+    assert (free.found, answer(free)) == (None, [("free",)])
+    assert answer(unkeyed) == [("unkeyed",)]
+    # A single look-up is read alone: its own statement is the cheaper one.
+    one = _keyed(group, _finds(None), "one", 4)
+    group.flush(db)
+    assert together.reads == [["held", "free"]]
+    assert answer(one) == [("one",)]
+    assert stored(tmp_path / "g.sqlite3") == {"free": 2, "unkeyed": 3, "one": 4}
+
+
+@pytest.mark.parametrize("failure", ["raises", "answers too few"])
+def test_a_read_together_that_fails_leaves_each_look_up_to_itself(
+    tmp_path: Path, db: sqlite3.Connection, failure: str
+) -> None:
+    def look_up_together(db: sqlite3.Connection, keys: list[Any]) -> list[Any]:
+        if failure == "raises":
+            raise sqlite3.OperationalError("too many terms")
+        return [None] * (len(keys) - 1)
+
+    group = GroupWriter(
+        WriterLock(tmp_path / "g.sqlite3.lock"),
+        1.0,
+        lambda s, v, now: s.bind(v),
+        look_up_together=look_up_together,
+    )
+
+    def broken(db: sqlite3.Connection) -> Any:
+        raise sqlite3.DatabaseError("a row that cannot be read")
+
+    held = _keyed(group, _finds("the holder"), "held", 1)
+    bad = _keyed(group, broken, "bad", 2)
+    free = _keyed(group, _finds(None), "free", 3)
+    group.flush(db)
+    assert (held.found, answer(held)) == ("the holder", [])
+    with pytest.raises(sqlite3.DatabaseError, match="cannot be read"):
+        answer(bad)  # its own read failed: it alone
+    assert answer(free) == [("free",)]
+    assert stored(tmp_path / "g.sqlite3") == {"free": 3}
+
+
+@pytest.mark.parametrize("count", [2, 3, 4, 5, 16, 17, 64, 65, 130])
+async def test_the_holders_of_many_keys_read_together_are_those_find_reads(
+    tmp_path: Path, count: int
+) -> None:
+    """Every key's holder, across the padded sizes and past one read's widest."""
+    from dataoad.ledgers.sqlite import _holders
+
+    ledger = SQLiteLedger(tmp_path / "ledger.sqlite3")
+    claim = await unstarted(ledger, "seed")
+    keys: list[tuple[str, str, str]] = []
+    for n in range(count):
+        # The same key text under another action or namespace is another key.
+        namespace, action = ("", "charge") if n % 3 else ("tenant", "refund")
+        key = (namespace, action, f"k{n // 2}")
+        keys.append(key)
+        if n % 2 == 0:  # every other key is held; the rest are free
+            await ledger.claim(
+                dataclasses.replace(
+                    claim,
+                    action_id=f"{n:032x}",
+                    namespace=namespace,
+                    action_name=action,
+                    idempotency_key=key[2],
+                ),
+                lease=30,
+            )
+    keys.append(("", "charge", "seed"))
+    conn = await ledger._connection()
+    # A retired receipt holds no key: retire the seed's behind the ledger's back.
+    await live.on_thread(
+        conn,
+        lambda: conn._conn.execute(
+            "UPDATE receipts SET retired_at = updated_at WHERE idempotency_key = 'seed'"
+        ),
+    )
+    found = await live.on_thread(conn, lambda: _holders(conn._conn, keys))
+    expected = [await ledger.find(action, key, namespace) for namespace, action, key in keys]
+    assert found == expected
+    assert any(f is not None for f in found[:-1])  # held keys asked
+    assert None in found[:-1]  # and free ones
+    assert found[-1] is None
+    await ledger.close()
