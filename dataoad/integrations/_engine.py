@@ -23,6 +23,7 @@ import rfc8785
 from dataoad._arguments import (
     MAX_TEXT_ARG_LENGTH,
     MAX_WAIT_IN_PROGRESS,
+    check_metadata,
     check_text_arg,
     check_wait,
 )
@@ -116,6 +117,11 @@ class EngineStep:
             )
         if policy is not None and not isinstance(policy, RetryPolicy):
             raise InvalidArgumentError("policy must be a RetryPolicy or None")
+        check_text_arg("risk", risk, optional=True)
+        if metadata is not None:
+            # Checked now, not on the step's first run: an engine retries a
+            # step whose error is not its own as transient, without end.
+            check_metadata(metadata, runner._bounds.max_metadata_bytes)
         self.engine = engine
         self.runner = runner
         self.action_name: str = action_name  # type: ignore[assignment]

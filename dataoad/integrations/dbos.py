@@ -29,6 +29,7 @@ recovered workflows run their steps on the loop the runner's ledger uses.
 from __future__ import annotations
 
 import functools
+import sys
 from collections.abc import Awaitable, Callable
 from typing import Any, ParamSpec, TypeVar
 
@@ -67,6 +68,24 @@ def step_key() -> str:
             "(call it from a @DBOS.workflow function); nothing was recorded or invoked"
         )
     return engine_key("dbos", workflow_id, str(step_id))
+
+
+def _beside_other_tool_calls() -> bool:
+    """Whether this is a Pydantic AI agent run's tool call, and its run's calls run in parallel.
+
+    Read from Pydantic AI's own context (its run context and its run-scoped
+    parallel mode; both pinned by a test on every version the suite runs):
+    nothing is imported, so without Pydantic AI loaded no agent is running.
+    """
+    run_context = sys.modules.get("pydantic_ai._run_context")
+    tool_manager = sys.modules.get("pydantic_ai.tool_manager")
+    if run_context is None or tool_manager is None:
+        return False
+    current = getattr(run_context, "get_current_run_context", None)
+    mode = getattr(tool_manager, "_parallel_execution_mode_ctx_var", None)
+    if current is None or mode is None:
+        return False
+    return current() is not None and mode.get() != "sequential"
 
 
 def guarded_step(
@@ -129,6 +148,15 @@ def guarded_step(
                     f"{_dbos.DBOS.workflow_id!r}: DBOS runs it as part of that step, so it has "
                     "no key of its own. Call the guarded step from the workflow; nothing was "
                     "recorded or invoked"
+                )
+            if _beside_other_tool_calls():
+                raise NotInStepError(
+                    f"{action_name!r} was called from a Pydantic AI tool that runs beside the "
+                    "run's other tool calls: DBOS numbers steps in the order they start, and "
+                    "parallel tool calls start theirs in an order set by timing, so on recovery "
+                    "a step's key could pass to another call and a charge be made twice. Run "
+                    "the agent's tools one at a time (DBOSAgent(..., "
+                    "parallel_execution_mode='sequential')); nothing was recorded or invoked"
                 )
             result: ActionResult[T] = await stepped(*args, **kwargs)
             return result

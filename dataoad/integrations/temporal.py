@@ -19,7 +19,8 @@ The key is ``activity_key()``: the namespace, workflow id and activity id,
 never the attempt number, nor the run: a reset or a retry of the workflow
 re-executes the same activities, and meets their receipts. A continue-as-new
 or cron run restarts activity ids, so its activity 1 would meet the last
-run's: a receipt another run made is refused (``ApplicationError`` of type
+run's: a receipt another run made, settled or left PENDING, is refused
+before anything runs (``ApplicationError`` of type
 ``"ActionOfAnotherRun"``, non-retryable) unless ``across_runs=True`` says
 that a new run is the same intent; a workflow that loops through runs gives
 ``idempotency_key=`` (a callable of the activity's arguments: an invoice
@@ -168,12 +169,18 @@ def _another_run(receipt: ActionReceipt, run_id: str) -> str | None:
 
 
 def _refused_across_runs(receipt: ActionReceipt, made_by: str, key: str) -> BaseException:
+    pending = (
+        " It is still PENDING (its worker stopped): settle it read-only (a verifier, or "
+        "`dataoad recover`)."
+        if receipt.is_pending
+        else ""
+    )
     error: BaseException = _exceptions.ApplicationError(
         f"the key {key!r} holds action {receipt.action_id}, made by another run of this "
         f"workflow ({made_by!r}): a continue-as-new or cron run restarts activity ids, so "
         "this may be a new action under an old key. Give guarded_activity an "
         "idempotency_key that tells the runs' actions apart, or across_runs=True if a new "
-        "run is the same intent (a reset, a workflow retry). Nothing was invoked",
+        f"run is the same intent (a reset, a workflow retry).{pending} Nothing was invoked",
         _receipt_details(receipt),
         type=ANOTHER_RUN_TYPE,
         non_retryable=True,
@@ -211,6 +218,11 @@ def guarded_activity(
         raise InvalidArgumentError("idempotency_key must be a callable of the activity's arguments")
     if type(across_runs) is not bool:
         raise InvalidArgumentError(f"across_runs must be True or False, not {across_runs!r}")
+    if isinstance(metadata, dict) and RUN_METADATA_KEY in metadata:
+        raise InvalidArgumentError(
+            f"metadata key {RUN_METADATA_KEY!r} is guarded_activity's own: it notes the "
+            "workflow run that made the receipt"
+        )
     step = EngineStep(
         "Temporal",
         runner,
@@ -231,6 +243,14 @@ def guarded_activity(
         async def guarded(*args: P.args, **kwargs: P.kwargs) -> T | None:
             try:
                 key, run_id = _key_and_run(idempotency_key, args, kwargs)
+                if idempotency_key is None and not across_runs:
+                    # Before the call, not after: a claim another run left
+                    # PENDING would be taken over, and settled or run again
+                    # as this run's, before any answer could be refused.
+                    held = await step.runner._store.read_claim(action_name, key)
+                    made_by = None if held is None else _another_run(held, run_id)
+                    if held is not None and made_by is not None:
+                        raise _refused_across_runs(held, made_by, key)
 
                 def admit(result: ActionResult[Any]) -> None:
                     # A replay of a receipt another run made (nothing ran here).

@@ -66,7 +66,8 @@ async def main() -> None:
         """Charge the customer of an order."""
         return describe_result(await charge(ORDER, order), "charge_customer").message
 
-    durable = DBOSAgent(agent)
+    # One tool call at a time: DBOS numbers steps as they start (see the docs).
+    durable = DBOSAgent(agent, parallel_execution_mode="sequential")
     DBOS.launch()
     try:
         with SetWorkflowID("agent-order-1"):

@@ -23,7 +23,7 @@ from pydantic_ai.durable_exec.dbos import DBOSAgent
 from pydantic_ai.messages import ModelMessage, ModelResponse, TextPart, ToolCallPart, ToolReturnPart
 from pydantic_ai.models.function import AgentInfo, FunctionModel
 
-from dataoad import UnresolvedActionError, describe_result
+from dataoad import NotInStepError, UnresolvedActionError, describe_result
 from dataoad.integrations.dbos import guarded_step
 from tests.engines.checkout import Checkout
 
@@ -62,7 +62,11 @@ def build(config: dict[str, Any]) -> tuple[DBOSAgent[None, str], Checkout]:
 
     agent = Agent(FunctionModel(scripted_model), name="checkout", tools=[])
     agent.tool_plain(name="charge")(charge_tool)
-    return DBOSAgent(agent), shop
+    # DBOS numbers steps as they start: a guarded step needs the agent's tool
+    # calls run one at a time (``parallel: true`` tries the default, refused).
+    if config.get("parallel"):
+        return DBOSAgent(agent, parallel_execution_mode="parallel_ordered_events"), shop
+    return DBOSAgent(agent, parallel_execution_mode="sequential"), shop
 
 
 async def main(config_path: str, phase: str) -> None:
@@ -79,6 +83,8 @@ async def main(config_path: str, phase: str) -> None:
             handle = await DBOS.retrieve_workflow_async(config["workflow_id"])
             output = (await handle.get_result()).output
         outcome: dict[str, Any] = {"outcome": "answered", "answer": output}
+    except NotInStepError as exc:
+        outcome = {"outcome": "refused", "error": str(exc)}
     except UnresolvedActionError as exc:
         receipt = exc.receipt
         status = None

@@ -200,6 +200,15 @@ def _step(runner: object = None, **options: Any) -> EngineStep:
             "a verifier needs a provider_reference: it reads the provider by that reference",
         ),
         ({"policy": "twice"}, "policy must be a RetryPolicy or None"),
+        ({"risk": 5}, "risk must be a str, not int"),
+        (
+            {"metadata": [1]},
+            "metadata is not JSON-compatible: metadata must be a dict, not list",
+        ),
+        (
+            {"metadata": {"at": float("inf")}},
+            'metadata is not JSON-compatible: metadata["at"] is a non-finite float (inf)',
+        ),
         (
             {"wait_in_progress": -1},
             "wait_in_progress must be None or seconds in [0, 3600.0], not -1",

@@ -63,3 +63,25 @@ def test_without_dataoad_the_durable_agent_charges_twice(
         f"Pydantic AI DBOSAgent, plain tool, killed after the provider committed: "
         f"{len(run.charges)} charges",
     )
+
+
+def test_a_guarded_tool_of_an_agent_whose_tool_calls_run_in_parallel_is_refused(
+    tmp_path: Path, dbos_system_database: str
+) -> None:
+    """Parallel tool calls start their DBOS steps in an order set by timing: on recovery a
+    step's key could pass to another call (a second charge). Refused, nothing recorded."""
+    run = run_crash(
+        WORKER,
+        tmp_path,
+        "never",
+        mode="guarded",
+        verifier=True,
+        parallel=True,
+        system_database=dbos_system_database,
+    )
+    assert run.outcome["outcome"] == "refused", run.outcome
+    assert "parallel_execution_mode='sequential'" in run.outcome["error"]
+    assert "nothing was recorded or invoked" in run.outcome["error"]
+    assert run.charges == []
+    ledger = tmp_path / "ledger.sqlite3"
+    assert not ledger.exists() or stored_receipts(ledger) == []  # never even opened

@@ -21,6 +21,7 @@ from dataoad import (
     InMemoryLedger,
     InvalidArgumentError,
     NotInStepError,
+    RetryPolicy,
     SQLiteLedger,
     SyncActionRunner,
     UnresolvedActionError,
@@ -287,6 +288,100 @@ async def test_a_receipt_of_another_run_is_refused_not_replayed() -> None:
     assert charges == [1]
 
 
+class WorkerDied(BaseException):
+    """The worker's process ends inside the activity: nothing more of the call runs."""
+
+
+@pytest.mark.parametrize("charged", [True, False], ids=["after the charge", "before it"])
+async def test_a_claim_another_run_left_pending_is_refused_not_taken_over(charged: bool) -> None:
+    # Run 1's worker dies inside activity 1 and the workflow continues as new:
+    # run 2's activity 1 has the same key. Taking the claim over would settle
+    # run 1's charge as run 2's (month 2 skipped, reported CONFIRMED), or run
+    # month 2 under run 1's receipt, which run 2's own retry then refused.
+    ledger = InMemoryLedger()
+    charges: list[int] = []
+
+    def verify(receipt: Any) -> VerificationResult:
+        ref = receipt.provider_reference
+        if charges:
+            return VerificationResult.confirmed(verified_provider_reference=ref)
+        return VerificationResult.absent(verified_provider_reference=ref, retry_safe=True)
+
+    died: list[int] = []
+
+    @guarded_activity(
+        ActionRunner(ledger, lease=0.05),
+        "charge",
+        request=lambda month: {"plan": "pro"},
+        provider_reference=lambda month: "sub-7",
+        verifier=verify,
+        policy=RetryPolicy(max_attempts=2, retry_on_failed=True),  # absence read back
+    )
+    async def charge(month: int) -> str:
+        if not died and not charged:
+            died.append(month)
+            raise WorkerDied
+        charges.append(month)
+        if not died:
+            died.append(month)
+            raise WorkerDied
+        return f"ch-{month}"
+
+    with pytest.raises(WorkerDied):
+        await environment(workflow_run_id="run-1").run(charge, 1)
+    (left,) = ledger.snapshot()
+    assert left.is_pending
+    await asyncio.sleep(0.1)  # run 1's lease has run out
+    for attempt in (1, 2):  # and again on Temporal's retry
+        with pytest.raises(ApplicationError) as info:
+            await environment(workflow_run_id="run-2", attempt=attempt).run(charge, 2)
+        assert info.value.type == ANOTHER_RUN_TYPE
+        assert info.value.non_retryable
+        assert "made by another run of this workflow ('run-1')" in str(info.value)
+        assert "still PENDING" in str(info.value)
+        assert "Nothing was invoked" in str(info.value)
+    assert charges == ([1] if charged else [])
+    assert ledger.snapshot() == [left]  # not taken over, nothing settled
+    # Run 1's own retry of its activity is its own: it takes the claim over.
+    again = await environment(workflow_run_id="run-1", attempt=2).run(charge, 1)
+    assert again == (None if charged else "ch-1")
+    assert charges == [1]
+    (settled,) = ledger.snapshot()
+    assert settled.final_status is not None
+    assert settled.final_status.value == "CONFIRMED"
+
+
+async def test_across_runs_takes_over_a_claim_another_run_left_pending() -> None:
+    ledger = InMemoryLedger()
+    charges: list[int] = []
+
+    @guarded_activity(
+        ActionRunner(ledger, lease=0.05),
+        "charge",
+        request={"order": "o1"},
+        provider_reference="order-o1",
+        verifier=lambda receipt: (
+            VerificationResult.confirmed(verified_provider_reference="order-o1")
+            if 1 in charges
+            else VerificationResult.absent(verified_provider_reference="order-o1", retry_safe=True)
+        ),
+        policy=RetryPolicy(max_attempts=2, retry_on_failed=True),
+        across_runs=True,  # a reset: run 2 is the same intent
+    )
+    async def charge() -> str:
+        if not charges:
+            charges.append(0)
+            raise WorkerDied  # before the provider is called
+        charges.append(1)
+        return "ch"
+
+    with pytest.raises(WorkerDied):
+        await environment(workflow_run_id="run-1").run(charge)
+    await asyncio.sleep(0.1)
+    assert await environment(workflow_run_id="run-2").run(charge) == "ch"
+    assert charges == [0, 1]
+
+
 async def test_across_runs_replays_and_a_key_of_its_own_tells_runs_apart() -> None:
     ledger = InMemoryLedger()
     charges: list[int] = []
@@ -351,6 +446,16 @@ def test_bad_options_are_refused_when_decorating() -> None:
         guarded_activity(runner, "charge", request={}, idempotency_key="k")  # type: ignore[arg-type]
     with pytest.raises(InvalidArgumentError, match="across_runs must be True or False"):
         guarded_activity(runner, "charge", request={}, across_runs=1)  # type: ignore[arg-type]
+    # Found when decorating, not as a TypeError Temporal would retry without end.
+    with pytest.raises(InvalidArgumentError, match="metadata must be a dict"):
+        guarded_activity(runner, "charge", request={}, metadata=[1])  # type: ignore[arg-type]
+    with pytest.raises(InvalidArgumentError, match="non-finite"):
+        guarded_activity(runner, "charge", request={}, metadata={"a": float("nan")})
+    with pytest.raises(InvalidArgumentError, match="guarded_activity's own"):
+        guarded_activity(runner, "charge", request={}, metadata={RUN_METADATA_KEY: "run-0"})
+    with pytest.raises(InvalidArgumentError, match="risk"):
+        guarded_activity(runner, "charge", request={}, risk=5)  # type: ignore[arg-type]
+    guarded_activity(runner, "charge", request={}, metadata={"team": "billing"}, risk="high")
 
 
 @pytest.mark.parametrize(("point", "verifier"), crash_matrix())
