@@ -188,6 +188,21 @@ def _refused_across_runs(receipt: ActionReceipt, made_by: str, key: str) -> Base
     return error
 
 
+def _taken_from_another_run(receipt: ActionReceipt, made_by: str, key: str) -> BaseException:
+    status = "still open" if receipt.final_status is None else receipt.final_status.value
+    error: BaseException = _exceptions.ApplicationError(
+        f"the key {key!r} was claimed by another run of this workflow ({made_by!r}) while "
+        f"this activity started, and this activity took its claim over (action "
+        f"{receipt.action_id}, now {status}). Whose action that receipt records cannot be "
+        "told: do not repeat the operation; decide from the receipt and the provider. Give "
+        "guarded_activity an idempotency_key that tells the runs' actions apart",
+        _receipt_details(receipt),
+        type=ANOTHER_RUN_TYPE,
+        non_retryable=True,
+    )
+    return error
+
+
 def guarded_activity(
     runner: Any,
     action_name: str,
@@ -253,11 +268,18 @@ def guarded_activity(
                         raise _refused_across_runs(held, made_by, key)
 
                 def admit(result: ActionResult[Any]) -> None:
-                    # A replay of a receipt another run made (nothing ran here).
-                    if result.replayed and idempotency_key is None and not across_runs:
-                        made_by = _another_run(result.receipt, run_id)
-                        if made_by is not None:
-                            raise _refused_across_runs(result.receipt, made_by, key)
+                    # Another run's claim made after the read above (its activity
+                    # outlived the continue-as-new): a replay ran nothing here; a
+                    # takeover may have, and is never this run's success either.
+                    if idempotency_key is not None or across_runs:
+                        return
+                    made_by = _another_run(result.receipt, run_id)
+                    if made_by is None:
+                        return
+                    if result.replayed:
+                        raise _refused_across_runs(result.receipt, made_by, key)
+                    if result.taken_over:
+                        raise _taken_from_another_run(result.receipt, made_by, key)
 
                 noted = {**(metadata or {}), RUN_METADATA_KEY: run_id}
                 result = await step.run(key, fn, args, kwargs, metadata=noted, admit=admit)

@@ -351,6 +351,57 @@ async def test_a_claim_another_run_left_pending_is_refused_not_taken_over(charge
     assert settled.final_status.value == "CONFIRMED"
 
 
+async def test_another_runs_claim_made_after_the_read_is_still_not_this_runs() -> None:
+    # Run 1's activity outlived the continue-as-new: it claims the key just
+    # after run 2's activity read it free, and its worker dies after the
+    # charge. Run 2 takes the claim over and the verifier finds a charge:
+    # run 1's, never run 2's month.
+    ledger = InMemoryLedger()
+    charges: list[int] = []
+
+    def verify(receipt: Any) -> VerificationResult:
+        ref = receipt.provider_reference
+        if charges:
+            return VerificationResult.confirmed(verified_provider_reference=ref)
+        return VerificationResult.absent(verified_provider_reference=ref, retry_safe=True)
+
+    @guarded_activity(
+        ActionRunner(ledger, lease=0.05),
+        "charge",
+        request=lambda month: {"plan": "pro"},
+        provider_reference=lambda month: "sub-7",
+        verifier=verify,
+        policy=RetryPolicy(max_attempts=2, retry_on_failed=True),
+    )
+    async def charge(month: int) -> str:
+        charges.append(month)
+        if month == 1:
+            raise WorkerDied
+        return f"ch-{month}"
+
+    read = ledger.find
+    raced: list[bool] = []
+
+    async def find(*args: Any, **kwargs: Any) -> Any:
+        held = await read(*args, **kwargs)
+        if held is None and not raced:  # run 2 read the key free; run 1 claims it now
+            raced.append(True)
+            with pytest.raises(WorkerDied):
+                await environment(workflow_run_id="run-1").run(charge, 1)
+            await asyncio.sleep(0.1)  # and its lease runs out
+        return held
+
+    ledger.find = find  # type: ignore[method-assign]
+    with pytest.raises(ApplicationError) as info:
+        await environment(workflow_run_id="run-2").run(charge, 2)
+    assert info.value.type == ANOTHER_RUN_TYPE
+    assert info.value.non_retryable
+    assert "do not repeat the operation" in str(info.value)
+    assert charges == [1]
+    (receipt,) = ledger.snapshot()
+    assert receipt.metadata[RUN_METADATA_KEY] == "run-1"
+
+
 async def test_across_runs_takes_over_a_claim_another_run_left_pending() -> None:
     ledger = InMemoryLedger()
     charges: list[int] = []
