@@ -16,6 +16,7 @@ from dataoad import (
     DefinitiveFailure,
     InMemoryLedger,
     InvalidArgumentError,
+    InvalidRequestError,
     RetryPolicy,
     SyncActionRunner,
     UnresolvedActionError,
@@ -320,3 +321,31 @@ async def test_a_step_answers_confirmed_and_failed_and_raises_unknown() -> None:
     # execute answers whatever the outcome; a re-execution replays, never runs again.
     again = await step.execute("k-lost", lost, (), {})
     assert (again.status, again.replayed) == (ActionStatus.UNKNOWN, True)
+
+
+def test_a_step_holds_its_metadata_to_the_runner_s_bound_when_it_is_built() -> None:
+    runner = ActionRunner(InMemoryLedger(), max_metadata_bytes=32)
+    fits = {"note": "x" * 21}  # {"note":"xxx..."}: 32 bytes of JSON
+    EngineStep(
+        "DBOS",
+        runner,
+        "charge",
+        request={},
+        provider_reference=None,
+        verifier=None,
+        policy=None,
+        wait_in_progress=None,
+        metadata=fits,
+    )
+    with pytest.raises(InvalidRequestError, match="max_metadata_bytes=32"):
+        EngineStep(
+            "DBOS",
+            runner,
+            "charge",
+            request={},
+            provider_reference=None,
+            verifier=None,
+            policy=None,
+            wait_in_progress=None,
+            metadata={"note": "x" * 22},
+        )

@@ -1082,6 +1082,13 @@ async def test_concurrent_claims_are_looked_up_by_one_flush(tmp_path: Path) -> N
             hops.append(item)
             real.put_nowait(item)
 
+    reads: list[str] = []
+    await live.on_thread(
+        conn,
+        lambda: conn._conn.set_trace_callback(
+            lambda sql: reads.append(sql) if sql.lstrip().upper().startswith("SELECT") else None
+        ),
+    )
     gate, blocked = await _hold_thread(ledger)
     conn._tx = CountingQueue()  # type: ignore[assignment]
     fresh = [
@@ -1098,6 +1105,8 @@ async def test_concurrent_claims_are_looked_up_by_one_flush(tmp_path: Path) -> N
     assert await replay == (claim, False)
     conn._tx = real
     assert len(hops) == 1  # one flush for nine claims
+    assert len(reads) == 1  # and one read for their nine look-ups
+    await live.on_thread(conn, lambda: conn._conn.set_trace_callback(None))
     assert [created for _, created in made] == [True] * 8
     assert ledger._group.group_sizes[-1] == 8
     for receipt, _ in made:
@@ -1211,7 +1220,11 @@ async def test_the_holders_of_many_keys_read_together_are_those_find_reads(
             "UPDATE receipts SET retired_at = updated_at WHERE idempotency_key = 'seed'"
         ),
     )
+    reads: list[str] = []
+    await live.on_thread(conn, lambda: conn._conn.set_trace_callback(reads.append))
     found = await live.on_thread(conn, lambda: _holders(conn._conn, keys))
+    await live.on_thread(conn, lambda: conn._conn.set_trace_callback(None))
+    assert len(reads) == -(-len(keys) // 64)  # one statement per 64 keys
     expected = [await ledger.find(action, key, namespace) for namespace, action, key in keys]
     assert found == expected
     assert any(f is not None for f in found[:-1])  # held keys asked
