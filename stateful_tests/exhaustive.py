@@ -312,6 +312,12 @@ OUT_OF_REACH = {
     "group-fails-whole-on-a-failed-look-up": "a SQLite grouped-writer bug (the group machine)",
     "group-runs-a-claim-its-look-up-answered": "a SQLite grouped-writer bug (the group machine)",
     "group-looks-up-on-a-broken-connection": "a SQLite grouped-writer bug (the group machine)",
+    "group-answers-a-claim-with-another-keys-holder": (
+        "a SQLite grouped-writer bug (the group machine)"
+    ),
+    "group-fails-claims-whose-read-together-failed": (
+        "a SQLite grouped-writer bug (the group machine)"
+    ),
     "runner-trusts-a-rolled-back-group": (
         "a SQLite grouped-writer bug (the runner machine on one connection)"
     ),

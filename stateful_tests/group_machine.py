@@ -69,7 +69,6 @@ FAULTS = st.sampled_from(
         "none",
         "none",
         "none",
-        "none",
         "lock held",
         "statement refused",
         "statement error",
@@ -188,7 +187,13 @@ class GroupMachineBase(RuleBasedStateMachine):
         """A caller claims a key if it is free."""
         self._queue(caller, ("insert", key, value), INSERT, {"k": key, "v": value})
 
-    @rule(caller=st.integers(1, 4), key=st.sampled_from(KEYS), value=VALUES, together=st.booleans())
+    @rule(
+        caller=st.integers(1, 4),
+        key=st.sampled_from(KEYS),
+        value=VALUES,
+        # Mostly read together, as the SQLite ledger's claims are.
+        together=st.sampled_from([True, True, False]),
+    )
     def claim(self, caller: int, key: str, value: int, together: bool) -> None:
         """A caller claims a key as the ledger does: answered by its holder if it is held
         (``together``: its key read with the group's other such claims)."""
@@ -200,6 +205,12 @@ class GroupMachineBase(RuleBasedStateMachine):
             _holder_of(key),
             key if together else None,
         )
+
+    @rule(keys=st.lists(st.sampled_from(KEYS), min_size=2, max_size=3), value=VALUES)
+    def several_claims(self, keys: list[str], value: int) -> None:
+        """Callers claim keys at once, as concurrent agents do: read together by one flush."""
+        for caller, key in enumerate(keys, start=1):
+            self.claim(caller, key, value, True)
 
     @rule(caller=st.integers(1, 4), key=st.sampled_from(KEYS), old=VALUES, new=VALUES)
     def swap(self, caller: int, key: str, old: int, new: int) -> None:
@@ -271,9 +282,9 @@ class GroupMachineBase(RuleBasedStateMachine):
         reads = 0
         for n, (_, write) in enumerate(group):
             if write[0] == "claim":
-                if self._reads_alone(group, write, fault):
-                    reads += 1
-                if fault == "look-up fails" and reads == at:
+                alone = self._reads_alone(group, write, fault)
+                reads += alone
+                if alone and fault == "look-up fails" and reads == at:
                     answers[n] = (None, _Injected)  # this read alone failed: so does its claim
                     continue
                 if write[1] in self.model:
