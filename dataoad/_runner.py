@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Sequence
 from types import TracebackType
-from typing import Any, TypeVar, overload
+from typing import Any, TypeGuard, TypeVar, overload
 
 from dataoad._arguments import (
     check_clock,
@@ -36,6 +36,7 @@ from dataoad._bounds import (
     check_bounds,
 )
 from dataoad._clock import Clock
+from dataoad._errors import InvalidArgumentError
 from dataoad._events import EventKind, EventSink, RunnerObserver
 from dataoad._identity import check_namespace
 from dataoad._in_flight import calls_in_flight
@@ -53,6 +54,17 @@ from dataoad._waiting import until_the_holder_finishes
 __all__ = ["ActionRunner"]
 
 T = TypeVar("T")
+
+
+def _valid(value: object, name: str) -> TypeGuard[str]:
+    """Whether ``value`` passes the check of the argument ``name`` (a bounded, storable str)."""
+    if not isinstance(value, str):
+        return False
+    try:
+        check_text_arg(name, value)
+    except InvalidArgumentError:
+        return False
+    return True
 
 
 class _Verb:
@@ -156,9 +168,11 @@ class ActionRunner(OperatorVerbs):
         return self._tenure.lease
 
     def _verb(self, verb: str, *, action_name: object = None, action_id: object = None) -> _Verb:
-        # Only strings reach observers: a bad argument is reported, not echoed.
-        name = action_name if isinstance(action_name, str) else None
-        ident = action_id if isinstance(action_id, str) else None
+        # Observers hear of the call before its arguments are checked: only a
+        # name or id the checks would take reaches them (a span name, a metric
+        # series), never a bad argument echoed, however long or whatever it holds.
+        name = action_name if _valid(action_name, "action_name") else None
+        ident = action_id if _valid(action_id, "action_id") else None
         return _Verb(EventSink(self._observers, verb, name, ident))
 
     @overload

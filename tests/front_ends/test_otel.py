@@ -107,6 +107,54 @@ async def test_a_refusal_marks_the_span_with_its_outcome(spans: Spans) -> None:
     assert refused.status.status_code.name == "ERROR"
 
 
+@pytest.mark.parametrize(
+    "bad",
+    [
+        "card=4111111111111111&cvv=123\n" + "x" * 1_000_000,  # a secret, a line break, 1 MB
+        "n" * 129,  # one past the longest action name
+        "a\x00b",
+        "",
+    ],
+    ids=["secret 1 MB", "129 characters", "NUL", "empty"],
+)
+async def test_a_refused_name_or_id_reaches_no_span_or_metric(spans: Spans, bad: str) -> None:
+    # Observers hear of a call before its arguments are checked: a name or id
+    # the checks refuse must not become a span name, an attribute or a series.
+    from opentelemetry.sdk.metrics import MeterProvider
+    from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+
+    from dataoad import InvalidArgumentError
+    from dataoad.integrations.otel_metrics import MetricsObserver
+
+    exporter, provider = spans
+    reader = InMemoryMetricReader()
+    meter = MeterProvider(metric_readers=[reader]).get_meter("test")
+    runner = TracedActionRunner(
+        InMemoryLedger(), tracer=provider.get_tracer("test"), observers=[MetricsObserver(meter)]
+    )
+
+    async def charge() -> str:
+        return "ch"
+
+    with pytest.raises(InvalidArgumentError):
+        await runner.execute(bad, charge, request={}, idempotency_key="k")
+    with pytest.raises(InvalidArgumentError):
+        await runner.reconcile(bad, lambda receipt: confirmed())
+    good = "n" * 128  # the longest name is still reported as it is
+    await runner.execute(good, charge, request={}, idempotency_key="k")
+    data = reader.get_metrics_data()
+    assert data is not None
+    exported = repr(data.to_json()) + repr(
+        [(s.name, dict(attributes(s))) for s in exporter.get_finished_spans()]
+    )
+    if bad:  # (the empty name shows as the span names below)
+        assert bad not in exported
+    assert "4111" not in exported
+    assert good in exported
+    names = [s.name for s in exporter.get_finished_spans()]
+    assert names == ["dataoad.execute", "dataoad.reconcile", f"dataoad.execute {good}"]
+
+
 async def test_release_unstarted_runs_in_a_span_too(spans: Spans) -> None:
     from dataoad import ActionNotFoundError
 
