@@ -58,6 +58,7 @@ SAFETY_CRITICAL_MODULES = [
     "dataoad/ledgers/_statements.py",
     "dataoad/ledgers/_writer_lock.py",
     "dataoad/ledgers/_sqlite_group.py",
+    "dataoad/ledgers/_sqlite_holders.py",
     "dataoad/ledgers/_sqlite_file.py",
     "dataoad/_blocking.py",
     "dataoad/_sync.py",
@@ -87,6 +88,7 @@ SAFETY_CRITICAL_MUTANTS = [
     "dataoad.ledgers._statements.*",
     "dataoad.ledgers._writer_lock.*",
     "dataoad.ledgers._sqlite_group.*",
+    "dataoad.ledgers._sqlite_holders.*",
     # The SQLite ledger's clock, which judges every lease and age.
     "dataoad.ledgers._sqlite_file.x_sqlite_clock__mutmut_*",
     "dataoad.ledgers._sqlite_file.xǁ_SQLiteNowǁ*",

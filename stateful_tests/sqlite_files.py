@@ -31,7 +31,8 @@ from pathlib import Path
 from typing import Final
 
 from dataoad import ActionReceipt, SQLiteLedger
-from dataoad.ledgers.sqlite import _SQL, _receipt_of
+from dataoad.ledgers._sqlite_holders import stored_receipt as _receipt_of
+from dataoad.ledgers.sqlite import _SQL
 
 __all__ = ["SQLiteStorageReads", "new_ledger_file"]
 

@@ -34,7 +34,7 @@ import os
 import sqlite3
 import threading
 import weakref
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from types import TracebackType
@@ -59,7 +59,7 @@ from dataoad._ledger_rules import check_ledger_clock
 from dataoad._receipt import ActionReceipt
 from dataoad._status import ActionStatus, ClaimState
 from dataoad.ledgers import _sqlite_live as live
-from dataoad.ledgers._codec import receipt_of, values_of
+from dataoad.ledgers._codec import values_of
 from dataoad.ledgers._durability import DurabilityReport, opened, sqlite_durability
 from dataoad.ledgers._sqlite_audit import SQLiteAudit
 from dataoad.ledgers._sqlite_file import (
@@ -73,6 +73,8 @@ from dataoad.ledgers._sqlite_file import (
     sqlite_clock,
 )
 from dataoad.ledgers._sqlite_group import GroupWriter
+from dataoad.ledgers._sqlite_holders import holder, holders
+from dataoad.ledgers._sqlite_holders import stored_receipt as _receipt_of
 from dataoad.ledgers._sqlite_retention import SQLiteRetention
 from dataoad.ledgers._sqlite_schema import MIGRATIONS as MIGRATIONS
 from dataoad.ledgers._sqlite_setup import initialise, open_file
@@ -88,9 +90,6 @@ _SQL: Final = Statements("receipts", SQLITE)
 Synchronous = Literal["FULL", "NORMAL", "EXTRA"]
 
 
-# -- serialisation ---------------------------------------------------------------
-
-
 def _utc_text(moment: datetime) -> str:
     # The listing orders and filters by this text: times in one zone only
     # sort like the times they are (a receipt a caller wrote at +05:00 too).
@@ -101,37 +100,7 @@ def _values_of(receipt: ActionReceipt) -> dict[str, Any]:
     return values_of(receipt, _utc_text)
 
 
-def _receipt_of(row: Sequence[Any]) -> ActionReceipt:
-    return receipt_of(row, datetime.fromisoformat)
-
-
-def _holder(sql: str, args: tuple[Any, ...], db: sqlite3.Connection) -> ActionReceipt | None:
-    """On the connection's thread: the receipt holding a claim's key, or None."""
-    rows = db.execute(sql, args).fetchall()
-    return _receipt_of(rows[0]) if rows else None
-
-
-#: How many keys one read of held keys asks for: a group's look-ups are
-#: padded to the next of these (the last key again), so a handful of
-#: statements serve every group size from the connection's statement cache.
-_KEYS_READ_TOGETHER: Final = (4, 16, 64)
-
-
-def _holders(db: sqlite3.Connection, keys: list[tuple[str, str, str]]) -> list[Any]:
-    """On the connection's thread: the receipt holding each key (None if free), in order."""
-    found: list[Any] = [None] * len(keys)
-    widest = _KEYS_READ_TOGETHER[-1]
-    for start in range(0, len(keys), widest):
-        chunk = keys[start : start + widest]
-        size = next(n for n in _KEYS_READ_TOGETHER if n >= len(chunk))
-        args: list[Any] = []
-        for n in range(size):
-            place = min(n, len(chunk) - 1)  # padded with the last key
-            args.extend(chunk[place])
-            args.append(start + place)
-        for place, *row in db.execute(_SQL.holders(size).sql, args).fetchall():
-            found[place] = _receipt_of(row)
-    return found
+_holders: Final = functools.partial(holders, _SQL)
 
 
 class SQLiteLedger(SQLiteAudit, SQLiteRetention):
@@ -370,7 +339,7 @@ class SQLiteLedger(SQLiteAudit, SQLiteRetention):
         check_receipt(receipt)
         values = {**_values_of(receipt), "now": None, "lease": checked_lease(lease)}
         find = _SQL["find"]
-        look_up = functools.partial(_holder, find.sql, find.bind(values))
+        look_up = functools.partial(holder, find.sql, find.bind(values))
         conn = await self._connection()
         while True:
             entry = self._group.new_entry(

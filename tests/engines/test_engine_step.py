@@ -325,27 +325,6 @@ async def test_a_step_answers_confirmed_and_failed_and_raises_unknown() -> None:
 
 def test_a_step_holds_its_metadata_to_the_runner_s_bound_when_it_is_built() -> None:
     runner = ActionRunner(InMemoryLedger(), max_metadata_bytes=32)
-    fits = {"note": "x" * 21}  # {"note":"xxx..."}: 32 bytes of JSON
-    EngineStep(
-        "DBOS",
-        runner,
-        "charge",
-        request={},
-        provider_reference=None,
-        verifier=None,
-        policy=None,
-        wait_in_progress=None,
-        metadata=fits,
-    )
+    _step(runner, metadata={"note": "x" * 21})  # {"note":"xxx..."}: 32 bytes of JSON
     with pytest.raises(InvalidRequestError, match="max_metadata_bytes=32"):
-        EngineStep(
-            "DBOS",
-            runner,
-            "charge",
-            request={},
-            provider_reference=None,
-            verifier=None,
-            policy=None,
-            wait_in_progress=None,
-            metadata={"note": "x" * 22},
-        )
+        _step(runner, metadata={"note": "x" * 22})

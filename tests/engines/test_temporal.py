@@ -288,6 +288,18 @@ async def test_a_receipt_of_another_run_is_refused_not_replayed() -> None:
     assert charges == [1]
 
 
+def found_once_charged(charges: list[int]) -> Callable[[Any], VerificationResult]:
+    """A verifier of the provider: a charge once ``charges`` holds one, retry-safe absence before."""
+
+    def verify(receipt: Any) -> VerificationResult:
+        ref = receipt.provider_reference
+        if charges:
+            return VerificationResult.confirmed(verified_provider_reference=ref)
+        return VerificationResult.absent(verified_provider_reference=ref, retry_safe=True)
+
+    return verify
+
+
 class WorkerDied(BaseException):
     """The worker's process ends inside the activity: nothing more of the call runs."""
 
@@ -301,11 +313,7 @@ async def test_a_claim_another_run_left_pending_is_refused_not_taken_over(charge
     ledger = InMemoryLedger()
     charges: list[int] = []
 
-    def verify(receipt: Any) -> VerificationResult:
-        ref = receipt.provider_reference
-        if charges:
-            return VerificationResult.confirmed(verified_provider_reference=ref)
-        return VerificationResult.absent(verified_provider_reference=ref, retry_safe=True)
+    verify = found_once_charged(charges)
 
     died: list[int] = []
 
@@ -359,11 +367,7 @@ async def test_another_runs_claim_made_after_the_read_is_still_not_this_runs() -
     ledger = InMemoryLedger()
     charges: list[int] = []
 
-    def verify(receipt: Any) -> VerificationResult:
-        ref = receipt.provider_reference
-        if charges:
-            return VerificationResult.confirmed(verified_provider_reference=ref)
-        return VerificationResult.absent(verified_provider_reference=ref, retry_safe=True)
+    verify = found_once_charged(charges)
 
     @guarded_activity(
         ActionRunner(ledger, lease=0.05),
