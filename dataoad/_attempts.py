@@ -39,6 +39,7 @@ from dataoad._errors import (
     ActionPersistenceError,
     ClaimFencedError,
     IdempotencyConflictError,
+    NothingInvokedError,
 )
 from dataoad._events import EventKind, EventSink
 from dataoad._evidence import (
@@ -47,7 +48,7 @@ from dataoad._evidence import (
     settle,
 )
 from dataoad._failure import DefinitiveFailure
-from dataoad._leases import Tenure, keep_lease, take_over
+from dataoad._leases import Tenure, keep_lease, renewed_for_the_call, take_over, young_enough
 from dataoad._observing import (
     VerifyFn,
     observe,
@@ -92,12 +93,14 @@ async def execute_once(
     store: ProvenLedger, call: Call, events: EventSink, tenure: Tenure
 ) -> ActionResult[Any]:
     """One pass of ``execute``: replay, refuse, take over, or claim and run."""
+    sent = _sent_at(tenure)
     claimed, created = await store.claim(_fused_claim(store, call, tenure), tenure.lease)
     if not created and call.expires_after is not None:
         current = await expire_if_due(store, claimed, call.expires_after, events)
         if current is None:
             # The key is free now. A receipt made meanwhile by another caller
             # is newer than this call, so it is answered, never expired again.
+            sent = _sent_at(tenure)
             claimed, created = await store.claim(_fused_claim(store, call, tenure), tenure.lease)
         else:
             claimed = current
@@ -106,8 +109,13 @@ async def execute_once(
     events.emit(EventKind.CLAIMED, claimed)
     events.emit(EventKind.ATTEMPT_STARTED, claimed)
     return await run_attempts(
-        store, claimed, call.operation, call.verify, call.policy, events, tenure, started=True
+        store, claimed, call.operation, call.verify, call.policy, events, tenure, started=sent
     )
+
+
+def _sent_at(tenure: Tenure) -> float:
+    """When, by the runner's clock, a write that grants a lease is sent (0 without leases)."""
+    return 0.0 if tenure.lease is None else tenure.clock.monotonic()
 
 
 def _fused_claim(store: ProvenLedger, call: Call, tenure: Tenure) -> ActionReceipt:
@@ -208,13 +216,13 @@ async def run_attempts(
     tenure: Tenure,
     *,
     taken_over: bool = False,
-    started: bool = False,
+    started: float | None = None,
 ) -> ActionResult[Any]:
     """Run attempts of a claim this caller holds until the policy stops, then record.
 
     ``started``: the claim's last attempt was counted by this call's own
-    write (the fused claim) and has not run yet, so it runs without another
-    start.
+    write (the fused claim), sent at this time by the runner's clock, and
+    has not run yet, so it runs without another start.
     """
     durable = claimed
     records = list(claimed.attempt_records)
@@ -223,14 +231,16 @@ async def run_attempts(
     # The verifier's record of the last attempt that ran, for a fenced retry.
     last_observation: VerificationObservation | None = None
     # This call's first attempt: a failure to start it means nothing of this call ran.
-    first_number = claimed.attempts if started else claimed.attempts + 1
+    first_number = claimed.attempts if started is not None else claimed.attempts + 1
     while True:
-        if started:
-            started = False  # attempt 1 was counted with the claim (the fused claim)
+        if started is not None:
+            sent = started
+            started = None  # attempt 1 was counted with the claim (the fused claim)
             number = durable.attempts
         else:
             number = durable.attempts + 1
             records.append(AttemptRecord(number=number, started_at=utc_now()))
+            sent = _sent_at(tenure)
             durable = await _start(
                 store,
                 durable,
@@ -247,6 +257,20 @@ async def run_attempts(
             observations = durable.observations
             events.emit(EventKind.ATTEMPT_STARTED, durable)
 
+        if not young_enough(tenure, sent):
+            held = await renewed_for_the_call(store, durable, tenure, events)
+            if held is not True:
+                not_invoked = _lease_lapsed(durable, number, held)
+                if number == first_number:
+                    raise not_invoked  # nothing of this call ran
+                raise earlier_attempts_ran(
+                    not_invoked,
+                    durable.action_id,
+                    records[:-1],
+                    observations,
+                    base_metadata,
+                    why="it began too late in its lease and could not prove it held the claim",
+                ) from not_invoked
         try:
             async with keep_lease(store, durable, tenure, events):
                 with running_attempt(durable):
@@ -368,6 +392,29 @@ async def _start(
         raise earlier_attempts_ran(
             exc, durable.action_id, records[:-1], observations, base_metadata
         ) from (exc.__cause__ or exc)
+
+
+def _lease_lapsed(durable: ActionReceipt, number: int, held: bool | None) -> ActionPersistenceError:
+    """Attempt ``number`` was counted but began too late to be invoked safely."""
+    late = (
+        f"attempt {number} of action {durable.action_id} ({durable.action_name!r}) began a "
+        "third of its lease or more after the write that counted it (the event loop or "
+        "process stalled: a blocking observer, a pause), "
+    )
+    if held is False:
+        return ClaimFencedError(
+            late + "and its lease renewal was refused: the claim passed to another worker "
+            "or was settled. It was NOT invoked; the new owner settles it",
+            receipt=durable,
+            operation_invoked=False,
+        )
+    return NothingInvokedError(
+        late + "and its lease could not be renewed in time. It was NOT invoked; the claim "
+        "stays PENDING with this attempt counted, to be settled read-only by a takeover "
+        "or recover_pending",
+        receipt=durable,
+        operation_invoked=False,
+    )
 
 
 def _retryable(failure: DefinitiveFailure) -> bool:

@@ -52,11 +52,14 @@ def earlier_attempts_ran(
     finished: Sequence[AttemptRecord],
     observations: Sequence[VerificationObservation],
     base_metadata: Mapping[str, Any],
+    *,
+    why: str | None = None,
 ) -> ActionPersistenceError:
     """A retry that could not start, after earlier attempts of the same call ran."""
     settlement = settle(finished, observations)
     cause = exc.__cause__
-    why = "the claim changed concurrently" if cause is None else bounded_error(cause)
+    if why is None:
+        why = "the claim changed concurrently" if cause is None else bounded_error(cause)
     return OutcomeNotRecordedError(
         f"attempt {len(finished) + 1} of action {action_id} could "
         f"not be started ({why}), so it was not invoked; but {len(finished)} earlier "

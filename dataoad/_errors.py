@@ -207,8 +207,9 @@ class ActionPersistenceError(DataoadError):
 
 
 class NothingInvokedError(ActionPersistenceError):
-    """This call invoked nothing: a claim, an attempt start, a read, a verification
-    or a release could not be proven, so the operation was not called by it.
+    """This call invoked nothing: a claim, an attempt start, a read, a verification,
+    a release, or the lease renewal of an attempt that began late could not be
+    proven, so the operation was not called by it.
 
     ``operation_invoked`` is always False. The same call may be made again
     later (it goes through the claim again). A claim it may have left

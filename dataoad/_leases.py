@@ -37,7 +37,9 @@ __all__ = [
     "Tenure",
     "default_owner",
     "keep_lease",
+    "renewed_for_the_call",
     "take_over",
+    "young_enough",
 ]
 
 #: Seconds a claim stays owned without renewal, unless the runner says otherwise.
@@ -208,6 +210,46 @@ class keep_lease:
         for task in self._tasks:
             if not task.cancelled():
                 task.exception()  # a renewal's failure is not the attempt's
+
+
+def young_enough(tenure: Tenure, since: float) -> bool:
+    """Whether an attempt whose counting write was sent at ``since`` may begin without renewing.
+
+    ``since`` is read by the runner's clock before the write is sent, so
+    before the ledger stamped its lease: the time since is never
+    underestimated. Renewals start a third of a lease after an attempt
+    begins; an attempt that begins later than that (its loop or process
+    stalled: a blocking observer, a pause) may already have lost its claim
+    to a takeover, and invoking then would run the operation beside the new
+    owner's attempt. Such an attempt must first be ``renewed_for_the_call``.
+    """
+    lease = tenure.lease
+    return lease is None or tenure.clock.monotonic() - since < lease / RENEWALS_PER_LEASE
+
+
+async def renewed_for_the_call(
+    store: ProvenLedger, held: ActionReceipt, tenure: Tenure, events: EventSink
+) -> bool | None:
+    """Renew a late attempt's lease under its fencing token before it is invoked.
+
+    True if a renewal was kept and answered within a third of the lease
+    (the claim is this runner's for a renewal interval at least); False if
+    refused (the claim passed on or was settled); None if no renewal could
+    be proven in time. Only True lets the operation run. A pause after this
+    still acts late: only a provider that refuses a stale fencing token
+    (``current_attempt``) closes that.
+    """
+    lease = tenure.lease
+    assert lease is not None
+    for _ in range(RENEWALS_PER_LEASE):
+        since = tenure.clock.monotonic()
+        kept = await store.renew(held, lease)
+        if kept is False:
+            events.emit(EventKind.FENCED, held, level=logging.WARNING)
+            return False
+        if kept and young_enough(tenure, since):
+            return True
+    return None
 
 
 async def take_over(

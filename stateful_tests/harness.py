@@ -21,7 +21,7 @@ from collections import Counter
 from collections.abc import Awaitable, Callable, Iterable
 from datetime import datetime
 from pathlib import Path
-from typing import Any, Protocol, TypeVar, cast
+from typing import Any, Final, Protocol, TypeVar, cast
 
 from hypothesis import settings
 
@@ -188,6 +188,10 @@ class Contender:
     took_over: set[str] = dataclasses.field(default_factory=set)
     #: Lease rules a committed write broke, as seen by the machine (one line each).
     lease_breaches: list[str] = dataclasses.field(default_factory=list)
+    #: Every invocation made while this contender did not hold its claim (one line each).
+    invoked_unheld: list[str] = dataclasses.field(default_factory=list)
+    #: Whether its next gated write, once it returns, parks at ``STALLED`` (a rule's stall).
+    stall_after_write: bool = False
     #: (action_id, attempts before): every release of a PENDING claim that committed.
     releases: list[tuple[str, int]] = dataclasses.field(default_factory=list)
     #: A sweep's: action_id -> (fencing token, lease end) of each claim stale when it began.
@@ -446,6 +450,10 @@ class PreReads(Protocol):
     async def get(self, action_id: str) -> ActionReceipt | None: ...
 
 
+#: Where a contender waits while a rule stalls it right after a write returned.
+STALLED: Final = "runner.stalled after a write"
+
+
 class GatedLedger(FaultyLedger):
     """A ledger client whose every call parks first; the release decides the fault."""
 
@@ -512,6 +520,12 @@ class GatedLedger(FaultyLedger):
         if fault is InjectedFault.FAIL_BEFORE_WRITE:
             raise LedgerFaultError(f"injected: {method} failed before write")
         outcome = await call()
+        contender = _current.get(None)
+        if contender is not None and contender.stall_after_write:
+            # The write returned; the process stalls before its next step
+            # (a blocking observer, a pause), while the rule moves time on.
+            contender.stall_after_write = False
+            await self.scheduler.gate(STALLED)
         if fault is InjectedFault.LOSE_ACKNOWLEDGEMENT:
             raise LedgerFaultError(f"injected: {method} committed, acknowledgement lost")
         return outcome
@@ -782,8 +796,37 @@ class WorldProvider:
         #: References whose latest invocation was cleared for another one by
         #: definitive, retry-safe evidence (whoever observed it).
         self.cleared: dict[str, bool] = {}
+        #: Whether each call notes if its caller held the claim (``invoked_unheld``).
+        self.judges_holding = False
+
+    async def _note_whether_held(self, contender: Contender) -> None:
+        """Whether the operation was invoked while its caller held the claim.
+
+        Read as the operation starts, before its gate: a holder parked at the
+        provider after that (a zombie to be) was invoked in time. A lease
+        that ran out by the ledger's clock with the claim still under the
+        caller's token is not judged: ``lease_runs_out`` moves the ledger's
+        clock alone, which the caller's own clock cannot see.
+        """
+        context = current_attempt()
+        if context is None or not self.judges_holding:
+            return
+        stored = await self.observer.get(context.action_id)
+        if stored is None:
+            why = "the claim is not in the ledger"
+        elif not stored.is_pending:
+            why = f"the claim was already completed {stored.final_status}"
+        elif stored.fencing_token != context.fencing_token:
+            why = f"the claim had passed to fencing token {stored.fencing_token}"
+        else:
+            return
+        contender.invoked_unheld.append(
+            f"invoked attempt {context.attempt} of claim {context.action_id[:8]} under fencing "
+            f"token {context.fencing_token} although {why}"
+        )
 
     async def charge(self, action_name: str, key: str, reference: str) -> str:
+        await self._note_whether_held(_current.get())
         decision = await self.scheduler.gate("provider.charge")
         fault = ProviderFault.NONE if decision is None else decision
         contender = _current.get()

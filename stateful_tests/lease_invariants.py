@@ -36,6 +36,17 @@ def takeovers_only_after_expiry(m: RunnerMachineBase) -> None:
 
 
 @safety
+def operations_run_only_while_their_claim_is_held(m: RunnerMachineBase) -> None:
+    """A contender invokes its operation only while it holds the claim: PENDING and under its own fencing token (a stall between the write that counted the attempt and the call, while another worker took the claim over, must not let it act late)."""
+    for c in m.contenders_list:
+        if c.invoked_unheld:
+            raise fail(
+                operations_run_only_while_their_claim_is_held,
+                f"contender {c.name} {c.invoked_unheld[0]}",
+            )
+
+
+@safety
 def at_most_one_live_owner(m: RunnerMachineBase) -> None:
     """At any moment at most one running contender holds a PENDING claim under its current fencing token."""
     for receipt in m.observed.values():

@@ -20,8 +20,15 @@ from hypothesis import event
 from hypothesis import strategies as st
 from hypothesis.stateful import precondition, rule
 
-from dataoad._leases import RENEWAL_TASK_NAME
-from stateful_tests.harness import Contender, LeaseGrant, ProviderFault, contender_name
+from dataoad._leases import RENEWAL_TASK_NAME, RENEWALS_PER_LEASE
+from stateful_tests.harness import (
+    STALLED,
+    Contender,
+    LeaseGrant,
+    LedgerFault,
+    ProviderFault,
+    contender_name,
+)
 
 #: Every runner's lease, in seconds of the ledger's clock.
 LEASE: Final = 30.0
@@ -36,6 +43,13 @@ _REQUEST: Final = ("amount", "alternate_reference")
 #: verifier, record, completion, and the retries a policy allows).
 _GATES_TO_FINISH: Final = 24
 _MICROSECOND: Final = timedelta(microseconds=1)
+#: How long a contender stalls right after the write that counted its attempt:
+#: either side of a renewal interval, a whole lease and past it.
+STALLS: Final = st.sampled_from(
+    [LEASE / RENEWALS_PER_LEASE - 1, LEASE / RENEWALS_PER_LEASE, LEASE, LEASE + 1]
+)
+#: The writes after which a runner invokes with no other gate between.
+_COUNTING_WRITES: Final = ("ledger.claim", "ledger.start_attempt")
 
 
 class LedgerClock:
@@ -103,6 +117,7 @@ class LeaseRules:
     ledger_clock: LedgerClock
     heartbeats: Heartbeats
     history: Any
+    scheduler: Any
     loop: Any
     observer: Any
     observed: dict[str, Any]
@@ -272,6 +287,85 @@ class LeaseRules:
                 calm_ledger=zombie or calm,
             )
 
+    def _duplicate_of(
+        self, holder: Any, data: st.DataObject, **forced: st.SearchStrategy[Any]
+    ) -> Any | None:
+        """Start a duplicate of ``holder``'s request (how it calls drawn, unless ``forced``).
+
+        None if the machine refused to start it (its key is being freed).
+        """
+        drawn = {k: v for k, v in self.execute_arguments.items() if k not in _REQUEST}
+        drawn.update(forced)
+        arguments = data.draw(st.fixed_dictionaries(drawn), label="duplicate")
+        started = len(self.contenders_list)
+        self.start_execute(
+            holder.key,
+            amount=holder.amount,
+            alternate_reference=holder.reference.endswith("-alt"),
+            **arguments,
+        )
+        return self.contenders_list[-1] if len(self.contenders_list) > started else None
+
+    def _about_to_count(self) -> list[Any]:
+        """Running callers parked at a write that may count an attempt they then invoke."""
+        return [
+            c
+            for c in self.contenders_list
+            if c.kind == "execute" and not c.finished and c.parked_at in _COUNTING_WRITES
+        ]
+
+    # The stall sits where no gate is: between the write that counts an
+    # attempt and the operation's call (an observer blocking the loop, a
+    # paused process). Both clocks move together, as they would, and a
+    # duplicate may take the claim over meanwhile. The stalled caller must
+    # then renew before it invokes, or invoke nothing.
+    @precondition(
+        lambda self: (
+            bool(self._about_to_count())
+            and self._active() < self.max_active
+            and not self.expiring()
+            and not self.lease_edge_pending()
+        )
+    )
+    @rule(data=st.data(), seconds=STALLS)
+    def holder_stalls_after_its_write(self, data: st.DataObject, seconds: float) -> None:
+        """A caller's write counts its attempt; it stalls before the call while time passes (and a duplicate may take over)."""
+        callers = {c.name: c for c in self._about_to_count()}
+        c = callers[data.draw(st.sampled_from(sorted(callers)), label="stalled caller")]
+        gate = c.parked_at
+        c.stall_after_write = True
+        self.history.step += 1
+        self.scheduler.release(c, LedgerFault.NONE)
+        self._after(c)
+        if c.parked_at != STALLED:
+            c.stall_after_write = False  # its write is still queued (a group's)
+            return
+        event(f"stall after {gate}: {seconds:g} s")
+        self.virtual_time.now += seconds
+        self.ledger_clock.advance(seconds)
+        self.history.add(
+            f"contender {c.name}",
+            f"{gate} returned; it stalls {seconds:g} s before its next step (a blocking "
+            "observer, a paused process): its clock and the ledger's move on together",
+        )
+        # A lease ends at exactly its expiry by the ledger's clock: a stall of
+        # one lease is enough for a takeover.
+        if seconds >= LEASE and data.draw(st.booleans(), label="a duplicate takes over meanwhile"):
+            # One that may charge: retry-safe absence lets a taker retry.
+            taker = self._duplicate_of(
+                c, data, policy=st.just("retry-failed"), with_verifier=st.just(True)
+            )
+            for _ in range(_GATES_TO_FINISH if taker is not None else 0):
+                assert taker is not None
+                if taker.finished:
+                    break
+                self.advance_contender(taker, data, 1, calm_ledger=True, truthful_verifier=True)
+        self.history.step += 1
+        self.history.add(f"contender {c.name}", "wakes from its stall")
+        self.scheduler.release(c, None)
+        self._after(c)
+        self._after_lease_step()
+
     def _leases_running(self) -> list[tuple[str, str]]:
         """(holder, action_id) of every parked holder's claim whose lease has not run out."""
         now = self.ledger_clock.now
@@ -327,20 +421,10 @@ class LeaseRules:
             f"{holder.name}'s lease on {action_id[:8]} ({ends.isoformat()})",
         )
         event(f"lease edge: {side}")
-        drawn = {k: v for k, v in self.execute_arguments.items() if k not in _REQUEST}
         # A waiter would sleep on the clock that stands still: it gives up at once.
-        drawn["wait"] = st.just("no wait")
-        arguments = data.draw(st.fixed_dictionaries(drawn), label="duplicate")
-        started = len(self.contenders_list)
-        self.start_execute(
-            holder.key,
-            amount=holder.amount,
-            alternate_reference=holder.reference.endswith("-alt"),
-            **arguments,
-        )
-        if len(self.contenders_list) == started:
+        taker = self._duplicate_of(holder, data, wait=st.just("no wait"))
+        if taker is None:
             return  # the machine refused it (its key is being freed)
-        taker = self.contenders_list[-1]
         taker.lease_edge = (side, action_id)
         taker.calm_ledger = True
         for _ in range(_GATES_TO_FINISH):
@@ -404,6 +488,9 @@ class LeaseRules:
         self._start(c, body)
 
     def _active(self) -> int:
+        raise NotImplementedError
+
+    def _after(self, c: Any) -> None:
         raise NotImplementedError
 
     def start_execute(self, key: str, **arguments: Any) -> None:

@@ -176,6 +176,7 @@ TESTS = [
     # options every front end shares, operator records.
     "tests/leases/test_owner_outcome_after_zombie.py",
     "tests/leases/test_rebase_over_evidence.py",
+    "tests/leases/test_late_attempts.py",
     "tests/ledgers/test_sqlite_group_commit.py",
     "tests/ledgers/test_close_while_opening.py",
     "tests/ledgers/test_row_encoding.py",

@@ -39,6 +39,33 @@ from stateful_tests.planted import PlantedBug, ReleasesStartedClaimsLedger, name
 __all__ = ["LEASE_BUGS"]
 
 
+def _late_attempt_invokes_without_renewing(mp: pytest.MonkeyPatch) -> dict[str, Any]:
+    # Trusts the lease the counting write granted, however late the call.
+    mp.setattr(attempts_module, "young_enough", lambda tenure, since: True)
+    return {}
+
+
+def _lease_judged_young_until_it_ends(mp: pytest.MonkeyPatch) -> dict[str, Any]:
+    def until_the_end(tenure: Any, since: float) -> bool:
+        # Renews only once the whole lease is past, and "past" one tick late.
+        lease = tenure.lease
+        return lease is None or tenure.clock.monotonic() - since <= lease
+
+    mp.setattr(attempts_module, "young_enough", until_the_end)
+    return {}
+
+
+def _late_attempt_ignores_a_refused_renewal(mp: pytest.MonkeyPatch) -> dict[str, Any]:
+    real = leases_module.renewed_for_the_call
+
+    async def ignores(*args: Any) -> bool:
+        await real(*args)  # renews, and goes on whatever the ledger said
+        return True
+
+    mp.setattr(attempts_module, "renewed_for_the_call", ignores)
+    return {}
+
+
 def _renewal_after_takeover(mp: pytest.MonkeyPatch) -> dict[str, Any]:
     # Renews any PENDING claim, whoever holds it now.
     mp.setattr(memory_module, "check_renew", lambda current, token: current.is_pending)
@@ -374,6 +401,32 @@ LEASE_BUGS = [
         "runner",
         names("leases-run-from-the-write-that-grants-them"),
         _renewal_from_the_old_expiry,
+    ),
+    PlantedBug(
+        "late-attempt-invokes-without-renewing",
+        "a holder stalls a lease long between counting its attempt and calling",
+        "runner",
+        names(
+            "operations-run-only-while-their-claim-is-held",
+            # Or what the late call leads to: an invocation no PENDING claim
+            # of this caller counted.
+            "invocation-counted-before-call",
+        ),
+        _late_attempt_invokes_without_renewing,
+    ),
+    PlantedBug(
+        "lease-judged-young-until-it-ends",
+        "a holder stalls exactly one lease between counting its attempt and calling",
+        "runner",
+        names("operations-run-only-while-their-claim-is-held", "invocation-counted-before-call"),
+        _lease_judged_young_until_it_ends,
+    ),
+    PlantedBug(
+        "late-attempt-ignores-a-refused-renewal",
+        "a holder stalls past its lease, taken over meanwhile, and renews before calling",
+        "runner",
+        names("operations-run-only-while-their-claim-is-held", "invocation-counted-before-call"),
+        _late_attempt_ignores_a_refused_renewal,
     ),
     PlantedBug(
         "lease-by-the-writer-clock",

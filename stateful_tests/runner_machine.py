@@ -340,6 +340,7 @@ class RunnerMachineBase(LifecycleRules, LeaseRules, BoundRules, RuleBasedStateMa
             assert isinstance(self.observer, PostgresLedger)
             self.table_reads = PostgresStorageReads.of(self.observer, self.postgres.dsn)
         self.provider = WorldProvider(self.world, self.scheduler, self.history, self.observer)
+        self.provider.judges_holding = True
         self.verifier = WorldVerifier(
             self.world, self.scheduler, self.history, cleared=self.provider.cleared
         )

@@ -109,8 +109,16 @@ def test_recovery_lives_in_one_module_and_leases_only_hold_and_take_over() -> No
         and value.__module__ == "dataoad._leases"
         and not name.startswith("_")
     }
-    # Holding (the tenure, the renewals) and taking over; its private helpers serve keep_lease.
-    assert defined == {"Tenure", "default_owner", "keep_lease", "take_over"}
+    # Holding (the tenure, the renewals, a late attempt's renewal before its
+    # call) and taking over; its private helpers serve keep_lease.
+    assert defined == {
+        "Tenure",
+        "default_owner",
+        "keep_lease",
+        "renewed_for_the_call",
+        "take_over",
+        "young_enough",
+    }
 
 
 def test_the_checks_see_a_second_builder_and_a_second_merge(

@@ -1,0 +1,318 @@
+"""An attempt that begins late in its lease: renewed first, or never invoked.
+
+Between the write that counts an attempt and the call of its operation the
+runner may stall (an observer that blocks the loop, a paused process). If
+the lease ran out meanwhile, another worker may have taken the claim over
+and, on retry-safe evidence, run the operation itself: invoking then would
+run it twice for one claim. So an attempt that begins a third of its lease
+or more after its counting write was *sent* (by the runner's clock) renews
+under its fencing token first, and runs only if that renewal was kept.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from dataoad import (
+    ActionRunner,
+    ActionStatus,
+    ClaimFencedError,
+    DefinitiveFailure,
+    EventKind,
+    InMemoryLedger,
+    NothingInvokedError,
+    OutcomeNotRecordedError,
+    RetryPolicy,
+    SQLiteLedger,
+    VerificationResult,
+)
+from dataoad._leases import RENEWALS_PER_LEASE
+from dataoad.testing import FaultyLedger, LedgerFault, ManualClock
+from suite_support.leases import REQUEST
+
+LEASE = 30.0
+INTERVAL = LEASE / RENEWALS_PER_LEASE
+RETRY_FAILED = RetryPolicy(max_attempts=3, retry_on_failed=True)
+
+
+class RunnerClock:
+    """The runner's monotonic clock, moved only by the test (a stall moves it)."""
+
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def monotonic(self) -> float:
+        return self.now
+
+    async def sleep(self, seconds: float) -> None:
+        await asyncio.Event().wait()  # renewal tasks stay parked: the test renews
+
+
+class StallAt:
+    """An observer that blocks the loop on the ``nth`` ATTEMPT_STARTED and runs ``during``."""
+
+    def __init__(self, during: Any, nth: int = 1) -> None:
+        self.during = during
+        self.nth = nth
+        self.seen = 0
+
+    def on_event(self, event: Any) -> None:
+        if event.kind is EventKind.ATTEMPT_STARTED:
+            self.seen += 1
+            if self.seen == self.nth:
+                self.during()
+
+
+def in_another_thread(work: Any) -> Any:
+    """Run the coroutine ``work()`` to its end on a loop of its own (another worker)."""
+    outcome: list[Any] = []
+
+    def run() -> None:
+        try:
+            outcome.append(asyncio.run(work()))
+        except BaseException as exc:  # the test's thread re-raises it
+            outcome.append(exc)
+
+    thread = threading.Thread(target=run)
+    thread.start()
+    thread.join()
+    if isinstance(outcome[0], BaseException):
+        raise outcome[0]
+    return outcome[0]
+
+
+def stalls_past_the_lease(ledger_clock: ManualClock, a_clock: RunnerClock, b_call: Any) -> Any:
+    """A stall of A past its lease, during which B (another worker) runs ``b_call()`` to its end."""
+    results: list[Any] = []
+
+    def stall() -> None:
+        ledger_clock.advance(LEASE + 1)
+        a_clock.now += LEASE + 1
+        results.append(in_another_thread(b_call))
+
+    stall.results = results  # type: ignore[attr-defined]
+    return stall
+
+
+def provider_reads(charges: list[str]) -> Any:
+    """A verifier of the provider: confirmed once anyone charged, else retry-safe absence."""
+
+    def verify(receipt: Any) -> VerificationResult:
+        if charges:
+            return VerificationResult.confirmed(verified_provider_reference="ref-k")
+        return VerificationResult.absent(verified_provider_reference="ref-k", retry_safe=True)
+
+    return verify
+
+
+def charge_as(name: str, charges: list[str], *, fails_first: bool = False) -> Any:
+    async def charge() -> str:
+        charges.append(name)
+        if fails_first and len(charges) == 1:
+            raise DefinitiveFailure("declined", retryable=True)
+        return f"ch_{name}"
+
+    return charge
+
+
+async def test_a_stall_past_the_lease_during_which_another_worker_charged_invokes_nothing() -> None:
+    # The reproduced double charge: A counts attempt 1, its loop stalls past
+    # the lease; B takes over, reads retry-safe absence, charges. A must not.
+    ledger_clock = ManualClock()
+    ledger = InMemoryLedger(clock=ledger_clock)
+    a_clock = RunnerClock()
+    charges: list[str] = []
+
+    b = ActionRunner(ledger, owner="B", lease=LEASE, policy=RETRY_FAILED)
+    stall = stalls_past_the_lease(
+        ledger_clock,
+        a_clock,
+        lambda: b.execute(
+            "charge",
+            charge_as("B", charges),
+            request=REQUEST,
+            idempotency_key="k",
+            provider_reference="ref-k",
+            verifier=provider_reads(charges),
+        ),
+    )
+
+    a = ActionRunner(ledger, owner="A", lease=LEASE, clock=a_clock, observers=[StallAt(stall)])
+    with pytest.raises(ClaimFencedError) as raised:
+        await a.execute(
+            "charge",
+            charge_as("A", charges),
+            request=REQUEST,
+            idempotency_key="k",
+            provider_reference="ref-k",
+        )
+    assert stall.results[0].taken_over
+    assert stall.results[0].status is ActionStatus.CONFIRMED
+    assert charges == ["B"]
+    assert raised.value.operation_invoked is False
+    assert "NOT invoked" in str(raised.value)
+    stored = await ledger.find("charge", "k")
+    assert stored is not None
+    assert stored.owner == "B"
+    assert stored.final_status is ActionStatus.CONFIRMED
+
+
+@pytest.mark.parametrize(
+    ("stalled", "renewals"),
+    [(0.0, 0), (INTERVAL - 0.001, 0), (INTERVAL, 1), (LEASE + 1, 1)],
+    ids=["no stall", "just under a third", "a third", "past the lease, nobody took over"],
+)
+async def test_an_attempt_renews_first_exactly_when_it_begins_a_third_of_its_lease_late(
+    stalled: float, renewals: int
+) -> None:
+    ledger_clock = ManualClock()
+    ledger = FaultyLedger(InMemoryLedger(clock=ledger_clock))
+    a_clock = RunnerClock()
+    charges: list[str] = []
+
+    def stall() -> None:
+        ledger_clock.advance(stalled)
+        a_clock.now += stalled
+
+    a = ActionRunner(ledger, owner="A", lease=LEASE, clock=a_clock, observers=[StallAt(stall)])
+    result = await a.execute(
+        "charge", charge_as("A", charges), request=REQUEST, idempotency_key="k"
+    )
+    assert result.status is ActionStatus.CONFIRMED
+    assert charges == ["A"]
+    assert ledger.calls.count("renew") == renewals
+
+
+@pytest.mark.parametrize("fault", list(LedgerFault))
+async def test_a_late_attempt_whose_renewal_cannot_be_proven_is_not_invoked(
+    fault: LedgerFault,
+) -> None:
+    ledger_clock = ManualClock()
+    ledger = FaultyLedger(InMemoryLedger(clock=ledger_clock))
+    ledger.inject("renew", fault, times=RENEWALS_PER_LEASE)
+    a_clock = RunnerClock()
+    charges: list[str] = []
+
+    def stall() -> None:
+        a_clock.now += INTERVAL
+
+    a = ActionRunner(ledger, owner="A", lease=LEASE, clock=a_clock, observers=[StallAt(stall)])
+    with pytest.raises(NothingInvokedError) as raised:
+        await a.execute("charge", charge_as("A", charges), request=REQUEST, idempotency_key="k")
+    assert charges == []
+    assert raised.value.operation_invoked is False
+    # Left as a stranded started claim: settled read-only later, never re-run blindly.
+    stored = await ledger.inner.find("charge", "k")
+    assert stored is not None
+    assert stored.is_pending
+    assert stored.attempts == 1
+
+
+async def test_a_renewal_that_is_itself_slow_is_tried_again_then_given_up() -> None:
+    # A renewal answered a third of a lease after it was sent proves too
+    # little time: the runner tries again, and gives up after as many tries
+    # as a lease has renewals.
+    ledger = FaultyLedger(InMemoryLedger())
+    a_clock = RunnerClock()
+    ledger.on_call = lambda method: setattr(
+        a_clock, "now", a_clock.now + (INTERVAL if method == "renew" else 0.0)
+    )
+    charges: list[str] = []
+
+    def stall() -> None:
+        a_clock.now += INTERVAL
+
+    a = ActionRunner(ledger, owner="A", lease=LEASE, clock=a_clock, observers=[StallAt(stall)])
+    with pytest.raises(NothingInvokedError):
+        await a.execute("charge", charge_as("A", charges), request=REQUEST, idempotency_key="k")
+    assert charges == []
+    assert ledger.calls.count("renew") == RENEWALS_PER_LEASE
+
+
+async def test_a_retry_that_begins_after_its_lease_passed_on_is_not_invoked_and_says_attempt_1_ran() -> (
+    None
+):
+    ledger_clock = ManualClock()
+    ledger = InMemoryLedger(clock=ledger_clock)
+    a_clock = RunnerClock()
+    charges: list[str] = []
+
+    b = ActionRunner(ledger, owner="B", lease=LEASE)
+    stall = stalls_past_the_lease(
+        ledger_clock,
+        a_clock,
+        lambda: b.execute("charge", charge_as("B", charges), request=REQUEST, idempotency_key="k"),
+    )
+
+    a = ActionRunner(
+        ledger,
+        owner="A",
+        lease=LEASE,
+        clock=a_clock,
+        policy=RETRY_FAILED,
+        observers=[StallAt(stall, nth=2)],
+    )
+    with pytest.raises(OutcomeNotRecordedError) as raised:
+        await a.execute(
+            "charge",
+            charge_as("A", charges, fails_first=True),
+            request=REQUEST,
+            idempotency_key="k",
+        )
+    # B took attempt 2 over, counted and not run: without a verifier, UNKNOWN.
+    assert stall.results[0].taken_over
+    assert stall.results[0].status is ActionStatus.UNKNOWN
+    assert charges == ["A"]  # attempt 1 only; attempt 2 never ran, nor did B
+    assert raised.value.operation_invoked is True
+    assert raised.value.observed_status is ActionStatus.FAILED
+    assert isinstance(raised.value.__cause__, ClaimFencedError)
+    assert "1 earlier attempt(s)" in str(raised.value)
+
+
+async def test_a_blocking_observer_on_a_real_clock_cannot_let_two_workers_charge(
+    tmp_path: Path,
+) -> None:
+    # The defect as reported, on the system clock and a SQLite file: A's
+    # observer blocks its loop over 0.6 s with a 0.4 s lease; B takes the claim
+    # over meanwhile from another thread and charges on retry-safe absence.
+    path = tmp_path / "ledger.sqlite3"
+    charges: list[str] = []
+    lease = 0.4
+
+    async def b_takes_over() -> Any:
+        await asyncio.sleep(lease + 0.2)
+        async with SQLiteLedger(path) as ledger:
+            b = ActionRunner(ledger, owner="B", lease=lease, policy=RETRY_FAILED)
+            return await b.execute(
+                "charge",
+                charge_as("B", charges),
+                request=REQUEST,
+                idempotency_key="k",
+                provider_reference="ref-k",
+                verifier=provider_reads(charges),
+            )
+
+    b_result: list[Any] = []
+
+    def stall() -> None:
+        b_result.append(in_another_thread(b_takes_over))  # blocks A's loop until B is done
+
+    async with SQLiteLedger(path) as ledger:
+        a = ActionRunner(ledger, owner="A", lease=lease, observers=[StallAt(stall)])
+        with pytest.raises(ClaimFencedError) as raised:
+            await a.execute(
+                "charge",
+                charge_as("A", charges),
+                request=REQUEST,
+                idempotency_key="k",
+                provider_reference="ref-k",
+            )
+    assert b_result
+    assert b_result[0].taken_over
+    assert charges == ["B"]
+    assert raised.value.operation_invoked is False
