@@ -25,9 +25,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any, NamedTuple
 
 from dataoad._action_ids import new_action_id
-from dataoad._blocking import call_maybe_async, caller_cancelled
 from dataoad._completing import (
-    Execution,
     complete,
     earlier_attempts_ran,
     fenced_after_running,
@@ -39,7 +37,6 @@ from dataoad._errors import (
     ActionPersistenceError,
     ClaimFencedError,
     IdempotencyConflictError,
-    NothingInvokedError,
 )
 from dataoad._events import EventKind, EventSink
 from dataoad._evidence import (
@@ -47,8 +44,8 @@ from dataoad._evidence import (
     attempt_evidence,
     settle,
 )
-from dataoad._failure import DefinitiveFailure
-from dataoad._leases import Tenure, keep_lease, renewed_for_the_call, take_over, young_enough
+from dataoad._invoking import invoke
+from dataoad._leases import Tenure, keep_lease, refused_if_late, take_over
 from dataoad._observing import (
     VerifyFn,
     observe,
@@ -57,7 +54,7 @@ from dataoad._observing import (
 )
 from dataoad._policy import UNKNOWN_RETRY_WARNING, RetryPolicy
 from dataoad._proven import ProvenLedger
-from dataoad._receipt import ActionReceipt, AttemptRecord, bounded_error, build_receipt, utc_now
+from dataoad._receipt import ActionReceipt, AttemptRecord, build_receipt, utc_now
 from dataoad._records import ObservationSource, VerificationObservation
 from dataoad._recovery import observe_and_merge, settle_started
 from dataoad._result import ActionResult
@@ -257,24 +254,30 @@ async def run_attempts(
             observations = durable.observations
             events.emit(EventKind.ATTEMPT_STARTED, durable)
 
-        if not young_enough(tenure, sent):
-            held = await renewed_for_the_call(store, durable, tenure, events)
-            if held is not True:
-                not_invoked = _lease_lapsed(durable, number, held)
-                if number == first_number:
-                    raise not_invoked  # nothing of this call ran
-                raise earlier_attempts_ran(
-                    not_invoked,
-                    durable.action_id,
-                    records[:-1],
-                    observations,
-                    base_metadata,
-                    why="it began too late in its lease and could not prove it held the claim",
-                ) from not_invoked
+        late = await refused_if_late(store, durable, tenure, events, sent, number)
+        if late is not None:
+            if number == first_number:
+                raise late  # nothing of this call ran
+            raise earlier_attempts_ran(
+                late,
+                durable.action_id,
+                records[:-1],
+                observations,
+                base_metadata,
+                why="it began too late in its lease and could not prove it held the claim",
+            ) from late
         try:
             async with keep_lease(store, durable, tenure, events):
                 with running_attempt(durable):
-                    execution = await _invoke(operation, verifying=verify is not None)
+                    execution = await invoke(
+                        operation,
+                        verifying=verify is not None,
+                        store=store,
+                        held=durable,
+                        tenure=tenure,
+                        events=events,
+                        sent=sent,
+                    )
                 observation = None
                 if verify is not None and execution.status is ActionStatus.UNKNOWN:
                     observation = await observe(
@@ -392,57 +395,3 @@ async def _start(
         raise earlier_attempts_ran(
             exc, durable.action_id, records[:-1], observations, base_metadata
         ) from (exc.__cause__ or exc)
-
-
-def _lease_lapsed(durable: ActionReceipt, number: int, held: bool | None) -> ActionPersistenceError:
-    """Attempt ``number`` was counted but began too late to be invoked safely."""
-    late = (
-        f"attempt {number} of action {durable.action_id} ({durable.action_name!r}) began a "
-        "third of its lease or more after the write that counted it (the event loop or "
-        "process stalled: a blocking observer, a pause), "
-    )
-    if held is False:
-        return ClaimFencedError(
-            late + "and its lease renewal was refused: the claim passed to another worker "
-            "or was settled. It was NOT invoked; the new owner settles it",
-            receipt=durable,
-            operation_invoked=False,
-        )
-    return NothingInvokedError(
-        late + "and its lease could not be renewed in time. It was NOT invoked; the claim "
-        "stays PENDING with this attempt counted, to be settled read-only by a takeover "
-        "or recover_pending",
-        receipt=durable,
-        operation_invoked=False,
-    )
-
-
-def _retryable(failure: DefinitiveFailure) -> bool:
-    """Whether the failure says a retry is safe; one whose flag cannot be read says no."""
-    try:
-        return failure.retryable is True
-    except Exception:
-        # A subclass whose ``retryable`` raises: still a definitive failure,
-        # but no evidence that repeating it is safe.
-        return False
-
-
-async def _invoke(operation: Callable[[], Any], *, verifying: bool) -> Execution:
-    try:
-        # A sync operation runs on a worker thread, never on the loop.
-        value = await call_maybe_async(operation)
-    except DefinitiveFailure as exc:
-        return Execution(ActionStatus.FAILED, error=bounded_error(exc), retryable=_retryable(exc))
-    except Exception as exc:
-        # Timeouts, resets, malformed responses: the effect may have happened.
-        return Execution(ActionStatus.UNKNOWN, error=bounded_error(exc))
-    except asyncio.CancelledError as exc:
-        if caller_cancelled():
-            raise
-        # Raised by something the operation awaited, not by its caller: the
-        # operation failed mid-way, and the effect may have happened.
-        return Execution(ActionStatus.UNKNOWN, error=bounded_error(exc))
-    if verifying:
-        # A return proves only that execution finished; read-back decides.
-        return Execution(ActionStatus.UNKNOWN, value=value)
-    return Execution(ActionStatus.CONFIRMED, value=value)

@@ -1,4 +1,5 @@
-"""Leases, the runner's side: holding a claim (renewing it) and taking one over.
+"""Leases, the runner's side: holding a claim (renewing it, and proving an
+attempt that begins late still holds it) and taking one over.
 
 The ledger judges expiry by its own clock and applies every change of owner
 as one conditional write (``_ledger_rules``). Here a runner keeps its lease
@@ -18,6 +19,7 @@ it observed is merged into the receipt as evidence (``_recovery``).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import logging
 import os
@@ -27,6 +29,12 @@ import threading
 from typing import Final
 
 from dataoad._clock import Clock, SystemClock
+from dataoad._errors import (
+    ActionNotFoundError,
+    ActionPersistenceError,
+    ClaimFencedError,
+    NothingInvokedError,
+)
 from dataoad._events import EventKind, EventSink
 from dataoad._proven import ProvenLedger
 from dataoad._receipt import ActionReceipt, bound_text, utc_now
@@ -37,6 +45,7 @@ __all__ = [
     "Tenure",
     "default_owner",
     "keep_lease",
+    "refused_if_late",
     "renewed_for_the_call",
     "take_over",
     "young_enough",
@@ -250,6 +259,55 @@ async def renewed_for_the_call(
         if kept and young_enough(tenure, since):
             return True
     return None
+
+
+async def refused_if_late(
+    store: ProvenLedger,
+    durable: ActionReceipt,
+    tenure: Tenure,
+    events: EventSink,
+    sent: float,
+    number: int,
+) -> ActionPersistenceError | None:
+    """None if attempt ``number`` may be invoked now, else why not (nothing invoked).
+
+    An attempt that begins a third of its lease after its counting write was
+    sent renews first (``_leases.young_enough``): invoking on a lease that
+    may have run out could run the operation beside a new owner's attempt.
+    """
+    if young_enough(tenure, sent):
+        return None
+    held = await renewed_for_the_call(store, durable, tenure, events)
+    if held is True:
+        return None
+    late = (
+        f"attempt {number} of action {durable.action_id} ({durable.action_name!r}) began a "
+        "third of its lease or more after the write that counted it (the event loop or "
+        "process stalled: a blocking observer, a pause), "
+    )
+    if held is None:
+        return NothingInvokedError(
+            late + "and its lease could not be renewed in time. It was NOT invoked; the claim "
+            "stays PENDING with this attempt counted, to be settled read-only by a takeover "
+            "or recover_pending",
+            receipt=durable,
+            operation_invoked=False,
+        )
+    current = None
+    with contextlib.suppress(ActionPersistenceError, ActionNotFoundError):
+        current = await store.read(durable.action_id)
+    if current is None:
+        where = "the claim could not be read back"
+    elif current.is_pending:
+        where = f"the claim passed to {current.owner!r} (fencing token {current.fencing_token})"
+    else:
+        status = "" if current.final_status is None else f" {current.final_status.value}"
+        where = f"the claim was settled{status} by {current.owner!r}"
+    return ClaimFencedError(
+        late + f"and its lease renewal was refused: {where}. It was NOT invoked",
+        receipt=durable if current is None else current,
+        operation_invoked=False,
+    )
 
 
 async def take_over(

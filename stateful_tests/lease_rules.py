@@ -128,6 +128,10 @@ class LeaseRules:
     execute_arguments: ClassVar[dict[str, Any]]
     max_active: ClassVar[int]
     lease_grants: dict[str, LeaseGrant]
+    #: Whether ``holder_stalls_after_its_write`` may run (not where a write
+    #: waits for a group's commit: whether it returned within the rule would
+    #: be timing, and runs of the same choices would differ).
+    stalls_after_writes: ClassVar[bool] = True
 
     # Not while a caller frees a key by expiry: its age was asked for on the
     # ledger's clock as it stood (see LifecycleRules.expiry_age).
@@ -321,7 +325,8 @@ class LeaseRules:
     # then renew before it invokes, or invoke nothing.
     @precondition(
         lambda self: (
-            bool(self._about_to_count())
+            self.stalls_after_writes
+            and bool(self._about_to_count())
             and self._active() < self.max_active
             and not self.expiring()
             and not self.lease_edge_pending()

@@ -16,6 +16,7 @@ import pytest
 
 import dataoad._attempts as attempts_module
 import dataoad._completing as completing_module
+import dataoad._invoking as invoking_module
 import dataoad._leases as leases_module
 import dataoad._ledger_rules as ledger_rules_module
 import dataoad._recovery as recovery_module
@@ -41,7 +42,8 @@ __all__ = ["LEASE_BUGS"]
 
 def _late_attempt_invokes_without_renewing(mp: pytest.MonkeyPatch) -> dict[str, Any]:
     # Trusts the lease the counting write granted, however late the call.
-    mp.setattr(attempts_module, "young_enough", lambda tenure, since: True)
+    for module in (leases_module, invoking_module):
+        mp.setattr(module, "young_enough", lambda tenure, since: True)
     return {}
 
 
@@ -51,7 +53,8 @@ def _lease_judged_young_until_it_ends(mp: pytest.MonkeyPatch) -> dict[str, Any]:
         lease = tenure.lease
         return lease is None or tenure.clock.monotonic() - since <= lease
 
-    mp.setattr(attempts_module, "young_enough", until_the_end)
+    for module in (leases_module, invoking_module):
+        mp.setattr(module, "young_enough", until_the_end)
     return {}
 
 
@@ -62,7 +65,8 @@ def _late_attempt_ignores_a_refused_renewal(mp: pytest.MonkeyPatch) -> dict[str,
         await real(*args)  # renews, and goes on whatever the ledger said
         return True
 
-    mp.setattr(attempts_module, "renewed_for_the_call", ignores)
+    for module in (leases_module, invoking_module):
+        mp.setattr(module, "renewed_for_the_call", ignores)
     return {}
 
 

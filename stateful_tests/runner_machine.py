@@ -998,7 +998,9 @@ def machine_for(backend: str, **overrides: Any) -> type[RunnerMachineBase]:
 #: SQLite contenders sharing one connection (one process, many tasks), whose
 #: writes a rule commits as one group (``group_rules``).
 RunnerMachineSQLiteShared: type[RunnerMachineBase] = type(
-    "RunnerMachine_sqlite_shared", (GroupCommitRules, RunnerMachineBase), {"backend": "sqlite"}
+    "RunnerMachine_sqlite_shared",
+    (GroupCommitRules, RunnerMachineBase),
+    {"backend": "sqlite", "stalls_after_writes": False},
 )
 RunnerMachineMemory = machine_for("memory")
 RunnerMachineSQLite = machine_for("sqlite")

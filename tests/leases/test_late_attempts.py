@@ -12,6 +12,7 @@ under its fencing token first, and runs only if that renewal was kept.
 from __future__ import annotations
 
 import asyncio
+import inspect
 import threading
 from pathlib import Path
 from typing import Any
@@ -156,6 +157,11 @@ async def test_a_stall_past_the_lease_during_which_another_worker_charged_invoke
     assert charges == ["B"]
     assert raised.value.operation_invoked is False
     assert "NOT invoked" in str(raised.value)
+    # The error shows the claim as it is now, not as A last wrote it.
+    assert "settled CONFIRMED by 'B'" in str(raised.value)
+    assert raised.value.receipt is not None
+    assert raised.value.receipt.owner == "B"
+    assert raised.value.receipt.final_status is ActionStatus.CONFIRMED
     stored = await ledger.find("charge", "k")
     assert stored is not None
     assert stored.owner == "B"
@@ -316,3 +322,103 @@ async def test_a_blocking_observer_on_a_real_clock_cannot_let_two_workers_charge
     assert b_result[0].taken_over
     assert charges == ["B"]
     assert raised.value.operation_invoked is False
+
+
+async def test_a_claim_taken_over_but_still_pending_is_named_with_its_new_owner() -> None:
+    ledger_clock = ManualClock()
+    ledger = InMemoryLedger(clock=ledger_clock)
+    a_clock = RunnerClock()
+
+    async def never_called() -> None:
+        raise AssertionError("invoked after its claim passed to B")
+
+    async def b_takes_over() -> None:
+        # B's takeover write alone (its settling would complete the claim).
+        stored = await ledger.find("charge", "k")
+        assert stored is not None
+        taken = stored.evolve(
+            owner="B", fencing_token=stored.fencing_token + 1, version=stored.version + 1
+        )
+        assert await ledger.take_over(taken, lease=LEASE)
+
+    def stall() -> None:
+        ledger_clock.advance(LEASE + 1)
+        a_clock.now += LEASE + 1
+        in_another_thread(b_takes_over)
+
+    a = ActionRunner(ledger, owner="A", lease=LEASE, clock=a_clock, observers=[StallAt(stall)])
+    with pytest.raises(ClaimFencedError) as raised:
+        await a.execute("charge", never_called, request=REQUEST, idempotency_key="k")
+    assert "passed to 'B' (fencing token 2)" in str(raised.value)
+    assert raised.value.receipt is not None
+    assert raised.value.receipt.owner == "B"
+    assert raised.value.operation_invoked is False
+
+
+async def test_a_coroutine_a_sync_operation_returns_after_a_stall_past_the_lease_is_never_awaited() -> (
+    None
+):
+    # ``lambda: client.charge(...)``: the lambda runs on a worker thread and
+    # the charge starts only when its coroutine is awaited on the loop. Here
+    # the lease runs out and B charges while the lambda runs.
+    ledger_clock = ManualClock()
+    ledger = InMemoryLedger(clock=ledger_clock)
+    a_clock = RunnerClock()
+    charges: list[str] = []
+    b = ActionRunner(ledger, owner="B", lease=LEASE, policy=RETRY_FAILED)
+    b_charges = stalls_past_the_lease(
+        ledger_clock,
+        a_clock,
+        lambda: b.execute(
+            "charge",
+            charge_as("B", charges),
+            request=REQUEST,
+            idempotency_key="k",
+            provider_reference="ref-k",
+            verifier=provider_reads(charges),
+        ),
+    )
+    returned: list[Any] = []
+
+    def lambda_charge() -> Any:
+        b_charges()
+        returned.append(charge_as("A", charges)())
+        return returned[0]
+
+    a = ActionRunner(ledger, owner="A", lease=LEASE, clock=a_clock)
+    with pytest.raises(ClaimFencedError) as raised:
+        await a.execute(
+            "charge",
+            lambda_charge,
+            request=REQUEST,
+            idempotency_key="k",
+            provider_reference="ref-k",
+        )
+    assert charges == ["B"]
+    assert inspect.getcoroutinestate(returned[0]) == inspect.CORO_CLOSED
+    # Its sync part ran: this call did invoke the operation, and says so.
+    assert raised.value.operation_invoked is True
+    assert raised.value.observed_status is ActionStatus.UNKNOWN
+    stored = await ledger.find("charge", "k")
+    assert stored is not None
+    assert stored.owner == "B"
+    assert stored.final_status is ActionStatus.CONFIRMED
+
+
+@pytest.mark.parametrize(("stalled", "renewals"), [(INTERVAL - 0.001, 0), (INTERVAL, 1)])
+async def test_a_coroutine_a_sync_operation_returns_late_is_awaited_once_the_lease_is_renewed(
+    stalled: float, renewals: int
+) -> None:
+    ledger = FaultyLedger(InMemoryLedger())
+    a_clock = RunnerClock()
+    charges: list[str] = []
+
+    def lambda_charge() -> Any:
+        a_clock.now += stalled
+        return charge_as("A", charges)()
+
+    a = ActionRunner(ledger, owner="A", lease=LEASE, clock=a_clock)
+    result = await a.execute("charge", lambda_charge, request=REQUEST, idempotency_key="k")
+    assert result.status is ActionStatus.CONFIRMED
+    assert charges == ["A"]
+    assert ledger.calls.count("renew") == renewals

@@ -115,6 +115,7 @@ def test_recovery_lives_in_one_module_and_leases_only_hold_and_take_over() -> No
         "Tenure",
         "default_owner",
         "keep_lease",
+        "refused_if_late",
         "renewed_for_the_call",
         "take_over",
         "young_enough",

@@ -1,0 +1,90 @@
+"""Calling an attempt's operation, and what its call proves: step 5 of the protocol.
+
+Classified by evidence only: a ``DefinitiveFailure`` is FAILED, any other
+exception UNKNOWN (the effect may have happened), a plain return CONFIRMED
+without a verifier and UNKNOWN pending read-back with one. A sync
+operation runs on a worker thread; if it returns a coroutine, the call
+starts only when that is awaited, so the claim is checked again first.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+from collections.abc import Callable
+from typing import Any
+
+from dataoad._blocking import call_blocking, caller_cancelled, is_async_callable
+from dataoad._completing import Execution
+from dataoad._events import EventSink
+from dataoad._failure import DefinitiveFailure
+from dataoad._leases import Tenure, renewed_for_the_call, young_enough
+from dataoad._proven import ProvenLedger
+from dataoad._receipt import ActionReceipt, bounded_error
+from dataoad._status import ActionStatus
+
+__all__ = ["invoke"]
+
+
+def _retryable(failure: DefinitiveFailure) -> bool:
+    """Whether the failure says a retry is safe; one whose flag cannot be read says no."""
+    try:
+        return failure.retryable is True
+    except Exception:
+        # A subclass whose ``retryable`` raises: still a definitive failure,
+        # but no evidence that repeating it is safe.
+        return False
+
+
+class _LeaseLapsedBeforeAwait(Exception):
+    """A sync operation returned a coroutine after its claim's lease could not be kept."""
+
+
+async def invoke(
+    operation: Callable[[], Any],
+    *,
+    verifying: bool,
+    store: ProvenLedger,
+    held: ActionReceipt,
+    tenure: Tenure,
+    events: EventSink,
+    sent: float,
+) -> Execution:
+    try:
+        if is_async_callable(operation):
+            value = operation()
+        else:
+            # A sync operation runs on a worker thread, never on the loop.
+            value = await call_blocking(operation)
+            if (
+                inspect.iscoroutine(value)
+                and not young_enough(tenure, sent)
+                and inspect.getcoroutinestate(value) == inspect.CORO_CREATED
+                and await renewed_for_the_call(store, held, tenure, events) is not True
+            ):
+                # ``lambda: client.charge(...)``: the call starts only when its
+                # coroutine is awaited, and the loop ran other tasks meanwhile
+                # (a stall past the lease lets another worker take over).
+                value.close()
+                raise _LeaseLapsedBeforeAwait(
+                    "the claim's lease could not be kept while the operation's sync part ran "
+                    "(the event loop stalled), so the coroutine it returned was closed "
+                    "unawaited; the sync part did run"
+                )
+        if inspect.isawaitable(value):
+            value = await value
+    except DefinitiveFailure as exc:
+        return Execution(ActionStatus.FAILED, error=bounded_error(exc), retryable=_retryable(exc))
+    except Exception as exc:
+        # Timeouts, resets, malformed responses: the effect may have happened.
+        return Execution(ActionStatus.UNKNOWN, error=bounded_error(exc))
+    except asyncio.CancelledError as exc:
+        if caller_cancelled():
+            raise
+        # Raised by something the operation awaited, not by its caller: the
+        # operation failed mid-way, and the effect may have happened.
+        return Execution(ActionStatus.UNKNOWN, error=bounded_error(exc))
+    if verifying:
+        # A return proves only that execution finished; read-back decides.
+        return Execution(ActionStatus.UNKNOWN, value=value)
+    return Execution(ActionStatus.CONFIRMED, value=value)
