@@ -3,7 +3,9 @@
 TARGET is a Python file defining one ProviderAdapter subclass (or an
 ``adapter`` attribute), or ``module:attribute`` naming a subclass, an
 instance, or a zero-argument factory. Exit status: 0 no violation found
-within the budget, 1 a violation (with its shrunk trace), 2 a usage error.
+within the budget, 1 a violation (with its shrunk trace), 2 a usage error,
+3 the adapter's sandbox hooks (reset, effects, in_flight, staging a fault)
+raised, so the search could not go on.
 """
 
 from __future__ import annotations
@@ -17,7 +19,9 @@ from typing import Any
 
 __all__ = ["add_check_command", "run_check_command"]
 
-EXIT_OK, EXIT_VIOLATION, EXIT_USAGE = 0, 1, 2
+EXIT_OK, EXIT_VIOLATION, EXIT_USAGE, EXIT_ADAPTER_ERROR = 0, 1, 2, 3
+#: Bounds of ``--call-timeout`` (seconds).
+CALL_TIMEOUT_RANGE = (0.001, 3600.0)
 
 
 class CheckUsageError(Exception):
@@ -38,6 +42,13 @@ def add_check_command(commands: Any) -> None:
     check.add_argument("--profile", choices=("ci", "deep"), default="ci", help="search budget")
     check.add_argument("--max-examples", type=int, metavar="N", help="override the budget")
     check.add_argument("--seed", type=int, metavar="N", help="seed the search (reproducible)")
+    check.add_argument(
+        "--call-timeout",
+        type=float,
+        default=10.0,
+        metavar="SECONDS",
+        help="a perform or verify call taking longer is a violation (default 10; 0.001 to 3600)",
+    )
     check.add_argument("--trace-json", metavar="FILE", help="also write the report as JSON")
     check.add_argument("--junit-xml", metavar="FILE", help="also write a JUnit XML report")
     check.add_argument(
@@ -62,7 +73,10 @@ def _adapter_from(obj: Any, where: str) -> Any:
     if inspect.isclass(obj) and issubclass(obj, ProviderAdapter):
         return obj()
     if callable(obj):
-        made = obj()
+        try:
+            made = obj()
+        except (Exception, SystemExit) as exc:
+            raise CheckUsageError(f"{where}() raised {type(exc).__name__}: {exc}") from None
         if isinstance(made, ProviderAdapter):
             return made
         raise CheckUsageError(
@@ -125,6 +139,13 @@ def run_check_command(args: argparse.Namespace) -> int:
     if args.max_examples is not None and not 1 <= args.max_examples <= 1_000_000:
         print("dataoad check: error: --max-examples must be in [1, 1000000]", file=sys.stderr)
         return EXIT_USAGE
+    low, high = CALL_TIMEOUT_RANGE
+    if not low <= args.call_timeout <= high:  # NaN fails too
+        print(
+            f"dataoad check: error: --call-timeout must be in [{low:g}, {high:g}] seconds",
+            file=sys.stderr,
+        )
+        return EXIT_USAGE
     for option, path in (
         ("--html", args.html),
         ("--trace-json", args.trace_json),
@@ -140,7 +161,7 @@ def run_check_command(args: argparse.Namespace) -> int:
     except CheckUsageError as problem:
         print(f"dataoad check: error: {problem}", file=sys.stderr)
         return EXIT_USAGE
-    except Exception as exc:
+    except (Exception, SystemExit) as exc:
         print(f"dataoad check: error: {args.target}: {type(exc).__name__}: {exc}", file=sys.stderr)
         return EXIT_USAGE
     # Progress only for a person watching a terminal; logs and pipes stay clean.
@@ -157,6 +178,7 @@ def run_check_command(args: argparse.Namespace) -> int:
             max_examples=args.max_examples,
             seed_value=args.seed,
             name=name,
+            call_timeout=args.call_timeout,
             progress=progress if live else None,
         )
     finally:
@@ -169,7 +191,10 @@ def run_check_command(args: argparse.Namespace) -> int:
         _adapter_check.write_json(report, args.trace_json)
     if args.junit_xml:
         _adapter_check.write_junit(report, args.junit_xml)
-    status = EXIT_OK if report.passed else EXIT_VIOLATION
+    if report.error is not None:
+        status = EXIT_ADAPTER_ERROR
+    else:
+        status = EXIT_OK if report.passed else EXIT_VIOLATION
     try:
         print(report.render(), flush=True)
     except BrokenPipeError:

@@ -70,6 +70,13 @@ def load_module(path: Path) -> Any:
             spec.loader.exec_module(module)
     except Exception as exc:
         raise UsageProblem(f"{path}: failed to import: {type(exc).__name__}: {exc}") from exc
+    except SystemExit as exc:
+        # An unguarded ``sys.exit(main())``: it would end this command with
+        # the module's own status, a pass (0) or a false violation (1).
+        raise UsageProblem(
+            f"{path}: called sys.exit({exc.code!r}) while being imported (guard it with "
+            "if __name__ == '__main__':)"
+        ) from None
     return module
 
 
@@ -87,6 +94,10 @@ def import_attribute(spec: str) -> Any:
         module = importlib.import_module(module_name)
     except Exception as exc:
         raise LookupError(f"cannot import {module_name}: {type(exc).__name__}: {exc}") from exc
+    except SystemExit as exc:
+        raise LookupError(
+            f"cannot import {module_name}: it called sys.exit({exc.code!r}) while being imported"
+        ) from None
     finally:
         sys.path.remove(os.getcwd())
     try:

@@ -14,13 +14,13 @@ from __future__ import annotations
 import asyncio
 import time
 import unittest
-from collections.abc import Callable, Sequence
-from typing import Any, ClassVar, cast
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any, ClassVar, TypeVar, cast
 
 from dataoad._errors import DataoadError, MissingExtraError
 
 try:
-    from hypothesis import HealthCheck, Phase, note, seed, settings
+    from hypothesis import HealthCheck, Phase, Verbosity, note, seed, settings
     from hypothesis import strategies as st
     from hypothesis.stateful import (
         RuleBasedStateMachine,
@@ -43,6 +43,8 @@ from dataoad._status import ActionStatus, VerificationHealth
 from dataoad._verification import VerificationResult
 from dataoad.ledgers.memory import InMemoryLedger
 from dataoad.testing._adapter import ProviderAdapter, ReadFault, SandboxFault
+from dataoad.testing._adapter_faults import label as _label
+from dataoad.testing._adapter_faults import supported as _supported
 from dataoad.testing._adapter_report import (
     INVARIANTS,
     AdapterCheckReport,
@@ -50,6 +52,7 @@ from dataoad.testing._adapter_report import (
     describe_answer,
     describe_outcome,
     describe_receipt,
+    shown,
     write_html,
     write_json,
     write_junit,
@@ -72,53 +75,12 @@ AROUND_PERFORM = ("none", "raise before sending", "lose the response after perfo
 #: Faults the checker injects around ``verify`` itself.
 AROUND_VERIFY = ("none", "verifier outage")
 
+T = TypeVar("T")
+
 POLICIES = {
     "default": RetryPolicy(),
     "retry-failed": RetryPolicy(max_attempts=3, retry_on_failed=True),
 }
-
-
-def _supported(adapter: ProviderAdapter) -> tuple[list[str], list[str], list[str]]:
-    """Which optional fault controls the adapter implements (probed on a fresh sandbox)."""
-    sandbox: list[str] = []
-    reads: list[str] = []
-    skipped: list[str] = []
-    for fault in SandboxFault:
-        adapter.reset()
-        try:
-            adapter.stage_sandbox_fault(fault)
-        except (NotImplementedError, KeyError):
-            # KeyError: an adapter mapping faults through a dict written
-            # before this fault existed cannot stage it.
-            skipped.append(f"sandbox: {fault.value}")
-        else:
-            sandbox.append(fault.name)
-    adapter.reset()
-    try:
-        adapter.land_in_flight()
-    except NotImplementedError:
-        if SandboxFault.IN_FLIGHT.name in sandbox:
-            sandbox.remove(SandboxFault.IN_FLIGHT.name)
-            skipped.append(f"sandbox: {SandboxFault.IN_FLIGHT.value} (no land_in_flight)")
-    for read in ReadFault:
-        adapter.reset()
-        try:
-            adapter.stage_read_fault(read)
-        except NotImplementedError:
-            skipped.append(f"read: {read.value}")
-        else:
-            reads.append(read.name)
-    adapter.reset()
-    return sandbox, reads, skipped
-
-
-def _label(fault: str) -> str:
-    """A fault's words: the enum's description for sandbox and read faults."""
-    if fault in SandboxFault.__members__:
-        return f"sandbox {SandboxFault[fault].value}"
-    if fault in ReadFault.__members__:
-        return f"sandbox read: {ReadFault[fault].value}"
-    return "no fault" if fault == "none" else fault
 
 
 class AdapterMachine(RuleBasedStateMachine):
@@ -128,6 +90,8 @@ class AdapterMachine(RuleBasedStateMachine):
     sandbox_faults: ClassVar[list[str]] = []
     read_faults: ClassVar[list[str]] = []
     examples: ClassVar[int] = 0
+    #: Seconds a perform or verify call may take before it is a violation.
+    call_timeout: ClassVar[float] = 10.0
     #: Set once a violation was found: every later example is shrinking it.
     found: ClassVar[bool] = False
     progress: ClassVar[Callable[[str], None] | None] = None
@@ -188,7 +152,9 @@ class AdapterMachine(RuleBasedStateMachine):
                 self.adapter.stage_sandbox_fault(SandboxFault[fault])
             before = self.adapter.effects(ref)
             try:
-                value = await self.adapter.perform(dict(request), ref)
+                value = await self._within_timeout(
+                    "perform", ref, self.adapter.perform(dict(request), ref)
+                )
             except DefinitiveFailure:
                 after = self.adapter.effects(ref)
                 if after > before or self.adapter.in_flight(ref):
@@ -214,7 +180,8 @@ class AdapterMachine(RuleBasedStateMachine):
             if staged:
                 self.adapter.stage_read_fault(ReadFault[read])
             try:
-                result = await self.adapter.verify(receipt)
+                ref = receipt.provider_reference
+                result = await self._within_timeout("verify", ref, self.adapter.verify(receipt))
             except BaseException as exc:
                 answers.append(describe_answer(exc))
                 raise
@@ -223,6 +190,21 @@ class AdapterMachine(RuleBasedStateMachine):
             return result
 
         return verify
+
+    async def _within_timeout(self, call: str, ref: str | None, awaitable: Awaitable[T]) -> T:
+        timer = asyncio.timeout(self.call_timeout)
+        try:
+            async with timer:
+                return await awaitable
+        except TimeoutError:
+            # Only the checker's own timer: a TimeoutError the adapter raises
+            # itself (its sandbox's timeout fault) is the call's answer.
+            if timer.expired():
+                self._problem(
+                    "calls-return-within-the-call-timeout",
+                    f"{call} for {ref} had not returned after {self.call_timeout:g} s",
+                )
+            raise
 
     def _judge(self, receipt: ActionReceipt, result: object, staged: bool) -> None:
         if not isinstance(result, VerificationResult):
@@ -233,11 +215,14 @@ class AdapterMachine(RuleBasedStateMachine):
         bound = result.verified_provider_reference == ref
         effects = self.adapter.effects(ref)
         flight = self.adapter.in_flight(ref)
-        if healthy and not staged and result.verified_provider_reference is not None and not bound:
+        decided = result.outcome is not ActionStatus.UNKNOWN
+        if healthy and not staged and not bound and decided:
+            named = result.verified_provider_reference
             self._problem(
                 "verifier-names-the-receipts-reference",
                 f"asked about {ref} with no read fault staged, the verifier answered "
-                f"{result.outcome.value} for {result.verified_provider_reference!r}",
+                f"{result.outcome.value} "
+                + ("naming no reference" if named is None else f"for {shown(repr(named))}"),
             )
         if not (healthy and bound):
             return
@@ -281,7 +266,8 @@ class AdapterMachine(RuleBasedStateMachine):
             ),
             label="contenders (provider fault, read)",
         )
-        runner = ActionRunner(self.ledger, policy=POLICIES[policy])
+        # The checker times each verify call itself (``call_timeout``).
+        runner = ActionRunner(self.ledger, policy=POLICIES[policy], verifier_timeout=None)
         names = [next(self.names) for _ in plans]
         answers: list[list[str]] = [[] for _ in plans]
 
@@ -327,7 +313,7 @@ class AdapterMachine(RuleBasedStateMachine):
         ):
             return
         how = read.draw(st.sampled_from(self._read_names()), label="verifier read")
-        runner = ActionRunner(self.ledger)
+        runner = ActionRunner(self.ledger, verifier_timeout=None)
         heard: list[str] = []
 
         async def reconcile() -> Any:
@@ -424,6 +410,8 @@ def _settings(profile: str, max_examples: int | None, derandomize: bool) -> sett
         derandomize=derandomize,
         report_multiple_bugs=False,
         print_blob=False,
+        # The report is the output: not Hypothesis's own dump of a failing case.
+        verbosity=Verbosity.quiet,
         suppress_health_check=list(HealthCheck),
         # Not Phase.explain: after shrinking, it reruns the counterexample with
         # each part varied to say which parts matter; on a state machine that
@@ -440,34 +428,53 @@ def check_adapter(
     seed_value: int | None = None,
     name: str | None = None,
     progress: Callable[[str], None] | None = None,
+    call_timeout: float = 10.0,
 ) -> AdapterCheckReport:
     """Run the adapter-contract machine over ``adapter`` within a budget; never raises for a violation.
 
     ``progress``, if given, is called with a one-line status as each example starts.
+    A ``perform`` or ``verify`` call taking over ``call_timeout`` seconds is a
+    violation. If a sandbox hook (``reset``, ``effects``, ``in_flight``,
+    staging a fault) raises, the report says so in ``error``.
     """
     if not isinstance(adapter, ProviderAdapter):
         raise TypeError(f"expected a ProviderAdapter, not {type(adapter).__qualname__}")
     if profile not in PROFILES:
         raise ValueError(f"profile must be one of {sorted(PROFILES)}, not {profile!r}")
-    machine = _machine_for(adapter)
-    machine.progress = progress
-    if seed_value is not None:
-        machine = seed(seed_value)(machine)
+    if not 0.001 <= call_timeout <= 3600:  # NaN fails too
+        raise ValueError(f"call_timeout must be in [0.001, 3600] seconds, not {call_timeout!r}")
     started = time.monotonic()
     violation: AdapterViolation | None = None
+    error: str | None = None
+    examples = 0
+    skipped: list[str] = []
     try:
-        # Cast: whether Hypothesis types this function differs between its releases.
-        cast(Any, run_state_machine_as_test)(
-            machine, settings=_settings(profile, max_examples, False)
-        )
+        machine = _machine_for(adapter)
+        skipped = list(machine.skipped)  # type: ignore[attr-defined]
+        machine.progress = progress
+        machine.call_timeout = call_timeout
+        if seed_value is not None:
+            machine = seed(seed_value)(machine)
+        try:
+            # Cast: whether Hypothesis types this function differs between its releases.
+            cast(Any, run_state_machine_as_test)(
+                machine, settings=_settings(profile, max_examples, False)
+            )
+        finally:
+            examples = machine.examples
     except AdapterViolation as exc:
         violation = exc
+    except Exception as exc:
+        # Not a contract the adapter broke but a sandbox it could not run:
+        # said in one line, with the report files, never a traceback.
+        error = f"the adapter raised {type(exc).__name__}: {shown(exc, 200)}"
     return AdapterCheckReport(
         adapter=name or type(adapter).__qualname__,
-        examples=machine.examples,
+        examples=examples,
         seconds=time.monotonic() - started,
         violation=violation,
-        skipped_faults=list(machine.skipped),  # type: ignore[attr-defined]
+        skipped_faults=skipped,
+        error=error,
     )
 
 

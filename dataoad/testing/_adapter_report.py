@@ -8,8 +8,10 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import re
 from typing import Any
 
+from dataoad._cli_render import printable
 from dataoad._receipt import ActionReceipt
 from dataoad._result import ActionResult
 from dataoad._status import ActionStatus
@@ -22,6 +24,7 @@ __all__ = [
     "describe_answer",
     "describe_outcome",
     "describe_receipt",
+    "shown",
     "write_html",
     "write_json",
     "write_junit",
@@ -40,6 +43,8 @@ INVARIANTS: dict[str, str] = {
     "answer names the receipt's own provider reference",
     "definitive-failure-only-when-nothing-committed": "perform raises DefinitiveFailure only "
     "when the call left no effect and nothing in flight",
+    "calls-return-within-the-call-timeout": "every perform and verify call returns or raises "
+    "within the check's call timeout",
 }
 
 
@@ -59,7 +64,17 @@ FIXES: dict[str, str] = {
     "definitive-failure-only-when-nothing-committed": "raise DefinitiveFailure only for an answer "
     "proving the provider did not act (a validation refusal); let timeouts, resets and server "
     "errors propagate as they are",
+    "calls-return-within-the-call-timeout": "give every request and every read a client-side "
+    "timeout, so a provider that never answers ends in an error, not a hang",
 }
+
+#: Characters XML 1.0 cannot carry at all, escaped or not.
+_NOT_XML = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\ud800-\udfff\ufffe\uffff]")
+
+
+def shown(text: object, limit: int = 120) -> str:
+    """An adapter's string for the trace: cut to ``limit`` characters, nothing a terminal acts on."""
+    return printable(str(text)[:limit])
 
 
 def describe_answer(answer: object) -> str:
@@ -68,7 +83,7 @@ def describe_answer(answer: object) -> str:
     from dataoad._verification import VerificationResult
 
     if isinstance(answer, BaseException):
-        return f"raised {type(answer).__name__}: {str(answer)[:120]}"
+        return f"raised {type(answer).__name__}: {shown(answer)}"
     if not isinstance(answer, VerificationResult):
         return f"returned {type(answer).__name__}, not a VerificationResult"
     absent = answer.outcome is ActionStatus.FAILED and answer.conclusive_absence
@@ -78,9 +93,11 @@ def describe_answer(answer: object) -> str:
     if answer.health is not VerificationHealth.HEALTHY:
         words.append(answer.health.value.lower())
     if answer.verified_provider_reference is not None:
-        words.append(f"for {answer.verified_provider_reference}")
+        words.append(f"for {shown(answer.verified_provider_reference)}")
+    else:
+        words.append("naming no reference")
     if answer.reason:
-        words.append(f"({answer.reason[:80]})")
+        words.append(f"({shown(answer.reason, 80)})")
     return "answered " + " ".join(words)
 
 
@@ -104,8 +121,8 @@ def describe_outcome(outcome: object) -> str:
             f"{'-' if outcome.receipt.execution_status is None else outcome.receipt.execution_status.value}"
         )
     if isinstance(outcome, BaseException):
-        return f"raised {type(outcome).__name__}: {str(outcome)[:120]}"
-    return repr(outcome)
+        return f"raised {type(outcome).__name__}: {shown(outcome)}"
+    return shown(repr(outcome))
 
 
 class AdapterViolation(AssertionError):
@@ -127,17 +144,26 @@ class AdapterCheckReport:
     seconds: float
     violation: AdapterViolation | None
     skipped_faults: list[str]
+    #: Why the search stopped early: an adapter's sandbox hook raised (None: it ran).
+    error: str | None = None
 
     @property
     def passed(self) -> bool:
-        """True when no violation was found (which is not a proof of correctness)."""
-        return self.violation is None
+        """True when the search ran and found no violation (which is not a proof of correctness)."""
+        return self.violation is None and self.error is None
 
     def render(self) -> str:
         """The human-readable report."""
         lines = [f"dataoad check {self.adapter}"]
         for fault in self.skipped_faults:
             lines.append(f"  skipped fault: {fault} (the adapter cannot stage it)")
+        if self.error is not None:
+            lines.append(
+                f"the check could not finish: {self.error} (after {self.examples} examples, "
+                f"{self.seconds:.1f} s). The adapter's sandbox hooks (reset, effects, in_flight, "
+                "staging a fault) must work for the search to judge anything"
+            )
+            return "\n".join(lines)
         if self.violation is None:
             lines.append(
                 f"none found in {self.examples} examples ({self.seconds:.1f} s): no violation "
@@ -167,6 +193,7 @@ class AdapterCheckReport:
             "examples": self.examples,
             "seconds": round(self.seconds, 3),
             "skipped_faults": self.skipped_faults,
+            "error": self.error,
             "violation": None
             if self.violation is None
             else {
@@ -183,17 +210,25 @@ def write_junit(report: AdapterCheckReport, path: str) -> None:
     """A one-test JUnit XML file for CI systems."""
     from xml.sax.saxutils import escape, quoteattr
 
+    def text(value: str) -> str:
+        return escape(_NOT_XML.sub("\ufffd", value))
+
     failure = ""
-    if report.violation is not None:
+    failures = errors = 0
+    if report.error is not None:
+        errors = 1
+        failure = f"<error message={quoteattr(text(report.error))}>{text(report.render())}</error>"
+    elif report.violation is not None:
+        failures = 1
         failure = (
             f"<failure message={quoteattr(report.violation.invariant)}>"
-            f"{escape(report.render())}</failure>"
+            f"{text(report.render())}</failure>"
         )
     xml = (
         '<?xml version="1.0" encoding="utf-8"?>\n'
-        f'<testsuite name="dataoad check" tests="1" failures="{0 if report.passed else 1}" '
+        f'<testsuite name="dataoad check" tests="1" failures="{failures}" errors="{errors}" '
         f'time="{report.seconds:.3f}">'
-        f'<testcase classname="dataoad.check" name={quoteattr(report.adapter)} '
+        f'<testcase classname="dataoad.check" name={quoteattr(_NOT_XML.sub("?", report.adapter))} '
         f'time="{report.seconds:.3f}">{failure}</testcase></testsuite>\n'
     )
     with open(path, "w", encoding="utf-8") as handle:
@@ -214,7 +249,9 @@ def write_html(report: AdapterCheckReport, path: str) -> None:
     violation = report.violation
     broken = None
     steps: list[Any] = []
-    if violation is None:
+    if report.error is not None:
+        summary = f"The check could not finish: {report.error}."
+    elif violation is None:
         summary = (
             f"No violation found in {report.examples} examples ({report.seconds:.1f} s): "
             "a search result within this budget, not a proof."

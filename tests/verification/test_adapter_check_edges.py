@@ -1,0 +1,189 @@
+"""``dataoad check`` at its edges: adapters that exit, hang, break their sandbox or print escapes.
+
+Each adapter here is the bundled correct one (``examples/adapters/payment_adapter.py``)
+with one thing changed, written to a file of the test's own.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import textwrap
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+import pytest
+
+from suite_support.cli import dataoad
+
+# Slow (each case runs a search over an adapter): out of the quick loop.
+pytestmark = pytest.mark.slow
+
+ROOT = Path(__file__).resolve().parents[2]
+
+HEADER = """\
+import asyncio
+import sys
+sys.path.insert(0, {root!r})
+from dataoad import ActionStatus, VerificationResult
+from examples.adapters.payment_adapter import PaymentAdapter as _Base
+"""
+
+
+def adapter_file(tmp_path: Path, body: str) -> str:
+    path = tmp_path / "adapter.py"
+    path.write_text(HEADER.format(root=str(ROOT)) + textwrap.dedent(body))
+    return str(path)
+
+
+def dataoad_check(*args: str) -> subprocess.CompletedProcess[str]:
+    return dataoad("check", *args, cwd=ROOT)
+
+
+@pytest.mark.parametrize("code", ["0", "1"])
+def test_an_adapter_file_that_exits_on_import_is_a_usage_error(tmp_path: Path, code: str) -> None:
+    # Unguarded ``sys.exit(main())``: it once ended the check with its own
+    # status, a silent pass for 0.
+    target = adapter_file(tmp_path, f"class Mine(_Base):\n    pass\nsys.exit({code})\n")
+    done = dataoad_check(target, "--max-examples", "5")
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert f"called sys.exit({code})" in done.stderr
+    assert len(done.stderr.strip().splitlines()) == 1
+
+
+def test_a_factory_that_exits_is_a_usage_error(tmp_path: Path) -> None:
+    target = adapter_file(tmp_path, "def adapter():\n    sys.exit(0)\n")
+    done = dataoad_check(target, "--max-examples", "5")
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert "adapter() raised SystemExit" in done.stderr
+
+
+@pytest.mark.parametrize(
+    ("body", "said"),
+    [
+        (
+            """
+            class Mine(_Base):
+                def reset(self):
+                    raise ConnectionError("sandbox is down")
+            """,
+            "ConnectionError: sandbox is down",
+        ),
+        (
+            """
+            class Mine(_Base):
+                def effects(self, reference):
+                    if super().effects(reference):
+                        raise LookupError("the oracle broke")
+                    return 0
+            """,
+            "LookupError: the oracle broke",
+        ),
+    ],
+    ids=["reset", "effects"],
+)
+def test_a_sandbox_hook_that_raises_ends_the_check_with_status_3_and_its_reports(
+    tmp_path: Path, body: str, said: str
+) -> None:
+    trace, junit = tmp_path / "trace.json", tmp_path / "check.xml"
+    done = dataoad_check(
+        adapter_file(tmp_path, body),
+        "--seed",
+        "1",
+        "--max-examples",
+        "30",
+        "--trace-json",
+        str(trace),
+        "--junit-xml",
+        str(junit),
+    )
+    assert done.returncode == 3, done.stdout + done.stderr
+    assert "Traceback" not in done.stdout + done.stderr
+    assert f"the check could not finish: the adapter raised {said}" in done.stdout
+    report = json.loads(trace.read_text())
+    assert said in report["error"]
+    assert report["violation"] is None
+    suite = ET.parse(junit).getroot()
+    assert suite.get("errors") == "1"
+    assert suite.get("failures") == "0"
+
+
+def test_escape_sequences_from_the_adapter_never_reach_the_terminal_or_the_xml(
+    tmp_path: Path,
+) -> None:
+    body = """
+    EVIL = "\\x1b]0;title\\x07\\x1b[2J\\x1b[31mALL CHECKS PASSED\\x1b[0m\\r\\n2. forged"
+    class Mine(_Base):
+        async def verify(self, receipt):
+            return VerificationResult.confirmed(verified_provider_reference=EVIL + "x" * 900)
+    """
+    junit = tmp_path / "check.xml"
+    done = dataoad_check(
+        adapter_file(tmp_path, body),
+        "--seed",
+        "1",
+        "--max-examples",
+        "50",
+        "--junit-xml",
+        str(junit),
+    )
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert "\x1b" not in done.stdout
+    assert "\r" not in done.stdout
+    assert "\\x1b]0;title" in done.stdout  # shown, escaped
+    assert "x" * 200 not in done.stdout  # cut to a bound
+    assert not any(line.startswith("2. forged") for line in done.stdout.splitlines())
+    ET.parse(junit)  # well-formed
+
+
+@pytest.mark.parametrize("call", ["perform", "verify"])
+def test_a_call_that_never_returns_is_a_violation_within_the_call_timeout(
+    tmp_path: Path, call: str
+) -> None:
+    body = f"""
+    class Mine(_Base):
+        async def {call}(self, *args):
+            await asyncio.Event().wait()
+    """
+    done = dataoad_check(
+        adapter_file(tmp_path, body), "--seed", "1", "--max-examples", "5", "--call-timeout", "0.05"
+    )
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert "VIOLATION of calls-return-within-the-call-timeout" in done.stdout
+    assert f"{call} for ref-order-" in done.stdout
+
+
+def test_a_healthy_decided_answer_naming_no_reference_is_a_violation(tmp_path: Path) -> None:
+    body = """
+    class Mine(_Base):
+        async def verify(self, receipt):
+            return VerificationResult(outcome=ActionStatus.CONFIRMED)
+    """
+    done = dataoad_check(adapter_file(tmp_path, body), "--seed", "1", "--max-examples", "100")
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert "VIOLATION of verifier-names-the-receipts-reference" in done.stdout
+    assert "CONFIRMED naming no reference" in done.stdout
+
+
+@pytest.mark.parametrize("seconds", ["0.0009", "3600.1", "nan", "-1"])
+def test_a_call_timeout_out_of_its_bounds_is_refused(seconds: str) -> None:
+    done = dataoad_check("examples/adapters/payment_adapter.py", "--call-timeout", seconds)
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert "--call-timeout must be in [0.001, 3600] seconds" in done.stderr
+
+
+@pytest.mark.parametrize("seconds", ["0.001", "3600"])
+def test_a_call_timeout_at_its_bounds_is_taken(seconds: str) -> None:
+    done = dataoad_check(
+        "examples/adapters/payment_adapter.py",
+        "--max-examples",
+        "1",
+        "--seed",
+        "1",
+        "--call-timeout",
+        seconds,
+    )
+    # 1 ms may be too short for a call: then it is reported as a violation,
+    # never refused as usage.
+    assert done.returncode in (0, 1), done.stdout + done.stderr
+    assert "must be in" not in done.stderr
