@@ -23,6 +23,7 @@ import dataoad._arguments as arguments_module
 import dataoad._attempts as attempts_module
 import dataoad._completing as completing_module
 import dataoad._evidence as evidence_module
+import dataoad._invoking as invoking_module
 import dataoad._observing as observing_module
 import dataoad._policy as policy_module
 import dataoad._recovery as recovery_module
@@ -531,13 +532,10 @@ class UnboundedLockWaitSQLiteLedger(SQLiteLedger):
 
 
 def _sync_operation_on_the_loop(mp: pytest.MonkeyPatch) -> dict[str, Any]:
-    async def buggy(fn: Any) -> Any:
-        value = fn()  # a blocking call, right on the event loop
-        if asyncio.iscoroutine(value) or isinstance(value, asyncio.Future):
-            value = await value
-        return value
+    async def buggy(fn: Any, **options: Any) -> Any:
+        return fn()  # a blocking call, right on the event loop
 
-    mp.setattr(attempts_module, "call_maybe_async", buggy)
+    mp.setattr(invoking_module, "call_blocking", buggy)
     return {}
 
 
@@ -586,11 +584,11 @@ def _trusts_return_when_verifier_fails(mp: pytest.MonkeyPatch) -> dict[str, Any]
     raises or answers with something else (the README: it only proves that
     execution finished). The world agrees whenever the fake provider's
     return means the effect exists, so only the evidence can tell."""
-    real_invoke, real_observe = attempts_module._invoke, attempts_module.observe  # type: ignore[attr-defined]
+    real_invoke, real_observe = attempts_module.invoke, attempts_module.observe  # type: ignore[attr-defined]
     returned = [False]
 
-    async def invoke(operation: Any, *, verifying: bool) -> Any:
-        execution = await real_invoke(operation, verifying=verifying)
+    async def invoke(operation: Any, *, verifying: bool, **rest: Any) -> Any:
+        execution = await real_invoke(operation, verifying=verifying, **rest)
         returned[0] = execution.error is None  # no exception: a normal return
         return execution
 
@@ -601,7 +599,7 @@ def _trusts_return_when_verifier_fails(mp: pytest.MonkeyPatch) -> dict[str, Any]
             return dataclasses.replace(seen, record=trusted)
         return seen
 
-    mp.setattr(attempts_module, "_invoke", invoke)
+    mp.setattr(attempts_module, "invoke", invoke)
     mp.setattr(attempts_module, "observe", observe)
     return {}
 

@@ -90,6 +90,8 @@ CLAIM_BUGS: list[PlantedBug] = [
             "only-the-claimer-invokes",
             "no-second-mutation-of-a-claim-by-anyone",
             "invocation-counted-before-call",
+            # The caller invokes under another's claim: not its own token.
+            "operations-run-only-while-their-claim-is-held",
         ),
         _claim_proven_by_key,
     ),

@@ -852,7 +852,7 @@ async def test_where_each_kind_of_operation_runs(monkeypatch: pytest.MonkeyPatch
         seen[f"{label} (call)"] = threading.current_thread()
         return native(label)
 
-    from dataoad import _blocking
+    from dataoad import _blocking, _invoking
 
     hops: list[object] = []
     real_call_blocking = _blocking.call_blocking
@@ -866,6 +866,7 @@ async def test_where_each_kind_of_operation_runs(monkeypatch: pytest.MonkeyPatch
             return await native("async __call__")
 
     monkeypatch.setattr(_blocking, "call_blocking", counting)
+    monkeypatch.setattr(_invoking, "call_blocking", counting)
     runner = ActionRunner(InMemoryLedger())
     for label, operation in (
         ("async def", functools.partial(native, "async def")),
