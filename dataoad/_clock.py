@@ -40,15 +40,23 @@ class Clock(Protocol):
         ...
 
 
+#: Linux's clock that keeps counting while the host is suspended; CLOCK_MONOTONIC
+#: stops then, while a ledger's wall clock runs on, so a runner woken from a
+#: suspend would think its lease younger than the ledger knows it is.
+_SUSPEND_AWARE = getattr(time, "CLOCK_BOOTTIME", None)
+
+
 class SystemClock:
-    """The default: ``time.monotonic``, ``asyncio.sleep`` and UTC now."""
+    """The default: a monotonic clock that counts suspended time, ``asyncio.sleep`` and UTC now."""
 
     def wall_time(self) -> datetime:
         """``datetime.now(UTC)``."""
         return utc_now()
 
     def monotonic(self) -> float:
-        """``time.monotonic()``."""
+        """Seconds on ``CLOCK_BOOTTIME`` where the platform has it, else ``time.monotonic()``."""
+        if _SUSPEND_AWARE is not None:
+            return time.clock_gettime(_SUSPEND_AWARE)
         return time.monotonic()
 
     async def sleep(self, seconds: float) -> None:

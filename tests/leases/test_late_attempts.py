@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import inspect
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -32,6 +33,7 @@ from dataoad import (
     SQLiteLedger,
     VerificationResult,
 )
+from dataoad._clock import SystemClock
 from dataoad._leases import RENEWALS_PER_LEASE
 from dataoad.testing import FaultyLedger, LedgerFault, ManualClock
 from suite_support.leases import REQUEST
@@ -422,3 +424,25 @@ async def test_a_coroutine_a_sync_operation_returns_late_is_awaited_once_the_lea
     assert result.status is ActionStatus.CONFIRMED
     assert charges == ["A"]
     assert ledger.calls.count("renew") == renewals
+
+
+def test_the_default_clock_counts_time_the_host_spent_suspended(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # CLOCK_MONOTONIC stops while a host is suspended; the ledger's wall clock
+    # does not. The default clock reads the one that counts the suspend.
+    from dataoad import _clock
+
+    if _clock._SUSPEND_AWARE is None:
+        assert SystemClock().monotonic() == pytest.approx(time.monotonic(), abs=1.0)
+        return
+    asked: list[int] = []
+    real = time.clock_gettime
+
+    def clock_gettime(which: int) -> float:
+        asked.append(which)
+        return real(which) + 3600.0  # an hour suspended
+
+    monkeypatch.setattr(time, "clock_gettime", clock_gettime)
+    assert SystemClock().monotonic() >= time.monotonic() + 3599.0
+    assert asked == [time.CLOCK_BOOTTIME]
