@@ -88,7 +88,9 @@ def run_file(path: Path) -> Any:
         raise UsageProblem(
             f"{path}: run_safety_suite() raised {type(exc).__name__}: {exc}"
         ) from exc
-    except Exception as exc:
+    except (Exception, SystemExit) as exc:
+        # SystemExit too: an exit inside the suite would end this command
+        # with the suite's own status (0: a silent pass, with no report).
         raise UsageProblem(
             f"{path}: run_safety_suite() raised {type(exc).__name__}: {exc}"
         ) from exc

@@ -10,6 +10,7 @@ starts only when that is awaited, so the claim is checked again first.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import inspect
 from collections.abc import Callable
 from typing import Any
@@ -37,7 +38,15 @@ def _retryable(failure: DefinitiveFailure) -> bool:
 
 
 class _LeaseLapsedBeforeAwait(Exception):
-    """A sync operation returned a coroutine after its claim's lease could not be kept."""
+    """A sync operation returned an awaitable after its claim's lease could not be kept."""
+
+
+def _close(awaitable: object) -> None:
+    """Close an awaitable that will never be awaited (a coroutine: no warning, no effect)."""
+    close = getattr(awaitable, "close", None)
+    if callable(close):
+        with contextlib.suppress(Exception):
+            close()
 
 
 async def invoke(
@@ -57,20 +66,25 @@ async def invoke(
             # A sync operation runs on a worker thread, never on the loop.
             value = await call_blocking(operation)
             if (
-                inspect.iscoroutine(value)
+                inspect.isawaitable(value)
+                and not isinstance(value, asyncio.Future)  # a Future or Task has started
                 and not young_enough(tenure, sent)
-                and inspect.getcoroutinestate(value) == inspect.CORO_CREATED
-                and await renewed_for_the_call(store, held, tenure, events) is not True
             ):
-                # ``lambda: client.charge(...)``: the call starts only when its
-                # coroutine is awaited, and the loop ran other tasks meanwhile
+                # ``lambda: client.charge(...)``: the call starts only when what
+                # it returned is awaited, and the loop ran other tasks meanwhile
                 # (a stall past the lease lets another worker take over).
-                value.close()
-                raise _LeaseLapsedBeforeAwait(
-                    "the claim's lease could not be kept while the operation's sync part ran "
-                    "(the event loop stalled), so the coroutine it returned was closed "
-                    "unawaited; the sync part did run"
-                )
+                try:
+                    kept = await renewed_for_the_call(store, held, tenure, events)
+                except BaseException:
+                    _close(value)
+                    raise
+                if kept is not True:
+                    _close(value)
+                    raise _LeaseLapsedBeforeAwait(
+                        "the claim's lease could not be kept while the operation's sync part "
+                        "ran (the event loop stalled), so what it returned was never awaited; "
+                        "the sync part did run"
+                    )
         if inspect.isawaitable(value):
             value = await value
     except DefinitiveFailure as exc:

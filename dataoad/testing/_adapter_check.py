@@ -193,6 +193,7 @@ class AdapterMachine(RuleBasedStateMachine):
 
     async def _within_timeout(self, call: str, ref: str | None, awaitable: Awaitable[T]) -> T:
         timer = asyncio.timeout(self.call_timeout)
+        began = time.monotonic()
         try:
             async with timer:
                 return await awaitable
@@ -200,11 +201,19 @@ class AdapterMachine(RuleBasedStateMachine):
             # Only the checker's own timer: a TimeoutError the adapter raises
             # itself (its sandbox's timeout fault) is the call's answer.
             if timer.expired():
-                self._problem(
-                    "calls-return-within-the-call-timeout",
-                    f"{call} for {ref} had not returned after {self.call_timeout:g} s",
-                )
+                self._late(call, ref)
             raise
+        finally:
+            # A call that blocked the loop, or swallowed the timer's
+            # cancellation, returns late without a TimeoutError.
+            if not timer.expired() and time.monotonic() - began > self.call_timeout:
+                self._late(call, ref)
+
+    def _late(self, call: str, ref: str | None) -> None:
+        self._problem(
+            "calls-return-within-the-call-timeout",
+            f"{call} for {ref} had not returned after {self.call_timeout:g} s",
+        )
 
     def _judge(self, receipt: ActionReceipt, result: object, staged: bool) -> None:
         if not isinstance(result, VerificationResult):
@@ -464,9 +473,12 @@ def check_adapter(
             examples = machine.examples
     except AdapterViolation as exc:
         violation = exc
-    except Exception as exc:
-        # Not a contract the adapter broke but a sandbox it could not run:
-        # said in one line, with the report files, never a traceback.
+    except KeyboardInterrupt:
+        raise  # a person's Ctrl-C
+    except BaseException as exc:
+        # Not a contract the adapter broke but a sandbox it could not run (or
+        # an exit it called): said in one line, with the report files, never
+        # a traceback nor the adapter's own exit status.
         error = f"the adapter raised {type(exc).__name__}: {shown(exc, 200)}"
     return AdapterCheckReport(
         adapter=name or type(adapter).__qualname__,

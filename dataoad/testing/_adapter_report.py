@@ -217,7 +217,8 @@ def write_junit(report: AdapterCheckReport, path: str) -> None:
     failures = errors = 0
     if report.error is not None:
         errors = 1
-        failure = f"<error message={quoteattr(text(report.error))}>{text(report.render())}</error>"
+        message = quoteattr(_NOT_XML.sub("\ufffd", report.error))
+        failure = f"<error message={message}>{text(report.render())}</error>"
     elif report.violation is not None:
         failures = 1
         failure = (

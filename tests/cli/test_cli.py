@@ -132,6 +132,9 @@ def test_failing_suite_exits_1(tmp_path: Path) -> None:
         ("def run_safety_suite():\n    raise RuntimeError('boom')\n", "raised RuntimeError: boom"),
         ("def run_safety_suite():\n    return {'passed': True}\n", "not a SafetyReport"),
         ("import not_a_module_anywhere\n", "failed to import"),
+        # An exit would end the command with the suite's status: 0, a silent pass.
+        ("import sys\nsys.exit(0)\n", "called sys.exit(0) while being imported"),
+        ("import sys\ndef run_safety_suite():\n    sys.exit(0)\n", "raised SystemExit: 0"),
         (
             "from dataoad.testing import SafetyCheck, SafetyReport\n"
             "def run_safety_suite():\n    return SafetyReport('a', [SafetyCheck('c', 'false')])\n",

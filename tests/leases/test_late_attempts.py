@@ -15,6 +15,7 @@ import asyncio
 import inspect
 import threading
 import time
+import types
 from pathlib import Path
 from typing import Any
 
@@ -357,12 +358,35 @@ async def test_a_claim_taken_over_but_still_pending_is_named_with_its_new_owner(
     assert raised.value.operation_invoked is False
 
 
-async def test_a_coroutine_a_sync_operation_returns_after_a_stall_past_the_lease_is_never_awaited() -> (
-    None
-):
+class LazyCharge:
+    """An awaitable whose request starts only when awaited (as ``session.post(...)`` does)."""
+
+    def __init__(self, charge: Any) -> None:
+        self.charge = charge
+
+    def __await__(self) -> Any:
+        return self.charge().__await__()
+
+
+@types.coroutine
+def generator_charge(charge: Any) -> Any:
+    return (yield from charge().__await__())
+
+
+RETURNED_LATE = {
+    "a coroutine": lambda charge: charge(),
+    "an object whose __await__ starts the call": LazyCharge,
+    "a generator-based coroutine": generator_charge,
+}
+
+
+@pytest.mark.parametrize("kind", sorted(RETURNED_LATE))
+async def test_what_a_sync_operation_returns_after_a_stall_past_the_lease_is_never_awaited(
+    kind: str,
+) -> None:
     # ``lambda: client.charge(...)``: the lambda runs on a worker thread and
-    # the charge starts only when its coroutine is awaited on the loop. Here
-    # the lease runs out and B charges while the lambda runs.
+    # the charge starts only when what it returns is awaited on the loop.
+    # Here the lease runs out and B charges while the lambda runs.
     ledger_clock = ManualClock()
     ledger = InMemoryLedger(clock=ledger_clock)
     a_clock = RunnerClock()
@@ -384,7 +408,7 @@ async def test_a_coroutine_a_sync_operation_returns_after_a_stall_past_the_lease
 
     def lambda_charge() -> Any:
         b_charges()
-        returned.append(charge_as("A", charges)())
+        returned.append(RETURNED_LATE[kind](charge_as("A", charges)))
         return returned[0]
 
     a = ActionRunner(ledger, owner="A", lease=LEASE, clock=a_clock)
@@ -397,7 +421,8 @@ async def test_a_coroutine_a_sync_operation_returns_after_a_stall_past_the_lease
             provider_reference="ref-k",
         )
     assert charges == ["B"]
-    assert inspect.getcoroutinestate(returned[0]) == inspect.CORO_CLOSED
+    if inspect.iscoroutine(returned[0]):
+        assert inspect.getcoroutinestate(returned[0]) == inspect.CORO_CLOSED
     # Its sync part ran: this call did invoke the operation, and says so.
     assert raised.value.operation_invoked is True
     assert raised.value.observed_status is ActionStatus.UNKNOWN
@@ -446,3 +471,33 @@ def test_the_default_clock_counts_time_the_host_spent_suspended(
     monkeypatch.setattr(time, "clock_gettime", clock_gettime)
     assert SystemClock().monotonic() >= time.monotonic() + 3599.0
     assert asked == [time.CLOCK_BOOTTIME]
+
+
+async def test_a_caller_cancelled_while_a_late_call_renews_closes_what_it_returned() -> None:
+    renewing = asyncio.Event()
+
+    class SlowRenewals(InMemoryLedger):
+        async def renew(self, action_id: str, fencing_token: int, lease: float) -> bool:
+            renewing.set()
+            await asyncio.Event().wait()  # until cancelled
+            raise AssertionError("unreachable")
+
+    a_clock = RunnerClock()
+    charges: list[str] = []
+    returned: list[Any] = []
+
+    def lambda_charge() -> Any:
+        a_clock.now += INTERVAL
+        returned.append(charge_as("A", charges)())
+        return returned[0]
+
+    a = ActionRunner(SlowRenewals(), owner="A", lease=LEASE, clock=a_clock)
+    call = asyncio.create_task(
+        a.execute("charge", lambda_charge, request=REQUEST, idempotency_key="k")
+    )
+    await renewing.wait()
+    call.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await call
+    assert charges == []
+    assert inspect.getcoroutinestate(returned[0]) == inspect.CORO_CLOSED

@@ -79,8 +79,26 @@ def test_a_factory_that_exits_is_a_usage_error(tmp_path: Path) -> None:
             """,
             "LookupError: the oracle broke",
         ),
+        (
+            """
+            class Mine(_Base):
+                async def perform(self, request, reference):
+                    sys.exit(0)
+            """,
+            "SystemExit: 0",
+        ),
+        (
+            """
+            class Mine(_Base):
+                def effects(self, reference):
+                    if super().effects(reference):
+                        raise RuntimeError("a < b & <c>")
+                    return 0
+            """,
+            "RuntimeError: a < b & <c>",
+        ),
     ],
-    ids=["reset", "effects"],
+    ids=["reset", "effects", "perform exits", "markup in the message"],
 )
 def test_a_sandbox_hook_that_raises_ends_the_check_with_status_3_and_its_reports(
     tmp_path: Path, body: str, said: str
@@ -106,6 +124,9 @@ def test_a_sandbox_hook_that_raises_ends_the_check_with_status_3_and_its_reports
     suite = ET.parse(junit).getroot()
     assert suite.get("errors") == "1"
     assert suite.get("failures") == "0"
+    error = suite.find("testcase/error")
+    assert error is not None
+    assert said in (error.get("message") or "")  # escaped once: read back as written
 
 
 def test_escape_sequences_from_the_adapter_never_reach_the_terminal_or_the_xml(
@@ -136,14 +157,23 @@ def test_escape_sequences_from_the_adapter_never_reach_the_terminal_or_the_xml(
     ET.parse(junit)  # well-formed
 
 
-@pytest.mark.parametrize("call", ["perform", "verify"])
+@pytest.mark.parametrize(
+    ("call", "how"),
+    [
+        ("perform", "await asyncio.Event().wait()"),
+        ("verify", "await asyncio.Event().wait()"),
+        # Returns, but late: it blocked the loop, where no timer can fire.
+        ("perform", "import time; time.sleep(0.2); return await super().perform(*args)"),
+    ],
+    ids=["perform hangs", "verify hangs", "perform blocks the loop"],
+)
 def test_a_call_that_never_returns_is_a_violation_within_the_call_timeout(
-    tmp_path: Path, call: str
+    tmp_path: Path, call: str, how: str
 ) -> None:
     body = f"""
     class Mine(_Base):
         async def {call}(self, *args):
-            await asyncio.Event().wait()
+            {how}
     """
     done = dataoad_check(
         adapter_file(tmp_path, body), "--seed", "1", "--max-examples", "5", "--call-timeout", "0.05"
