@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import inspect
+import logging
 import threading
 import time
 import types
@@ -146,7 +147,15 @@ async def test_a_stall_past_the_lease_during_which_another_worker_charged_invoke
         ),
     )
 
-    a = ActionRunner(ledger, owner="A", lease=LEASE, clock=a_clock, observers=[StallAt(stall)])
+    heard: list[Any] = []
+
+    class Hears:
+        def on_event(self, event: Any) -> None:
+            heard.append(event)
+
+    a = ActionRunner(
+        ledger, owner="A", lease=LEASE, clock=a_clock, observers=[StallAt(stall), Hears()]
+    )
     with pytest.raises(ClaimFencedError) as raised:
         await a.execute(
             "charge",
@@ -155,6 +164,16 @@ async def test_a_stall_past_the_lease_during_which_another_worker_charged_invoke
             idempotency_key="k",
             provider_reference="ref-k",
         )
+    # The refused renewal is told as any fenced holder's is: at WARNING, with A's claim.
+    fenced = [e for e in heard if e.kind is EventKind.FENCED]
+    assert len(fenced) == 1
+    assert fenced[0].level == logging.WARNING
+    assert fenced[0].receipt is not None
+    assert fenced[0].receipt.owner == "A"
+    assert (
+        "began a third of its lease or more after the write that counted it (the event loop or "
+        "process stalled: a blocking observer, a pause), and its lease renewal was refused"
+    ) in str(raised.value)
     assert stall.results[0].taken_over
     assert stall.results[0].status is ActionStatus.CONFIRMED
     assert charges == ["B"]
@@ -215,6 +234,11 @@ async def test_a_late_attempt_whose_renewal_cannot_be_proven_is_not_invoked(
         await a.execute("charge", charge_as("A", charges), request=REQUEST, idempotency_key="k")
     assert charges == []
     assert raised.value.operation_invoked is False
+    assert (
+        "and its lease could not be renewed in time. It was NOT invoked; the claim stays "
+        "PENDING with this attempt counted, to be settled read-only by a takeover or "
+        "recover_pending"
+    ) in str(raised.value)
     # Left as a stranded started claim: settled read-only later, never re-run blindly.
     stored = await ledger.inner.find("charge", "k")
     assert stored is not None
@@ -501,3 +525,26 @@ async def test_a_caller_cancelled_while_a_late_call_renews_closes_what_it_return
         await call
     assert charges == []
     assert inspect.getcoroutinestate(returned[0]) == inspect.CORO_CLOSED
+
+
+async def test_what_a_late_sync_operation_returned_unawaited_is_recorded_unknown_and_why() -> None:
+    # The renewal cannot be proven (lost every time) and no one took over:
+    # the attempt is recorded, UNKNOWN, saying its sync part ran.
+    ledger = FaultyLedger(InMemoryLedger())
+    ledger.inject("renew", LedgerFault.FAIL_BEFORE_WRITE, times=RENEWALS_PER_LEASE)
+    a_clock = RunnerClock()
+    charges: list[str] = []
+
+    def lambda_charge() -> Any:
+        a_clock.now += INTERVAL
+        return charge_as("A", charges)()
+
+    a = ActionRunner(ledger, owner="A", lease=LEASE, clock=a_clock)
+    result = await a.execute("charge", lambda_charge, request=REQUEST, idempotency_key="k")
+    assert charges == []
+    assert result.status is ActionStatus.UNKNOWN
+    assert result.receipt.error is not None
+    assert (
+        "the claim's lease could not be kept while the operation's sync part ran (the event "
+        "loop stalled), so what it returned was never awaited; the sync part did run"
+    ) in result.receipt.error
