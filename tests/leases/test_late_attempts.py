@@ -305,6 +305,11 @@ async def test_a_retry_that_begins_after_its_lease_passed_on_is_not_invoked_and_
     assert raised.value.observed_status is ActionStatus.FAILED
     assert isinstance(raised.value.__cause__, ClaimFencedError)
     assert "1 earlier attempt(s)" in str(raised.value)
+    assert "attempt 2 of action " in str(raised.value)
+    assert (
+        "could not be started (it began too late in its lease and could not prove it held "
+        "the claim), so it was not invoked" in str(raised.value)
+    )
 
 
 async def test_a_blocking_observer_on_a_real_clock_cannot_let_two_workers_charge(
