@@ -26,6 +26,7 @@ from dataoad import (
     ActionRunner,
     ActionStatus,
     ClaimFencedError,
+    ClaimState,
     DefinitiveFailure,
     EventKind,
     InMemoryLedger,
@@ -234,6 +235,8 @@ async def test_a_late_attempt_whose_renewal_cannot_be_proven_is_not_invoked(
         await a.execute("charge", charge_as("A", charges), request=REQUEST, idempotency_key="k")
     assert charges == []
     assert raised.value.operation_invoked is False
+    assert raised.value.receipt is not None  # the claim as A last wrote it: attempt 1 counted
+    assert raised.value.receipt.attempts == 1
     assert (
         "and its lease could not be renewed in time. It was NOT invoked; the claim stays "
         "PENDING with this attempt counted, to be settled read-only by a takeover or "
@@ -402,10 +405,18 @@ def generator_charge(charge: Any) -> Any:
     return (yield from charge().__await__())
 
 
+class ClosesBadly(LazyCharge):
+    """One whose ``close`` raises: closing what is never awaited must not fail the call."""
+
+    def close(self) -> None:
+        raise RuntimeError("close failed")
+
+
 RETURNED_LATE = {
     "a coroutine": lambda charge: charge(),
     "an object whose __await__ starts the call": LazyCharge,
     "a generator-based coroutine": generator_charge,
+    "an awaitable whose close raises": ClosesBadly,
 }
 
 
@@ -440,7 +451,14 @@ async def test_what_a_sync_operation_returns_after_a_stall_past_the_lease_is_nev
         returned.append(RETURNED_LATE[kind](charge_as("A", charges)))
         return returned[0]
 
-    a = ActionRunner(ledger, owner="A", lease=LEASE, clock=a_clock)
+    fenced: list[Any] = []
+
+    class Hears:
+        def on_event(self, event: Any) -> None:
+            if event.kind is EventKind.FENCED:
+                fenced.append(event)
+
+    a = ActionRunner(ledger, owner="A", lease=LEASE, clock=a_clock, observers=[Hears()])
     with pytest.raises(ClaimFencedError) as raised:
         await a.execute(
             "charge",
@@ -450,6 +468,8 @@ async def test_what_a_sync_operation_returns_after_a_stall_past_the_lease_is_nev
             provider_reference="ref-k",
         )
     assert charges == ["B"]
+    # The refused renewal says so, then the refused outcome write.
+    assert len(fenced) == 2
     if inspect.iscoroutine(returned[0]):
         assert inspect.getcoroutinestate(returned[0]) == inspect.CORO_CLOSED
     # Its sync part ran: this call did invoke the operation, and says so.
@@ -532,7 +552,10 @@ async def test_a_caller_cancelled_while_a_late_call_renews_closes_what_it_return
     assert inspect.getcoroutinestate(returned[0]) == inspect.CORO_CLOSED
 
 
-async def test_what_a_late_sync_operation_returned_unawaited_is_recorded_unknown_and_why() -> None:
+@pytest.mark.parametrize("kind", sorted(RETURNED_LATE))
+async def test_what_a_late_sync_operation_returned_unawaited_is_recorded_unknown_and_why(
+    kind: str,
+) -> None:
     # The renewal cannot be proven (lost every time) and no one took over:
     # the attempt is recorded, UNKNOWN, saying its sync part ran.
     ledger = FaultyLedger(InMemoryLedger())
@@ -542,7 +565,7 @@ async def test_what_a_late_sync_operation_returned_unawaited_is_recorded_unknown
 
     def lambda_charge() -> Any:
         a_clock.now += INTERVAL
-        return charge_as("A", charges)()
+        return RETURNED_LATE[kind](charge_as("A", charges))
 
     a = ActionRunner(ledger, owner="A", lease=LEASE, clock=a_clock)
     result = await a.execute("charge", lambda_charge, request=REQUEST, idempotency_key="k")
@@ -553,3 +576,45 @@ async def test_what_a_late_sync_operation_returned_unawaited_is_recorded_unknown
         "the claim's lease could not be kept while the operation's sync part ran (the event "
         "loop stalled), so what it returned was never awaited; the sync part did run"
     ) in result.receipt.error
+
+
+@pytest.mark.parametrize(
+    ("read", "said"),
+    [
+        ("fails", "the claim could not be read back"),
+        ("finds nothing", "the claim could not be read back"),
+        # A ledger of another's making may complete a claim without a status.
+        ("finds it completed with no status", "the claim was settled by 'Z'"),
+    ],
+)
+async def test_a_refused_late_renewal_whose_claim_cannot_be_read_back_still_refuses(
+    read: str, said: str
+) -> None:
+    class Refuses(InMemoryLedger):
+        async def renew(self, action_id: str, fencing_token: int, lease: float) -> bool:
+            return False
+
+        async def get(self, action_id: str) -> Any:
+            if read == "fails":
+                raise ConnectionError("the read path is down")
+            if read == "finds nothing":
+                return None
+            stored = await super().get(action_id)
+            assert stored is not None
+            return stored.evolve(claim_state=ClaimState.COMPLETED, owner="Z", version=9)
+
+    a_clock = RunnerClock()
+    charges: list[str] = []
+
+    def stall() -> None:
+        a_clock.now += INTERVAL
+
+    a = ActionRunner(Refuses(), owner="A", lease=LEASE, clock=a_clock, observers=[StallAt(stall)])
+    with pytest.raises(ClaimFencedError) as raised:
+        await a.execute("charge", charge_as("A", charges), request=REQUEST, idempotency_key="k")
+    assert charges == []
+    assert raised.value.operation_invoked is False
+    assert f"renewal was refused: {said}. It was NOT invoked" in str(raised.value)
+    assert raised.value.receipt is not None
+    # The claim as it is now when it could be read, else as A last wrote it.
+    assert raised.value.receipt.owner == ("Z" if "completed" in read else "A")
