@@ -618,3 +618,29 @@ async def test_a_refused_late_renewal_whose_claim_cannot_be_read_back_still_refu
     assert raised.value.receipt is not None
     # The claim as it is now when it could be read, else as A last wrote it.
     assert raised.value.receipt.owner == ("Z" if "completed" in read else "A")
+
+
+async def test_a_key_freed_by_expiry_times_its_new_attempt_from_the_new_claim() -> None:
+    # The first claim meets an expired receipt, which is retired (slowly);
+    # the attempt is counted by the second claim, and timed from that one.
+    ledger_clock = ManualClock()
+    ledger = FaultyLedger(InMemoryLedger(clock=ledger_clock))
+    a_clock = RunnerClock()
+    charges: list[str] = []
+    a = ActionRunner(ledger, owner="A", lease=LEASE, clock=a_clock)
+    await a.execute("charge", charge_as("A", charges), request=REQUEST, idempotency_key="k")
+    ledger_clock.advance(3600)
+    ledger.on_call = lambda method: setattr(
+        a_clock, "now", a_clock.now + (INTERVAL if method == "retire" else 0.0)
+    )
+    again = await a.execute(
+        "charge",
+        charge_as("A", charges),
+        request=REQUEST,
+        idempotency_key="k",
+        expires_after=60.0,
+    )
+    assert again.replayed is False
+    assert charges == ["A", "A"]
+    assert ledger.calls.count("retire") == 1
+    assert ledger.calls.count("renew") == 0  # the slow retirement is not the attempt's
