@@ -45,7 +45,7 @@ from dataoad._evidence import (
     settle,
 )
 from dataoad._invoking import invoke
-from dataoad._leases import Tenure, keep_lease, refused_if_late, take_over
+from dataoad._leases import Tenure, keep_lease, refused_if_late, take_over, young_enough
 from dataoad._observing import (
     VerifyFn,
     observe,
@@ -254,7 +254,12 @@ async def run_attempts(
             observations = durable.observations
             events.emit(EventKind.ATTEMPT_STARTED, durable)
 
-        late = await refused_if_late(store, durable, tenure, events, sent, number)
+        # The check is a comparison; only a late attempt pays for a coroutine.
+        late = (
+            None
+            if young_enough(tenure, sent)
+            else await refused_if_late(store, durable, tenure, events, sent, number)
+        )
         if late is not None:
             if number == first_number:
                 raise late  # nothing of this call ran

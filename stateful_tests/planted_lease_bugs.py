@@ -42,7 +42,7 @@ __all__ = ["LEASE_BUGS"]
 
 def _late_attempt_invokes_without_renewing(mp: pytest.MonkeyPatch) -> dict[str, Any]:
     # Trusts the lease the counting write granted, however late the call.
-    for module in (leases_module, invoking_module):
+    for module in (attempts_module, leases_module, invoking_module):
         mp.setattr(module, "young_enough", lambda tenure, since: True)
     return {}
 
@@ -53,7 +53,7 @@ def _lease_judged_young_until_it_ends(mp: pytest.MonkeyPatch) -> dict[str, Any]:
         lease = tenure.lease
         return lease is None or tenure.clock.monotonic() - since <= lease
 
-    for module in (leases_module, invoking_module):
+    for module in (attempts_module, leases_module, invoking_module):
         mp.setattr(module, "young_enough", until_the_end)
     return {}
 
