@@ -261,8 +261,10 @@ def test_a_claim_whose_worker_still_holds_its_lease_is_not_verified_from_here(
     (by the ledger's clock) that worker could commit after the verifier looked. Once the
     lease has run out the same action settles it."""
     live = add_started_claim(store, "in-flight", lease=600)
-    gone = add_started_claim(store, "dead-worker", lease=0.001)
-    time.sleep(0.01)  # its lease has run out
+    # Long enough for the worker to prove its lease before its call (a third
+    # of it, against a ledger round trip), short enough to run out below.
+    gone = add_started_claim(store, "dead-worker", lease=0.2)
+    time.sleep(0.25)  # its lease has run out
     with client(
         store, monkeypatch, TOKEN, allow_actions=True, verifiers="ops_verifiers:VERIFIERS"
     ) as http:
