@@ -20,7 +20,7 @@ from typing import Any, ClassVar, TypeVar, cast
 from dataoad._errors import DataoadError, MissingExtraError
 
 try:
-    from hypothesis import HealthCheck, Phase, Verbosity, note, seed, settings
+    from hypothesis import note, seed
     from hypothesis import strategies as st
     from hypothesis.stateful import (
         RuleBasedStateMachine,
@@ -43,6 +43,7 @@ from dataoad._status import ActionStatus, VerificationHealth
 from dataoad._verification import VerificationResult
 from dataoad.ledgers.memory import InMemoryLedger
 from dataoad.testing._adapter import ProviderAdapter, ReadFault, SandboxFault
+from dataoad.testing._adapter_budget import PROFILES, search_settings
 from dataoad.testing._adapter_faults import label as _label
 from dataoad.testing._adapter_faults import supported as _supported
 from dataoad.testing._adapter_report import (
@@ -392,12 +393,6 @@ class AdapterMachine(RuleBasedStateMachine):
                 )
 
 
-PROFILES: dict[str, dict[str, Any]] = {
-    "ci": {"max_examples": 200, "stateful_step_count": 12},
-    "deep": {"max_examples": 3000, "stateful_step_count": 25},
-}
-
-
 def _machine_for(adapter: ProviderAdapter) -> type[AdapterMachine]:
     sandbox, reads, skipped = _supported(adapter)
     machine = type(
@@ -407,26 +402,6 @@ def _machine_for(adapter: ProviderAdapter) -> type[AdapterMachine]:
     )
     machine.skipped = skipped  # type: ignore[attr-defined]
     return machine
-
-
-def _settings(profile: str, max_examples: int | None, derandomize: bool) -> settings:
-    base = PROFILES[profile]
-    return settings(
-        max_examples=max_examples or base["max_examples"],
-        stateful_step_count=base["stateful_step_count"],
-        deadline=None,
-        database=None,
-        derandomize=derandomize,
-        report_multiple_bugs=False,
-        print_blob=False,
-        # The report is the output: not Hypothesis's own dump of a failing case.
-        verbosity=Verbosity.quiet,
-        suppress_health_check=list(HealthCheck),
-        # Not Phase.explain: after shrinking, it reruns the counterexample with
-        # each part varied to say which parts matter; on a state machine that
-        # took four fifths of a check's time and changes no step of the trace.
-        phases=[Phase.explicit, Phase.reuse, Phase.generate, Phase.target, Phase.shrink],
-    )
 
 
 def check_adapter(
@@ -467,7 +442,7 @@ def check_adapter(
         try:
             # Cast: whether Hypothesis types this function differs between its releases.
             cast(Any, run_state_machine_as_test)(
-                machine, settings=_settings(profile, max_examples, False)
+                machine, settings=search_settings(profile, max_examples, False)
             )
         finally:
             examples = machine.examples

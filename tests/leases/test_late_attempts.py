@@ -105,6 +105,25 @@ def stalls_past_the_lease(ledger_clock: ManualClock, a_clock: RunnerClock, b_cal
     return stall
 
 
+def b_takes_over_and_charges(
+    ledger: Any, ledger_clock: ManualClock, a_clock: RunnerClock, charges: list[str]
+) -> Any:
+    """A's stall past its lease, during which B takes the claim over, reads retry-safe absence and charges."""
+    b = ActionRunner(ledger, owner="B", lease=LEASE, policy=RETRY_FAILED)
+    return stalls_past_the_lease(
+        ledger_clock,
+        a_clock,
+        lambda: b.execute(
+            "charge",
+            charge_as("B", charges),
+            request=REQUEST,
+            idempotency_key="k",
+            provider_reference="ref-k",
+            verifier=provider_reads(charges),
+        ),
+    )
+
+
 def provider_reads(charges: list[str]) -> Any:
     """A verifier of the provider: confirmed once anyone charged, else retry-safe absence."""
 
@@ -134,19 +153,7 @@ async def test_a_stall_past_the_lease_during_which_another_worker_charged_invoke
     a_clock = RunnerClock()
     charges: list[str] = []
 
-    b = ActionRunner(ledger, owner="B", lease=LEASE, policy=RETRY_FAILED)
-    stall = stalls_past_the_lease(
-        ledger_clock,
-        a_clock,
-        lambda: b.execute(
-            "charge",
-            charge_as("B", charges),
-            request=REQUEST,
-            idempotency_key="k",
-            provider_reference="ref-k",
-            verifier=provider_reads(charges),
-        ),
-    )
+    stall = b_takes_over_and_charges(ledger, ledger_clock, a_clock, charges)
 
     heard: list[Any] = []
 
@@ -431,19 +438,7 @@ async def test_what_a_sync_operation_returns_after_a_stall_past_the_lease_is_nev
     ledger = InMemoryLedger(clock=ledger_clock)
     a_clock = RunnerClock()
     charges: list[str] = []
-    b = ActionRunner(ledger, owner="B", lease=LEASE, policy=RETRY_FAILED)
-    b_charges = stalls_past_the_lease(
-        ledger_clock,
-        a_clock,
-        lambda: b.execute(
-            "charge",
-            charge_as("B", charges),
-            request=REQUEST,
-            idempotency_key="k",
-            provider_reference="ref-k",
-            verifier=provider_reads(charges),
-        ),
-    )
+    b_charges = b_takes_over_and_charges(ledger, ledger_clock, a_clock, charges)
     returned: list[Any] = []
 
     def lambda_charge() -> Any:
