@@ -22,6 +22,7 @@ from dataoad._cli_check import add_check_command, run_check_command
 from dataoad._cli_ledger import add_commands, run_ledger_command
 from dataoad._cli_loading import UsageProblem, importable_from, load_module
 from dataoad._cli_serve import run_serve_command
+from dataoad._owner_only import write_owner_only
 from dataoad._version import __version__
 
 __all__ = ["main"]
@@ -188,7 +189,7 @@ def command_test(args: argparse.Namespace) -> int:
         print("\n\n".join(blocks))
     if args.junit_xml:
         try:
-            Path(args.junit_xml).write_bytes(_junit(results))
+            write_owner_only(args.junit_xml, _junit(results))
         except OSError as exc:
             raise UsageProblem(f"cannot write {args.junit_xml}: {exc.strerror}") from exc
     return EXIT_OK if passed else EXIT_FAILED

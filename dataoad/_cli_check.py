@@ -211,6 +211,10 @@ def _unwritable(path: str) -> str | None:
     folder = target.parent
     if not folder.is_dir():
         return f"folder {folder} does not exist"
+    if target.is_symlink():
+        return "is a symbolic link"  # never written through: the file is made owner-only
     if not os.access(folder, os.W_OK) or (target.exists() and not os.access(target, os.W_OK)):
         return "not writable"
+    if target.exists() and target.stat().st_uid != os.geteuid():
+        return "belongs to another user; name a new file"
     return None

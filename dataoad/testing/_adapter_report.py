@@ -12,6 +12,7 @@ import re
 from typing import Any
 
 from dataoad._cli_render import printable
+from dataoad._owner_only import write_owner_only
 from dataoad._receipt import ActionReceipt
 from dataoad._result import ActionResult
 from dataoad._status import ActionStatus
@@ -232,15 +233,12 @@ def write_junit(report: AdapterCheckReport, path: str) -> None:
         f'<testcase classname="dataoad.check" name={quoteattr(_NOT_XML.sub("?", report.adapter))} '
         f'time="{report.seconds:.3f}">{failure}</testcase></testsuite>\n'
     )
-    with open(path, "w", encoding="utf-8") as handle:
-        handle.write(xml)
+    write_owner_only(path, xml)
 
 
 def write_json(report: AdapterCheckReport, path: str) -> None:
     """The report as a JSON file."""
-    with open(path, "w", encoding="utf-8") as handle:
-        json.dump(report.to_json(), handle, indent=2)
-        handle.write("\n")
+    write_owner_only(path, json.dumps(report.to_json(), indent=2) + "\n")
 
 
 def write_html(report: AdapterCheckReport, path: str) -> None:
@@ -267,5 +265,4 @@ def write_html(report: AdapterCheckReport, path: str) -> None:
             f"{len(steps)} steps. {violation.detail[:1].upper()}{violation.detail[1:]}"
         )
     page = render_html(f"dataoad check {report.adapter}", steps, broken, summary)
-    with open(path, "w", encoding="utf-8") as handle:
-        handle.write(page)
+    write_owner_only(path, page)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import stat
 import subprocess
 import sys
 import xml.etree.ElementTree as ET
@@ -105,6 +106,7 @@ def test_json_and_junit_outputs(tmp_path: Path) -> None:
     assert payload["classification"] == "SAFE UNDER TESTED CONDITIONS"
     assert len(payload["checks"]) == 12
     assert all(c["passed"] is True for c in payload["checks"])
+    assert stat.S_IMODE(junit.stat().st_mode) == 0o600  # owner-only, as every report
     suite = ET.parse(junit).getroot().find("testsuite")
     assert suite is not None
     assert suite.get("tests") == "12"

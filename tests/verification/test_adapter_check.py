@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import stat
 import subprocess
 import sys
 import xml.etree.ElementTree as ET
@@ -48,13 +49,39 @@ def dataoad_check(*args: str) -> subprocess.CompletedProcess[str]:
 
 
 def test_the_correct_adapter_passes(tmp_path: Path) -> None:
-    junit = tmp_path / "check.xml"
-    done = dataoad_check("examples/adapters/payment_adapter.py", "--junit-xml", str(junit))
+    junit, trace, page = tmp_path / "check.xml", tmp_path / "trace.json", tmp_path / "trace.html"
+    trace.write_text("an older report, readable by all\n")
+    trace.chmod(0o644)
+    done = dataoad_check(
+        "examples/adapters/payment_adapter.py",
+        "--junit-xml",
+        str(junit),
+        "--trace-json",
+        str(trace),
+        "--html",
+        str(page),
+    )
     assert done.returncode == 0, done.stdout + done.stderr
     assert "none found in" in done.stdout
     assert "verified" not in done.stdout.lower()
     suite = ET.parse(junit).getroot()
     assert suite.get("failures") == "0"
+    assert json.loads(trace.read_text())["violation"] is None
+    # Owner-only, like the ledger file and the prune export (the one there before too).
+    assert {stat.S_IMODE(p.stat().st_mode) for p in (junit, trace, page)} == {0o600}
+
+
+def test_a_report_path_that_is_a_link_is_refused_before_the_search(tmp_path: Path) -> None:
+    elsewhere = tmp_path / "elsewhere.xml"
+    elsewhere.write_text("keep me\n")
+    (tmp_path / "check.xml").symlink_to(elsewhere)
+    done = dataoad_check(
+        "examples/adapters/payment_adapter.py", "--junit-xml", str(tmp_path / "check.xml")
+    )
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert "is a symbolic link" in done.stderr
+    assert done.stdout == "", "the search ran"
+    assert elsewhere.read_text() == "keep me\n"
 
 
 @pytest.mark.parametrize(("filename", "invariant"), sorted(BUGGY.items()))
