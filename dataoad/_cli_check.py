@@ -14,6 +14,7 @@ import argparse
 import inspect
 import os
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -133,6 +134,7 @@ def run_check_command(args: argparse.Namespace) -> int:
     """Run ``dataoad check``; prints the report and returns the exit status."""
     try:
         from dataoad.testing import _adapter_check
+        from dataoad.testing._adapter_watch import CallWatch, OverdueCall
     except ImportError as exc:
         print(f"dataoad check: error: {exc}", file=sys.stderr)
         return EXIT_USAGE
@@ -171,19 +173,64 @@ def run_check_command(args: argparse.Namespace) -> int:
         sys.stderr.write(f"\r\033[K{line}")
         sys.stderr.flush()
 
-    try:
-        report = _adapter_check.check_adapter(
-            adapter,
-            profile=args.profile,
-            max_examples=args.max_examples,
-            seed_value=args.seed,
-            name=name,
-            call_timeout=args.call_timeout,
-            progress=progress if live else None,
+    started = time.monotonic()
+
+    def overdue(late: OverdueCall) -> None:
+        # On the watch's thread, while the loop's thread is still inside the call.
+        detail = (
+            f"{late.call} for {late.reference} had not returned after {late.seconds:.1f} s "
+            f"(--call-timeout {args.call_timeout:g}): it blocked the check's event loop or "
+            "ignored the timer's cancellation, so the check ended there, in the example "
+            "that was running"
         )
+        broken = "calls-return-within-the-call-timeout"
+        # The call is still running, so no step has recorded it yet: the last step says it.
+        steps = [
+            *late.steps,
+            {
+                "number": len(late.steps) + 1,
+                "actor": "checker",
+                "text": f"invariant {broken} broken: {detail}",
+            },
+        ]
+        report = _adapter_check.AdapterCheckReport(
+            adapter=name,
+            examples=late.examples,
+            seconds=time.monotonic() - started,
+            violation=_adapter_check.AdapterViolation(broken, detail, steps, shrunk=False),
+            skipped_faults=[],
+        )
+        if live:
+            sys.stderr.write("\r\033[K")
+        status = _report(report, args)
+        sys.stderr.flush()
+        # The loop's thread cannot be stopped, nor joined: end the process here.
+        os._exit(status)
+
+    # Twice the call timeout and a second: the loop's own timer ends what it can first.
+    watch = CallWatch(2 * args.call_timeout + 1.0, overdue)
+    try:
+        with watch:
+            report = _adapter_check.check_adapter(
+                adapter,
+                profile=args.profile,
+                max_examples=args.max_examples,
+                seed_value=args.seed,
+                name=name,
+                call_timeout=args.call_timeout,
+                progress=progress if live else None,
+                watch=watch,
+            )
     finally:
         if live:
             sys.stderr.write("\r\033[K")
+    return _report(report, args)
+
+
+def _report(report: Any, args: argparse.Namespace) -> int:
+    """Write the report files, print the report; the exit status it stands for."""
+    from dataoad.testing import _adapter_check
+
     # The files first: a reader that stops early (| head) must not cost them.
     if args.html:
         _adapter_check.write_html(report, args.html)

@@ -58,6 +58,7 @@ from dataoad.testing._adapter_report import (
     write_json,
     write_junit,
 )
+from dataoad.testing._adapter_watch import CallWatch
 
 __all__ = [
     "INVARIANTS",
@@ -96,10 +97,14 @@ class AdapterMachine(RuleBasedStateMachine):
     #: Set once a violation was found: every later example is shrinking it.
     found: ClassVar[bool] = False
     progress: ClassVar[Callable[[str], None] | None] = None
+    #: The command line's watch over calls no timer of the loop can end.
+    watch: ClassVar[CallWatch | None] = None
 
     def __init__(self) -> None:
         super().__init__()
         type(self).examples += 1
+        if type(self).watch is not None:
+            type(self).watch.examples = type(self).examples  # type: ignore[union-attr]
         report = type(self).progress
         if report is not None:
             phase = "shrinking the counterexample" if type(self).found else "searching"
@@ -195,6 +200,9 @@ class AdapterMachine(RuleBasedStateMachine):
     async def _within_timeout(self, call: str, ref: str | None, awaitable: Awaitable[T]) -> T:
         timer = asyncio.timeout(self.call_timeout)
         began = time.monotonic()
+        watch = type(self).watch
+        if watch is not None:
+            watch.started(call, ref, self.steps)
         try:
             async with timer:
                 return await awaitable
@@ -205,6 +213,8 @@ class AdapterMachine(RuleBasedStateMachine):
                 self._late(call, ref)
             raise
         finally:
+            if watch is not None:
+                watch.ended()
             # A call that blocked the loop, or swallowed the timer's
             # cancellation, returns late without a TimeoutError.
             if not timer.expired() and time.monotonic() - began > self.call_timeout:
@@ -413,13 +423,15 @@ def check_adapter(
     name: str | None = None,
     progress: Callable[[str], None] | None = None,
     call_timeout: float = 10.0,
+    watch: CallWatch | None = None,
 ) -> AdapterCheckReport:
     """Run the adapter-contract machine over ``adapter`` within a budget; never raises for a violation.
 
     ``progress``, if given, is called with a one-line status as each example starts.
     A ``perform`` or ``verify`` call taking over ``call_timeout`` seconds is a
     violation. If a sandbox hook (``reset``, ``effects``, ``in_flight``,
-    staging a fault) raises, the report says so in ``error``.
+    staging a fault) raises, the report says so in ``error``. ``watch``
+    (the command line's) is told of each call, to end one no timer can.
     """
     if not isinstance(adapter, ProviderAdapter):
         raise TypeError(f"expected a ProviderAdapter, not {type(adapter).__qualname__}")
@@ -437,6 +449,7 @@ def check_adapter(
         skipped = list(machine.skipped)  # type: ignore[attr-defined]
         machine.progress = progress
         machine.call_timeout = call_timeout
+        machine.watch = watch
         if seed_value is not None:
             machine = seed(seed_value)(machine)
         try:

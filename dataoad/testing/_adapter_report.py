@@ -129,11 +129,20 @@ def describe_outcome(outcome: object) -> str:
 class AdapterViolation(AssertionError):
     """The adapter (with Dataoad) broke a named invariant; carries the trace."""
 
-    def __init__(self, invariant_name: str, detail: str, steps: list[dict[str, Any]]) -> None:
+    def __init__(
+        self,
+        invariant_name: str,
+        detail: str,
+        steps: list[dict[str, Any]],
+        *,
+        shrunk: bool = True,
+    ) -> None:
         super().__init__(f"{invariant_name}: {detail}")
         self.invariant = invariant_name
         self.detail = detail
         self.steps = steps
+        #: False when the check ended at the violation (a call no timer could end).
+        self.shrunk = shrunk
 
 
 @dataclasses.dataclass
@@ -176,7 +185,8 @@ class AdapterCheckReport:
         lines.append(f"  {v.detail}")
         if v.invariant in FIXES:
             lines.append(f"What to fix: {FIXES[v.invariant]}")
-        lines.append(f"Shrunk trace ({len(v.steps)} steps, found in {self.seconds:.1f} s):")
+        kind = "Shrunk trace" if v.shrunk else "Trace, not shrunk"
+        lines.append(f"{kind} ({len(v.steps)} steps, found in {self.seconds:.1f} s):")
         for step in v.steps:
             lines.append(f"  {step['number']:>2}. {step['actor']}: {step['text']}")
             if step.get("verifier"):
@@ -202,6 +212,7 @@ class AdapterCheckReport:
                 "meaning": INVARIANTS.get(self.violation.invariant, ""),
                 "fix": FIXES.get(self.violation.invariant, ""),
                 "detail": self.violation.detail,
+                "shrunk": self.violation.shrunk,
                 "steps": self.violation.steps,
             },
         }
@@ -261,7 +272,8 @@ def write_html(report: AdapterCheckReport, path: str) -> None:
             broken += f". What to fix: {FIXES[violation.invariant]}"
         steps = steps_from_adapter(violation.steps)
         summary = (
-            f"A violation, found in {report.seconds:.1f} s; the shrunk trace has "
+            f"A violation, found in {report.seconds:.1f} s; the "
+            f"{'shrunk trace' if violation.shrunk else 'trace (not shrunk)'} has "
             f"{len(steps)} steps. {violation.detail[:1].upper()}{violation.detail[1:]}"
         )
     page = render_html(f"dataoad check {report.adapter}", steps, broken, summary)

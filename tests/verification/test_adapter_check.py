@@ -106,6 +106,8 @@ def test_each_buggy_adapter_fails_naming_its_invariant(
     report = json.loads(trace.read_text())
     violation = report["violation"]
     assert violation["invariant"] == invariant
+    assert violation["shrunk"] is True
+    assert "Shrunk trace (" in done.stdout
     steps = violation["steps"]
     assert 1 < len(steps) <= 12, steps
     assert [s["number"] for s in steps] == list(range(1, len(steps) + 1))

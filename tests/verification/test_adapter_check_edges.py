@@ -9,11 +9,13 @@ from __future__ import annotations
 import json
 import subprocess
 import textwrap
+import time
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import pytest
 
+from dataoad.testing._adapter_watch import CallWatch, OverdueCall
 from suite_support.cli import dataoad
 
 # Slow (each case runs a search over an adapter): out of the quick loop.
@@ -34,6 +36,17 @@ def adapter_file(tmp_path: Path, body: str) -> str:
     path = tmp_path / "adapter.py"
     path.write_text(HEADER.format(root=str(ROOT)) + textwrap.dedent(body))
     return str(path)
+
+
+#: A short search, the same every run.
+SHORT_SEARCH = ("--seed", "1", "--max-examples", "5")
+
+
+def overriding(tmp_path: Path, call: str, how: str) -> str:
+    """The correct adapter with ``call`` (perform or verify) replaced by the lines ``how``."""
+    return adapter_file(
+        tmp_path, f"class Mine(_Base):\n    async def {call}(self, *args):\n        {how}\n"
+    )
 
 
 def dataoad_check(*args: str) -> subprocess.CompletedProcess[str]:
@@ -170,17 +183,56 @@ def test_escape_sequences_from_the_adapter_never_reach_the_terminal_or_the_xml(
 def test_a_call_that_never_returns_is_a_violation_within_the_call_timeout(
     tmp_path: Path, call: str, how: str
 ) -> None:
-    body = f"""
-    class Mine(_Base):
-        async def {call}(self, *args):
-            {how}
-    """
-    done = dataoad_check(
-        adapter_file(tmp_path, body), "--seed", "1", "--max-examples", "5", "--call-timeout", "0.05"
-    )
+    done = dataoad_check(overriding(tmp_path, call, how), *SHORT_SEARCH, "--call-timeout", "0.05")
     assert done.returncode == 1, done.stdout + done.stderr
     assert "VIOLATION of calls-return-within-the-call-timeout" in done.stdout
     assert f"{call} for ref-order-" in done.stdout
+
+
+@pytest.mark.parametrize(
+    ("call", "how"),
+    [
+        # Blocks the loop for good: the loop's timer never fires.
+        ("perform", "import time; time.sleep(3600)"),
+        # Swallows the timer's cancellation and waits on.
+        (
+            "verify",
+            "while True:\n"
+            "            try:\n"
+            "                await asyncio.sleep(3600)\n"
+            "            except asyncio.CancelledError:\n"
+            "                pass",
+        ),
+    ],
+    ids=["perform blocks the loop for good", "verify ignores its cancellation"],
+)
+def test_a_call_no_timer_can_end_ends_the_check_with_its_reports(
+    tmp_path: Path, call: str, how: str
+) -> None:
+    trace, junit = tmp_path / "trace.json", tmp_path / "check.xml"
+    began = time.monotonic()
+    done = dataoad_check(
+        overriding(tmp_path, call, how),
+        *SHORT_SEARCH,
+        "--call-timeout",
+        "0.2",
+        "--trace-json",
+        str(trace),
+        "--junit-xml",
+        str(junit),
+    )
+    # Ended by the watch (twice the timeout and a second), not by the hour-long call.
+    assert time.monotonic() - began < 60
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert "VIOLATION of calls-return-within-the-call-timeout" in done.stdout
+    assert f"{call} for ref-order-" in done.stdout
+    assert "ignored the timer's cancellation" in done.stdout
+    assert "Trace, not shrunk" in done.stdout
+    violation = json.loads(trace.read_text())["violation"]
+    assert violation["invariant"] == "calls-return-within-the-call-timeout"
+    assert violation["steps"], "the running example's trace is reported"
+    assert violation["shrunk"] is False
+    assert ET.parse(junit).getroot().get("failures") == "1"
 
 
 def test_a_healthy_decided_answer_naming_no_reference_is_a_violation(tmp_path: Path) -> None:
@@ -217,3 +269,25 @@ def test_a_call_timeout_at_its_bounds_is_taken(seconds: str) -> None:
     # never refused as usage.
     assert done.returncode in (0, 1), done.stdout + done.stderr
     assert "must be in" not in done.stderr
+
+
+def test_the_watch_reports_only_a_call_still_running_past_its_limit() -> None:
+    seen: list[OverdueCall] = []
+    steps: list[dict[str, object]] = [{"number": 1, "actor": "A", "text": "claims"}]
+    with CallWatch(0.2, seen.append, poll=0.01) as watch:
+        watch.started("perform", "ref-1", steps)
+        time.sleep(0.05)
+        watch.ended()  # returned in time: nothing to report
+        time.sleep(0.3)
+        assert seen == []
+        watch.examples = 4
+        watch.started("verify", "ref-2", steps)
+        deadline = time.monotonic() + 10
+        while not seen and time.monotonic() < deadline:
+            time.sleep(0.01)
+    assert len(seen) == 1
+    late = seen[0]
+    assert (late.call, late.reference, late.examples) == ("verify", "ref-2", 4)
+    assert late.seconds >= 0.2
+    steps.append({"number": 2, "actor": "B", "text": "later"})
+    assert len(late.steps) == 1  # a copy, taken when it was late
