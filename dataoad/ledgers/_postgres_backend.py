@@ -8,9 +8,22 @@ finds the old state and takes the write for absent, then the write
 appears (a claim stranded with its attempt counted, a takeover its taker
 was told it lost). So before a write's error goes up to the proven-write
 read-back, the backend that ran it is ended (``pg_terminate_backend``)
-and waited for: a statement still waiting is rolled back, a commit that
-waited for a standby becomes visible, and the read-back sees the outcome
-for good.
+and waited for: a statement still waiting is rolled back, and a commit
+that waited for a standby becomes visible.
+
+Visible is not yet durable. Ended while it waited for a synchronous
+standby, a commit is kept on this server alone ("committed locally, might
+not have been replicated"): a failover to the standby loses it. Read back
+then, the write looks proven, the runner invokes, and after the failover
+the key is free again: the operation runs twice. So once a backend has
+been ended in doubt, every statement of the ledger first waits for a
+*settling* commit (``settle``): a transaction that writes to the
+write-ahead log and commits, whose commit waits, like any write's, for the
+synchronous standbys the server names. Its log position is past the ended
+backend's commit, so once it returns, that commit has reached them too.
+Until one returns (a partition), every statement fails as the write did,
+and the read-back proves nothing. Without synchronous replication the
+settling commit returns at once.
 
 A backend is named by its process id and start time, read when its
 connection was made, so a process id since reused by another session (or
@@ -38,6 +51,16 @@ _END: Final = (
     "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE pid = $1 AND backend_start = $2"
 )
 _ALIVE: Final = "SELECT count(*) FROM pg_stat_activity WHERE pid = $1 AND backend_start = $2"
+#: A transactional message: the smallest statement that writes to the log
+#: (an id alone writes nothing, and its commit waits for no standby), on any
+#: ``wal_level``, for any role, with no table of its own.
+_SETTLE: Final = "SELECT pg_logical_emit_message(true, 'dataoad', 'settle')"
+#: Where that function is not granted: a temporary table's catalog rows are logged too.
+_SETTLE_WITHOUT_MESSAGES: Final = (
+    "BEGIN; CREATE TEMPORARY TABLE dataoad_settle () ON COMMIT DROP; COMMIT"
+)
+#: The server's answers to ``_SETTLE`` that mean "not here", not "not now".
+_NOT_GRANTED: Final = frozenset({"InsufficientPrivilegeError", "UndefinedFunctionError"})
 #: How many connections' names are kept (a pool's connections come and go).
 _KEPT: Final = 4096
 #: Seconds between looks at whether an ended backend has gone.
@@ -47,13 +70,23 @@ _POLL: Final = 0.005
 class Backends:
     """The server backends of one pool's connections, by the process id each was given."""
 
-    __slots__ = ("_ending", "_limit", "_started")
+    __slots__ = ("_doubts", "_ending", "_limit", "_settled", "_started", "_unconfirmed")
 
     def __init__(self, limit: float) -> None:
         self._started: dict[int, datetime] = {}
         self._ending: set[asyncio.Task[bool]] = set()  # held: the loop keeps tasks weakly
         #: Seconds the naming query may take: it is part of connecting.
         self._limit = limit
+        #: Backends ended in doubt so far, and how many of them a settling commit covers.
+        self._doubts = 0
+        self._settled = 0
+        #: Backends ended whose end was not seen: each is ended again before settling.
+        self._unconfirmed: dict[int, datetime] = {}
+
+    @property
+    def unsettled(self) -> bool:
+        """Whether a backend was ended in doubt since the last settling commit."""
+        return self._settled < self._doubts
 
     async def note(self, conn: Any) -> None:
         """Pool ``init`` hook: remember the new connection's backend."""
@@ -90,12 +123,18 @@ class Backends:
         error stands and the read-back judges as well as it can.
         """
         self._started.pop(backend[0], None)
+        # Counted first: no statement may start unsettled once the end has begun.
+        self._doubts += 1
         if not wait:
             task = asyncio.get_running_loop().create_task(self._ended(pool, backend, limit))
             self._ending.add(task)
             task.add_done_callback(self._ending.discard)
+            task.add_done_callback(
+                lambda done: None if not done.cancelled() and done.result() else self._lost(backend)
+            )
             return
         if not await self._ended(pool, backend, limit):
+            self._lost(backend)
             _log.warning(
                 "dataoad: the server backend (pid %s) of a PostgreSQL write left in doubt could "
                 "not be seen to end within %s s; its read-back may see the write before it "
@@ -103,6 +142,54 @@ class Backends:
                 backend[0],
                 limit,
             )
+
+    def _lost(self, backend: tuple[int, datetime]) -> None:
+        self._unconfirmed[backend[0]] = backend[1]
+
+    async def settle(self, pool: Any, limit: float | None) -> None:
+        """Wait for a settling commit past every backend ended in doubt (see the module notes).
+
+        Raises (TimeoutError, or the driver's error) when none can be had in
+        ``limit``, or an ended backend cannot be seen gone: the statement
+        that asked must not run, as its answer could rest on a commit no
+        standby holds. The next statement tries again.
+        """
+        doubts = self._doubts
+        if self._settled >= doubts:
+            return
+        if self._ending:  # ends under way in the background come first
+            await asyncio.wait(set(self._ending), timeout=limit)
+        for pid, started in list(self._unconfirmed.items()):
+            if not await self._ended(pool, (pid, started), limit):
+                raise TimeoutError(
+                    f"the server backend (pid {pid}) of a PostgreSQL write left in doubt "
+                    "could not be seen to end; nothing is read or written until it is"
+                )
+            self._unconfirmed.pop(pid, None)
+        conn = await pool.acquire(timeout=limit)
+        try:
+            try:
+                await conn.fetchval(_SETTLE, timeout=limit)
+            except Exception as exc:
+                if type(exc).__name__ not in _NOT_GRANTED:
+                    raise
+                await conn.execute(_SETTLE_WITHOUT_MESSAGES, timeout=limit)
+        except BaseException:
+            # Waiting for a standby still: ended, or it would hold a server
+            # connection until the standby is back (one per statement tried).
+            backend = self.named(conn)
+            with contextlib.suppress(Exception):
+                conn.terminate()
+            if backend is not None:
+                self._started.pop(backend[0], None)
+                task = asyncio.get_running_loop().create_task(self._ended(pool, backend, limit))
+                self._ending.add(task)
+                task.add_done_callback(self._ending.discard)
+            raise
+        finally:
+            with contextlib.suppress(Exception):
+                await pool.release(conn)
+        self._settled = max(self._settled, doubts)
 
     async def _ended(self, pool: Any, backend: tuple[int, datetime], limit: float | None) -> bool:
         # All of it within ``limit``: in a partition nothing can be confirmed,

@@ -22,7 +22,9 @@ cancellation, past it. A connection whose statement timed out, was
 cancelled or lost its transport is terminated at once, never waited on and
 never reused: nobody knows what state its session is in. A write's server
 backend is then ended as well (``_postgres_backend``), so that nobody reads
-the write back while it can still commit.
+the write back while it can still commit, and every later statement waits
+first for a commit that settles it (``settled``): one a synchronous standby
+holds too.
 """
 
 from __future__ import annotations
@@ -169,6 +171,7 @@ class ConnectionLane:
 
         ``writes``: a write, whose server backend is ended when it is left in doubt.
         """
+        await self.settled()
         backends = self.backends if writes else None
         if self._busy or self._closing or not self.enabled:
             return await fetch_bounded(self.pool, sql, args, self.timeout, backends)
@@ -193,6 +196,18 @@ class ConnectionLane:
             self._busy = False
             if self._closing:
                 await self._give_back()
+
+    async def settled(self) -> None:
+        """Return once no backend ended in doubt can leave a commit only this server holds.
+
+        Every statement asks first, a read as well as a write: after a
+        backend's end, either could otherwise answer from a commit a
+        failover would lose (``_postgres_backend``). A comparison unless a
+        backend was ended.
+        """
+        backends = self.backends
+        if backends is not None and backends.unsettled:
+            await backends.settle(self.pool, self.timeout)
 
     async def close(self) -> None:
         """Hand the connection back (now, or when the statement on it ends); take no other."""
@@ -253,6 +268,7 @@ async def read_once_more(
         driver.AdminShutdownError,
         driver.InterfaceError,
     ):
+        await lane.settled()
         return await fetch_bounded(lane.pool, sql, args, limit)
 
 
@@ -291,6 +307,7 @@ async def write_conditionally(
             # connection. Rows back: it is done now. None: the first run may
             # have committed it, so the first error stands and the
             # proven-write rule reads back to find out.
+            await lane.settled()  # a write of the first run may have been ended in doubt
             rows = await fetch_bounded(lane.pool, sql, args, limit, lane.backends)
             if not rows:
                 raise broken from None

@@ -12,7 +12,13 @@ from typing import Any
 
 import pytest
 
-from dataoad import ActionPersistenceError, ActionRunner, LedgerDurabilityError, PostgresLedger
+from dataoad import (
+    ActionPersistenceError,
+    ActionRunner,
+    LedgerDurabilityError,
+    NothingInvokedError,
+    PostgresLedger,
+)
 from suite_support.services import replicated_postgres
 
 
@@ -89,6 +95,25 @@ async def test_after_a_failover_the_ledger_writes_to_the_new_primary_and_lost_no
             await runner.execute("charge", lambda: "ch", request={"i": i}, idempotency_key=f"k{i}")
             for i in range(5)
         ]
+        # A partition outlasting a write's time limit: the write's backend is ended
+        # while it waits for the standby, and its commit stays on the primary alone.
+        # Taken for proven, the claim would charge, and the failover would lose it.
+        charges: list[str] = []
+
+        def charge() -> str:
+            charges.append("k8")
+            return "ch"
+
+        pair.pause_replication()  # type: ignore[attr-defined]
+        partitioned = PostgresLedger(pair.dsn, min_size=1, max_size=2, command_timeout=0.5)  # type: ignore[attr-defined]
+        try:
+            with pytest.raises(NothingInvokedError):
+                await ActionRunner(partitioned).execute(
+                    "charge", charge, request={"i": 8}, idempotency_key="k8"
+                )
+        finally:
+            await partitioned.close()
+        assert charges == []
         pair.kill_primary()  # type: ignore[attr-defined]
         pair.promote()  # type: ignore[attr-defined]
         # The pool's connections to the dead primary fail; new ones find the new primary.
@@ -106,6 +131,12 @@ async def test_after_a_failover_the_ledger_writes_to_the_new_primary_and_lost_no
         assert not any(exc.operation_invoked for exc in refused)
         assert after is not None
         assert after.status.value == "CONFIRMED"
+        # The partitioned claim never reached the standby: the key is new there, and
+        # its one charge is this one.
+        again = await runner.execute("charge", charge, request={"i": 8}, idempotency_key="k8")
+        assert again.status.value == "CONFIRMED"
+        assert not again.replayed
+        assert charges == ["k8"]
         # Every claim acknowledged before the crash is on the new primary, unchanged.
         for i, result in enumerate(before):
             stored = await ledger.find("charge", f"k{i}")

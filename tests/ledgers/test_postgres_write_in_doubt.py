@@ -6,7 +6,9 @@ commit. The ledger ends that backend and waits for it before the error goes
 up to the proven-write read-back, so the read-back sees the write's final
 fate: a statement still waiting is rolled back (never to commit later, a
 claim stranded with its attempt counted), a commit that waited for a
-standby becomes visible (and is proven, not taken for absent).
+standby becomes visible, but on this server alone: no statement of the
+ledger runs until a settling commit shows the standby has it too, so such a
+write is never taken for proven (a failover would lose it) nor for absent.
 """
 
 from __future__ import annotations
@@ -154,9 +156,9 @@ async def test_a_cancelled_write_does_not_wait_and_its_backend_still_ends(
     assert await ledger.find("charge", "k") is None
 
 
-async def test_a_backend_is_ended_only_under_the_name_it_had(admin: Any) -> None:
-    """A process id noted with another start time (reused since, or another server's)
-    names another session: that session is left alone."""
+@pytest.fixture
+async def other_session(admin: Any) -> AsyncIterator[tuple[Any, Any, int, Any]]:
+    """A pool, another session, and that session's backend: process id and start time."""
     import asyncpg
 
     pool = await asyncpg.create_pool(postgres_dsn(), min_size=1, max_size=2)
@@ -166,22 +168,36 @@ async def test_a_backend_is_ended_only_under_the_name_it_had(admin: Any) -> None
         started = await admin.fetchval(
             "SELECT backend_start FROM pg_stat_activity WHERE pid = $1", pid
         )
-        backends = Backends(5.0)
-        for wrong in (started - timedelta(microseconds=1), started + timedelta(microseconds=1)):
-            await backends.end(pool, (pid, wrong), 1.0, wait=True)
-            assert await other.fetchval("SELECT 1") == 1  # untouched
-        await backends.end(pool, (pid, started), 1.0, wait=True)
-        assert not await admin.fetchval("SELECT count(*) FROM pg_stat_activity WHERE pid = $1", pid)
+        yield pool, other, pid, started
     finally:
         other.terminate()
         await pool.close()
 
 
-async def test_a_commit_waiting_for_a_standby_is_proven_not_taken_for_absent() -> None:
-    """Synchronous replication with the standby away: each write's commit waits for it,
-    unseen by other sessions. Ended, the backend's commit becomes visible, and the
-    read-back proves the write instead of answering "not stored" for a write that
-    then appears."""
+async def _gone(admin: Any, pid: int) -> bool:
+    return not await admin.fetchval("SELECT count(*) FROM pg_stat_activity WHERE pid = $1", pid)
+
+
+async def test_a_backend_is_ended_only_under_the_name_it_had(
+    admin: Any, other_session: tuple[Any, Any, int, Any]
+) -> None:
+    """A process id noted with another start time (reused since, or another server's)
+    names another session: that session is left alone."""
+    pool, other, pid, started = other_session
+    backends = Backends(5.0)
+    for wrong in (started - timedelta(microseconds=1), started + timedelta(microseconds=1)):
+        await backends.end(pool, (pid, wrong), 1.0, wait=True)
+        assert await other.fetchval("SELECT 1") == 1  # untouched
+    await backends.end(pool, (pid, started), 1.0, wait=True)
+    assert await _gone(admin, pid)
+
+
+async def test_a_commit_waiting_for_a_standby_is_neither_proven_nor_taken_for_absent() -> None:
+    """Synchronous replication with the standby away: each write's commit waits for it.
+    Ended, the backend's commit becomes visible on this server alone, which a failover
+    would lose: the claim is not proven (nothing is invoked), every later statement
+    refuses until a commit can be settled, and once the standby is no longer awaited
+    the claim reads back as stored, never as absent."""
     try:
         server = PostgresServer()
         server.start()
@@ -197,14 +213,23 @@ async def test_a_commit_waiting_for_a_standby_is_proven_not_taken_for_absent() -
             await admin.execute("ALTER SYSTEM SET synchronous_standby_names = 'away'")
             await admin.execute("SELECT pg_reload_conf()")
             operation = CountingOperation()
-            result = await ActionRunner(ledger).execute(
-                "charge", operation, request=REQUEST, idempotency_key="k"
-            )
-            assert result.status is ActionStatus.CONFIRMED
-            assert operation.calls == 1
+            with pytest.raises(NothingInvokedError) as raised:
+                await ActionRunner(ledger).execute(
+                    "charge", operation, request=REQUEST, idempotency_key="k"
+                )
+            assert operation.calls == 0
+            assert raised.value.operation_invoked is False
+            # Visible on the primary alone: a read would answer from it, so none runs.
+            local = await admin.fetchval(f'SELECT count(*) FROM "{ledger.schema}"."{ledger.table}"')
+            assert local == 1
+            with pytest.raises(TimeoutError):
+                await ledger.find("charge", "k")
+            await admin.execute("ALTER SYSTEM RESET synchronous_standby_names")
+            await admin.execute("SELECT pg_reload_conf()")
             stored = await ledger.find("charge", "k")
-            assert stored is not None
-            assert stored == result.receipt
+            assert stored is not None, "the claim was there all along: never absent"
+            assert stored.is_pending
+            assert stored.attempts == 1
         finally:
             await admin.execute("ALTER SYSTEM RESET synchronous_standby_names")
             await admin.execute("SELECT pg_reload_conf()")
@@ -212,3 +237,72 @@ async def test_a_commit_waiting_for_a_standby_is_proven_not_taken_for_absent() -
             await admin.close()
     finally:
         server.stop()
+
+
+async def test_statements_after_a_write_ended_in_doubt_settle_first_even_without_messages(
+    admin: Any, locker: Any
+) -> None:
+    """After a backend is ended in doubt, the next statement waits for a settling commit;
+    a role not granted ``pg_logical_emit_message`` settles with a temporary table."""
+    import asyncpg
+
+    role = f"plain_{unique_table()}"
+    await admin.execute(f'CREATE ROLE "{role}" LOGIN')
+    await admin.execute(f'GRANT CREATE, USAGE ON SCHEMA public TO "{role}"')
+    database = await admin.fetchval("SELECT current_database()")
+    await admin.execute(f'GRANT CREATE ON DATABASE "{database}" TO "{role}"')
+    await admin.execute(
+        "REVOKE EXECUTE ON FUNCTION pg_logical_emit_message(boolean, text, text) FROM PUBLIC"
+    )
+    url = postgres_dsn().replace("postgresql://postgres", f"postgresql://{role}", 1)
+    ledger = PostgresLedger(url, table=unique_table(), command_timeout=LIMIT)
+    try:
+        plain = await asyncpg.connect(url)
+        with pytest.raises(asyncpg.InsufficientPrivilegeError):
+            await plain.fetchval("SELECT pg_logical_emit_message(true, 'x', '')")
+        await plain.close()
+        await ledger.migrate()
+        runner = ActionRunner(ledger)
+        await runner.execute("charge", CountingOperation(), request=REQUEST, idempotency_key="w")
+        lock = locker.transaction()
+        await lock.start()
+        await locker.execute(f'LOCK TABLE "{ledger.table}" IN SHARE MODE')
+        try:
+            with pytest.raises(NothingInvokedError):
+                await runner.execute(
+                    "charge", CountingOperation(), request=REQUEST, idempotency_key="k"
+                )
+        finally:
+            await lock.rollback()
+        assert ledger._backends is not None
+        # A backend was ended in doubt, and its read-back settled it first (without the
+        # fallback every statement would now fail on the missing grant).
+        assert ledger._backends._settled == ledger._backends._doubts == 1
+        assert await ledger.find("charge", "k") is None
+        again = await runner.execute(
+            "charge", CountingOperation(), request=REQUEST, idempotency_key="k"
+        )
+        assert again.status is ActionStatus.CONFIRMED
+    finally:
+        await ledger.close()
+        await admin.execute(
+            "GRANT EXECUTE ON FUNCTION pg_logical_emit_message(boolean, text, text) TO PUBLIC"
+        )
+        await admin.execute(f'DROP OWNED BY "{role}"')
+        await admin.execute(f'DROP ROLE "{role}"')
+
+
+async def test_a_backend_whose_end_was_not_seen_is_ended_again_before_anything_runs(
+    admin: Any, other_session: tuple[Any, Any, int, Any]
+) -> None:
+    """An end that could not be confirmed (a partition hid it) keeps every statement
+    waiting until the backend is seen gone; then a settling commit, then the statement."""
+    pool, _, pid, started = other_session
+    backends = Backends(5.0)
+    # Its end "not seen": as after a partition, it is still to be ended.
+    backends._doubts += 1
+    backends._lost((pid, started))
+    assert backends.unsettled
+    await backends.settle(pool, 1.0)
+    assert not backends.unsettled
+    assert await _gone(admin, pid)
