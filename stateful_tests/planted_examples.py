@@ -257,6 +257,17 @@ PLANTED_EXAMPLES = [
             "::test_with_synchronous_replication_a_failover_loses_nothing_and_charges_nothing_twice",
         ),
     ),
+    PlantedExample(
+        "postgres-proves-a-commit-the-primary-alone-holds",
+        "a write ended while its commit waited for a synchronous standby is never proven from the primary's copy alone",
+        "dataoad/ledgers/_postgres_lane.py",
+        "        await self.settled()\n        backends = self.backends if writes else None\n",
+        "        backends = self.backends if writes else None\n",
+        (
+            "tests/ledgers/test_postgres_write_in_doubt.py"
+            "::test_a_commit_waiting_for_a_standby_is_neither_proven_nor_taken_for_absent",
+        ),
+    ),
     # v0.3 surfaces, written from outside without reading the tests (#42):
     # of 20 such changes, the ones on engines, PostgreSQL, the audit and the console.
     PlantedExample(
