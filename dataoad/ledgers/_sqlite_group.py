@@ -71,6 +71,7 @@ LookUpTogether = Callable[[sqlite3.Connection, list[Any]], list[Any]]
 #: lease that is not finite): one caller's bad value is never another's error.
 _STATEMENT_ERRORS: Final = (
     sqlite3.IntegrityError,
+    sqlite3.DataError,  # a value over SQLite's length limit (SQLITE_TOOBIG)
     sqlite3.ProgrammingError,
     sqlite3.InterfaceError,
     KeyError,  # a statement's parameter missing from its values
@@ -261,6 +262,12 @@ class GroupWriter:
         # Before reading, or waiting for the lock: a connection left inside a
         # failed group would read its uncommitted writes, and serves nothing.
         self.check_usable()
+        try:
+            db.in_transaction  # noqa: B018 - raises once the connection is closed
+        except sqlite3.ProgrammingError:
+            # Closed under the queue (the ledger's close ran first): said as such,
+            # not as a statement's error.
+            raise LedgerClosedError("the ledger was closed before this write ran") from None
         together = self._read_together(db, taken)
         left = False
         for entry in taken:

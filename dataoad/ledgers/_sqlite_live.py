@@ -10,22 +10,36 @@ Whoever takes a connection out of the live set stops (or closes) it, once:
 aiosqlite's ``close()`` after ``stop()`` can queue its work behind a thread
 that has ended and wait for it forever (a close in an ``atexit`` handler,
 after the exit hook).
+
+Work for the thread is answered by this module, never through aiosqlite's
+own futures: aiosqlite hands each result to the caller's loop, and when
+that loop has closed meanwhile (``asyncio.run`` returned while a read was
+queued behind a group waiting for the writer lock) the hand-over raises on
+the worker thread and ends it. Every later call of the ledger would queue
+work nobody runs, and wait for good. Here an answer for a closed loop is
+dropped (nobody waits for it), and work is never queued for a thread that
+has ended: that connection is reported closed.
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import os
 import threading
 import warnings
 from collections.abc import Callable
-from typing import TypeVar, cast
+from typing import Any, TypeVar
 
 import aiosqlite
 
+from dataoad._errors import LedgerClosedError
 from dataoad._in_flight import EXIT_WAIT, wait_for_calls
 
 __all__ = [
+    "abandon",
+    "alive",
+    "close",
     "connect",
     "on_thread",
     "queue_on_thread",
@@ -62,9 +76,35 @@ def take(conn: aiosqlite.Connection) -> bool:
 
 
 async def on_thread(conn: aiosqlite.Connection, fn: Callable[[], T]) -> T:
-    """Run ``fn`` on the connection's own thread, in order with its statements."""
-    # aiosqlite's queue of work for that thread; it has no public entry point.
-    return cast(T, await conn._execute(fn))  # type: ignore[no-untyped-call]
+    """Run ``fn`` on the connection's own thread, in order with its statements.
+
+    Raises ValueError when the connection is closed, LedgerClosedError when
+    its thread has ended (nothing was queued). A caller that gives up does
+    not stop ``fn``.
+    """
+    loop = asyncio.get_running_loop()
+    answered: asyncio.Future[T] = loop.create_future()
+
+    def run() -> None:
+        try:
+            outcome: tuple[bool, Any] = (True, fn())
+        except BaseException as exc:  # the caller's to see, never the thread's end
+            outcome = (False, exc)
+        with contextlib.suppress(RuntimeError):  # that loop has closed: nobody waits
+            loop.call_soon_threadsafe(_answer, answered, outcome)
+
+    queue_on_thread(conn, run)
+    return await answered
+
+
+def _answer(future: asyncio.Future[Any], outcome: tuple[bool, Any]) -> None:
+    if future.done():  # its caller gave up
+        return
+    succeeded, value = outcome
+    if succeeded:
+        future.set_result(value)
+    else:
+        future.set_exception(value)
 
 
 def queue_on_thread(conn: aiosqlite.Connection, fn: Callable[[], None]) -> None:
@@ -73,12 +113,40 @@ def queue_on_thread(conn: aiosqlite.Connection, fn: Callable[[], None]) -> None:
     What ``on_thread`` does before it awaits, done at once: work queued here
     runs even if whoever asked for it is cancelled a moment later. Nobody
     is told when it has run, and what it raises goes nowhere: ``fn`` answers
-    whoever waits for it. Raises ValueError when the connection is closed
-    (nothing was queued).
+    whoever waits for it. Raises ValueError when the connection is closed,
+    LedgerClosedError when its thread has ended (nothing was queued).
     """
     if not getattr(conn, "_running", False) or getattr(conn, "_connection", None) is None:
         raise ValueError("the SQLite connection is closed")
+    if not alive(conn):
+        raise LedgerClosedError(
+            "the ledger's SQLite connection stopped (its thread has ended); close the ledger "
+            "and open it again"
+        )
     conn._tx.put_nowait((None, fn))
+
+
+def alive(conn: aiosqlite.Connection) -> bool:
+    """Whether the connection's thread is still there to run what is queued for it."""
+    thread = getattr(conn, "_thread", None)
+    return not isinstance(thread, threading.Thread) or thread.is_alive()
+
+
+async def close(conn: aiosqlite.Connection) -> None:
+    """Close a connection taken out of the live set: politely while its thread runs."""
+    if alive(conn):
+        await conn.close()
+    else:  # nobody is left to run its close: waiting would be for good
+        abandon(conn)
+
+
+def abandon(conn: aiosqlite.Connection) -> None:
+    """Give up a connection whose thread has ended: nothing can be queued for it any more."""
+    conn._running = False
+    db, conn._connection = conn._connection, None
+    if db is not None:
+        with contextlib.suppress(Exception):  # made on the ended thread: it may refuse
+            db.close()
 
 
 def stop(conn: aiosqlite.Connection) -> None:

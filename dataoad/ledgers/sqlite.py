@@ -206,7 +206,7 @@ class SQLiteLedger(SQLiteAudit, SQLiteRetention):
                 if not installed:
                     finalizer.detach()
                     if live.take(conn):
-                        await conn.close()
+                        await live.close(conn)
                 if self._closed:
                     # close() ran while the file was opening and found nothing
                     # to close: a closed ledger serves nothing, so this is closed.
@@ -240,12 +240,13 @@ class SQLiteLedger(SQLiteAudit, SQLiteRetention):
                         initialise, conn._conn, self.path, self._writer, self.busy_timeout
                     ),
                 )
-            await conn.execute(f"PRAGMA synchronous = {self.synchronous}")
-            await conn.execute(f"PRAGMA busy_timeout = {int(self.busy_timeout * 1000)}")
+            busy = int(self.busy_timeout * 1000)
+            settings = f"PRAGMA synchronous = {self.synchronous}; PRAGMA busy_timeout = {busy}"
+            await live.on_thread(conn, lambda: conn._conn.executescript(settings))
         except BaseException:
             finalizer.detach()
             if live.take(conn):
-                await conn.close()
+                await live.close(conn)
             raise
         return conn, finalizer
 
@@ -254,7 +255,7 @@ class SQLiteLedger(SQLiteAudit, SQLiteRetention):
         if self._finalizer is not None:
             self._finalizer.detach()
         if conn is not None and live.take(conn):
-            await conn.close()
+            await live.close(conn)
 
     @classmethod
     async def open(
@@ -340,8 +341,9 @@ class SQLiteLedger(SQLiteAudit, SQLiteRetention):
         values = {**_values_of(receipt), "now": None, "lease": checked_lease(lease)}
         find = _SQL["find"]
         look_up = functools.partial(holder, find.sql, find.bind(values))
-        conn = await self._connection()
         while True:
+            # Again on each try: the ledger may have been closed since the last.
+            conn = await self._connection()
             entry = self._group.new_entry(
                 _SQL["claim"],
                 values,

@@ -144,8 +144,16 @@ def _refusing_nan(statement: Statement, values: dict[str, Any], now: Any) -> tup
         ("\ud800", UnicodeEncodeError),  # a lone surrogate: raised by Python, binding
         ({"x": 1}, sqlite3.ProgrammingError),  # no SQLite type
         (float("nan"), ValueError),  # refused while building the parameters
+        ("x" * 5000, sqlite3.DataError),  # over SQLite's length limit (SQLITE_TOOBIG)
     ],
-    ids=["constraint", "int-too-large", "lone-surrogate", "unbindable", "parameters-refused"],
+    ids=[
+        "constraint",
+        "int-too-large",
+        "lone-surrogate",
+        "unbindable",
+        "parameters-refused",
+        "too-big",
+    ],
 )
 def test_a_statement_that_raises_fails_alone(
     tmp_path: Path, db: sqlite3.Connection, bad_value: object, error: type[Exception]
@@ -153,6 +161,7 @@ def test_a_statement_that_raises_fails_alone(
     """Raised by SQLite or by Python before SQLite ran it, one write's error is its own:
     the others of its group are committed and answered."""
     group = GroupWriter(WriterLock(tmp_path / "g.sqlite3.lock"), 1.0, _refusing_nan)
+    db.setlimit(sqlite3.SQLITE_LIMIT_LENGTH, 4096)  # the limit, lowered from a billion bytes
     before = group.enqueue(INSERT, {"k": "a", "v": 1})
     bad = group.enqueue(INSERT, {"k": "b", "v": bad_value})
     after = group.enqueue(INSERT, {"k": "c", "v": 3})
