@@ -268,6 +268,25 @@ PLANTED_EXAMPLES = [
             "::test_a_commit_waiting_for_a_standby_is_neither_proven_nor_taken_for_absent",
         ),
     ),
+    PlantedExample(
+        "sqlite-read-answered-through-a-closed-loop",
+        "a read whose caller's loop closed before its answer leaves the ledger's connection serving",
+        "dataoad/ledgers/_sqlite_live.py",
+        "    queue_on_thread(conn, run)\n    return await answered\n",
+        "    return await conn._execute(fn)  # type: ignore[no-any-return]\n",
+        (
+            "tests/ledgers/test_sqlite_connection_thread.py"
+            "::test_a_read_whose_loop_closed_before_its_answer_leaves_the_ledger_serving",
+        ),
+    ),
+    PlantedExample(
+        "sqlite-too-big-value-fails-its-group",
+        "one caller's value over SQLite's length limit fails its own write alone",
+        "dataoad/ledgers/_sqlite_group.py",
+        "    sqlite3.DataError,  # a value over SQLite's length limit (SQLITE_TOOBIG)\n",
+        "",
+        ("tests/ledgers/test_sqlite_group_commit.py::test_a_statement_that_raises_fails_alone",),
+    ),
     # v0.3 surfaces, written from outside without reading the tests (#42):
     # of 20 such changes, the ones on engines, PostgreSQL, the audit and the console.
     PlantedExample(
