@@ -11,6 +11,7 @@ raised, so the search could not go on.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import inspect
 import os
 import sys
@@ -200,12 +201,18 @@ def run_check_command(args: argparse.Namespace) -> int:
             violation=_adapter_check.AdapterViolation(broken, detail, steps, shrunk=False),
             skipped_faults=[],
         )
-        if live:
-            sys.stderr.write("\r\033[K")
-        status = _report(report, args)
-        sys.stderr.flush()
-        # The loop's thread cannot be stopped, nor joined: end the process here.
-        os._exit(status)
+        status = EXIT_VIOLATION
+        try:
+            if live:
+                sys.stderr.write("\r\033[K")
+            status = _report(report, args)
+        finally:
+            # Whatever writing the report raised: the loop's thread cannot be
+            # stopped nor joined, so the process ends here, or it would hang.
+            with contextlib.suppress(Exception):
+                sys.stdout.flush()
+                sys.stderr.flush()
+            os._exit(status)
 
     # Twice the call timeout and a second: the loop's own timer ends what it can first.
     watch = CallWatch(2 * args.call_timeout + 1.0, overdue)
@@ -231,17 +238,23 @@ def _report(report: Any, args: argparse.Namespace) -> int:
     """Write the report files, print the report; the exit status it stands for."""
     from dataoad.testing import _adapter_check
 
-    # The files first: a reader that stops early (| head) must not cost them.
-    if args.html:
-        _adapter_check.write_html(report, args.html)
-    if args.trace_json:
-        _adapter_check.write_json(report, args.trace_json)
-    if args.junit_xml:
-        _adapter_check.write_junit(report, args.junit_xml)
     if report.error is not None:
         status = EXIT_ADAPTER_ERROR
     else:
         status = EXIT_OK if report.passed else EXIT_VIOLATION
+    # The files first: a reader that stops early (| head) must not cost them.
+    for option, path, write in (
+        ("--html", args.html, _adapter_check.write_html),
+        ("--trace-json", args.trace_json, _adapter_check.write_json),
+        ("--junit-xml", args.junit_xml, _adapter_check.write_junit),
+    ):
+        if path is None:
+            continue
+        try:
+            write(report, path)
+        except OSError as problem:  # checked before the search, changed since
+            print(f"dataoad check: error: {option} {path}: {problem.strerror}", file=sys.stderr)
+            status = EXIT_USAGE
     try:
         print(report.render(), flush=True)
     except BrokenPipeError:
@@ -260,6 +273,8 @@ def _unwritable(path: str) -> str | None:
         return f"folder {folder} does not exist"
     if target.is_symlink():
         return "is a symbolic link"  # never written through: the file is made owner-only
+    if target.exists() and not target.is_file():
+        return "is not a regular file"  # a device or a FIFO: never made owner-only
     if not os.access(folder, os.W_OK) or (target.exists() and not os.access(target, os.W_OK)):
         return "not writable"
     if target.exists() and target.stat().st_uid != os.geteuid():

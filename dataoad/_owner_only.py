@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import errno
 import os
+import stat
 
 __all__ = ["write_owner_only"]
 
@@ -21,13 +22,19 @@ def write_owner_only(path: str | os.PathLike[str], data: str | bytes) -> None:
     """Write ``data`` (text as UTF-8) to ``path``, replacing it, with mode ``0600``.
 
     Raises OSError (its ``strerror`` says why) when the file cannot be
-    written, is a symbolic link, or belongs to another user; nothing is
-    written then.
+    written, is a symbolic link, is not a regular file (a device, a FIFO),
+    or belongs to another user; nothing is written or changed then.
     """
     raw = data.encode("utf-8") if isinstance(data, str) else data
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW, 0o600)
+    # Non-blocking: a FIFO nobody reads would hold the open for good (it is
+    # refused below anyway); a regular file never blocks.
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK, 0o600)
     try:
-        if os.fstat(fd).st_uid != os.geteuid():
+        found = os.fstat(fd)
+        if not stat.S_ISREG(found.st_mode):
+            # Never chmod'ed nor truncated: as root, /dev/null made 0600 breaks it for all.
+            raise OSError(errno.EINVAL, "is not a regular file; name a file", str(path))
+        if found.st_uid != os.geteuid():
             raise OSError(errno.EPERM, "belongs to another user; name a new file", str(path))
         os.fchmod(fd, 0o600)
         # Truncated only once it is known to be ours and owner-only.

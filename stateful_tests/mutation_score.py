@@ -180,6 +180,7 @@ TESTS = [
     "tests/leases/test_rebase_over_evidence.py",
     "tests/leases/test_late_attempts.py",
     "tests/ledgers/test_sqlite_group_commit.py",
+    "tests/ledgers/test_sqlite_connection_thread.py",
     "tests/ledgers/test_close_while_opening.py",
     "tests/ledgers/test_row_encoding.py",
     "tests/lifecycle/test_lifecycle.py",

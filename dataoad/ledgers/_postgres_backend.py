@@ -41,6 +41,8 @@ import logging
 from datetime import datetime
 from typing import Any, Final
 
+from dataoad._errors import LedgerUnusableError
+
 __all__ = ["Backends"]
 
 _log = logging.getLogger("dataoad")
@@ -56,11 +58,13 @@ _ALIVE: Final = "SELECT count(*) FROM pg_stat_activity WHERE pid = $1 AND backen
 #: ``wal_level``, for any role, with no table of its own.
 _SETTLE: Final = "SELECT pg_logical_emit_message(true, 'dataoad', 'settle')"
 #: Where that function is not granted: a temporary table's catalog rows are logged too.
-_SETTLE_WITHOUT_MESSAGES: Final = (
-    "BEGIN; CREATE TEMPORARY TABLE dataoad_settle () ON COMMIT DROP; COMMIT"
-)
+_SETTLE_WITHOUT_MESSAGES: Final = "CREATE TEMPORARY TABLE dataoad_settle () ON COMMIT DROP"
 #: The server's answers to ``_SETTLE`` that mean "not here", not "not now".
 _NOT_GRANTED: Final = frozenset({"InsufficientPrivilegeError", "UndefinedFunctionError"})
+#: Whether commits wait for standbys at all: without, a local commit is all there is.
+_REPLICATION: Final = (
+    "SELECT current_setting('synchronous_standby_names'), current_setting('synchronous_commit')"
+)
 #: How many connections' names are kept (a pool's connections come and go).
 _KEPT: Final = 4096
 #: Seconds between looks at whether an ended backend has gone.
@@ -168,12 +172,9 @@ class Backends:
             self._unconfirmed.pop(pid, None)
         conn = await pool.acquire(timeout=limit)
         try:
-            try:
-                await conn.fetchval(_SETTLE, timeout=limit)
-            except Exception as exc:
-                if type(exc).__name__ not in _NOT_GRANTED:
-                    raise
-                await conn.execute(_SETTLE_WITHOUT_MESSAGES, timeout=limit)
+            names, commit = await conn.fetchrow(_REPLICATION, timeout=limit)
+            if names.strip() and commit not in ("off", "local"):
+                await _settling_commit(conn, limit)
         except BaseException:
             # Waiting for a standby still: ended, or it would hold a server
             # connection until the standby is back (one per statement tried).
@@ -221,3 +222,26 @@ class Backends:
         """Wait for the backends still being ended in the background."""
         if self._ending:
             await asyncio.gather(*self._ending, return_exceptions=True)
+
+
+async def _settling_commit(conn: Any, limit: float | None) -> None:
+    """Commit a transaction that wrote to the log, as ``conn``'s role may; its commit
+    waits for the synchronous standbys."""
+    try:
+        await conn.fetchval(_SETTLE, timeout=limit)
+        return
+    except Exception as exc:
+        if type(exc).__name__ not in _NOT_GRANTED:
+            raise
+    try:
+        await conn.execute(_SETTLE_WITHOUT_MESSAGES, timeout=limit)
+    except Exception as exc:
+        if type(exc).__name__ not in _NOT_GRANTED:
+            raise
+        raise LedgerUnusableError(
+            "a PostgreSQL write was left in doubt under synchronous replication, and this "
+            "role may neither call pg_logical_emit_message nor create a temporary table, so "
+            "no commit can show the standbys have it: nothing is read or written until one "
+            "can. Grant one: GRANT EXECUTE ON FUNCTION pg_logical_emit_message(boolean, "
+            "text, text) TO <role>, or GRANT TEMPORARY ON DATABASE <db> TO <role>"
+        ) from exc

@@ -260,6 +260,9 @@ async def read_once_more(
     lane: ConnectionLane, sql: str, args: tuple[Any, ...], limit: float | None, driver: Any
 ) -> list[Any]:
     """A read; after a broken connection, once more on a fresh one (a read changes nothing)."""
+    # Settled first, outside the retry: a settling commit that timed out is not
+    # a broken connection, and waiting for it twice would double the time limit.
+    await lane.settled()
     try:
         return await lane.fetch(sql, *args)
     except (
@@ -268,7 +271,7 @@ async def read_once_more(
         driver.AdminShutdownError,
         driver.InterfaceError,
     ):
-        await lane.settled()
+        await lane.settled()  # the broken statement may have been a write's, ended since
         return await fetch_bounded(lane.pool, sql, args, limit)
 
 
@@ -288,6 +291,7 @@ async def write_conditionally(
     audit append), never re-run after its connection broke.
     """
     retries = serialization_retries
+    await lane.settled()  # outside the retries: a settle that timed out is not a broken write
     while True:
         try:
             return await lane.fetch(sql, *args, writes=True)

@@ -68,3 +68,19 @@ def test_another_users_file_is_refused_and_left_as_it_was(
     assert raised.value.strerror is not None
     assert target.read_text() == "theirs\n"
     assert _mode(target) == 0o644
+
+
+def test_a_fifo_is_refused_at_once_and_left_as_it_was(tmp_path: Path) -> None:
+    fifo = tmp_path / "report.xml"
+    os.mkfifo(fifo, 0o644)
+    # Nobody reads it: an open for writing that blocked would wait for good.
+    with pytest.raises(OSError, match=r"No such device|not a regular file"):
+        write_owner_only(fifo, "<x/>")
+    reader = os.open(fifo, os.O_RDONLY | os.O_NONBLOCK)
+    try:  # read at the other end: opened, then refused, never changed
+        with pytest.raises(OSError, match="not a regular file"):
+            write_owner_only(fifo, "<x/>")
+        assert os.read(reader, 10) == b""  # nothing was written into it
+    finally:
+        os.close(reader)
+    assert _mode(fifo) == 0o644

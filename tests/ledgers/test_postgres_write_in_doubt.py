@@ -24,11 +24,12 @@ import pytest
 from dataoad import (
     ActionRunner,
     ActionStatus,
+    LedgerUnusableError,
     NothingInvokedError,
     OutcomeNotRecordedError,
     PostgresLedger,
 )
-from dataoad.ledgers._postgres_backend import Backends
+from dataoad.ledgers._postgres_backend import Backends, _settling_commit
 from dataoad.testing._postgres_server import PostgresServer, PostgresUnavailableError
 from suite_support import REQUEST, CountingOperation
 from suite_support.services import postgres_dsn, unavailable, unique_table
@@ -239,28 +240,37 @@ async def test_a_commit_waiting_for_a_standby_is_neither_proven_nor_taken_for_ab
         server.stop()
 
 
-async def test_statements_after_a_write_ended_in_doubt_settle_first_even_without_messages(
-    admin: Any, locker: Any
-) -> None:
-    """After a backend is ended in doubt, the next statement waits for a settling commit;
-    a role not granted ``pg_logical_emit_message`` settles with a temporary table."""
-    import asyncpg
-
+@pytest.fixture
+async def plain_role(admin: Any) -> AsyncIterator[tuple[str, str]]:
+    """A role with its own tables and no more, and its URL; neither
+    ``pg_logical_emit_message`` nor temporary tables are granted to everyone meanwhile
+    (a common hardening)."""
     role = f"plain_{unique_table()}"
+    database = await admin.fetchval("SELECT current_database()")
     await admin.execute(f'CREATE ROLE "{role}" LOGIN')
     await admin.execute(f'GRANT CREATE, USAGE ON SCHEMA public TO "{role}"')
-    database = await admin.fetchval("SELECT current_database()")
     await admin.execute(f'GRANT CREATE ON DATABASE "{database}" TO "{role}"')
-    await admin.execute(
-        "REVOKE EXECUTE ON FUNCTION pg_logical_emit_message(boolean, text, text) FROM PUBLIC"
-    )
-    url = postgres_dsn().replace("postgresql://postgres", f"postgresql://{role}", 1)
-    ledger = PostgresLedger(url, table=unique_table(), command_timeout=LIMIT)
+    await admin.execute(f"REVOKE EXECUTE ON FUNCTION {_MESSAGE} FROM PUBLIC")
+    await admin.execute(f'REVOKE TEMPORARY ON DATABASE "{database}" FROM PUBLIC')
     try:
-        plain = await asyncpg.connect(url)
-        with pytest.raises(asyncpg.InsufficientPrivilegeError):
-            await plain.fetchval("SELECT pg_logical_emit_message(true, 'x', '')")
-        await plain.close()
+        yield role, postgres_dsn().replace("postgresql://postgres", f"postgresql://{role}", 1)
+    finally:
+        await admin.execute(f"GRANT EXECUTE ON FUNCTION {_MESSAGE} TO PUBLIC")
+        await admin.execute(f'GRANT TEMPORARY ON DATABASE "{database}" TO PUBLIC')
+        await admin.execute(f'DROP OWNED BY "{role}"')
+        await admin.execute(f'DROP ROLE "{role}"')
+
+
+_MESSAGE = "pg_logical_emit_message(boolean, text, text)"
+
+
+async def test_without_synchronous_replication_a_write_ended_in_doubt_is_settled_at_once(
+    locker: Any, plain_role: tuple[str, str]
+) -> None:
+    """No standby is waited for, so the primary's commit is the whole truth: a role that
+    may make no settling commit still goes on after a write ended in doubt."""
+    ledger = PostgresLedger(plain_role[1], table=unique_table(), command_timeout=LIMIT)
+    try:
         await ledger.migrate()
         runner = ActionRunner(ledger)
         await runner.execute("charge", CountingOperation(), request=REQUEST, idempotency_key="w")
@@ -275,8 +285,6 @@ async def test_statements_after_a_write_ended_in_doubt_settle_first_even_without
         finally:
             await lock.rollback()
         assert ledger._backends is not None
-        # A backend was ended in doubt, and its read-back settled it first (without the
-        # fallback every statement would now fail on the missing grant).
         assert ledger._backends._settled == ledger._backends._doubts == 1
         assert await ledger.find("charge", "k") is None
         again = await runner.execute(
@@ -285,11 +293,31 @@ async def test_statements_after_a_write_ended_in_doubt_settle_first_even_without
         assert again.status is ActionStatus.CONFIRMED
     finally:
         await ledger.close()
-        await admin.execute(
-            "GRANT EXECUTE ON FUNCTION pg_logical_emit_message(boolean, text, text) TO PUBLIC"
+
+
+async def test_a_settling_commit_falls_back_to_a_temporary_table_then_says_what_to_grant(
+    admin: Any, plain_role: tuple[str, str]
+) -> None:
+    import asyncpg
+
+    role, url = plain_role
+    conn = await asyncpg.connect(url)
+    try:
+        with pytest.raises(LedgerUnusableError, match="GRANT TEMPORARY ON DATABASE"):
+            await _settling_commit(conn, 1.0)
+        database = await admin.fetchval("SELECT current_database()")
+        await admin.execute(f'GRANT TEMPORARY ON DATABASE "{database}" TO "{role}"')
+        await _settling_commit(conn, 1.0)  # a temporary table, made and dropped
+        assert (
+            await conn.fetchval("SELECT count(*) FROM pg_tables WHERE tablename = 'dataoad_settle'")
+            == 0
         )
-        await admin.execute(f'DROP OWNED BY "{role}"')
-        await admin.execute(f'DROP ROLE "{role}"')
+        await admin.execute(f'REVOKE TEMPORARY ON DATABASE "{database}" FROM "{role}"')
+        await admin.execute(f'GRANT EXECUTE ON FUNCTION {_MESSAGE} TO "{role}"')
+        await _settling_commit(conn, 1.0)  # the message
+        await admin.execute(f'REVOKE EXECUTE ON FUNCTION {_MESSAGE} FROM "{role}"')
+    finally:
+        await conn.close()
 
 
 async def test_a_backend_whose_end_was_not_seen_is_ended_again_before_anything_runs(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import stat
 import subprocess
 import sys
@@ -69,6 +70,17 @@ def test_the_correct_adapter_passes(tmp_path: Path) -> None:
     assert json.loads(trace.read_text())["violation"] is None
     # Owner-only, like the ledger file and the prune export (the one there before too).
     assert {stat.S_IMODE(p.stat().st_mode) for p in (junit, trace, page)} == {0o600}
+
+
+def test_a_report_path_that_is_not_a_regular_file_is_refused_before_the_search(
+    tmp_path: Path,
+) -> None:
+    fifo = tmp_path / "check.xml"
+    os.mkfifo(fifo)  # a reader-less FIFO: writing to it would block for good
+    done = dataoad_check("examples/adapters/payment_adapter.py", "--junit-xml", str(fifo))
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert "is not a regular file" in done.stderr
+    assert done.stdout == "", "the search ran"
 
 
 def test_a_report_path_that_is_a_link_is_refused_before_the_search(tmp_path: Path) -> None:

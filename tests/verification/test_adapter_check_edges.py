@@ -271,6 +271,28 @@ def test_a_call_timeout_at_its_bounds_is_taken(seconds: str) -> None:
     assert "must be in" not in done.stderr
 
 
+def test_a_call_that_never_returns_ends_the_check_even_if_its_reports_cannot_be_written(
+    tmp_path: Path,
+) -> None:
+    reports = tmp_path / "reports"
+    reports.mkdir()
+    # The call takes the reports' folder away, then blocks the loop for good.
+    how = f"import shutil, time; shutil.rmtree({str(reports)!r}); time.sleep(3600)"
+    began = time.monotonic()
+    done = dataoad_check(
+        overriding(tmp_path, "perform", how),
+        *SHORT_SEARCH,
+        "--call-timeout",
+        "0.2",
+        "--trace-json",
+        str(reports / "trace.json"),
+    )
+    assert time.monotonic() - began < 60
+    assert done.returncode == 2, done.stdout + done.stderr  # the report file, not the adapter
+    assert "--trace-json" in done.stderr
+    assert "VIOLATION of calls-return-within-the-call-timeout" in done.stdout
+
+
 def test_the_watch_reports_only_a_call_still_running_past_its_limit() -> None:
     seen: list[OverdueCall] = []
     steps: list[dict[str, object]] = [{"number": 1, "actor": "A", "text": "claims"}]
