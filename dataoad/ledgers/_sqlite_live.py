@@ -78,9 +78,9 @@ def take(conn: aiosqlite.Connection) -> bool:
 async def on_thread(conn: aiosqlite.Connection, fn: Callable[[], T]) -> T:
     """Run ``fn`` on the connection's own thread, in order with its statements.
 
-    Raises ValueError when the connection is closed, LedgerClosedError when
-    its thread has ended (nothing was queued). A caller that gives up does
-    not stop ``fn``.
+    Raises LedgerClosedError when the connection is closed or its thread
+    has ended (nothing was queued). A caller that gives up does not stop
+    ``fn``.
     """
     loop = asyncio.get_running_loop()
     answered: asyncio.Future[T] = loop.create_future()
@@ -113,11 +113,12 @@ def queue_on_thread(conn: aiosqlite.Connection, fn: Callable[[], None]) -> None:
     What ``on_thread`` does before it awaits, done at once: work queued here
     runs even if whoever asked for it is cancelled a moment later. Nobody
     is told when it has run, and what it raises goes nowhere: ``fn`` answers
-    whoever waits for it. Raises ValueError when the connection is closed,
-    LedgerClosedError when its thread has ended (nothing was queued).
+    whoever waits for it. Raises LedgerClosedError when the connection is
+    closed or its thread has ended (nothing was queued).
     """
     if not getattr(conn, "_running", False) or getattr(conn, "_connection", None) is None:
-        raise ValueError("the SQLite connection is closed")
+        # Stopped by the exit hook, or closed under a call already past the ledger's check.
+        raise LedgerClosedError("the ledger's SQLite connection is closed")
     if not alive(conn):
         raise LedgerClosedError(
             "the ledger's SQLite connection stopped (its thread has ended); close the ledger "

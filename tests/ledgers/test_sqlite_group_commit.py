@@ -28,6 +28,7 @@ from dataoad import (
     ActionStatus,
     DataoadError,
     LedgerBusyError,
+    LedgerClosedError,
     NothingInvokedError,
     OutcomeNotRecordedError,
     SQLiteLedger,
@@ -695,7 +696,7 @@ async def test_writes_queued_on_a_closed_connection_fail_with_its_error(tmp_path
     await conn.close()
     group = writer(tmp_path)
     entry = group.put(group.new_entry(INSERT, {"k": "a", "v": 1}))
-    with pytest.raises(ValueError, match="the SQLite connection is closed"):
+    with pytest.raises(LedgerClosedError, match="SQLite connection is closed"):
         await group.flushed(conn, entry)
     assert group._queue == []
     assert group.withdraw(entry) is False  # answered already: nothing left to take back
