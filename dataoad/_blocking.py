@@ -39,6 +39,7 @@ __all__ = [
     "caller_cancelled",
     "is_async_callable",
     "placed",
+    "storable_in_a_future",
 ]
 
 T = TypeVar("T")
@@ -121,7 +122,23 @@ def _settle(future: asyncio.Future[Any], value: object, exc: BaseException | Non
     if exc is None:
         future.set_result(value)
     else:
-        future.set_exception(exc)
+        future.set_exception(storable_in_a_future(exc))
+
+
+def storable_in_a_future(exc: BaseException) -> BaseException:
+    """``exc``, or a RuntimeError caused by it where a future refuses it.
+
+    A future refuses StopIteration (it would end a generator's iteration
+    silently), and the refusal left the future pending for good: a sync
+    ``next(iter([]))`` in an operation hung its call, its lease renewed
+    forever. Python turns one raised in a coroutine into a RuntimeError
+    (PEP 479); so does this, for one raised on a thread.
+    """
+    if not isinstance(exc, StopIteration):
+        return exc
+    wrapped = RuntimeError(f"{type(exc).__name__} raised by a call made on a thread")
+    wrapped.__cause__ = exc
+    return wrapped
 
 
 class Interrupted(Exception):

@@ -22,7 +22,7 @@ from dataoad._canonical import json_text
 from dataoad._errors import InvalidArgumentError
 from dataoad._events import EventKind, EventSink
 from dataoad._evidence import Settlement, keep_observations
-from dataoad._frozen import FrozenDict, freeze
+from dataoad._frozen import FrozenDict, freeze, thaw
 from dataoad._receipt import ActionReceipt, AttemptRecord, bound_text, bounded_error, utc_now
 from dataoad._records import (
     OBSERVATION_KEYS,
@@ -193,7 +193,9 @@ async def observe(
 ) -> Observation:
     """Ask the verifier about ``receipt`` and judge its answer; never raises an Exception."""
     try:
-        result = await verify(receipt)
+        # A copy: the verifier cannot change the runner's snapshot (nor, through it,
+        # what an in-memory ledger holds), even with object.__setattr__.
+        result = await verify(receipt.evolve())
     except (Exception, asyncio.CancelledError) as exc:
         if not isinstance(exc, Exception) and caller_cancelled():
             raise  # the caller's own cancellation; a verifier's own is no answer
@@ -208,6 +210,25 @@ async def observe(
     if type(result) is not VerificationResult:
         invalid = f"verifier returned {type(result).__qualname__}, not a VerificationResult"
         return _no_answer(events, receipt, source, attempt, invalid, invalid)
+    try:
+        return _judged(result, receipt, source, attempt, events)
+    except Exception as exc:
+        # Its fields were changed after it was made (object.__setattr__), to values
+        # the judgement cannot even compare: no evidence, never an escape.
+        invalid = (
+            "verifier returned a VerificationResult whose fields could not be judged "
+            f"({type(exc).__name__})"
+        )
+        return _no_answer(events, receipt, source, attempt, invalid, invalid)
+
+
+def _judged(
+    result: VerificationResult,
+    receipt: ActionReceipt,
+    source: ObservationSource,
+    attempt: int,
+    events: EventSink,
+) -> Observation:
     status = classify_verification(result, receipt.provider_reference)
     problem: str | None = None
     if (
@@ -224,7 +245,11 @@ async def observe(
         # invoked outcome unrecordable: it counts as no evidence at all.
         unstorable = "verifier returned a VerificationResult that no ledger can store"
         return _no_answer(events, receipt, source, attempt, unstorable, unstorable)
-    return Observation(result, record)
+    # Made anew, it must pass its own checks: fields changed after it was made
+    # (object.__setattr__) that only those checks refuse are no evidence either,
+    # and the copy kept is one the verifier no longer holds.
+    details = None if result.details is None else thaw(result.details)
+    return Observation(dataclasses.replace(result, details=details), record)
 
 
 def _no_answer(

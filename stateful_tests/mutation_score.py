@@ -141,6 +141,7 @@ TESTS = [
     "tests/attempts/test_outcome.py",
     "tests/evidence/test_observations.py",
     "tests/evidence/test_values.py",
+    "tests/evidence/test_hostile_answers.py",
     "tests/evidence/test_evidence_rules.py",
     "tests/attempts/test_retry_and_aggregation.py",
     "tests/recovery/test_recovery_and_merge.py",

@@ -33,6 +33,7 @@ from typing import Any, TypeVar
 
 import aiosqlite
 
+from dataoad._blocking import storable_in_a_future
 from dataoad._errors import LedgerClosedError
 from dataoad._in_flight import EXIT_WAIT, wait_for_calls
 
@@ -104,7 +105,7 @@ def _answer(future: asyncio.Future[Any], outcome: tuple[bool, Any]) -> None:
     if succeeded:
         future.set_result(value)
     else:
-        future.set_exception(value)
+        future.set_exception(storable_in_a_future(value))
 
 
 def queue_on_thread(conn: aiosqlite.Connection, fn: Callable[[], None]) -> None:
