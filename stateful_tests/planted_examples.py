@@ -287,6 +287,28 @@ PLANTED_EXAMPLES = [
         "",
         ("tests/ledgers/test_sqlite_group_commit.py::test_a_statement_that_raises_fails_alone",),
     ),
+    PlantedExample(
+        "stop-iteration-into-a-future",
+        "a sync operation that raises StopIteration is recorded UNKNOWN, never left hanging",
+        "dataoad/_blocking.py",
+        "        future.set_exception(storable_in_a_future(exc))\n",
+        "        future.set_exception(exc)\n",
+        (
+            "tests/evidence/test_hostile_answers.py"
+            "::test_a_sync_operation_raising_stop_iteration_is_recorded_unknown",
+        ),
+    ),
+    PlantedExample(
+        "verifier-handed-the-runners-receipt",
+        "a decisive verifier result is bound to the receipt's own provider reference",
+        "dataoad/_observing.py",
+        "        result = await verify(receipt.evolve())\n",
+        "        result = await verify(receipt)\n",
+        (
+            "tests/evidence/test_hostile_answers.py"
+            "::test_a_verifier_that_changes_the_receipt_it_is_handed_changes_nothing",
+        ),
+    ),
     # v0.3 surfaces, written from outside without reading the tests (#42):
     # of 20 such changes, the ones on engines, PostgreSQL, the audit and the console.
     PlantedExample(
