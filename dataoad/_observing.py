@@ -193,9 +193,7 @@ async def observe(
 ) -> Observation:
     """Ask the verifier about ``receipt`` and judge its answer; never raises an Exception."""
     try:
-        # A copy: the verifier cannot change the runner's snapshot (nor, through it,
-        # what an in-memory ledger holds), even with object.__setattr__.
-        result = await verify(receipt.evolve())
+        result = await verify(_handed_over(receipt))
     except (Exception, asyncio.CancelledError) as exc:
         if not isinstance(exc, Exception) and caller_cancelled():
             raise  # the caller's own cancellation; a verifier's own is no answer
@@ -220,6 +218,20 @@ async def observe(
             f"({type(exc).__name__})"
         )
         return _no_answer(events, receipt, source, attempt, invalid, invalid)
+
+
+def _handed_over(receipt: ActionReceipt) -> ActionReceipt:
+    """A copy of ``receipt`` all the way down, for the verifier to keep or change.
+
+    The verifier cannot change the runner's snapshot, nor through it what an
+    in-memory ledger holds or what the outcome will write, even with
+    ``object.__setattr__`` or ``dict.__setitem__`` on its frozen parts.
+    """
+    return receipt.evolve(
+        metadata=thaw(receipt.metadata),
+        attempt_records=tuple(dataclasses.replace(r) for r in receipt.attempt_records),
+        operator_records=tuple(dataclasses.replace(o) for o in receipt.operator_records),
+    )
 
 
 def _judged(

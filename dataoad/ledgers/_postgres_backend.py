@@ -127,18 +127,20 @@ class Backends:
         error stands and the read-back judges as well as it can.
         """
         self._started.pop(backend[0], None)
-        # Counted first: no statement may start unsettled once the end has begun.
+        # Counted, and its end listed, before anything awaits: a settle that
+        # counts this doubt waits for this end too, an end waited for inline
+        # as well (it would otherwise settle with the backend still running).
         self._doubts += 1
+        task = asyncio.get_running_loop().create_task(self._ended(pool, backend, limit))
+        self._ending.add(task)
+        task.add_done_callback(self._ending.discard)
+        task.add_done_callback(
+            lambda done: None if not done.cancelled() and done.result() else self._lost(backend)
+        )
         if not wait:
-            task = asyncio.get_running_loop().create_task(self._ended(pool, backend, limit))
-            self._ending.add(task)
-            task.add_done_callback(self._ending.discard)
-            task.add_done_callback(
-                lambda done: None if not done.cancelled() and done.result() else self._lost(backend)
-            )
             return
-        if not await self._ended(pool, backend, limit):
-            self._lost(backend)
+        # Shielded: a caller cancelled meanwhile leaves the end running, as without ``wait``.
+        if not await asyncio.shield(task):
             _log.warning(
                 "dataoad: the server backend (pid %s) of a PostgreSQL write left in doubt could "
                 "not be seen to end within %s s; its read-back may see the write before it "
@@ -161,8 +163,13 @@ class Backends:
         doubts = self._doubts
         if self._settled >= doubts:
             return
-        if self._ending:  # ends under way in the background come first
-            await asyncio.wait(set(self._ending), timeout=limit)
+        if self._ending:  # every end under way comes first, and must be over
+            _, pending = await asyncio.wait(set(self._ending), timeout=limit)
+            if pending:
+                raise TimeoutError(
+                    "a server backend of a PostgreSQL write left in doubt is still being "
+                    "ended; nothing is read or written until it is gone"
+                )
         for pid, started in list(self._unconfirmed.items()):
             if not await self._ended(pool, (pid, started), limit):
                 raise TimeoutError(

@@ -154,3 +154,22 @@ async def test_a_verifier_that_changes_the_receipt_it_is_handed_changes_nothing(
     assert stored is not None
     assert stored.provider_reference == REF
     assert result.receipt.provider_reference == REF
+
+
+async def test_a_verifier_that_writes_into_the_receipts_frozen_parts_changes_nothing() -> None:
+    ledger = InMemoryLedger()
+
+    async def verify(receipt: Any) -> VerificationResult:
+        dict.__setitem__(receipt.metadata, "planted", True)  # past FrozenDict's refusal
+        object.__setattr__(receipt.attempt_records[0], "error", "planted")
+        return confirmed()
+
+    result = await _execute(
+        ActionRunner(ledger), lambda: "ch_1", verifier=verify, metadata={"order": "o-1"}
+    )
+    assert result.status is ActionStatus.CONFIRMED  # an honest answer still counts
+    stored = await ledger.find("charge", "k")
+    assert stored is not None
+    assert "planted" not in stored.metadata
+    assert stored.attempt_records[0].error is None
+    assert "planted" not in result.receipt.metadata

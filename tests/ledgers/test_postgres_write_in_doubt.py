@@ -334,3 +334,47 @@ async def test_a_backend_whose_end_was_not_seen_is_ended_again_before_anything_r
     await backends.settle(pool, 1.0)
     assert not backends.unsettled
     assert await _gone(admin, pid)
+
+
+async def test_a_settle_waits_for_an_end_under_way_even_one_waited_for_inline(
+    admin: Any, other_session: tuple[Any, Any, int, Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A statement settling while a write's end is still under way (its caller waiting
+    for it) must not count that doubt settled before the backend is gone: a commit it
+    then made would be on the primary alone."""
+    pool, _, pid, started = other_session
+    slow = Backends._end_and_watch
+
+    async def slowly(*args: Any) -> bool:
+        await asyncio.sleep(0.2)  # a slow checkout, say, before the end is sent
+        return await slow(*args)
+
+    monkeypatch.setattr(Backends, "_end_and_watch", staticmethod(slowly))
+    backends = Backends(5.0)
+    ending = asyncio.ensure_future(backends.end(pool, (pid, started), 2.0, wait=True))
+    await asyncio.sleep(0)  # the end has begun: counted, not done
+    assert backends.unsettled
+    await backends.settle(pool, 2.0)
+    assert await _gone(admin, pid), "settled while the backend in doubt still ran"
+    assert not backends.unsettled
+    await ending
+
+
+async def test_a_settle_that_cannot_see_an_end_over_in_time_settles_nothing(
+    other_session: tuple[Any, Any, int, Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    pool, _, pid, started = other_session
+    slow = Backends._end_and_watch
+
+    async def slowly(*args: Any) -> bool:
+        await asyncio.sleep(0.5)
+        return await slow(*args)
+
+    monkeypatch.setattr(Backends, "_end_and_watch", staticmethod(slowly))
+    backends = Backends(5.0)
+    await backends.end(pool, (pid, started), 2.0, wait=False)
+    with pytest.raises(TimeoutError, match="still being ended"):
+        await backends.settle(pool, 0.1)
+    assert backends.unsettled
+    await backends.settle(pool, 2.0)
+    assert not backends.unsettled
