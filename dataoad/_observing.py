@@ -11,6 +11,7 @@ derived from the observations here, in one function.
 from __future__ import annotations
 
 import asyncio
+import copy
 import dataclasses
 import inspect
 import logging
@@ -241,6 +242,11 @@ def _judged(
     attempt: int,
     events: EventSink,
 ) -> Observation:
+    # Judged and kept as a copy of its own, details too: the verifier may still
+    # hold the result and write into it later (dict.__setitem__ past FrozenDict).
+    result = copy.copy(result)
+    if result.details is not None:
+        object.__setattr__(result, "details", freeze(thaw(result.details)))
     status = classify_verification(result, receipt.provider_reference)
     problem: str | None = None
     if (

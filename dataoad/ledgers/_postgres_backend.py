@@ -84,8 +84,9 @@ class Backends:
         #: Backends ended in doubt so far, and how many of them a settling commit covers.
         self._doubts = 0
         self._settled = 0
-        #: Backends ended whose end was not seen: each is ended again before settling.
-        self._unconfirmed: dict[int, datetime] = {}
+        #: Backends ended whose end was not seen: each is ended again before settling
+        #: (named by process id and start: a reused process id is another backend).
+        self._unconfirmed: set[tuple[int, datetime]] = set()
 
     @property
     def unsettled(self) -> bool:
@@ -150,7 +151,7 @@ class Backends:
             )
 
     def _lost(self, backend: tuple[int, datetime]) -> None:
-        self._unconfirmed[backend[0]] = backend[1]
+        self._unconfirmed.add(backend)
 
     async def settle(self, pool: Any, limit: float | None) -> None:
         """Wait for a settling commit past every backend ended in doubt (see the module notes).
@@ -170,13 +171,13 @@ class Backends:
                     "a server backend of a PostgreSQL write left in doubt is still being "
                     "ended; nothing is read or written until it is gone"
                 )
-        for pid, started in list(self._unconfirmed.items()):
-            if not await self._ended(pool, (pid, started), limit):
+        for backend in list(self._unconfirmed):
+            if not await self._ended(pool, backend, limit):
                 raise TimeoutError(
-                    f"the server backend (pid {pid}) of a PostgreSQL write left in doubt "
+                    f"the server backend (pid {backend[0]}) of a PostgreSQL write left in doubt "
                     "could not be seen to end; nothing is read or written until it is"
                 )
-            self._unconfirmed.pop(pid, None)
+            self._unconfirmed.discard(backend)  # that one exactly, never one named alike
         conn = await pool.acquire(timeout=limit)
         try:
             names, commit = await conn.fetchrow(_REPLICATION, timeout=limit)
@@ -185,12 +186,12 @@ class Backends:
         except BaseException:
             # Waiting for a standby still: ended, or it would hold a server
             # connection until the standby is back (one per statement tried).
-            backend = self.named(conn)
+            settling = self.named(conn)
             with contextlib.suppress(Exception):
                 conn.terminate()
-            if backend is not None:
-                self._started.pop(backend[0], None)
-                task = asyncio.get_running_loop().create_task(self._ended(pool, backend, limit))
+            if settling is not None:
+                self._started.pop(settling[0], None)
+                task = asyncio.get_running_loop().create_task(self._ended(pool, settling, limit))
                 self._ending.add(task)
                 task.add_done_callback(self._ending.discard)
             raise

@@ -80,14 +80,17 @@ async def fetch_bounded(
     args: tuple[Any, ...],
     limit: float | None,
     backends: Backends | None = None,
+    *,
+    settling: Backends | None = None,
 ) -> list[Any]:
     """One statement on a pool connection, bounded; a connection left in doubt is terminated.
 
     ``backends``: the statement writes, and the server backend of a
     connection left in doubt is ended before the error goes up (see
-    ``_postgres_backend``).
+    ``_postgres_backend``). ``settling``: the ledger's backends, settled
+    once the connection is had, before the statement goes.
     """
-    conn = await pool.acquire(timeout=limit)
+    conn = await acquire_settled(pool, limit, settling)
     try:
         rows = list(await conn.fetch(sql, *args, timeout=limit))
     except BaseException as exc:
@@ -118,6 +121,21 @@ async def _return(
     if backend is not None and backends is not None:
         cancelled = isinstance(exc, asyncio.CancelledError)
         await backends.end(pool, backend, limit, wait=not cancelled)
+
+
+async def acquire_settled(pool: Any, limit: float | None, settling: Backends | None) -> Any:
+    """A pool connection, had only once no backend ended in doubt is unsettled.
+
+    Waiting for a connection (a busy pool, a new one to make) may take long
+    enough for another statement's write to be ended in doubt meanwhile: a
+    statement checked before that wait would then run past the doubt.
+    """
+    conn = await pool.acquire(timeout=limit)
+    while settling is not None and settling.unsettled:
+        await pool.release(conn)  # nothing ran on it
+        await settling.settle(pool, limit)
+        conn = await pool.acquire(timeout=limit)
+    return conn
 
 
 def _usable(conn: Any) -> bool:
@@ -174,14 +192,16 @@ class ConnectionLane:
         await self.settled()
         backends = self.backends if writes else None
         if self._busy or self._closing or not self.enabled:
-            return await fetch_bounded(self.pool, sql, args, self.timeout, backends)
+            return await fetch_bounded(
+                self.pool, sql, args, self.timeout, backends, settling=self.backends
+            )
         # One event loop: nothing runs between this check and the claim below.
         self._busy = True
         try:
             if self._conn is not None and not _usable(self._conn):
                 await self._give_back()
             if self._conn is None:
-                self._conn = await self.pool.acquire(timeout=self.timeout)
+                self._conn = await acquire_settled(self.pool, self.timeout, self.backends)
             rows = list(await self._conn.fetch(sql, *args, timeout=self.timeout))
             self._note_use()
             return rows
@@ -272,7 +292,7 @@ async def read_once_more(
         driver.InterfaceError,
     ):
         await lane.settled()  # the broken statement may have been a write's, ended since
-        return await fetch_bounded(lane.pool, sql, args, limit)
+        return await fetch_bounded(lane.pool, sql, args, limit, settling=lane.backends)
 
 
 async def write_conditionally(
@@ -312,7 +332,9 @@ async def write_conditionally(
             # have committed it, so the first error stands and the
             # proven-write rule reads back to find out.
             await lane.settled()  # a write of the first run may have been ended in doubt
-            rows = await fetch_bounded(lane.pool, sql, args, limit, lane.backends)
+            rows = await fetch_bounded(
+                lane.pool, sql, args, limit, lane.backends, settling=lane.backends
+            )
             if not rows:
                 raise broken from None
             return rows

@@ -173,3 +173,21 @@ async def test_a_verifier_that_writes_into_the_receipts_frozen_parts_changes_not
     assert "planted" not in stored.metadata
     assert stored.attempt_records[0].error is None
     assert "planted" not in result.receipt.metadata
+
+
+async def test_a_verifier_that_writes_into_its_own_answer_later_changes_nothing_kept() -> None:
+    ledger = InMemoryLedger()
+    kept: list[VerificationResult] = []
+
+    async def verify(receipt: Any) -> VerificationResult:
+        answer = dataclasses.replace(confirmed(), details={"seen": "ch_1"})
+        kept.append(answer)
+        return answer
+
+    result = await _execute(ActionRunner(ledger), lambda: "ch_1", verifier=verify)
+    assert result.status is ActionStatus.CONFIRMED
+    assert kept[0].details is not None
+    dict.__setitem__(kept[0].details, "seen", object())  # type: ignore[index]  # after it was judged
+    stored = await ledger.find("charge", "k")
+    assert stored is not None
+    assert stored.observations[-1].details == {"seen": "ch_1"}

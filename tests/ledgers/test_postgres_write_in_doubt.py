@@ -16,7 +16,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import AsyncIterator
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
@@ -30,6 +30,7 @@ from dataoad import (
     PostgresLedger,
 )
 from dataoad.ledgers._postgres_backend import Backends, _settling_commit
+from dataoad.ledgers._postgres_lane import acquire_settled
 from dataoad.testing._postgres_server import PostgresServer, PostgresUnavailableError
 from suite_support import REQUEST, CountingOperation
 from suite_support.services import postgres_dsn, unavailable, unique_table
@@ -378,3 +379,59 @@ async def test_a_settle_that_cannot_see_an_end_over_in_time_settles_nothing(
     assert backends.unsettled
     await backends.settle(pool, 2.0)
     assert not backends.unsettled
+
+
+class _Doubted:
+    """A ledger's backends with a doubt that arose while a connection was awaited."""
+
+    def __init__(self, steps: list[str]) -> None:
+        self.unsettled = False
+        self._steps = steps
+
+    async def settle(self, pool: Any, limit: float | None) -> None:
+        self._steps.append("settle")
+        self.unsettled = False
+
+
+class _SlowPool:
+    """A pool whose first checkout takes long enough for another write's end to begin."""
+
+    def __init__(self, doubted: _Doubted, steps: list[str]) -> None:
+        self._doubted, self._steps = doubted, steps
+
+    async def acquire(self, timeout: float | None = None) -> object:  # noqa: ASYNC109 - as asyncpg's
+        self._steps.append("acquire")
+        if self._steps.count("acquire") == 1:
+            self._doubted.unsettled = True  # meanwhile a write was ended in doubt
+        return object()
+
+    async def release(self, conn: object) -> None:
+        self._steps.append("release")
+
+
+async def test_a_statement_that_waited_for_its_connection_settles_before_it_runs() -> None:
+    steps: list[str] = []
+    doubted = _Doubted(steps)
+    await acquire_settled(_SlowPool(doubted, steps), 1.0, doubted)  # type: ignore[arg-type]
+    # Checked before the wait, it would run past the doubt: given back, settled, again.
+    assert steps == ["acquire", "release", "settle", "acquire"]
+
+
+async def test_backends_named_alike_are_each_seen_gone(monkeypatch: pytest.MonkeyPatch) -> None:
+    """One process id, two backends (pid reuse, or a promoted standby's): seeing one gone
+    settles nothing of the other."""
+    at = datetime(2026, 1, 1, tzinfo=UTC)
+    first, second = (7, at), (7, at + timedelta(hours=1))
+
+    async def watch(pool: Any, backend: tuple[int, datetime], limit: float | None) -> bool:
+        return backend == first  # the second cannot be seen to end
+
+    monkeypatch.setattr(Backends, "_end_and_watch", staticmethod(watch))
+    backends = Backends(5.0)
+    backends._doubts = 2
+    backends._lost(first)
+    backends._lost(second)
+    with pytest.raises(TimeoutError, match="could not be seen to end"):
+        await backends.settle(None, 1.0)
+    assert second in backends._unconfirmed
+    assert backends.unsettled
