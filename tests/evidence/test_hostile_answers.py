@@ -125,6 +125,16 @@ async def test_a_result_changed_after_it_was_made_is_no_evidence(
     assert stored is not None
     assert stored.claim_state is ClaimState.COMPLETED  # not left PENDING
     assert stored.final_status is ActionStatus.UNKNOWN
+    observation = stored.observations[-1]
+    assert observation.attempt == 1
+    assert observation.status is ActionStatus.UNKNOWN
+    assert observation.error is not None
+    assert observation.error.startswith(
+        (
+            "verifier returned a VerificationResult whose fields could not be judged (",
+            "verifier returned a VerificationResult that no ledger can store",
+        )
+    )
 
 
 async def test_an_unchanged_result_still_confirms() -> None:
@@ -159,7 +169,10 @@ async def test_a_verifier_that_changes_the_receipt_it_is_handed_changes_nothing(
 async def test_a_verifier_that_writes_into_the_receipts_frozen_parts_changes_nothing() -> None:
     ledger = InMemoryLedger()
 
+    handed: list[Any] = []
+
     async def verify(receipt: Any) -> VerificationResult:
+        handed.append(receipt)
         dict.__setitem__(receipt.metadata, "planted", True)  # past FrozenDict's refusal
         object.__setattr__(receipt.attempt_records[0], "error", "planted")
         return confirmed()
@@ -173,6 +186,10 @@ async def test_a_verifier_that_writes_into_the_receipts_frozen_parts_changes_not
     assert "planted" not in stored.metadata
     assert stored.attempt_records[0].error is None
     assert "planted" not in result.receipt.metadata
+    # What it was handed was the receipt as it stood, every field there.
+    assert handed[0].operator_records == ()
+    assert handed[0].attempt_records[0].number == 1
+    assert handed[0].action_id == stored.action_id
 
 
 async def test_a_verifier_that_writes_into_its_own_answer_later_changes_nothing_kept() -> None:

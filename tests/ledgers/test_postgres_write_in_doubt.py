@@ -226,6 +226,12 @@ async def test_a_commit_waiting_for_a_standby_is_neither_proven_nor_taken_for_ab
             assert local == 1
             with pytest.raises(TimeoutError):
                 await ledger.find("charge", "k")
+            # The settling commit that timed out is not left waiting for the standby
+            # (one server connection per statement tried, until it is back).
+            assert ledger._backends is not None
+            await ledger._backends.close()
+            waiting = "SELECT count(*) FROM pg_stat_activity WHERE wait_event = 'SyncRep'"
+            assert await admin.fetchval(waiting) == 0
             await admin.execute("ALTER SYSTEM RESET synchronous_standby_names")
             await admin.execute("SELECT pg_reload_conf()")
             stored = await ledger.find("charge", "k")
@@ -435,3 +441,100 @@ async def test_backends_named_alike_are_each_seen_gone(monkeypatch: pytest.Monke
         await backends.settle(None, 1.0)
     assert second in backends._unconfirmed
     assert backends.unsettled
+
+
+class _Replication:
+    """A connection answering what the server's replication settings are; notes statements."""
+
+    def __init__(self, names: str, commit: str) -> None:
+        self.settings = (names, commit)
+        self.sent: list[str] = []
+
+    async def fetchrow(self, sql: str, timeout: float | None = None) -> tuple[str, str]:  # noqa: ASYNC109
+        self.sent.append(sql)
+        return self.settings
+
+    async def fetchval(self, sql: str, timeout: float | None = None) -> None:  # noqa: ASYNC109
+        self.sent.append(sql)
+
+
+class _OnePool:
+    def __init__(self, conn: Any) -> None:
+        self.conn = conn
+
+    async def acquire(self, timeout: float | None = None) -> Any:  # noqa: ASYNC109
+        return self.conn
+
+    async def release(self, conn: Any) -> None:
+        pass
+
+
+@pytest.mark.parametrize(
+    ("names", "commit", "waits"),
+    [
+        ("", "on", False),  # no standby is waited for: the primary's commit is all there is
+        ("  ", "on", False),
+        ("standby1", "on", True),
+        ("ANY 1 (a, b)", "remote_apply", True),
+        ("FIRST 1 (a)", "remote_write", True),
+        ("standby1", "local", False),  # commits do not wait for it
+        ("standby1", "off", False),
+    ],
+)
+async def test_a_settling_commit_is_made_only_where_commits_wait_for_standbys(
+    names: str, commit: str, waits: bool
+) -> None:
+    conn = _Replication(names, commit)
+    backends = Backends(5.0)
+    backends._doubts = 1
+    await backends.settle(_OnePool(conn), 1.0)
+    assert not backends.unsettled
+    assert any("pg_logical_emit_message" in sql for sql in conn.sent) is waits
+
+
+async def test_a_settle_with_nothing_to_settle_touches_nothing() -> None:
+    backends = Backends(5.0)
+    await backends.settle(None, 1.0)  # no doubt: no connection is even asked for
+    assert not backends.unsettled
+
+
+async def test_each_doubt_is_counted_and_a_second_one_is_settled_again(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    async def gone(pool: Any, backend: tuple[int, datetime], limit: float | None) -> bool:
+        return True
+
+    monkeypatch.setattr(Backends, "_end_and_watch", staticmethod(gone))
+    at = datetime(2026, 1, 1, tzinfo=UTC)
+    backends = Backends(5.0)
+    conn = _Replication("standby1", "on")
+    await backends.end(None, (1, at), 1.0, wait=True)
+    await backends.settle(_OnePool(conn), 1.0)
+    assert not backends.unsettled
+    await backends.end(None, (2, at), 1.0, wait=True)
+    assert backends.unsettled, "a second doubt after a settled one"
+    await backends.settle(_OnePool(conn), 1.0)
+    assert not backends.unsettled
+    assert sum("pg_logical_emit_message" in sql for sql in conn.sent) == 2
+
+
+async def test_an_end_not_seen_is_ended_again_by_the_next_settle(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    seen: list[tuple[int, datetime]] = []
+    answers = iter([False, True])  # not seen at first (a partition), then gone
+
+    async def watch(pool: Any, backend: tuple[int, datetime], limit: float | None) -> bool:
+        seen.append(backend)
+        return next(answers)
+
+    monkeypatch.setattr(Backends, "_end_and_watch", staticmethod(watch))
+    backend = (3, datetime(2026, 1, 1, tzinfo=UTC))
+    backends = Backends(5.0)
+    await backends.end(None, backend, 1.0, wait=True)
+    assert "could not be seen to end" in caplog.text
+    assert backends._unconfirmed == {backend}
+    await backends.settle(_OnePool(_Replication("", "on")), 1.0)
+    assert seen == [backend, backend]  # ended again before anything was settled
+    assert backends._unconfirmed == set()
+    assert not backends.unsettled
