@@ -260,9 +260,9 @@ PLANTED_EXAMPLES = [
     PlantedExample(
         "postgres-proves-a-commit-the-primary-alone-holds",
         "a write ended while its commit waited for a synchronous standby is never proven from the primary's copy alone",
-        "dataoad/ledgers/_postgres_lane.py",
-        "        await self.settled()\n        backends = self.backends if writes else None\n",
-        "        backends = self.backends if writes else None\n",
+        "dataoad/ledgers/_postgres_backend.py",
+        "        return self._settled < self._doubts\n",
+        "        return False\n",
         (
             "tests/ledgers/test_postgres_write_in_doubt.py"
             "::test_a_commit_waiting_for_a_standby_is_neither_proven_nor_taken_for_absent",
@@ -302,7 +302,7 @@ PLANTED_EXAMPLES = [
         "verifier-handed-the-runners-receipt",
         "a decisive verifier result is bound to the receipt's own provider reference",
         "dataoad/_observing.py",
-        "        result = await verify(receipt.evolve())\n",
+        "        result = await verify(_handed_over(receipt))\n",
         "        result = await verify(receipt)\n",
         (
             "tests/evidence/test_hostile_answers.py"

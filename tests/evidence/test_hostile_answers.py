@@ -27,8 +27,8 @@ from dataoad import (
 )
 from suite_support import REF, REQUEST, confirmed
 
-#: Far longer than any of these calls may take: a call still running then hung.
-HANG = 10.0
+#: Far longer than any of these calls may take (milliseconds): one still running then hung.
+HANG = 5.0
 
 
 def _stops() -> Any:
