@@ -22,8 +22,9 @@ write-ahead log and commits, whose commit waits, like any write's, for the
 synchronous standbys the server names. Its log position is past the ended
 backend's commit, so once it returns, that commit has reached them too.
 Until one returns (a partition), every statement fails as the write did,
-and the read-back proves nothing. Without synchronous replication the
-settling commit returns at once.
+and the read-back proves nothing. Without synchronous replication in
+force a local commit is all there is: nothing needs settling, and no
+settling commit is made.
 
 A backend is named by its process id and start time, read when its
 connection was made, so a process id since reused by another session (or
