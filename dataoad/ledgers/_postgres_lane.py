@@ -47,6 +47,8 @@ __all__ = [
 
 #: Seconds without a statement after which the held connection goes back.
 IDLE_SECONDS: Final = 60.0
+#: Seconds between looks, while closing, at whether statements are still under way.
+_QUIET_POLL: Final = 0.005
 
 
 async def no_reset(connection: Any) -> None:
@@ -155,6 +157,7 @@ class ConnectionLane:
         "_conn",
         "_idle",
         "_last_used",
+        "_statements",
         "_timer",
         "backends",
         "enabled",
@@ -183,6 +186,8 @@ class ConnectionLane:
         self._timer: asyncio.TimerHandle | None = None
         self._last_used = 0.0
         self._idle: asyncio.Task[None] | None = None  # kept: the loop holds tasks weakly
+        #: Statements under way (``read_once_more``, ``write_conditionally``).
+        self._statements = 0
 
     async def fetch(self, sql: str, *args: Any, writes: bool = False) -> list[Any]:
         """Run one statement on the held connection if it is free, else on a pool connection.
@@ -230,13 +235,21 @@ class ConnectionLane:
             await backends.settle(self.pool, self.timeout)
 
     async def close(self) -> None:
-        """Hand the connection back (now, or when the statement on it ends); take no other."""
+        """Hand the connection back (now, or when the statement on it ends); take no other.
+
+        Returns once no statement is under way: a write cancelled or timed out
+        just before starts the end of its backend in its error handler, and the
+        ledger's close must find that end (and wait for it) before the pool
+        goes, or the write could still commit, unended, after the close.
+        """
         self._closing = True
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None
         if not self._busy:
             await self._give_back()
+        while self._statements:  # noqa: ASYNC110 - only on close; each is bounded by its limit
+            await asyncio.sleep(_QUIET_POLL)
 
     def _note_use(self) -> None:
         # One timer at a time, re-armed for what is left when it fires: a
@@ -280,19 +293,23 @@ async def read_once_more(
     lane: ConnectionLane, sql: str, args: tuple[Any, ...], limit: float | None, driver: Any
 ) -> list[Any]:
     """A read; after a broken connection, once more on a fresh one (a read changes nothing)."""
-    # Settled first, outside the retry: a settling commit that timed out is not
-    # a broken connection, and waiting for it twice would double the time limit.
-    await lane.settled()
+    lane._statements += 1
     try:
-        return await lane.fetch(sql, *args)
-    except (
-        *_RETRYABLE_READ_ERRORS,
-        driver.PostgresConnectionError,
-        driver.AdminShutdownError,
-        driver.InterfaceError,
-    ):
-        await lane.settled()  # the broken statement may have been a write's, ended since
-        return await fetch_bounded(lane.pool, sql, args, limit, settling=lane.backends)
+        # Settled first, outside the retry: a settling commit that timed out is not
+        # a broken connection, and waiting for it twice would double the time limit.
+        await lane.settled()
+        try:
+            return await lane.fetch(sql, *args)
+        except (
+            *_RETRYABLE_READ_ERRORS,
+            driver.PostgresConnectionError,
+            driver.AdminShutdownError,
+            driver.InterfaceError,
+        ):
+            await lane.settled()  # the broken statement may have been a write's, ended since
+            return await fetch_bounded(lane.pool, sql, args, limit, settling=lane.backends)
+    finally:
+        lane._statements -= 1
 
 
 async def write_conditionally(
@@ -310,6 +327,24 @@ async def write_conditionally(
     ``conditional=False``: a write that would apply twice if run twice (an
     audit append), never re-run after its connection broke.
     """
+    lane._statements += 1
+    try:
+        return await _write_with_retries(
+            lane, sql, args, limit, driver, serialization_retries, conditional
+        )
+    finally:
+        lane._statements -= 1
+
+
+async def _write_with_retries(
+    lane: ConnectionLane,
+    sql: str,
+    args: tuple[Any, ...],
+    limit: float | None,
+    driver: Any,
+    serialization_retries: int,
+    conditional: bool,
+) -> list[Any]:
     retries = serialization_retries
     await lane.settled()  # outside the retries: a settle that timed out is not a broken write
     while True:

@@ -538,3 +538,31 @@ async def test_an_end_not_seen_is_ended_again_by_the_next_settle(
     assert seen == [backend, backend]  # ended again before anything was settled
     assert backends._unconfirmed == set()
     assert not backends.unsettled
+
+
+async def test_a_close_right_after_a_cancelled_write_still_ends_its_backend(
+    ledger: PostgresLedger, admin: Any, locker: Any
+) -> None:
+    """``task.cancel(); await ledger.close()``: the cancelled write's handler has not run
+    yet when the close begins; its backend's end must still happen before the pool goes,
+    or the claim commits, unended, once the lock is gone."""
+    runner = ActionRunner(ledger)
+    await runner.execute("charge", CountingOperation(), request=REQUEST, idempotency_key="warm")
+    lock = locker.transaction()
+    await lock.start()
+    await locker.execute(f'LOCK TABLE "{ledger.table}" IN SHARE MODE')
+    try:
+        call = asyncio.ensure_future(
+            runner.execute("charge", CountingOperation(), request=REQUEST, idempotency_key="k")
+        )
+        while not await _writes_running(admin, ledger):  # noqa: ASYNC110
+            await asyncio.sleep(0.01)
+        call.cancel()
+        await ledger.close()  # at once: the cancelled call has not run its handler yet
+        await asyncio.gather(call, return_exceptions=True)
+        assert await _writes_running(admin, ledger) == []
+    finally:
+        await lock.rollback()
+    await asyncio.sleep(0.3)
+    table = f'"{ledger.schema}"."{ledger.table}"'
+    assert await admin.fetchval(f"SELECT count(*) FROM {table} WHERE idempotency_key = 'k'") == 0
