@@ -285,6 +285,21 @@ class ConnectionLane:
             await self.pool.release(conn)
 
 
+class _UnderWay:
+    """Counts a statement under way on ``lane`` for its whole life, handlers included."""
+
+    __slots__ = ("_lane",)
+
+    def __init__(self, lane: ConnectionLane) -> None:
+        self._lane = lane
+
+    def __enter__(self) -> None:
+        self._lane._statements += 1
+
+    def __exit__(self, *exc_info: object) -> None:
+        self._lane._statements -= 1
+
+
 #: Connection failures after which a read is retried on a fresh connection.
 _RETRYABLE_READ_ERRORS: Final = (OSError, ConnectionError, asyncio.TimeoutError)
 
@@ -293,8 +308,7 @@ async def read_once_more(
     lane: ConnectionLane, sql: str, args: tuple[Any, ...], limit: float | None, driver: Any
 ) -> list[Any]:
     """A read; after a broken connection, once more on a fresh one (a read changes nothing)."""
-    lane._statements += 1
-    try:
+    with _UnderWay(lane):
         # Settled first, outside the retry: a settling commit that timed out is not
         # a broken connection, and waiting for it twice would double the time limit.
         await lane.settled()
@@ -308,8 +322,6 @@ async def read_once_more(
         ):
             await lane.settled()  # the broken statement may have been a write's, ended since
             return await fetch_bounded(lane.pool, sql, args, limit, settling=lane.backends)
-    finally:
-        lane._statements -= 1
 
 
 async def write_conditionally(
@@ -327,57 +339,40 @@ async def write_conditionally(
     ``conditional=False``: a write that would apply twice if run twice (an
     audit append), never re-run after its connection broke.
     """
-    lane._statements += 1
-    try:
-        return await _write_with_retries(
-            lane, sql, args, limit, driver, serialization_retries, conditional
-        )
-    finally:
-        lane._statements -= 1
-
-
-async def _write_with_retries(
-    lane: ConnectionLane,
-    sql: str,
-    args: tuple[Any, ...],
-    limit: float | None,
-    driver: Any,
-    serialization_retries: int,
-    conditional: bool,
-) -> list[Any]:
-    retries = serialization_retries
-    await lane.settled()  # outside the retries: a settle that timed out is not a broken write
-    while True:
-        try:
-            return await lane.fetch(sql, *args, writes=True)
-        except (TimeoutError, asyncio.CancelledError):
-            raise  # in doubt, and a second try would only wait as long again
-        except (
-            driver.PostgresConnectionError,
-            driver.InterfaceError,
-            driver.InternalClientError,
-            OSError,
-        ) as broken:
-            if not conditional:
-                raise  # the first run may have committed: a second would append again
-            # The connection was gone (the server ended it, the loop had not
-            # read that yet): usually nothing reached the server. Every
-            # statement is conditional, so it runs once more on a fresh
-            # connection. Rows back: it is done now. None: the first run may
-            # have committed it, so the first error stands and the
-            # proven-write rule reads back to find out.
-            await lane.settled()  # a write of the first run may have been ended in doubt
-            rows = await fetch_bounded(
-                lane.pool, sql, args, limit, lane.backends, settling=lane.backends
-            )
-            if not rows:
-                raise broken from None
-            return rows
-        except (driver.SerializationError, driver.DeadlockDetectedError):
-            # The server rolled the statement back and said so: nothing was
-            # written, so running the conditional statement again is safe (it
-            # re-checks the version). Unlike a lost acknowledgement.
-            if retries <= 0:
-                raise
-            retries -= 1
-            await asyncio.sleep(random.uniform(0, 0.002))
+    with _UnderWay(lane):
+        retries = serialization_retries
+        await lane.settled()  # outside the retries: a settle that timed out is not a broken write
+        while True:
+            try:
+                return await lane.fetch(sql, *args, writes=True)
+            except (TimeoutError, asyncio.CancelledError):
+                raise  # in doubt, and a second try would only wait as long again
+            except (
+                driver.PostgresConnectionError,
+                driver.InterfaceError,
+                driver.InternalClientError,
+                OSError,
+            ) as broken:
+                if not conditional:
+                    raise  # the first run may have committed: a second would append again
+                # The connection was gone (the server ended it, the loop had not
+                # read that yet): usually nothing reached the server. Every
+                # statement is conditional, so it runs once more on a fresh
+                # connection. Rows back: it is done now. None: the first run may
+                # have committed it, so the first error stands and the
+                # proven-write rule reads back to find out.
+                await lane.settled()  # a write of the first run may have been ended in doubt
+                rows = await fetch_bounded(
+                    lane.pool, sql, args, limit, lane.backends, settling=lane.backends
+                )
+                if not rows:
+                    raise broken from None
+                return rows
+            except (driver.SerializationError, driver.DeadlockDetectedError):
+                # The server rolled the statement back and said so: nothing was
+                # written, so running the conditional statement again is safe (it
+                # re-checks the version). Unlike a lost acknowledgement.
+                if retries <= 0:
+                    raise
+                retries -= 1
+                await asyncio.sleep(random.uniform(0, 0.002))

@@ -129,21 +129,29 @@ async def test_an_outcome_that_timed_out_on_a_lock_never_lands_after_the_answer(
     assert await ledger.get(stored.action_id) == stored
 
 
+async def _claim_waiting_on_a_lock(
+    ledger: PostgresLedger, admin: Any, locker: Any, lock: Any
+) -> asyncio.Future[Any]:
+    """A call whose claim waits on ``lock`` (taken here) on the server, once it does."""
+    runner = ActionRunner(ledger)
+    await runner.execute("charge", CountingOperation(), request=REQUEST, idempotency_key="warm")
+    await lock.start()
+    await locker.execute(f'LOCK TABLE "{ledger.table}" IN SHARE MODE')
+    call = asyncio.ensure_future(
+        runner.execute("charge", CountingOperation(), request=REQUEST, idempotency_key="k")
+    )
+    # The server offers no event for "a statement waits": look until it does.
+    while not await _writes_running(admin, ledger):  # noqa: ASYNC110
+        await asyncio.sleep(0.01)
+    return call
+
+
 async def test_a_cancelled_write_does_not_wait_and_its_backend_still_ends(
     ledger: PostgresLedger, admin: Any, locker: Any
 ) -> None:
-    runner = ActionRunner(ledger)
-    await runner.execute("charge", CountingOperation(), request=REQUEST, idempotency_key="warm")
     lock = locker.transaction()
-    await lock.start()
-    await locker.execute(f'LOCK TABLE "{ledger.table}" IN SHARE MODE')
+    call = await _claim_waiting_on_a_lock(ledger, admin, locker, lock)
     try:
-        call = asyncio.ensure_future(
-            runner.execute("charge", CountingOperation(), request=REQUEST, idempotency_key="k")
-        )
-        # The server offers no event for "a statement waits": look until it does.
-        while not await _writes_running(admin, ledger):  # noqa: ASYNC110
-            await asyncio.sleep(0.01)
         started = time.monotonic()
         call.cancel()
         with pytest.raises(asyncio.CancelledError):
@@ -546,17 +554,9 @@ async def test_a_close_right_after_a_cancelled_write_still_ends_its_backend(
     """``task.cancel(); await ledger.close()``: the cancelled write's handler has not run
     yet when the close begins; its backend's end must still happen before the pool goes,
     or the claim commits, unended, once the lock is gone."""
-    runner = ActionRunner(ledger)
-    await runner.execute("charge", CountingOperation(), request=REQUEST, idempotency_key="warm")
     lock = locker.transaction()
-    await lock.start()
-    await locker.execute(f'LOCK TABLE "{ledger.table}" IN SHARE MODE')
+    call = await _claim_waiting_on_a_lock(ledger, admin, locker, lock)
     try:
-        call = asyncio.ensure_future(
-            runner.execute("charge", CountingOperation(), request=REQUEST, idempotency_key="k")
-        )
-        while not await _writes_running(admin, ledger):  # noqa: ASYNC110
-            await asyncio.sleep(0.01)
         call.cancel()
         await ledger.close()  # at once: the cancelled call has not run its handler yet
         await asyncio.gather(call, return_exceptions=True)
