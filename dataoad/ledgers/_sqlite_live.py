@@ -57,7 +57,12 @@ _LOCK = threading.Lock()
 
 async def connect(path: str, busy_timeout: float) -> aiosqlite.Connection:
     """Open ``path`` on a daemon worker thread and count the connection as live."""
-    pending = aiosqlite.connect(path, isolation_level=None, timeout=busy_timeout)
+    # Used on its own thread only (all work is queued there); not checked, so
+    # that one whose thread has ended can still be closed from another
+    # (``abandon``): left open, it is reported unclosed when collected.
+    pending = aiosqlite.connect(
+        path, isolation_level=None, timeout=busy_timeout, check_same_thread=False
+    )
     thread = getattr(pending, "_thread", None)
     if isinstance(thread, threading.Thread):
         thread.daemon = True  # never keeps the interpreter from exiting
@@ -147,7 +152,7 @@ def abandon(conn: aiosqlite.Connection) -> None:
     conn._running = False
     db, conn._connection = conn._connection, None
     if db is not None:
-        with contextlib.suppress(Exception):  # made on the ended thread: it may refuse
+        with contextlib.suppress(Exception):  # the thread may have died mid-statement
             db.close()
 
 

@@ -12,6 +12,7 @@ error instead of ``LedgerClosedError``.
 from __future__ import annotations
 
 import asyncio
+import sqlite3
 import threading
 import time
 from pathlib import Path
@@ -72,6 +73,7 @@ async def test_a_connection_whose_thread_ended_is_refused_and_closes_without_wai
     await ledger.get("0" * 32)
     conn = ledger._conn
     assert conn is not None
+    db = conn._conn
     before = set(_connection_threads())
     # Its thread ends, with the connection still marked running: as it did when a
     # hand-over to a closed loop raised on it.
@@ -84,6 +86,8 @@ async def test_a_connection_whose_thread_ended_is_refused_and_closes_without_wai
     with pytest.raises(LedgerClosedError):
         await asyncio.wait_for(ledger.claim(unstarted_claim("charge", "k", REQUEST)), 10)
     await asyncio.wait_for(ledger.close(), 10)  # nobody left to run its close: no wait
+    with pytest.raises(sqlite3.ProgrammingError, match="closed"):
+        db.execute("SELECT 1")  # closed from here, not left to be collected unclosed
 
 
 async def test_a_claim_looking_again_after_close_is_told_the_ledger_closed(
