@@ -110,17 +110,18 @@ def b_takes_over_and_charges(
 ) -> Any:
     """A's stall past its lease, during which B takes the claim over, reads retry-safe absence and charges."""
     b = ActionRunner(ledger, owner="B", lease=LEASE, policy=RETRY_FAILED)
-    return stalls_past_the_lease(
-        ledger_clock,
-        a_clock,
-        lambda: b.execute(
-            "charge",
-            charge_as("B", charges),
-            request=REQUEST,
-            idempotency_key="k",
-            provider_reference="ref-k",
-            verifier=provider_reads(charges),
-        ),
+    return stalls_past_the_lease(ledger_clock, a_clock, lambda: b_charges(b, charges))
+
+
+def b_charges(b: ActionRunner, charges: list[str]) -> Any:
+    """B's call for the key: it takes the claim over, reads retry-safe absence, charges."""
+    return b.execute(
+        "charge",
+        charge_as("B", charges),
+        request=REQUEST,
+        idempotency_key="k",
+        provider_reference="ref-k",
+        verifier=provider_reads(charges),
     )
 
 
@@ -336,14 +337,7 @@ async def test_a_blocking_observer_on_a_real_clock_cannot_let_two_workers_charge
         await asyncio.sleep(lease + 0.2)
         async with SQLiteLedger(path) as ledger:
             b = ActionRunner(ledger, owner="B", lease=lease, policy=RETRY_FAILED)
-            return await b.execute(
-                "charge",
-                charge_as("B", charges),
-                request=REQUEST,
-                idempotency_key="k",
-                provider_reference="ref-k",
-                verifier=provider_reads(charges),
-            )
+            return await b_charges(b, charges)
 
     b_result: list[Any] = []
 
