@@ -106,7 +106,23 @@ class GroupCommitRules:
         struck: list[int] = []
         failed: list[Any] = []  # the contenders whose write the failed COMMIT took back
 
+        #: Flushes under way on the connection's thread: a flush answers its
+        #: callers before it returns here, so a caller may be settled (and the
+        #: rule read ``failed``) while what struck is not yet noted.
+        flushing = threading.Condition()
+        under_way = [0]
+
         def flush(db: sqlite3.Connection) -> None:
+            with flushing:
+                under_way[0] += 1
+            try:
+                noted_flush(db)
+            finally:
+                with flushing:
+                    under_way[0] -= 1
+                    flushing.notify_all()
+
+        def noted_flush(db: sqlite3.Connection) -> None:
             with group._lock:
                 size = len(group._queue)
             if not size:
@@ -151,6 +167,9 @@ class GroupCommitRules:
             self.loop.run(_done(holder))
             for c in chosen:
                 self.scheduler._settle(c)
+            with flushing:
+                if not flushing.wait_for(lambda: under_way[0] == 0, timeout=30):
+                    raise AssertionError("a group's flush did not end within 30 s")
         finally:
             group.flush, group.put = real_flush, real_put  # type: ignore[method-assign]
             gate.set()
