@@ -14,10 +14,11 @@ from typing import Any, ClassVar, Final
 
 from hypothesis import event
 from hypothesis import strategies as st
-from hypothesis.stateful import precondition, rule
+from hypothesis.stateful import precondition
 
 from dataoad import ActionReceipt, ActionStatus
 from stateful_tests.harness import Contender
+from stateful_tests.reach import rule
 
 __all__ = ["BoundRules", "REQUEST_BOUND_SIDES"]
 

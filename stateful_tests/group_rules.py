@@ -26,12 +26,13 @@ from typing import Any
 
 from hypothesis import event
 from hypothesis import strategies as st
-from hypothesis.stateful import precondition, rule
+from hypothesis.stateful import precondition
 
 from dataoad import ActionReceipt, SQLiteLedger
 from dataoad.ledgers import _sqlite_live as live
 from dataoad.ledgers._sqlite_group import QueuedWrite
 from stateful_tests.harness import LedgerFault, current_contender
+from stateful_tests.reach import rule
 from stateful_tests.sqlite_files import SQLiteStorageReads
 
 __all__ = ["GroupCommitRules", "WRITE_GATES"]

@@ -43,7 +43,7 @@ from suite_support.writer_lock import HeldWriterLock
 
 T = TypeVar("T")
 
-#: Every (gate kind, decision) reached in this process, for the reachability test.
+#: Every (gate kind, decision) reached in this process, for the reach check (stateful_tests.reach).
 REACHED: Counter[tuple[str, str]] = Counter()
 
 _current: contextvars.ContextVar[Contender] = contextvars.ContextVar("dataoad_contender")

@@ -18,7 +18,7 @@ from typing import Any, ClassVar, Final
 
 from hypothesis import event
 from hypothesis import strategies as st
-from hypothesis.stateful import precondition, rule
+from hypothesis.stateful import precondition
 
 from dataoad._leases import RENEWAL_TASK_NAME, RENEWALS_PER_LEASE
 from stateful_tests.harness import (
@@ -29,6 +29,7 @@ from stateful_tests.harness import (
     ProviderFault,
     contender_name,
 )
+from stateful_tests.reach import rule
 
 #: Every runner's lease, in seconds of the ledger's clock.
 LEASE: Final = 30.0

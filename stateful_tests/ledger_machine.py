@@ -23,7 +23,7 @@ from typing import Any, ClassVar, cast
 
 from hypothesis import note
 from hypothesis import strategies as st
-from hypothesis.stateful import Bundle, RuleBasedStateMachine, initialize, invariant, rule
+from hypothesis.stateful import Bundle, RuleBasedStateMachine, initialize, invariant
 
 from dataoad import (
     ActionReceipt,
@@ -40,6 +40,7 @@ from dataoad.testing import ManualClock, make_receipt
 from dataoad.testing._contract_receipts import _T0, completed, started
 from models.ledger import AbstractLedger, ModelReceipt
 from stateful_tests.harness import History, MachineLoop, violation
+from stateful_tests.reach import rule
 from suite_support.services import PostgresTestTable
 
 #: What every backend answers a write whose version or fencing token is below 1,

@@ -21,10 +21,11 @@ from datetime import UTC, datetime, timedelta
 from typing import Any, ClassVar, Final
 
 from hypothesis import strategies as st
-from hypothesis.stateful import precondition, rule
+from hypothesis.stateful import precondition
 
 from dataoad import ActionReceipt, ActionStatus
 from stateful_tests.harness import Contender, contender_name, split_key
+from stateful_tests.reach import rule
 
 __all__ = ["EARLY_SKEW", "LifecycleRules", "SkewedClock"]
 

@@ -30,7 +30,6 @@ from hypothesis.stateful import (
     invariant,
     multiple,
     precondition,
-    rule,
 )
 
 import dataoad._evidence as evidence_module
@@ -83,6 +82,7 @@ from stateful_tests.postgres_tables import (
     empty_table,
     give_back,
 )
+from stateful_tests.reach import rule
 from stateful_tests.sqlite_files import SQLiteStorageReads, new_ledger_file
 from stateful_tests.violations import InvariantViolation, violation_type
 from suite_support.services import PostgresTestTable
@@ -962,7 +962,7 @@ class RunnerMachineBase(LifecycleRules, LeaseRules, BoundRules, RuleBasedStateMa
 
 
 def _note_lifecycle(c: Contender) -> None:
-    """Which lifecycle outcome a finished contender reached (see test_reachability)."""
+    """Which lifecycle outcome a finished contender reached (see stateful_tests.reach)."""
     outcome = c.outcome
     if c.kind == "reopen":
         REACHED[("lifecycle", "reopened" if outcome is None else type(outcome).__name__)] += 1

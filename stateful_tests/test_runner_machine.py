@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+from hypothesis import settings
+
 from stateful_tests.harness import (
     in_memory_runner_settings,
     io_bound_settings,
     shared_connection_settings,
 )
+from stateful_tests.reach import reach_checked, runner_pairs
 from stateful_tests.runner_machine import (
     RunnerMachineMemory,
     RunnerMachinePostgres,
@@ -14,8 +17,22 @@ from stateful_tests.runner_machine import (
     RunnerMachineSQLiteShared,
 )
 
-TestRunnerMachineMemory = RunnerMachineMemory.TestCase
-TestRunnerMachineMemory.settings = in_memory_runner_settings()
+# In memory, the search is also the reach check: every rule runs and every
+# fault at every gate, every verifier answer and every wait outcome is
+# reached by its own runs (rules and pairs still missing get up to five more
+# rounds of 200 runs of 50 steps, the budget the separate checks had).
+_PROFILE = settings()
+TestRunnerMachineMemory = reach_checked(
+    RunnerMachineMemory,
+    in_memory_runner_settings(),
+    pairs=runner_pairs,
+    round_=settings(
+        _PROFILE,
+        max_examples=max(_PROFILE.max_examples, 200),
+        stateful_step_count=max(_PROFILE.stateful_step_count, 50),
+    ),
+    more_rounds=5,
+)
 TestRunnerMachineSQLite = RunnerMachineSQLite.TestCase
 TestRunnerMachinePostgres = RunnerMachinePostgres.TestCase
 TestRunnerMachineSQLite.settings = io_bound_settings()
