@@ -27,6 +27,7 @@ from stateful_tests.harness import REACHED, WRITE_FAULTS, LedgerFault, ProviderF
 
 __all__ = [
     "MAX_RUNS_PER_EXAMPLE",
+    "ReachCheckedCase",
     "RULES_RUN",
     "reach_checked",
     "rule",
@@ -73,6 +74,14 @@ def rule_names(machine: type[RuleBasedStateMachine]) -> set[str]:
     return found
 
 
+class ReachCheckedCase(unittest.TestCase):
+    """A machine's test case whose search is also its reach check (``reach_checked``)."""
+
+    def runTest(self) -> None:
+        """The search, then the reach check."""
+        raise NotImplementedError
+
+
 def reach_checked(
     machine: type[RuleBasedStateMachine],
     search: settings,
@@ -80,7 +89,7 @@ def reach_checked(
     pairs: Callable[[], set[tuple[str, str]]] | None,
     round_: settings,
     more_rounds: int,
-) -> type[unittest.TestCase]:
+) -> type[ReachCheckedCase]:
     """``machine``'s test case: its search, then what the search's own runs reached.
 
     It fails naming every rule that never ran, every (gate, decision) pair
@@ -107,7 +116,7 @@ def reach_checked(
             left += [f"{gate}: {decision}" for gate, decision in sorted(pairs() - set(REACHED))]
         return left
 
-    class ReachChecked(unittest.TestCase):
+    class ReachChecked(ReachCheckedCase):
         def runTest(self) -> None:
             runs.clear()
             RULES_RUN.clear()
