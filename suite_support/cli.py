@@ -13,6 +13,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from dataoad import ActionRunner, SQLiteLedger
+from suite_support.worker_forks import run_forked
 
 __all__ = [
     "VERIFIER",
@@ -23,6 +24,9 @@ __all__ = [
     "listing",
     "read_only_copy",
 ]
+
+#: Longest one command may take.
+COMMAND_TIMEOUT = 120.0
 
 VERIFIER = """
 from dataoad import VerificationResult
@@ -42,14 +46,14 @@ class Down:
 def dataoad(
     *args: str, cwd: Path, env: dict[str, str] | None = None
 ) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "dataoad", *args],
-        capture_output=True,
-        text=True,
-        cwd=cwd,
-        env={**os.environ, **(env or {})},
-        check=False,
-        stdin=subprocess.DEVNULL,
+    """``python -m dataoad *args`` in ``cwd``: a process of its own, stdin empty.
+
+    Forked from a process that imported the library once (``worker_forks``):
+    each command otherwise spent most of its time importing it again.
+    """
+    done = run_forked("dataoad", list(args), {**os.environ, **(env or {})}, cwd, COMMAND_TIMEOUT)
+    return subprocess.CompletedProcess(
+        [sys.executable, "-m", "dataoad", *args], done.returncode, done.stdout, done.stderr
     )
 
 

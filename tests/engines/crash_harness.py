@@ -11,14 +11,13 @@ import dataclasses
 import json
 import os
 import signal
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any, Final
 
 import pytest
 
 from suite_support.payments_file import FilePayments
+from suite_support.worker_forks import ForkedRun, run_forked
 from tests.engines.crash_points import POINTS
 
 __all__ = ["QUICK", "SAME_AS_ANOTHER", "CrashRun", "crash_matrix", "crash_scenarios", "run_crash"]
@@ -76,18 +75,10 @@ class CrashRun:
         return self.first_returncode == -signal.SIGKILL
 
 
-def _worker(
-    module: str, config: Path, phase: str, env: dict[str, str]
-) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", module, str(config), phase],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=WORKER_TIMEOUT,
-        check=False,
-    )
+def _worker(module: str, config: Path, phase: str, env: dict[str, str]) -> ForkedRun:
+    # Forked from a process that imported the engine once (see worker_forks):
+    # a process of its own, killed alone at its crash point.
+    return run_forked(module, [str(config), phase], env, ROOT, WORKER_TIMEOUT)
 
 
 def run_crash(module: str, folder: Path, point: str, **config: Any) -> CrashRun:
