@@ -14,10 +14,21 @@ reported as ``subprocess`` reports it (``-9`` for SIGKILL).
 
 Nothing the server imports starts a thread or reads the environment a run
 is given (checked when the server starts: it refuses to fork with a thread
-running). Suite modules (``tests``, ``examples``) are imported by each
-child afresh.
+running). The server is started as a script (this file needs only the
+standard library) and imports none of the suite's packages (checked), so
+each child imports them afresh, as a new process does. Where a child
+cannot be what a new process is, runs differ from it loudly or not at all:
 
-    python -m suite_support.worker_forks MODULE   # the server; requests on stdin
+* The hash seed is fixed when an interpreter starts. Each server has a
+  random one of its own, and runs take turns between two servers per
+  module, so a scenario's two processes (and two commands in a row) never
+  share one. A run whose environment sets ``PYTHON*`` variables the server
+  was not started with is refused (they act at start-up only).
+* Its standard streams are made as Python makes them for files: stdout
+  block-buffered (unbuffered with ``PYTHONUNBUFFERED``), stderr
+  line-buffered with ``backslashreplace``.
+
+    python suite_support/worker_forks.py MODULE   # the server; requests on stdin
 """
 
 from __future__ import annotations
@@ -27,8 +38,12 @@ import atexit
 import contextlib
 import dataclasses
 import importlib
+import io
+import itertools
 import json
+import locale
 import os
+import random
 import runpy
 import select
 import shutil
@@ -37,6 +52,7 @@ import subprocess
 import sys
 import tempfile
 import threading
+import time
 from pathlib import Path
 from typing import IO, Any
 
@@ -79,28 +95,52 @@ class _Server:
         # The children's output goes here, never into the folder a run works in.
         self.scratch = Path(tempfile.mkdtemp(prefix="dataoad-forks-"))
         self.busy = threading.Lock()
+        # A seed of its own, as each new interpreter draws one (unless the
+        # test process fixed one for all: then every new process has it too).
+        self.env = {"PYTHONHASHSEED": str(random.randrange(1, 2**32)), **env}
         self.process = subprocess.Popen(
-            [sys.executable, "-m", __name__, module],
+            [sys.executable, __file__, module],
             cwd=ROOT,
-            env=env,
+            env=self.env,
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
-            text=True,
+            bufsize=0,
         )
-        ready = self._answer(timeout=120.0)
+        self._unread = b""
+        self._requests = itertools.count(1)
+        ready = self._answer("ready", timeout=120.0)
         if ready.get("ready") is not True:
             raise RuntimeError(f"the fork server for {module} did not start: {ready}")
 
-    def _answer(self, timeout: float) -> dict[str, Any]:
+    def _answer(self, request: int | str, timeout: float) -> dict[str, Any]:
+        """The server's next answer, which must be to ``request``.
+
+        Read from the pipe's file descriptor, never through a buffered
+        reader: a line such a reader took in ahead of time is one ``select``
+        cannot see, and the next answer would be waited for in vain.
+        """
         out = self.process.stdout
         assert out is not None
-        readable, _, _ = select.select([out], [], [], timeout)
-        if not readable:
-            raise TimeoutError(f"the fork server for {self.module} did not answer in {timeout} s")
-        line = out.readline()
-        if not line:
-            raise RuntimeError(f"the fork server for {self.module} ended ({self.process.poll()})")
+        deadline = time.monotonic() + timeout
+        while b"\n" not in self._unread:
+            left = deadline - time.monotonic()
+            readable, _, _ = select.select([out], [], [], max(left, 0.0))
+            if not readable:
+                raise TimeoutError(
+                    f"the fork server for {self.module} did not answer in {timeout} s"
+                )
+            chunk = os.read(out.fileno(), 65536)
+            if not chunk:
+                raise RuntimeError(
+                    f"the fork server for {self.module} ended ({self.process.poll()})"
+                )
+            self._unread += chunk
+        line, self._unread = self._unread.split(b"\n", 1)
         answer: dict[str, Any] = json.loads(line)
+        if answer.get("request") != request:
+            raise RuntimeError(
+                f"the fork server for {self.module} answered {answer}, not {request}"
+            )
         return answer
 
     def run(self, args: list[str], env: dict[str, str], cwd: Path, timeout: float) -> ForkedRun:
@@ -110,12 +150,37 @@ class _Server:
             raise RuntimeError(f"{self.module}: one forked run at a time; use subprocess.Popen")
         try:
             return self._run(args, env, cwd, timeout)
+        except (RuntimeError, json.JSONDecodeError):
+            self.stop()  # a server whose answers went astray serves nothing more
+            raise
         finally:
             self.busy.release()
 
+    def refuse_start_up_settings(self, env: dict[str, str]) -> None:
+        """A ``PYTHON*`` variable acts when an interpreter starts: a forked child cannot honour it.
+
+        (A run that names no hash seed gets the server's, as a new process
+        draws one of its own.)
+        """
+        differ = sorted(
+            name
+            for name in set(env) | set(self.env)
+            if name.startswith("PYTHON")
+            and env.get(name) != self.env.get(name)
+            and (name in env or name != "PYTHONHASHSEED")
+        )
+        if differ:
+            raise RuntimeError(
+                f"{self.module}: a forked run cannot take the start-up settings {differ}; "
+                "start it with subprocess"
+            )
+
     def _run(self, args: list[str], env: dict[str, str], cwd: Path, timeout: float) -> ForkedRun:
         stdout, stderr = self.scratch / "stdout", self.scratch / "stderr"
+        self.refuse_start_up_settings(env)
+        number = next(self._requests)
         request = {
+            "request": number,
             "args": args,
             "env": env,
             "cwd": str(cwd),
@@ -123,15 +188,16 @@ class _Server:
             "stderr": str(stderr),
         }
         assert self.process.stdin is not None
-        self.process.stdin.write(json.dumps(request) + "\n")
+        self.process.stdin.write((json.dumps(request) + "\n").encode())
         self.process.stdin.flush()
-        pid = self._answer(timeout=30.0)["pid"]
+        pid = self._answer(number, timeout=30.0)["pid"]
         try:
-            status = self._answer(timeout=timeout)["returncode"]
+            status = self._answer(number, timeout=timeout)["returncode"]
         except TimeoutError:
+            # Not reaped yet (the server answers only after reaping it): still its pid.
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
-            self._answer(timeout=30.0)
+            self._answer(number, timeout=30.0)
             raise subprocess.TimeoutExpired(
                 [self.module, *args], timeout, stdout.read_text(), stderr.read_text()
             ) from None
@@ -154,7 +220,10 @@ class _Server:
         shutil.rmtree(self.scratch, ignore_errors=True)
 
 
-_SERVERS: dict[tuple[str, str], _Server] = {}
+_SERVERS: dict[tuple[str, str, int], _Server] = {}
+#: Runs take turns between this many servers per module (see the hash seed above).
+_TURNS = 2
+_turn = itertools.count()
 #: What the test process's environment holds for one test only.
 _PER_TEST = frozenset({"PYTEST_CURRENT_TEST"})
 
@@ -168,7 +237,7 @@ def run_forked(
     gets ``env``), but for the variable pytest changes for every test.
     """
     shared = {k: v for k, v in os.environ.items() if k not in _PER_TEST}
-    key = (module, json.dumps(sorted(shared.items())))
+    key = (module, json.dumps(sorted(shared.items())), next(_turn) % _TURNS)
     server = _SERVERS.get(key)
     if server is None or server.process.poll() is not None:
         server = _SERVERS[key] = _Server(module, shared)
@@ -190,16 +259,19 @@ def _serve(module: str) -> int | None:
         importlib.import_module(name)
     if threading.active_count() != 1:
         raise RuntimeError(f"importing {module}'s packages started a thread: cannot fork safely")
-    _reply({"ready": True})
+    suite = sorted(m for m in sys.modules if m.split(".")[0] in _SUITE_PACKAGES)
+    if suite:
+        raise RuntimeError(f"importing {module}'s packages imported the suite's {suite}")
+    _reply({"request": "ready", "ready": True})
     for line in sys.stdin:
         request = json.loads(line)
         pid = os.fork()
         if pid == 0:
             _become_child(request)
             return None
-        _reply({"pid": pid})
+        _reply({"request": request["request"], "pid": pid})
         _, status = os.waitpid(pid, 0)
-        _reply({"returncode": os.waitstatus_to_exitcode(status)})
+        _reply({"request": request["request"], "returncode": os.waitstatus_to_exitcode(status)})
     return 0
 
 
@@ -221,17 +293,33 @@ def _become_child(request: dict[str, Any]) -> None:
         target = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
         os.dup2(target, fd)
         os.close(target)
-    sys.stdin = open(0, encoding="utf-8", closefd=False)  # noqa: SIM115 - fd 0, kept for the run
-    sys.stdout = _text(1)
-    sys.stderr = _text(2)
+    encoding, _, errors = os.environ.get("PYTHONIOENCODING", "").partition(":")
+    encoding = encoding or locale.getpreferredencoding(False)
+    unbuffered = bool(os.environ.get("PYTHONUNBUFFERED"))
+    # As Python makes them for files (the server's own are pipes to the test).
+    sys.stdin = open(0, encoding=encoding, errors=errors or "strict", closefd=False)  # noqa: SIM115
+    sys.stdout = _text(1, encoding, errors or "strict", unbuffered=unbuffered)
+    sys.stderr = _text(2, encoding, "backslashreplace", line_buffering=True)
     sys.argv = [sys.argv[0], *request["args"]]  # runpy puts the module's path first
 
 
-def _text(fd: int) -> IO[str]:
-    return open(fd, "w", encoding="utf-8", closefd=False, buffering=1)
+def _text(
+    fd: int, encoding: str, errors: str, *, line_buffering: bool = False, unbuffered: bool = False
+) -> IO[str]:
+    binary = open(fd, "wb", buffering=0 if unbuffered else -1, closefd=False)  # noqa: SIM115
+    return io.TextIOWrapper(
+        binary,
+        encoding,
+        errors,
+        line_buffering=line_buffering,
+        write_through=unbuffered or line_buffering,
+    )
 
 
 if __name__ == "__main__":
+    # Started as a script: its folder is first on the path; the checkout is what
+    # `python -m` from it would put there.
+    sys.path[0] = os.getcwd()
     served = sys.argv[1]
     code = _serve(served)
     if code is None:  # the forked child: run the module as `python -m` does, then exit normally
