@@ -3,7 +3,7 @@
 A rule that never runs (a precondition never true) hides a whole kind of
 interference, and a fault the machine never reaches is a fault the suite
 never tested, however green it is. The machines' own tests count both from
-the runs that search for violations (``reached_by``), so no second search
+the runs that search for violations (``reach_checked``), so no second search
 is run just to count.
 
 ``rule`` is Hypothesis's public ``@rule`` with a count of each call: the

@@ -1,8 +1,10 @@
 """Run one crash scenario: a worker killed at a point, then a new worker's recovery.
 
-Both are real processes (``python -m <worker> CONFIG start|recover``); the
-first gets ``DATAOAD_CRASH_AT``. The charges are read from the provider's
-file afterwards, so what the test sees is what a customer's card saw.
+Both are real processes, run as ``python -m <worker> CONFIG start|recover``
+runs them (forked from one that imported the engine once:
+``suite_support.worker_forks``); the first gets ``DATAOAD_CRASH_AT``. The
+charges are read from the provider's file afterwards, so what the test sees
+is what a customer's card saw.
 """
 
 from __future__ import annotations
