@@ -51,6 +51,41 @@ def pytest_configure(config: pytest.Config) -> None:
         compileall.compile_dir(root / folder, quiet=2, workers=1)
 
 
+#: Tests that each take a large share of a worker's time (30 to 60 s on two
+#: cores): they start first, so that no worker is left running one of them
+#: alone at the end while the other has nothing to do.
+_LONGEST_FIRST = (
+    "stateful_tests/test_runner_machine.py::TestRunnerMachineMemory",
+    "tests/verification/test_models_exhaustive.py::test_default_bound_is_clean",
+    "tests/project/test_readme_and_tooling.py::test_mypy_strict_is_clean_on_every_path",
+    "stateful_tests/test_planted_examples.py::test_the_copy_without_a_bug",
+    "stateful_tests/test_ledger_machine.py::TestLedgerMachine",
+    "stateful_tests/test_runner_machine.py::TestRunnerMachineSQLiteShared",
+)
+
+
+#: A test whose check another test selected in the same run makes in full:
+#: the quick loop's mypy over the library and the suite, inside mypy over
+#: every path (the two, cold and side by side, analysed the library twice).
+_INSIDE = {
+    "tests/project/test_readme_and_tooling.py::test_mypy_strict_is_clean": (
+        "tests/project/test_readme_and_tooling.py::test_mypy_strict_is_clean_on_every_path"
+    ),
+}
+
+
+@pytest.hookimpl(trylast=True)  # after pytest-randomly's shuffle, which it keeps otherwise
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Start the longest tests first (the rest keep their shuffled order); leave out a check
+    another selected test makes in full."""
+    selected = {item.nodeid for item in items}
+    inside = [item for item in items if _INSIDE.get(item.nodeid) in selected]
+    if inside:
+        config.hook.pytest_deselected(items=inside)
+        items[:] = [item for item in items if item not in inside]
+    items.sort(key=lambda item: not item.nodeid.startswith(_LONGEST_FIRST))
+
+
 @pytest.fixture(autouse=True)
 def no_call_left_in_flight() -> Iterator[None]:
     """Every test ends its runner calls: the process-wide count of calls in flight is
