@@ -60,8 +60,11 @@ _LONGEST_FIRST = (
     "tests/project/test_readme_and_tooling.py::test_mypy_strict_is_clean_on_every_path",
     "stateful_tests/test_planted_examples.py::test_the_copy_without_a_bug",
     "stateful_tests/test_ledger_machine.py::TestLedgerMachine",
-    "stateful_tests/test_runner_machine.py::TestRunnerMachineSQLiteShared",
 )
+# Not the runner machine on one shared SQLite connection: its runs replay
+# only while its connection's thread keeps pace, and started beside the
+# heaviest tests its data generation differed between runs of the same
+# choices (Hypothesis's FlakyStrategyDefinition, CI on 3b21293).
 
 
 #: A test whose check another test selected in the same run makes in full:
