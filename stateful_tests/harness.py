@@ -466,8 +466,11 @@ class GatedLedger(FaultyLedger):
         clock: Callable[[], datetime] | None = None,
         lease_grants: dict[str, LeaseGrant] | None = None,
         pre_reads: PreReads | None = None,
+        tick: Callable[[], None] | None = None,
     ) -> None:
         super().__init__(inner)
+        #: Called once a write's gate let it through (``LedgerClock.tick``).
+        self.tick = tick
         self.scheduler = scheduler
         #: Where a write's ungated read of the claim before it goes (``inner``
         #: unless given: the shared-connection machine reads on a connection
@@ -493,6 +496,8 @@ class GatedLedger(FaultyLedger):
 
     async def _write(self, method: str, call: Callable[[], Awaitable[T]]) -> T:
         fault = await self._fault(method)
+        if self.tick is not None:
+            self.tick()
         contender = _current.get(None)
         if contender is None or not contender.ledger_faults:
             return await self._unfaulted(method, fault, call)
@@ -741,12 +746,15 @@ class GatedLedger(FaultyLedger):
 
         async def retire_and_note() -> bool:
             inner = cast(Any, self.inner)
-            before = await inner.get(receipt.action_id)
+            # Read where every write's ungated reads go (``pre_reads``): on a
+            # connection the shared-SQLite machine holds, whether the read came
+            # back within its rule decided which group the retirement joined.
+            before = await self.pre_reads.get(receipt.action_id)
             done = bool(await inner.retire(receipt, **options))
             contender = _current.get(None)
             if done and contender is not None:
                 contender.retired.append(receipt.action_id)
-                after = await inner.get(receipt.action_id)
+                after = await self.pre_reads.get(receipt.action_id)
                 # The write is conditional on the version it retired: the one read before.
                 if before is not None and after is not None and before.version + 1 == after.version:
                     contender.retired_spans.append((before, after))
