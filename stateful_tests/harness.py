@@ -192,6 +192,8 @@ class Contender:
     invoked_unheld: list[str] = dataclasses.field(default_factory=list)
     #: Whether its next gated write, once it returns, parks at ``STALLED`` (a rule's stall).
     stall_after_write: bool = False
+    #: Park at AFTER_GROUP once the next write returns or raises (group_rules).
+    park_after_write: bool = False
     #: (action_id, attempts before): every release of a PENDING claim that committed.
     releases: list[tuple[str, int]] = dataclasses.field(default_factory=list)
     #: A sweep's: action_id -> (fencing token, lease end) of each claim stale when it began.
@@ -452,6 +454,9 @@ class PreReads(Protocol):
 
 #: Where a contender waits while a rule stalls it right after a write returned.
 STALLED: Final = "runner.stalled after a write"
+#: Where a contender whose write ran in a group waits until the group rule
+#: lets it go on (``Contender.park_after_write``), whether the write returned or raised.
+AFTER_GROUP: Final = "runner.after its group's commit"
 
 
 class GatedLedger(FaultyLedger):
@@ -466,11 +471,8 @@ class GatedLedger(FaultyLedger):
         clock: Callable[[], datetime] | None = None,
         lease_grants: dict[str, LeaseGrant] | None = None,
         pre_reads: PreReads | None = None,
-        tick: Callable[[], None] | None = None,
     ) -> None:
         super().__init__(inner)
-        #: Called once a write's gate let it through (``LedgerClock.tick``).
-        self.tick = tick
         self.scheduler = scheduler
         #: Where a write's ungated read of the claim before it goes (``inner``
         #: unless given: the shared-connection machine reads on a connection
@@ -496,8 +498,6 @@ class GatedLedger(FaultyLedger):
 
     async def _write(self, method: str, call: Callable[[], Awaitable[T]]) -> T:
         fault = await self._fault(method)
-        if self.tick is not None:
-            self.tick()
         contender = _current.get(None)
         if contender is None or not contender.ledger_faults:
             return await self._unfaulted(method, fault, call)
@@ -524,7 +524,12 @@ class GatedLedger(FaultyLedger):
     ) -> T:
         if fault is InjectedFault.FAIL_BEFORE_WRITE:
             raise LedgerFaultError(f"injected: {method} failed before write")
-        outcome = await call()
+        try:
+            outcome = await call()
+        except Exception:
+            await self._park_after_group()
+            raise
+        await self._park_after_group()
         contender = _current.get(None)
         if contender is not None and contender.stall_after_write:
             # The write returned; the process stalls before its next step
@@ -534,6 +539,12 @@ class GatedLedger(FaultyLedger):
         if fault is InjectedFault.LOSE_ACKNOWLEDGEMENT:
             raise LedgerFaultError(f"injected: {method} committed, acknowledgement lost")
         return outcome
+
+    async def _park_after_group(self) -> None:
+        contender = _current.get(None)
+        if contender is not None and contender.park_after_write:
+            contender.park_after_write = False
+            await self.scheduler.gate(AFTER_GROUP)
 
     async def claim(
         self, receipt: ActionReceipt, *, lease: float | None = None

@@ -56,16 +56,12 @@ _COUNTING_WRITES: Final = ("ledger.claim", "ledger.start_attempt")
 class LedgerClock:
     """The ledger's wall clock, shared by every client; it moves when a rule says so.
 
-    It also moves one microsecond at each gated write (``tick``, called by
-    ``GatedLedger`` once the write's gate lets it through), unless ``frozen``
-    (a caller asking for an expiry just too early is running: the age it
-    asked for must stay out of reach). A receipt's claim and its completion
-    are so stored at different moments, as on a real clock, and a rule that
-    ages a receipt from the wrong write is measurably wrong. Reads never
-    move it: a SQLite flush reads it once for its whole group, and when it
-    moved per read, how concurrent unparked writes (a refused takeover, an
-    audit record) happened to be grouped changed every later lease end by a
-    microsecond, and runs of the same choices differed.
+    The ledgers read it through ``ticking``, which moves it on by one
+    microsecond per read unless ``frozen`` (a caller asking for an expiry
+    just too early is running: the age it asked for must stay out of reach).
+    A receipt's claim and its completion are so stored at different moments,
+    as on a real clock, and a rule that ages a receipt from the wrong write
+    is measurably wrong.
     """
 
     def __init__(self) -> None:
@@ -75,10 +71,12 @@ class LedgerClock:
     def __call__(self) -> datetime:
         return self.now
 
-    def tick(self) -> None:
-        """One microsecond on (unless frozen): a gated write is about to run."""
+    def ticking(self) -> datetime:
+        """What a ledger reads: the time, then one microsecond on (unless frozen)."""
+        now = self.now
         if not self.frozen():
             self.now += timedelta(microseconds=1)
+        return now
 
     def advance(self, seconds: float) -> None:
         self.now += timedelta(seconds=seconds)

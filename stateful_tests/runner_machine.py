@@ -353,7 +353,7 @@ class RunnerMachineBase(LifecycleRules, LeaseRules, BoundRules, RuleBasedStateMa
             client: Ledger = cls(
                 self.folder / "ledger.sqlite3",
                 busy_timeout=SQLITE_BUSY_TIMEOUT,
-                clock=self.ledger_clock,
+                clock=self.ledger_clock.ticking,
             )
             self.clients.append(client)
             return client
@@ -361,12 +361,14 @@ class RunnerMachineBase(LifecycleRules, LeaseRules, BoundRules, RuleBasedStateMa
             assert self.postgres is not None
             # The test server is no transaction pooler: the probe that asks
             # (a connection of its own per client) is not what the machine tests.
-            client = self.postgres.client(clock=self.ledger_clock, transaction_pooling=False)
+            client = self.postgres.client(
+                clock=self.ledger_clock.ticking, transaction_pooling=False
+            )
             self.clients.append(client)
             return client
         if not self.clients:
             cls = self.ledger_class or InMemoryLedger
-            self.clients.append(cls(clock=self.ledger_clock))
+            self.clients.append(cls(clock=self.ledger_clock.ticking))
         return self.clients[0]
 
     def clock_stands_still(self) -> bool:
@@ -381,7 +383,6 @@ class RunnerMachineBase(LifecycleRules, LeaseRules, BoundRules, RuleBasedStateMa
             self.released_ids,
             self.history,
             clock=self.ledger_clock,
-            tick=self.ledger_clock.tick,
             lease_grants=self.lease_grants,
         )
 
