@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import os
 import re
 import subprocess
 import sys
 from pathlib import Path
+from typing import cast
 
 import pytest
 
@@ -207,3 +209,14 @@ def test_ci_runs_exactly_the_readme_test_command() -> None:
     ci = (ROOT / ".ci" / "run").read_text(encoding="utf-8")
     assert any(line.strip() == command for line in ci.splitlines())
     assert '"$status" -eq 5' in ci, ".ci/run must fail when pytest ran no tests"
+
+
+def test_auto_workers_are_one_per_cpu_and_one_more(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``-n auto`` gets a worker beyond the CPUs; the variable xdist honours still decides."""
+    import conftest
+
+    monkeypatch.delenv("PYTEST_XDIST_AUTO_NUM_WORKERS", raising=False)
+    cpus = len(os.sched_getaffinity(0))
+    assert conftest.pytest_xdist_auto_num_workers(cast(pytest.Config, None)) == cpus + 1
+    monkeypatch.setenv("PYTEST_XDIST_AUTO_NUM_WORKERS", "5")
+    assert conftest.pytest_xdist_auto_num_workers(cast(pytest.Config, None)) is None
