@@ -45,7 +45,14 @@ def pytest_xdist_auto_num_workers(config: pytest.Config) -> int | None:
     """
     if os.environ.get("PYTEST_XDIST_AUTO_NUM_WORKERS"):
         return None  # xdist's own hook reads it
-    return len(os.sched_getaffinity(0)) + 1
+    return usable_cpus() + 1
+
+
+def usable_cpus() -> int:
+    """The CPUs this process may run on (all of them where the system cannot say)."""
+    if hasattr(os, "sched_getaffinity"):  # not on macOS or Windows
+        return len(os.sched_getaffinity(0))
+    return os.cpu_count() or 1
 
 
 def pytest_configure(config: pytest.Config) -> None:

@@ -499,6 +499,25 @@ class GatedLedger(FaultyLedger):
     async def _write(self, method: str, call: Callable[[], Awaitable[T]]) -> T:
         fault = await self._fault(method)
         contender = _current.get(None)
+        # Taken off before the write, whichever way it goes, so that it never
+        # parks a later write outside the group rule.
+        parks = contender is not None and contender.park_after_write
+        if contender is not None:
+            contender.park_after_write = False
+        try:
+            outcome = await self._written(method, fault, call)
+        except Exception:
+            if parks:
+                await self.scheduler.gate(AFTER_GROUP)
+            raise
+        if parks:
+            await self.scheduler.gate(AFTER_GROUP)
+        return outcome
+
+    async def _written(
+        self, method: str, fault: InjectedFault | None, call: Callable[[], Awaitable[T]]
+    ) -> T:
+        contender = _current.get(None)
         if contender is None or not contender.ledger_faults:
             return await self._unfaulted(method, fault, call)
         if contender.ledger_faults[-1] != (method, LedgerFault.LOCK_HELD):
@@ -524,12 +543,7 @@ class GatedLedger(FaultyLedger):
     ) -> T:
         if fault is InjectedFault.FAIL_BEFORE_WRITE:
             raise LedgerFaultError(f"injected: {method} failed before write")
-        try:
-            outcome = await call()
-        except Exception:
-            await self._park_after_group()
-            raise
-        await self._park_after_group()
+        outcome = await call()
         contender = _current.get(None)
         if contender is not None and contender.stall_after_write:
             # The write returned; the process stalls before its next step
@@ -539,12 +553,6 @@ class GatedLedger(FaultyLedger):
         if fault is InjectedFault.LOSE_ACKNOWLEDGEMENT:
             raise LedgerFaultError(f"injected: {method} committed, acknowledgement lost")
         return outcome
-
-    async def _park_after_group(self) -> None:
-        contender = _current.get(None)
-        if contender is not None and contender.park_after_write:
-            contender.park_after_write = False
-            await self.scheduler.gate(AFTER_GROUP)
 
     async def claim(
         self, receipt: ActionReceipt, *, lease: float | None = None

@@ -67,36 +67,63 @@ def _choices_of_this_run() -> tuple[Any, ...]:
     raise RuntimeError("no Hypothesis run found on the stack (its internals changed?)")
 
 
-def _search(machine: type[RuleBasedStateMachine], examples: int, seed: int) -> list[Any]:
-    runs: list[tuple[tuple[Any, ...], str]] = []
+@dataclass
+class _Search:
+    """What one search ran: each run's (choices, narrative), and how it ended."""
+
+    runs: list[tuple[tuple[Any, ...], str]]
+    ended: str = "ended"
+
+
+def _search(machine: type[RuleBasedStateMachine], examples: int, seed: int) -> _Search:
+    search = _Search([])
 
     class Recorded(machine):  # type: ignore[misc, valid-type]
         def teardown(self) -> None:
-            history = getattr(self, "history", None)
-            text = history.narrative() if history is not None else ""
-            runs.append((_choices_of_this_run(), normalised(text)))
-            super().teardown()
+            try:
+                history = getattr(self, "history", None)
+                text = history.narrative() if history is not None else ""
+                search.runs.append((_choices_of_this_run(), normalised(text)))
+            finally:
+                super().teardown()
 
     Recorded.__name__ = machine.__name__
     Recorded._hypothesis_internal_use_seed = seed
+    # One failure is enough: after it Hypothesis keeps searching for others
+    # for up to 10 s of its own clock, which would part the searches itself.
+    once = settings(settings(), max_examples=examples, database=None, report_multiple_bugs=False)
     try:
-        run_state_machine_as_test(
-            Recorded, settings=settings(settings(), max_examples=examples, database=None)
-        )
-    except Exception as error:  # a failure ends the search: what ran before it still counts
-        print(f"the search raised {type(error).__name__}: {str(error)[:200]}", file=sys.stderr)
-    return runs
+        run_state_machine_as_test(Recorded, settings=once)
+    except Exception as error:  # what ran before it still counts; how it ended is compared
+        search.ended = f"raised {type(error).__name__}: {str(error).splitlines()[0][:200]}"
+    return search
 
 
 def first_parting(
     machine: type[RuleBasedStateMachine], *, examples: int, seed: int
 ) -> Parting | None:
-    """Search ``machine`` twice with ``seed``; the first run whose choices differ, if any."""
+    """Search ``machine`` twice with ``seed``; the first run whose choices differ, if any.
+
+    Searches that ran a different number of runs, or ended differently,
+    part where the shorter one stopped. Two searches that recorded no run
+    at all are an error of this check, not a pass.
+    """
     first = _search(machine, examples, seed)
     second = _search(machine, examples, seed)
-    for index, (one, other) in enumerate(zip(first, second, strict=False)):
+    if not first.runs and not second.runs:
+        raise RuntimeError(f"no run was recorded ({first.ended}; {second.ended})")
+    for index, (one, other) in enumerate(zip(first.runs, second.runs, strict=False)):
         if one[0] != other[0]:
             return Parting(index, (one[1], other[1]))
+    if len(first.runs) != len(second.runs) or first.ended != second.ended:
+        index = min(len(first.runs), len(second.runs))
+        return Parting(
+            index,
+            (
+                f"{len(first.runs)} runs; the search {first.ended}",
+                f"{len(second.runs)} runs; the search {second.ended}",
+            ),
+        )
     return None
 
 
