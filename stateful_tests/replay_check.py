@@ -27,7 +27,7 @@ from hypothesis.stateful import RuleBasedStateMachine, run_state_machine_as_test
 
 import stateful_tests.profiles  # noqa: F401  (the profiles, as the suite loads them)
 
-__all__ = ["Parting", "first_parting", "main"]
+__all__ = ["Parting", "first_parting", "main", "normalised"]
 
 _FULL_ID = re.compile(r"\b[0-9a-f]{32}\b")
 _SHORT_ID = re.compile(r"\b[0-9a-f]{8}\b")
