@@ -220,8 +220,7 @@ async def test_a_commit_waiting_for_a_standby_is_neither_proven_nor_taken_for_ab
         ledger = PostgresLedger(server.dsn, table=unique_table(), command_timeout=LIMIT)
         try:
             await ledger.migrate()
-            await admin.execute("ALTER SYSTEM SET synchronous_standby_names = 'away'")
-            await admin.execute("SELECT pg_reload_conf()")
+            await _standby_awaited(admin, "away")
             operation = CountingOperation()
             with pytest.raises(NothingInvokedError) as raised:
                 await ActionRunner(ledger).execute(
@@ -240,8 +239,7 @@ async def test_a_commit_waiting_for_a_standby_is_neither_proven_nor_taken_for_ab
             await ledger._backends.close()
             waiting = "SELECT count(*) FROM pg_stat_activity WHERE wait_event = 'SyncRep'"
             assert await admin.fetchval(waiting) == 0
-            await admin.execute("ALTER SYSTEM RESET synchronous_standby_names")
-            await admin.execute("SELECT pg_reload_conf()")
+            await _standby_awaited(admin, "")
             stored = await ledger.find("charge", "k")
             assert stored is not None, "the claim was there all along: never absent"
             assert stored.is_pending
@@ -253,6 +251,27 @@ async def test_a_commit_waiting_for_a_standby_is_neither_proven_nor_taken_for_ab
             await admin.close()
     finally:
         server.stop()
+
+
+async def _standby_awaited(admin: Any, names: str) -> None:
+    """Set ``synchronous_standby_names`` and wait until the server's backends have it.
+
+    ``pg_reload_conf()`` only signals the postmaster, which then signals every
+    backend; on a loaded machine the ledger's connection committed a claim
+    before its backend had the new setting (CI, 2026-12-07). The admin
+    backend seeing it means the postmaster has signalled them all, and a
+    backend applies a pending reload before it runs its next command.
+    """
+    if names:
+        await admin.execute(f"ALTER SYSTEM SET synchronous_standby_names = '{names}'")
+    else:
+        await admin.execute("ALTER SYSTEM RESET synchronous_standby_names")
+    await admin.execute("SELECT pg_reload_conf()")
+    for _ in range(1000):
+        if await admin.fetchval("SHOW synchronous_standby_names") == names:
+            return
+        await asyncio.sleep(0.01)
+    raise AssertionError(f"synchronous_standby_names never became {names!r}")
 
 
 @pytest.fixture
