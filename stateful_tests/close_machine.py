@@ -49,8 +49,9 @@ from dataoad import (
     InMemoryLedger,
     SQLiteLedger,
     SyncActionRunner,
+    _in_flight,
 )
-from dataoad._in_flight import calls_in_flight
+from dataoad._in_flight import InFlight, calls_in_flight
 from dataoad.ledgers import _sqlite_live
 from dataoad.ledgers.sqlite_reader import SQLiteReader
 
@@ -67,6 +68,18 @@ _REFUSALS = frozenset(
         "this SyncActionRunner is closing: it takes no new call",
     }
 )
+
+
+def _waits_on(counter: InFlight) -> bool:
+    """Whether some thread is blocked in ``counter.wait_idle`` (waiting for calls to end).
+
+    Read from the condition's waiters (CPython's ``threading.Condition``
+    keeps them in ``_waiters``): a close that only *entered* its wait and
+    was told at once that no call runs never blocks, so an event set on
+    entry would not tell the two apart.
+    """
+    waiters = getattr(counter._idle, "_waiters", None)
+    return bool(waiters)
 
 
 class CloseViolation(AssertionError):
@@ -165,6 +178,7 @@ class CloseMachineBase(RuleBasedStateMachine):
         """One running operation returns; its call must then return too."""
         waiting = [c for c in self.calls if c.started.is_set() and not c.released]
         call = data.draw(st.sampled_from(waiting), label="call")
+        self._let_closers_settle()
         call.released = True
         call.gate.set()
         assert call.thread is not None
@@ -203,6 +217,7 @@ class CloseMachineBase(RuleBasedStateMachine):
     def close_ends(self) -> None:
         """Let every gate go, then wait for the close that is under way."""
         closing = next(c for c in self.closes if not c.done)
+        self._let_closers_settle()
         for call in self.calls:
             if call.started.is_set() and not call.released:
                 call.released = True
@@ -260,6 +275,7 @@ class CloseMachineBase(RuleBasedStateMachine):
         leaving = self.exit
         assert leaving is not None
         assert leaving.thread is not None
+        self._let_closers_settle()
         for call in self.calls:
             if call.started.is_set() and not call.released:
                 call.released = True
@@ -274,6 +290,29 @@ class CloseMachineBase(RuleBasedStateMachine):
         for call in self.calls:
             if call.thread is not None:
                 call.thread.join(self.bound)
+
+    def _let_closers_settle(self) -> None:
+        """Before a gate opens: wait until each close or exit under way has returned or waits.
+
+        Whether a close returned while a call was held must not depend on how
+        fast the machine's threads ran: a close that does not wait for calls
+        (a bug) returns by itself, and is given the time to do so before any
+        gate opens; one that waits blocks on the count of calls in flight, and
+        the gate may then open at once. Without this a slow close (a loaded
+        machine) saw its calls let go first, and the bug went unseen or was
+        seen once and not on replay.
+        """
+        under_way: list[tuple[threading.Thread | None, Any]] = [
+            (c.thread, self.runner._calls) for c in self.closes if not c.done
+        ]
+        if self.exit is not None and not self.exit.done:
+            under_way.append((self.exit.thread, _in_flight.calls_in_flight))
+        for thread, counter in under_way:
+            deadline = time.monotonic() + self.bound
+            while thread is not None and thread.is_alive() and time.monotonic() < deadline:
+                if _waits_on(counter):
+                    break
+                thread.join(0.001)
 
     def _held(self) -> list[_Call]:
         """Calls certainly in flight: their operation started and its gate is still shut.

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import inspect
+import time
 
 import pytest
 from hypothesis import Phase, settings
@@ -51,11 +52,22 @@ def _close_without_waiting(self: SyncActionRunner, timeout: float = 30.0) -> Non
     self._loop.close()
 
 
-@pytest.mark.parametrize("machine", [CloseMachineMemory, CloseMachineSQLite])
+@pytest.mark.parametrize(
+    ("machine", "slow"),
+    [(CloseMachineMemory, 0.0), (CloseMachineSQLite, 0.0), (CloseMachineSQLite, 0.1)],
+    ids=["CloseMachineMemory", "CloseMachineSQLite", "CloseMachineSQLite-slow-close"],
+)
 def test_planted_close_cuts_calls_off_is_found(
-    machine: type, monkeypatch: pytest.MonkeyPatch
+    machine: type, slow: float, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(SyncActionRunner, "close", _close_without_waiting)
+    """Found however long the bad close takes: a loaded machine's close is slow, and the
+    machine once let the calls go before it returned (found once, gone on replay)."""
+
+    def close(self: SyncActionRunner, timeout: float = 30.0) -> None:
+        time.sleep(slow)
+        _close_without_waiting(self, timeout)
+
+    monkeypatch.setattr(SyncActionRunner, "close", close)
     # The calls this close cuts off never end: they are counted in a counter of
     # their own, which the tests after this one never see (the exit hook waits
     # for the process's count). Exit is left out for the same reason.
