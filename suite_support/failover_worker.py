@@ -1,8 +1,9 @@
 """One worker of the failover test: first calls and duplicates over a moving key set.
 
-``python -m suite_support.failover_worker CONFIG.json N``: runs until the config's
-deadline through the multi-host DSN (or PgBouncer), charging the file-backed provider, and
-writes one JSON line per finished call (result or error) to ``out-N.jsonl``.
+``python -m suite_support.failover_worker CONFIG.json N``: runs until the config's stop
+file exists (or its deadline, a cap) through the multi-host DSN (or PgBouncer), charging
+the file-backed provider, and writes one JSON line per finished call (result or error) to
+``out-N.jsonl``.
 A call refused while the primary is down is tried again after a pause.
 """
 
@@ -32,8 +33,9 @@ async def main(config_path: str, number: int) -> None:
     runner = ActionRunner(ledger, lease=config["lease"], owner=f"worker-{number}")
     rng = random.Random(number)
     out = Path(config["folder"]) / f"out-{number}.jsonl"
+    stop = Path(config["stop"])
     with out.open("w") as log:
-        while time.time() < config["deadline"]:
+        while time.time() < config["deadline"] and not stop.exists():
             # New keys keep coming (a few each 200 ms, shared by every worker), so
             # first calls are in flight when the primary dies, and each has duplicates.
             # Duplicates also reach back 3 s, across the failover.

@@ -138,7 +138,9 @@ async def test_an_attempt_past_a_third_of_its_lease_gets_exactly_one_renewal_tas
 
 
 async def test_an_attempt_shorter_than_a_third_of_its_lease_gets_no_task() -> None:
-    runner = ActionRunner(InMemoryLedger(), lease=0.6)
+    # A third of the lease is 2 s: a loop woken late from the 50 ms sleep
+    # must not reach the renewal timer first.
+    runner = ActionRunner(InMemoryLedger(), lease=6.0)
 
     async def quick() -> str:
         await asyncio.sleep(0.05)

@@ -263,8 +263,8 @@ def test_a_claim_whose_worker_still_holds_its_lease_is_not_verified_from_here(
     live = add_started_claim(store, "in-flight", lease=600)
     # Long enough for the worker to prove its lease before its call (a third
     # of it, against a ledger round trip), short enough to run out below.
-    gone = add_started_claim(store, "dead-worker", lease=0.2)
-    time.sleep(0.25)  # its lease has run out
+    gone = add_started_claim(store, "dead-worker", lease=0.6)
+    time.sleep(0.65)  # its lease has run out
     with client(
         store, monkeypatch, TOKEN, allow_actions=True, verifiers="ops_verifiers:VERIFIERS"
     ) as http:

@@ -15,6 +15,7 @@ import subprocess
 import sys
 import textwrap
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -91,6 +92,10 @@ def test_close_waits_for_a_call_inside_its_operation(make_ledger: Any) -> None:
     assert op.started.wait(10)
     closer = threading.Thread(target=runner.close, kwargs={"timeout": 20})
     closer.start()
+    # Until the closer has begun (a loaded machine may take a while to run it).
+    give_up = time.monotonic() + 10
+    while not runner._closing and time.monotonic() < give_up:
+        closer.join(0.01)
     closer.join(0.3)
     assert closer.is_alive()  # waiting for the call in flight, not closed under it
     with pytest.raises(DataoadError, match="closing"):

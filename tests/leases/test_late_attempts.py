@@ -327,16 +327,18 @@ async def test_a_blocking_observer_on_a_real_clock_cannot_let_two_workers_charge
     tmp_path: Path,
 ) -> None:
     # The defect as reported, on the system clock and a SQLite file: A's
-    # observer blocks its loop over 0.6 s with a 0.4 s lease; B takes the claim
+    # observer blocks its loop over 1.2 s with a 1 s lease; B takes the claim
     # over meanwhile from another thread and charges on retry-safe absence.
+    # (Each worker must prove its lease within a third of it: 0.4 s leases
+    # left a loaded machine's SQLite commit too little time.)
     path = tmp_path / "ledger.sqlite3"
     charges: list[str] = []
-    lease = 0.4
+    lease = 1.0
 
     async def b_takes_over() -> Any:
         await asyncio.sleep(lease + 0.2)
         async with SQLiteLedger(path) as ledger:
-            b = ActionRunner(ledger, owner="B", lease=lease, policy=RETRY_FAILED)
+            b = ActionRunner(ledger, owner="B", lease=30.0, policy=RETRY_FAILED)
             return await b_charges(b, charges)
 
     b_result: list[Any] = []

@@ -292,8 +292,13 @@ async def test_an_attempt_shorter_than_a_third_of_the_lease_starts_no_renewal_ta
         seen["slow"] = renewal_tasks()
         return "ch"
 
-    runner = ActionRunner(InMemoryLedger(), owner="A", lease=0.3)
-    await runner.execute("charge", quick, request=REQUEST, idempotency_key="quick")
+    # The quick call's lease is long (its renewal timer is 1 s away): a loop
+    # woken late from the 50 ms sleep must not run that timer first.
+    ledger = InMemoryLedger()
+    await ActionRunner(ledger, owner="A", lease=3.0).execute(
+        "charge", quick, request=REQUEST, idempotency_key="quick"
+    )
+    runner = ActionRunner(ledger, owner="A", lease=0.3)
     await runner.execute("charge", slow, request=REQUEST, idempotency_key="slow")
     assert seen["quick"] == []
     assert len(seen["slow"]) == 1
@@ -594,7 +599,8 @@ def test_the_cli_lists_and_sweeps_stale_claims(tmp_path: Path) -> None:
 
     async def strand() -> None:
         async with SQLiteLedger(path) as ledger:
-            await crash_after_start(ActionRunner(ledger, owner="A", lease=0.2), key="s")
+            # A third of 0.6 s to prove the lease, against a loaded machine's commit.
+            await crash_after_start(ActionRunner(ledger, owner="A", lease=0.6), key="s")
             await ActionRunner(ledger).execute(
                 "charge", counting(), request=REQUEST, idempotency_key="done"
             )
@@ -610,7 +616,7 @@ def test_the_cli_lists_and_sweeps_stale_claims(tmp_path: Path) -> None:
             stdin=subprocess.DEVNULL,
         )
 
-    time.sleep(0.3)
+    time.sleep(0.7)
     listed = cli("receipts", "list", "--stale", "--json")
     assert listed.returncode == 0, listed.stderr
     assert [r["idempotency_key"] for r in json.loads(listed.stdout)] == ["s"]

@@ -59,7 +59,11 @@ def _run(pair: Any, tmp_path: Path, bouncer: Any) -> dict[str, Any]:
         "keys": KEYS,
         "lease": 1.0,
         "start": time.time(),
-        "deadline": time.time() + RUN_SECONDS,
+        # The test stops the workers (the stop file) once they have worked
+        # long enough on each side of the failover; the deadline only caps a
+        # run whose test died.
+        "deadline": time.time() + RUN_SECONDS + 120,
+        "stop": str(tmp_path / "stop"),
     }
     FilePayments(config["payments"])  # created before the workers race to create it
     path = tmp_path / "config.json"
@@ -72,7 +76,11 @@ def _run(pair: Any, tmp_path: Path, bouncer: Any) -> dict[str, Any]:
         )
         for n in range(WORKERS)
     ]
-    time.sleep(KILL_AFTER - PARTITION)
+    # Phases are judged by the workers' own results, not by the clock alone:
+    # spawning eight interpreters on a loaded machine can take seconds, and a
+    # partition before any call (or a run stopped before any call reached
+    # the promoted standby) would prove nothing.
+    _results_since(tmp_path, 0.0, at_least=WORKERS, for_seconds=KILL_AFTER - PARTITION)
     # The standby stops receiving WAL (a partition); then the primary dies. A
     # synchronous primary waits for the standby meanwhile, so it acknowledges
     # nothing the standby lacks; an asynchronous one goes on acknowledging.
@@ -83,6 +91,8 @@ def _run(pair: Any, tmp_path: Path, bouncer: Any) -> dict[str, Any]:
     if bouncer is not None:
         bouncer.repoint(pair.standby.dsn)
     promoted_at = time.time()
+    _results_since(tmp_path, promoted_at, at_least=WORKERS, for_seconds=RUN_SECONDS - KILL_AFTER)
+    (tmp_path / "stop").touch()
     for worker in workers:
         _, err = worker.communicate(timeout=RUN_SECONDS + 120)
         assert worker.returncode == 0, err.decode(errors="replace")[-3000:]
@@ -111,6 +121,23 @@ def _run(pair: Any, tmp_path: Path, bouncer: Any) -> dict[str, Any]:
         "stored": asyncio.run(stored()),
         "charges": charges,
     }
+
+
+def _results_since(folder: Path, since: float, *, at_least: int, for_seconds: float) -> None:
+    """Wait until the workers wrote ``at_least`` results after ``since`` and ``for_seconds``
+    have passed since then (bounded: a minute without them fails the test)."""
+    started = time.time()
+    give_up = started + 60
+    while True:
+        done = 0
+        for out in folder.glob("out-*.jsonl"):
+            for line in out.read_text().splitlines(keepends=True):
+                if line.endswith("\n") and '"status"' in line and json.loads(line)["at"] > since:
+                    done += 1
+        if done >= at_least and time.time() >= max(since, started) + for_seconds:
+            return
+        assert time.time() < give_up, f"the workers wrote {done} result(s) in 60 s"
+        time.sleep(0.05)
 
 
 def check(outcome: dict[str, Any]) -> dict[str, int]:

@@ -378,7 +378,13 @@ async def test_statement_timeout_during_attempt_start_does_not_invoke(route: Pos
     a pooler, which refuses that session setting, the database's."""
 
     async def wait_for_timeout(blocker: Any, table: str) -> None:
-        await asyncio.sleep(0.5)  # longer than the 0.2 s statement timeout
+        # Until the server has cancelled the waiting start (its 0.2 s statement
+        # timeout; a loaded server may take longer), before the lock goes.
+        for _ in range(600):
+            if not await waiting(blocker, table):
+                return
+            await asyncio.sleep(0.05)
+        raise AssertionError("the attempt start still waited on the lock after 30 s")
 
     if route.pooled:
         async with database_with(route, statement_timeout="'200ms'") as timed:

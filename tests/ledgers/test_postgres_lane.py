@@ -249,19 +249,24 @@ async def test_an_idle_held_connection_goes_back_on_its_own(
     pool = await asyncpg.create_pool(dsn, min_size=1, max_size=2, reset=no_reset)
     lane = ConnectionLane(pool)
     try:
-        monkeypatch.setattr(_postgres_lane, "IDLE_SECONDS", 0.2)
+        # 0.5 s: statements 50 ms apart keep it even on a loop a loaded
+        # machine stalls for a while, and 16 of them outlast one idle period.
+        monkeypatch.setattr(_postgres_lane, "IDLE_SECONDS", 0.5)
         monkeypatch.setattr(asyncpg.pool.Pool, "release", counted_release)
         await lane.fetch("SELECT 1")
         first = lane._conn
         await lane.fetch("SELECT 1")
         assert lane._conn is first  # held between consecutive statements
         assert released == []
-        for _ in range(8):  # statements more often than IDLE_SECONDS: kept
+        for _ in range(16):  # statements more often than IDLE_SECONDS: kept
             await asyncio.sleep(0.05)
             await lane.fetch("SELECT 2")
         assert lane._conn is first
         assert released == []
-        await asyncio.sleep(0.5)  # no statement for longer than IDLE_SECONDS
+        for _ in range(200):  # no statement for longer than IDLE_SECONDS (bounded: 10 s)
+            await asyncio.sleep(0.05)
+            if lane._conn is None:
+                break
         assert lane._conn is None
         assert released == [1]
         assert pool.get_idle_size() == pool.get_size()  # all back in the pool

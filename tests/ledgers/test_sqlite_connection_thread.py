@@ -78,7 +78,10 @@ async def test_a_connection_whose_thread_ended_is_refused_and_closes_without_wai
     # Its thread ends, with the connection still marked running: as it did when a
     # hand-over to a closed loop raised on it.
     conn._tx.put_nowait((None, lambda: aiosqlite.core._STOP_RUNNING_SENTINEL))
-    await asyncio.sleep(0.2)
+    for _ in range(1000):  # until its thread has ended (bounded: 10 s)
+        if not live.alive(conn):
+            break
+        await asyncio.sleep(0.01)
     assert not live.alive(conn)
     assert not set(_connection_threads()) - before
     with pytest.raises(LedgerClosedError, match="close the ledger and open it again"):
