@@ -6,6 +6,12 @@ long timeout) in yet another thread, and wait for it. On SQLite, a rule
 begins the interpreter's exit: it runs the exit hook that stops every
 SQLite connection (registered with ``threading``, run before exit joins
 the threads still working), racing the calls in flight (V3, V4).
+
+So that a failing run is the same run on replay, no gate opens and no call
+starts while a close or exit that began has neither returned nor blocked
+waiting for the calls in flight; a short close is waited out (with a call
+held it always times out) and a long one never times out within a run.
+
 Properties:
 
 * ``calls-return-after-their-operation``: once its operation is let go, a
@@ -30,6 +36,7 @@ Run on the in-memory and the SQLite ledger. The planted bugs
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import dataclasses
 import shutil
@@ -51,14 +58,19 @@ from dataoad import (
     SyncActionRunner,
     _in_flight,
 )
-from dataoad._in_flight import InFlight, calls_in_flight
+from dataoad._in_flight import InFlight
 from dataoad.ledgers import _sqlite_live
 from dataoad.ledgers.sqlite_reader import SQLiteReader
 
-__all__ = ["CloseMachineMemory", "CloseMachineSQLite", "CloseViolation"]
+__all__ = ["CloseMachineMemory", "CloseMachineSQLite", "CloseViolation", "blocks_in_wait_idle"]
 
 #: How long a call or a close may take once nothing holds it back, in seconds.
 BOUND = 5.0
+#: A long close's timeout: far beyond any run, so it never times out under a held call
+#: (whether it did would depend on the machine's speed).
+LONG_CLOSE = 60.0
+#: A short close's timeout: with a call held, it times out.
+SHORT_CLOSE = 0.05
 
 
 #: What SyncActionRunner says when it refuses a call because it is closing or closed.
@@ -70,16 +82,22 @@ _REFUSALS = frozenset(
 )
 
 
-def _waits_on(counter: InFlight) -> bool:
+# CPython's threading.Condition keeps its blocked waiters in ``_waiters``;
+# without it blocks_in_wait_idle could never say yes, and every long close
+# would be waited on until BOUND: fail here instead.
+assert isinstance(getattr(threading.Condition(), "_waiters", None), collections.deque), (
+    "threading.Condition no longer keeps _waiters: blocks_in_wait_idle needs another way"
+)
+
+
+def blocks_in_wait_idle(counter: InFlight) -> bool:
     """Whether some thread is blocked in ``counter.wait_idle`` (waiting for calls to end).
 
-    Read from the condition's waiters (CPython's ``threading.Condition``
-    keeps them in ``_waiters``): a close that only *entered* its wait and
-    was told at once that no call runs never blocks, so an event set on
+    Read from the condition's waiters: a close that only *entered* its wait
+    and was told at once that no call runs never blocks, so an event set on
     entry would not tell the two apart.
     """
-    waiters = getattr(counter._idle, "_waiters", None)
-    return bool(waiters)
+    return bool(counter._idle._waiters)  # type: ignore[attr-defined]
 
 
 class CloseViolation(AssertionError):
@@ -125,7 +143,8 @@ class CloseMachineBase(RuleBasedStateMachine):
     """A SyncActionRunner, its calls in threads, and closes racing them."""
 
     backend: ClassVar[str] = "memory"
-    #: How long a call or a close may take once nothing holds it back, in seconds.
+    #: How long a call may take once nothing holds it back, in seconds (a close or exit
+    #: under way is always given BOUND to return or block).
     bound: ClassVar[float] = BOUND
     #: Whether the exit rule runs (on SQLite).
     exits: ClassVar[bool] = True
@@ -195,7 +214,7 @@ class CloseMachineBase(RuleBasedStateMachine):
             not self.closed and not any(not c.done for c in self.closes) and self.exit is None
         )
     )
-    @rule(timeout=st.sampled_from([0.05, BOUND]))  # short, or long enough for any call
+    @rule(timeout=st.sampled_from([SHORT_CLOSE, LONG_CLOSE]))
     def begin_close(self, timeout: float) -> None:
         """close() begins in another thread, racing the calls in flight."""
         closing = _Close(timeout)
@@ -252,9 +271,9 @@ class CloseMachineBase(RuleBasedStateMachine):
         # The hook waits for every runner call of the process: one left over
         # by another test would hold it, and this rule would blame exit.
         ours = sum(1 for c in self.calls if c.thread is not None and c.thread.is_alive())
-        if calls_in_flight.count > ours:
+        if _in_flight.calls_in_flight.count > ours:
             raise RuntimeError(
-                f"{calls_in_flight.count - ours} runner call(s) of another test are in flight "
+                f"{_in_flight.calls_in_flight.count - ours} runner call(s) of another test are in flight "
                 "in this process; the exit hook would wait for them"
             )
         leaving = _Exit(in_flight=[c.key for c in self._held()])
@@ -306,7 +325,9 @@ class CloseMachineBase(RuleBasedStateMachine):
         were let go, and the bug was seen once and not on replay.)
         """
         under_way: list[tuple[threading.Thread | None, InFlight, bool]] = [
-            (c.thread, self.runner._calls, c.timeout < BOUND) for c in self.closes if not c.done
+            (c.thread, self.runner._calls, c.timeout == SHORT_CLOSE)
+            for c in self.closes
+            if not c.done
         ]
         if self.exit is not None and not self.exit.done:
             under_way.append((self.exit.thread, _in_flight.calls_in_flight, False))
@@ -315,7 +336,7 @@ class CloseMachineBase(RuleBasedStateMachine):
             # calls never end) must still give a slow bad close its time.
             deadline = time.monotonic() + BOUND
             while thread is not None and thread.is_alive() and time.monotonic() < deadline:
-                if not to_the_end and _waits_on(counter):
+                if not to_the_end and blocks_in_wait_idle(counter):
                     break
                 thread.join(0.001)
 

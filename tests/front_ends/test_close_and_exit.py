@@ -32,6 +32,7 @@ from dataoad import (
     SyncActionRunner,
 )
 from dataoad.ledgers.sqlite_reader import SQLiteReader
+from stateful_tests.close_machine import blocks_in_wait_idle
 from suite_support.services import PostgresTestTable
 
 REQUEST = {"amount": 100}
@@ -92,11 +93,13 @@ def test_close_waits_for_a_call_inside_its_operation(make_ledger: Any) -> None:
     assert op.started.wait(10)
     closer = threading.Thread(target=runner.close, kwargs={"timeout": 20})
     closer.start()
-    # Until the closer has begun (a loaded machine may take a while to run it).
+    # Until the closer has returned or blocks waiting for the call (however
+    # slowly a loaded machine runs it, or a close that does not wait returns).
     give_up = time.monotonic() + 10
-    while not runner._closing and time.monotonic() < give_up:
+    while (
+        closer.is_alive() and not blocks_in_wait_idle(runner._calls) and time.monotonic() < give_up
+    ):
         closer.join(0.01)
-    closer.join(0.3)
     assert closer.is_alive()  # waiting for the call in flight, not closed under it
     with pytest.raises(DataoadError, match="closing"):
         runner.execute("charge", lambda: "x", request=REQUEST, idempotency_key="new")

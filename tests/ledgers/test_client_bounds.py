@@ -155,7 +155,7 @@ async def test_a_verifier_that_does_not_answer_in_time_is_no_evidence(kind: str)
         )
     finally:
         answered.set()
-    assert time.monotonic() - started < 20
+    assert time.monotonic() - started < 5  # the limit is 0.2 s; the verifier takes 30
     assert result.status is ActionStatus.UNKNOWN
     observation = result.receipt.observations[-1]
     assert observation.status is ActionStatus.UNKNOWN

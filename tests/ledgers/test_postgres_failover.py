@@ -40,12 +40,14 @@ def run_failover(
     """Run the workers through a failover; what they were told, and what the world holds."""
     with replicated_postgres(synchronous=synchronous, max_connections=60) as pair:
         if not through_pgbouncer:
-            return _run(pair, tmp_path, None)
+            return _run(pair, tmp_path, None, acknowledges_while_cut_off=not synchronous)
         with pgbouncer_in_front_of(pair.primary.dsn, pool_size=20) as bouncer:
-            return _run(pair, tmp_path, bouncer)
+            return _run(pair, tmp_path, bouncer, acknowledges_while_cut_off=not synchronous)
 
 
-def _run(pair: Any, tmp_path: Path, bouncer: Any) -> dict[str, Any]:
+def _run(
+    pair: Any, tmp_path: Path, bouncer: Any, *, acknowledges_while_cut_off: bool
+) -> dict[str, Any]:
     async def prepare() -> bool:
         async with PostgresLedger(pair.dsn, min_size=1, max_size=1) as ledger:
             await ledger.migrate()
@@ -78,21 +80,31 @@ def _run(pair: Any, tmp_path: Path, bouncer: Any) -> dict[str, Any]:
     ]
     # Phases are judged by the workers' own results, not by the clock alone:
     # spawning eight interpreters on a loaded machine can take seconds, and a
-    # partition before any call (or a run stopped before any call reached
-    # the promoted standby) would prove nothing.
-    _results_since(tmp_path, 0.0, at_least=WORKERS, for_seconds=KILL_AFTER - PARTITION)
-    # The standby stops receiving WAL (a partition); then the primary dies. A
-    # synchronous primary waits for the standby meanwhile, so it acknowledges
-    # nothing the standby lacks; an asynchronous one goes on acknowledging.
-    pair.pause_replication()
-    time.sleep(PARTITION)
-    pair.kill_primary()
-    pair.promote()
-    if bouncer is not None:
-        bouncer.repoint(pair.standby.dsn)
-    promoted_at = time.time()
-    _results_since(tmp_path, promoted_at, at_least=WORKERS, for_seconds=RUN_SECONDS - KILL_AFTER)
-    (tmp_path / "stop").touch()
+    # partition before every worker is calling (or a run stopped before calls
+    # reached the promoted standby) would prove less than it says.
+    results = _Results(tmp_path)
+    try:
+        results.wait(0.0, results=WORKERS, workers=WORKERS, for_seconds=KILL_AFTER - PARTITION)
+        # The standby stops receiving WAL (a partition); then the primary dies. A
+        # synchronous primary waits for the standby meanwhile, so it acknowledges
+        # nothing the standby lacks; an asynchronous one goes on acknowledging.
+        pair.pause_replication()
+        if acknowledges_while_cut_off:
+            results.wait(time.time(), results=WORKERS, for_seconds=PARTITION)
+        else:
+            time.sleep(PARTITION)
+        pair.kill_primary()
+        pair.promote()
+        if bouncer is not None:
+            bouncer.repoint(pair.standby.dsn)
+        promoted_at = time.time()
+        results.wait(promoted_at, results=WORKERS, for_seconds=RUN_SECONDS - KILL_AFTER)
+    finally:
+        (tmp_path / "stop").touch()
+        if sys.exc_info()[0] is not None:
+            for worker in workers:
+                worker.kill()
+                worker.wait()
     for worker in workers:
         _, err = worker.communicate(timeout=RUN_SECONDS + 120)
         assert worker.returncode == 0, err.decode(errors="replace")[-3000:]
@@ -123,21 +135,43 @@ def _run(pair: Any, tmp_path: Path, bouncer: Any) -> dict[str, Any]:
     }
 
 
-def _results_since(folder: Path, since: float, *, at_least: int, for_seconds: float) -> None:
-    """Wait until the workers wrote ``at_least`` results after ``since`` and ``for_seconds``
-    have passed since then (bounded: a minute without them fails the test)."""
-    started = time.time()
-    give_up = started + 60
-    while True:
-        done = 0
-        for out in folder.glob("out-*.jsonl"):
-            for line in out.read_text().splitlines(keepends=True):
-                if line.endswith("\n") and '"status"' in line and json.loads(line)["at"] > since:
-                    done += 1
-        if done >= at_least and time.time() >= max(since, started) + for_seconds:
-            return
-        assert time.time() < give_up, f"the workers wrote {done} result(s) in 60 s"
-        time.sleep(0.05)
+class _Results:
+    """The workers' results as they are written: each file read on from where it was left."""
+
+    def __init__(self, folder: Path) -> None:
+        self._folder = folder
+        self._read_to: dict[Path, int] = {}
+        #: (worker, when) of every result read so far.
+        self._seen: list[tuple[int, float]] = []
+
+    def _read(self) -> None:
+        for out in self._folder.glob("out-*.jsonl"):
+            start = self._read_to.get(out, 0)
+            with out.open("rb") as log:
+                log.seek(start)
+                chunk = log.read()
+            whole = chunk.rfind(b"\n") + 1  # a line still being written waits for next time
+            self._read_to[out] = start + whole
+            for line in chunk[:whole].splitlines():
+                entry = json.loads(line)
+                if "status" in entry:
+                    self._seen.append((entry["worker"], entry["at"]))
+
+    def wait(self, since: float, *, results: int, workers: int = 0, for_seconds: float) -> None:
+        """Until ``results`` results (from ``workers`` workers) came after ``since`` and
+        ``for_seconds`` have passed since then (a minute without them fails the test)."""
+        started = time.time()
+        give_up = started + 60
+        while True:
+            self._read()
+            after = [worker for worker, at in self._seen if at > since]
+            if len(after) >= results and len(set(after)) >= workers:
+                break
+            assert time.time() < give_up, (
+                f"{len(after)} result(s) from {len(set(after))} worker(s) in 60 s"
+            )
+            time.sleep(0.05)
+        time.sleep(max(0.0, max(since, started) + for_seconds - time.time()))
 
 
 def check(outcome: dict[str, Any]) -> dict[str, int]:
