@@ -36,7 +36,6 @@ Run on the in-memory and the SQLite ledger. The planted bugs
 from __future__ import annotations
 
 import asyncio
-import collections
 import contextlib
 import dataclasses
 import shutil
@@ -61,8 +60,9 @@ from dataoad import (
 from dataoad._in_flight import InFlight
 from dataoad.ledgers import _sqlite_live
 from dataoad.ledgers.sqlite_reader import SQLiteReader
+from suite_support.in_flight import until_returned_or_blocked
 
-__all__ = ["CloseMachineMemory", "CloseMachineSQLite", "CloseViolation", "blocks_in_wait_idle"]
+__all__ = ["CloseMachineMemory", "CloseMachineSQLite", "CloseViolation"]
 
 #: How long a call or a close may take once nothing holds it back, in seconds.
 BOUND = 5.0
@@ -80,24 +80,6 @@ _REFUSALS = frozenset(
         "this SyncActionRunner is closing: it takes no new call",
     }
 )
-
-
-# CPython's threading.Condition keeps its blocked waiters in ``_waiters``;
-# without it blocks_in_wait_idle could never say yes, and every long close
-# would be waited on until BOUND: fail here instead.
-assert isinstance(getattr(threading.Condition(), "_waiters", None), collections.deque), (
-    "threading.Condition no longer keeps _waiters: blocks_in_wait_idle needs another way"
-)
-
-
-def blocks_in_wait_idle(counter: InFlight) -> bool:
-    """Whether some thread is blocked in ``counter.wait_idle`` (waiting for calls to end).
-
-    Read from the condition's waiters: a close that only *entered* its wait
-    and was told at once that no call runs never blocks, so an event set on
-    entry would not tell the two apart.
-    """
-    return bool(counter._idle._waiters)  # type: ignore[attr-defined]
 
 
 class CloseViolation(AssertionError):
@@ -334,11 +316,7 @@ class CloseMachineBase(RuleBasedStateMachine):
         for thread, counter, to_the_end in under_way:
             # BOUND, not self.bound: a machine with a short bound (its cut-off
             # calls never end) must still give a slow bad close its time.
-            deadline = time.monotonic() + BOUND
-            while thread is not None and thread.is_alive() and time.monotonic() < deadline:
-                if not to_the_end and blocks_in_wait_idle(counter):
-                    break
-                thread.join(0.001)
+            until_returned_or_blocked(thread, counter, within=BOUND, to_the_end=to_the_end)
 
     def _held(self) -> list[_Call]:
         """Calls certainly in flight: their operation started and its gate is still shut.

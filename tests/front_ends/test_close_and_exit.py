@@ -15,7 +15,6 @@ import subprocess
 import sys
 import textwrap
 import threading
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -32,7 +31,7 @@ from dataoad import (
     SyncActionRunner,
 )
 from dataoad.ledgers.sqlite_reader import SQLiteReader
-from stateful_tests.close_machine import blocks_in_wait_idle
+from suite_support.in_flight import until_returned_or_blocked
 from suite_support.services import PostgresTestTable
 
 REQUEST = {"amount": 100}
@@ -95,11 +94,7 @@ def test_close_waits_for_a_call_inside_its_operation(make_ledger: Any) -> None:
     closer.start()
     # Until the closer has returned or blocks waiting for the call (however
     # slowly a loaded machine runs it, or a close that does not wait returns).
-    give_up = time.monotonic() + 10
-    while (
-        closer.is_alive() and not blocks_in_wait_idle(runner._calls) and time.monotonic() < give_up
-    ):
-        closer.join(0.01)
+    until_returned_or_blocked(closer, runner._calls, within=10)
     assert closer.is_alive()  # waiting for the call in flight, not closed under it
     with pytest.raises(DataoadError, match="closing"):
         runner.execute("charge", lambda: "x", request=REQUEST, idempotency_key="new")
