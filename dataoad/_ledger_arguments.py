@@ -30,6 +30,7 @@ from dataoad._verification import unstorable
 __all__ = [
     "MAX_COUNT",
     "MAX_LEASE",
+    "check_claim",
     "check_key",
     "check_listing",
     "check_receipt",
@@ -127,6 +128,14 @@ def check_key(action_name: object, idempotency_key: object, namespace: object) -
 def checked_older_than(older_than: object) -> float | None:
     """An age in seconds, finite in [0, MAX_EXPIRES_AFTER], or None (no age asked for)."""
     return check_expires_after(older_than, "older_than")
+
+
+def check_claim(receipt: object) -> ActionReceipt:
+    """``receipt`` if it can be a new claim: storable, and holding its key (never retired)."""
+    claim = check_receipt(receipt)
+    if claim.retired_at is not None:
+        raise InvalidArgumentError("a new claim must hold its key (retired_at is None)")
+    return claim
 
 
 def check_receipt(receipt: object) -> ActionReceipt:

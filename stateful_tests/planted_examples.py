@@ -359,6 +359,17 @@ PLANTED_EXAMPLES = [
         needs_postgres=True,
     ),
     PlantedExample(
+        "postgres-claim-rerun-taken-by-action-id",
+        "a claim re-run after a lost answer is the call's own only while it is the receipt written",
+        "dataoad/ledgers/postgres.py",
+        "            return proves(receipt_of(stored), receipt)\n",
+        "            return True\n",
+        (
+            "tests/ledgers/test_postgres_faults.py::test_a_lost_claim_acknowledgement_whose_claim_was_taken_over_invokes_nothing",
+        ),
+        needs_postgres=True,
+    ),
+    PlantedExample(
         "durability-potential-standby-counted-sync",
         "durability() is unsafe without a synchronous standby; a potential one is not",
         "dataoad/ledgers/_durability.py",

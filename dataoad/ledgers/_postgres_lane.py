@@ -32,6 +32,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import random
+from collections.abc import Callable
 from typing import Any, Final
 
 from dataoad.ledgers._postgres_backend import Backends
@@ -333,11 +334,16 @@ async def write_conditionally(
     serialization_retries: int,
     *,
     conditional: bool = True,
+    rerun_proves: Callable[[list[Any]], bool] | None = None,
 ) -> list[Any]:
     """A write, re-run only where that is known to be safe.
 
     ``conditional=False``: a write that would apply twice if run twice (an
     audit append), never re-run after its connection broke.
+    ``rerun_proves``: whether the rows of a re-run after a broken connection
+    answer for this write; where they do not, the first error stands (a
+    claim's re-run that finds its own claim changed since the first run
+    committed it).
     """
     with _UnderWay(lane):
         retries = serialization_retries
@@ -365,7 +371,7 @@ async def write_conditionally(
                 rows = await fetch_bounded(
                     lane.pool, sql, args, limit, lane.backends, settling=lane.backends
                 )
-                if not rows:
+                if not rows or (rerun_proves is not None and not rerun_proves(rows)):
                     raise broken from None
                 return rows
             except (driver.SerializationError, driver.DeadlockDetectedError):

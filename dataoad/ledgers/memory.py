@@ -10,6 +10,7 @@ from types import TracebackType
 
 from dataoad._errors import InvalidArgumentError
 from dataoad._ledger_arguments import (
+    check_claim,
     check_key,
     check_listing,
     check_receipt,
@@ -96,7 +97,7 @@ class InMemoryLedger:
         self, receipt: ActionReceipt, *, lease: float | None = None
     ) -> tuple[ActionReceipt, bool]:
         """Insert the claim unless its action name and key are taken."""
-        check_receipt(receipt)
+        check_claim(receipt)
         lease = checked_lease(lease)
         key = (receipt.namespace, receipt.action_name, receipt.idempotency_key)
         with self._lock:
@@ -105,8 +106,6 @@ class InMemoryLedger:
                 return self._by_id[existing_id], False
             if receipt.action_id in self._by_id:
                 raise InvalidArgumentError(f"action id {receipt.action_id!r} already exists")
-            if receipt.retired_at is not None:
-                raise InvalidArgumentError("a new claim must hold its key (retired_at is None)")
             receipt = self._leased(receipt, lease)
             self._by_id[receipt.action_id] = receipt
             self._by_key[key] = receipt.action_id

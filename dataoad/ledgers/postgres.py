@@ -24,6 +24,7 @@ Design notes (the why):
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from datetime import datetime
 from types import TracebackType
 from typing import Any, Final
@@ -32,6 +33,7 @@ from dataoad._clock import LedgerClock
 from dataoad._errors import LedgerClosedError, LedgerUnusableError, MissingExtraError
 from dataoad._forks import FORKED_ADVICE, generation
 from dataoad._ledger_arguments import (
+    check_claim,
     check_key,
     check_listing,
     check_receipt,
@@ -42,6 +44,7 @@ from dataoad._ledger_arguments import (
     required_lease,
 )
 from dataoad._ledger_rules import check_ledger_clock
+from dataoad._proven import proves
 from dataoad._receipt import ActionReceipt
 from dataoad._status import ActionStatus, ClaimState
 from dataoad.ledgers._audit import AuditStatements
@@ -73,6 +76,8 @@ __all__ = ["SCHEMA_VERSION", "LedgerSchemaError", "MissingExtraError", "Postgres
 
 #: Seconds a statement may take on the client's side unless told otherwise.
 DEFAULT_COMMAND_TIMEOUT: Final = 5.0
+
+_ACTION_ID: Final = COLUMNS.index("action_id")
 
 
 def _asyncpg() -> Any:
@@ -304,7 +309,13 @@ class PostgresLedger(PostgresAudit, PostgresRetention):
     async def _write(self, sql: str, *args: Any) -> bool:
         return bool(await self._write_rows(sql, *args))
 
-    async def _write_rows(self, sql: str, *args: Any, conditional: bool = True) -> list[Any]:
+    async def _write_rows(
+        self,
+        sql: str,
+        *args: Any,
+        conditional: bool = True,
+        rerun_proves: Callable[[list[Any]], bool] | None = None,
+    ) -> list[Any]:
         pool = await self._ready_pool()
         return await write_conditionally(
             self._lane_of(pool),
@@ -314,6 +325,7 @@ class PostgresLedger(PostgresAudit, PostgresRetention):
             self._driver,
             self._serialization_retries,
             conditional=conditional,
+            rerun_proves=rerun_proves,
         )
 
     # -- the Ledger protocol -------------------------------------------------
@@ -325,18 +337,30 @@ class PostgresLedger(PostgresAudit, PostgresRetention):
         self, receipt: ActionReceipt, *, lease: float | None = None
     ) -> tuple[ActionReceipt, bool]:
         """Insert the claim unless its action name and key are taken."""
-        check_receipt(receipt)
+        check_claim(receipt)
         lease = checked_lease(lease)
         claim = self._sql["claim_or_held"]
+
+        def rerun_proves(rows: list[Any]) -> bool:
+            # A re-run that finds this claim's own action id holding the key
+            # (its first run committed; an action id is new with every claim)
+            # proves it only while it is the receipt written: once taken over
+            # or settled, it is no longer this call's to run, and the first
+            # error stands, as on every other ledger (ProvenLedger reads back).
+            *stored, created = rows[0]
+            if created or stored[_ACTION_ID] != receipt.action_id:
+                return True
+            return proves(receipt_of(stored), receipt)
+
         while True:
             values = {**values_of(receipt), "now": self._now(), "lease": lease}
-            rows = await self._write_rows(claim.sql, *claim.bind(values))
+            rows = await self._write_rows(claim.sql, *claim.bind(values), rerun_proves=rerun_proves)
             if rows:
                 *stored, created = rows[0]
-                held = stored[COLUMNS.index("action_id")] == receipt.action_id
+                held = stored[_ACTION_ID] == receipt.action_id
                 if held and not created:
-                    # Our own claim, stored by a first run whose answer was lost
-                    # (an action id is new with every claim): it is this call's.
+                    # Our own claim, exactly as written, stored by a first run
+                    # whose answer was lost: it is this call's.
                     return receipt_of(stored), True
                 if created:
                     expires = stored[COLUMNS.index("lease_expires_at")]

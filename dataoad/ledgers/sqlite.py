@@ -46,6 +46,7 @@ from dataoad._clock import LedgerClock
 from dataoad._errors import InvalidArgumentError, LedgerClosedError, LedgerUnusableError
 from dataoad._forks import FORKED_ADVICE, generation
 from dataoad._ledger_arguments import (
+    check_claim,
     check_key,
     check_listing,
     check_receipt,
@@ -337,7 +338,7 @@ class SQLiteLedger(SQLiteAudit, SQLiteRetention):
         answered from the read (a replay takes no write lock and writes
         nothing); a free one is inserted in the group's commit.
         """
-        check_receipt(receipt)
+        check_claim(receipt)
         values = {**_values_of(receipt), "now": None, "lease": checked_lease(lease)}
         find = _SQL["find"]
         look_up = functools.partial(holder, find.sql, find.bind(values))

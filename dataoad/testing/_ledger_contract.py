@@ -76,6 +76,28 @@ class LedgerContract(ArgumentContract):
 
         self._run(check)
 
+    def test_a_claim_that_does_not_hold_its_key_is_refused_before_any_write(self) -> None:
+        """A new claim already retired would hold no key: refused, held key or not."""
+
+        async def check(ledger: Ledger, extra: list[Ledger]) -> None:
+            retired = make_receipt(retired_at=make_receipt().created_at)
+
+            async def nothing_stored() -> None:
+                assert await ledger.get(retired.action_id) is None
+                assert await ledger.find("charge", "order-1") is None
+
+            await self._refused(ledger.claim(retired), nothing_stored, "a new claim must hold")
+            held = make_receipt()
+            assert await ledger.claim(held) == (held, True)
+
+            async def still_held() -> None:
+                assert await ledger.find("charge", "order-1") == held
+
+            again = make_receipt(retired_at=held.created_at)
+            await self._refused(ledger.claim(again), still_held, "a new claim must hold")
+
+        self._run(check)
+
     def test_one_winner_among_concurrent_claims(self) -> None:
         """Of N concurrent claims for one key, exactly one is created."""
 

@@ -106,8 +106,19 @@ class LossyProxy:
         self.host, self.port = host, port
         self.armed: bytes | None = None
         self.dropped = 0
+        #: Run once the armed answer is dropped; until it returns, nothing a
+        #: client sends reaches the server (so a re-run comes after it).
+        self.after_drop: Callable[[], Awaitable[None]] | None = None
+        self._open = asyncio.Event()
+        self._open.set()
         self._server: asyncio.Server | None = None
         self.listen_port = 0
+
+    async def _run_after_drop(self, hook: Callable[[], Awaitable[None]]) -> None:
+        try:
+            await hook()
+        finally:
+            self._open.set()
 
     async def start(self) -> None:
         self._server = await asyncio.start_server(self._serve, "127.0.0.1", 0)
@@ -120,6 +131,7 @@ class LossyProxy:
 
     async def _serve(self, client_r: asyncio.StreamReader, client_w: asyncio.StreamWriter) -> None:
         server_r, server_w = await asyncio.open_connection(self.host, self.port)
+        hooks: list[asyncio.Future[None]] = []
 
         async def pump(
             reader: asyncio.StreamReader, writer: asyncio.StreamWriter, answers: bool
@@ -129,7 +141,13 @@ class LossyProxy:
                     if answers and self.armed is not None and self.armed in data:
                         self.armed = None
                         self.dropped += 1
+                        if self.after_drop is not None:
+                            self._open.clear()
+                            hook, self.after_drop = self.after_drop, None
+                            hooks.append(asyncio.ensure_future(self._run_after_drop(hook)))
                         break
+                    if not answers:
+                        await self._open.wait()
                     writer.write(data)
                     await writer.drain()
             except (ConnectionError, OSError):
@@ -139,6 +157,7 @@ class LossyProxy:
                     w.close()
 
         await asyncio.gather(pump(client_r, server_w, False), pump(server_r, client_w, True))
+        await asyncio.gather(*hooks)
 
 
 @contextlib.asynccontextmanager
@@ -192,6 +211,58 @@ async def test_lost_acknowledgement_is_read_back_and_the_operation_runs_once(
         again = await runner.execute("charge", op, request=REQUEST, idempotency_key="k")
         assert again.replayed
         assert op.calls == 1
+        await ledger.close()
+
+
+async def test_a_lost_claim_acknowledgement_whose_claim_was_taken_over_invokes_nothing(
+    route: PostgresRoute,
+) -> None:
+    """The claim's answer is lost after its commit; before the ledger runs it once more on a
+    fresh connection, the lease runs out and another worker takes the claim over. The re-run
+    finds the call's own action id holding the key, but no longer as written: the call must
+    not take it for its own (it would run the operation under the new holder's fence)."""
+    async with proxied(route.dsn) as (proxy, proxy_dsn):
+        clock = ManualClock()
+        ledger = await fresh_ledger(route, proxy_dsn, clock=clock)
+        other = route.ledger(table=ledger.table, clock=clock)
+        assert await ledger.find("charge", "k") is None  # the schema check's answer is a SELECT's
+        taken: list[bool] = []
+
+        async def lease_runs_out_and_b_takes_over() -> None:
+            stored = await other.find("charge", "k")
+            assert stored is not None
+            assert stored.owner == "worker-a"
+            clock.advance(31.0)
+            taken.append(
+                await other.take_over(
+                    stored.evolve(
+                        owner="worker-b",
+                        fencing_token=stored.fencing_token + 1,
+                        version=stored.version + 1,
+                        updated_at=stored.updated_at,
+                    ),
+                    lease=30.0,
+                )
+            )
+
+        proxy.armed = b"SELECT 1\x00"  # the claim is a data-modifying WITH: a SELECT's tag
+        proxy.after_drop = lease_runs_out_and_b_takes_over
+        op = CountingOperation("charged")
+        runner = ActionRunner(ledger, owner="worker-a", lease=30.0)
+        with pytest.raises(ActionPersistenceError) as raised:
+            await runner.execute("charge", op, request=REQUEST, idempotency_key="k")
+        assert proxy.dropped == 1, "the proxy never saw the claim's answer"
+        assert taken == [True]
+        assert op.calls == 0
+        assert raised.value.operation_invoked is False
+        stored = await other.find("charge", "k")
+        assert stored is not None
+        assert (stored.owner, stored.fencing_token, stored.claim_state) == (
+            "worker-b",
+            2,
+            ClaimState.PENDING,
+        )
+        await other.close()
         await ledger.close()
 
 
