@@ -44,7 +44,7 @@ from dataoad._evidence import (
     attempt_evidence,
     settle,
 )
-from dataoad._invoking import invoke
+from dataoad._invoking import SyncCall, invoke
 from dataoad._leases import Tenure, keep_lease, refused_if_late, take_over, young_enough
 from dataoad._observing import (
     VerifyFn,
@@ -271,6 +271,7 @@ async def run_attempts(
                 base_metadata,
                 why="it began too late in its lease and could not prove it held the claim",
             ) from late
+        thread = SyncCall()
         try:
             async with keep_lease(store, durable, tenure, events):
                 with running_attempt(durable):
@@ -282,6 +283,7 @@ async def run_attempts(
                         tenure=tenure,
                         events=events,
                         sent=sent,
+                        thread=thread,
                     )
                 observation = None
                 if verify is not None and execution.status is ActionStatus.UNKNOWN:
@@ -289,6 +291,16 @@ async def run_attempts(
                         verify, durable, ObservationSource.EXECUTE, number, events
                     )
         except asyncio.CancelledError:
+            if thread.running:
+                # A sync operation's thread still runs it and may reach the
+                # provider after any read at this fence: completed now, a
+                # verifier could find the charge absent, the receipt FAILED
+                # and the key free while the charge still lands. The claim
+                # stays PENDING (attempt counted, never run again); once its
+                # lease runs out a takeover settles it read-only under the
+                # next fencing token, which a fencing provider holds the
+                # thread's request to.
+                raise
             # The operation may have run. Record UNKNOWN if we still can,
             # then let the cancellation through; a PENDING claim is safe too.
             await record_cancelled(store, durable, records, observations, base_metadata)

@@ -24,7 +24,34 @@ from dataoad._proven import ProvenLedger
 from dataoad._receipt import ActionReceipt, bounded_error
 from dataoad._status import ActionStatus
 
-__all__ = ["invoke"]
+__all__ = ["SyncCall", "invoke"]
+
+
+class SyncCall:
+    """Whether a sync operation's worker thread is still running it.
+
+    Cancelling the caller does not stop that thread, so an attempt whose
+    caller left while it ran may still reach the provider after any read
+    at the claim's fencing token: such a claim must stay held until a
+    takeover raises the fence (see ``run_attempts``).
+    """
+
+    __slots__ = ("running",)
+
+    def __init__(self) -> None:
+        self.running = False
+
+
+def _watched(operation: Callable[[], Any], thread: SyncCall) -> Callable[[], Any]:
+    thread.running = True  # before the thread can start, so never set after it ended
+
+    def run() -> Any:
+        try:
+            return operation()
+        finally:
+            thread.running = False
+
+    return run
 
 
 def _retryable(failure: DefinitiveFailure) -> bool:
@@ -58,13 +85,21 @@ async def invoke(
     tenure: Tenure,
     events: EventSink,
     sent: float,
+    thread: SyncCall | None = None,
 ) -> Execution:
+    """Call ``operation`` once and classify what the call proves.
+
+    ``thread``: told whether a sync operation's worker thread is still
+    running when the caller is cancelled.
+    """
     try:
         if is_async_callable(operation):
             value = operation()
         else:
             # A sync operation runs on a worker thread, never on the loop.
-            value = await call_blocking(operation)
+            value = await call_blocking(
+                operation if thread is None else _watched(operation, thread)
+            )
             if (
                 inspect.isawaitable(value)
                 and not isinstance(value, asyncio.Future)  # a Future or Task has started

@@ -359,6 +359,17 @@ PLANTED_EXAMPLES = [
         needs_postgres=True,
     ),
     PlantedExample(
+        "cancelled-thread-settled-at-its-fence",
+        "a cancelled call whose sync operation's thread still runs leaves its claim held",
+        "dataoad/_attempts.py",
+        "            if thread.running:\n",
+        "            if not thread:\n",
+        (
+            "tests/attempts/test_cancellation.py::test_a_cancelled_call_whose_sync_operation_still_runs_stays_held_until_fenced",
+            "tests/front_ends/test_sync_and_threads.py::test_cancelling_execute_while_a_sync_operation_runs_leaves_the_claim_held",
+        ),
+    ),
+    PlantedExample(
         "postgres-claim-rerun-taken-by-action-id",
         "a claim re-run after a lost answer is the call's own only while it is the receipt written",
         "dataoad/ledgers/postgres.py",

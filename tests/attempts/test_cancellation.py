@@ -3,18 +3,23 @@
 from __future__ import annotations
 
 import asyncio
+import threading
 from typing import Any, TypeVar
 
 import pytest
 
 from dataoad import (
+    ActionInProgressError,
     ActionRunner,
     ActionStatus,
     ClaimState,
+    DefinitiveFailure,
     InMemoryLedger,
+    RecoveryRefusedError,
     VerificationResult,
+    current_attempt,
 )
-from dataoad.testing import ManualClock
+from dataoad.testing import Charge, FakePaymentProvider, ManualClock, PaymentVerifier
 from suite_support import REF, REQUEST, execute, fixed_verifier, reached
 
 T = TypeVar("T")
@@ -43,6 +48,75 @@ async def test_cancelled_operation_is_recorded_unknown_and_cancellation_propagat
     replay = await runner.execute("a", slow, request={}, idempotency_key="k")
     assert replay.status is ActionStatus.UNKNOWN
     assert calls == 1
+
+
+def _token() -> int:
+    context = current_attempt()
+    assert context is not None
+    return context.fencing_token
+
+
+async def test_a_cancelled_call_whose_sync_operation_still_runs_stays_held_until_fenced() -> None:
+    """Cancelling the caller does not stop a sync operation's thread. Completed UNKNOWN at
+    once, the claim could be reconciled at the same fencing token while the thread had not
+    yet sent its charge: absent, so FAILED, the key free, a second charge, and then the
+    thread's. The claim stays held instead; once its lease runs out a takeover settles it
+    read-only under the next token, which the provider holds the thread's request to."""
+    clock = ManualClock()
+    ledger = InMemoryLedger(clock=clock)
+    provider = FakePaymentProvider()
+    verifier = PaymentVerifier(provider)
+    in_thread, send, sent = threading.Event(), threading.Event(), threading.Event()
+    late: list[BaseException] = []
+
+    def slow_charge() -> Charge:
+        token = _token()
+        in_thread.set()
+        send.wait(30)  # a slow network: the request goes out only now
+        try:
+            return asyncio.run(
+                provider.charge(
+                    customer_id="c1", amount_cents=100, client_reference=REF, fencing_token=token
+                )
+            )
+        except BaseException as exc:
+            late.append(exc)
+            raise
+        finally:
+            sent.set()
+
+    async def charge() -> Charge:
+        token = _token()
+        return await provider.charge(
+            customer_id="c1", amount_cents=100, client_reference=REF, fencing_token=token
+        )
+
+    call: dict[str, Any] = {"request": REQUEST, "idempotency_key": "k", "provider_reference": REF}
+    runner = ActionRunner(ledger, owner="A")
+    task = asyncio.create_task(runner.execute("charge", slow_charge, **call))
+    assert await asyncio.to_thread(in_thread.wait, 10)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    stored = await ledger.find("charge", "k")
+    assert stored is not None
+    assert (stored.claim_state, stored.attempts, stored.fencing_token) == (ClaimState.PENDING, 1, 1)
+    with pytest.raises(RecoveryRefusedError, match="still PENDING"):
+        await runner.reconcile(stored.action_id, verifier)
+    with pytest.raises(ActionInProgressError):
+        await runner.execute("charge", charge, verifier=verifier, **call)
+    clock.advance(30.0)  # the lease (DEFAULT_LEASE) runs out
+    taken = await ActionRunner(ledger, owner="B").execute(
+        "charge", charge, verifier=verifier, **call
+    )
+    assert taken.taken_over
+    assert taken.receipt.fencing_token == 2
+    send.set()
+    assert await asyncio.to_thread(sent.wait, 10)
+    assert len(late) == 1
+    assert isinstance(late[0], DefinitiveFailure)  # fenced: token 1 is older than 2
+    assert provider.charges == []
+    assert taken.status is ActionStatus.FAILED  # absent, and no request can land any more
 
 
 async def test_a_cancelled_attempt_is_recorded_completed_unknown_with_its_evidence() -> None:

@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 
 from dataoad import (
+    ActionInProgressError,
     ActionPersistenceError,
     ActionRunner,
     ActionStatus,
@@ -140,9 +141,11 @@ async def test_a_sync_verifier_runs_off_the_loop(new_ledger: Callable[[], Ledger
 
 
 @pytest.mark.asyncio
-async def test_cancelling_execute_while_a_sync_operation_runs_leaves_the_attempt_unknown(
+async def test_cancelling_execute_while_a_sync_operation_runs_leaves_the_claim_held(
     new_ledger: Callable[[], Ledger],
 ) -> None:
+    """The thread may still charge: the claim stays PENDING (never settled at this fencing
+    token while it runs, see tests/attempts/test_cancellation.py) and is never run again."""
     ledger = new_ledger()
     started = threading.Event()
     release = threading.Event()
@@ -164,16 +167,14 @@ async def test_cancelling_execute_while_a_sync_operation_runs_leaves_the_attempt
         task.cancel()
         with pytest.raises(asyncio.CancelledError):
             await task
-        release.set()
         stored = await ledger.find("charge", "k")
         assert stored is not None
-        assert stored.claim_state is ClaimState.COMPLETED
-        assert stored.final_status is ActionStatus.UNKNOWN
-        assert stored.attempt_records[0].execution_status is ActionStatus.UNKNOWN
-        # Calling again replays the UNKNOWN receipt: never a second charge.
-        again = await runner.execute("charge", stuck_charge, request=REQUEST, idempotency_key="k")
-        assert again.replayed is True
-        assert again.status is ActionStatus.UNKNOWN
+        assert stored.claim_state is ClaimState.PENDING
+        assert stored.attempts == 1
+        assert stored.attempt_records[0].execution_status is None  # started, never finished
+        # Calling again meets the claim in progress: never a second charge.
+        with pytest.raises(ActionInProgressError):
+            await runner.execute("charge", stuck_charge, request=REQUEST, idempotency_key="k")
         assert calls == [1]
     finally:
         release.set()
