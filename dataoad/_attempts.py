@@ -44,7 +44,7 @@ from dataoad._evidence import (
     attempt_evidence,
     settle,
 )
-from dataoad._invoking import SyncCall, invoke
+from dataoad._invoking import Acting, invoke
 from dataoad._leases import Tenure, keep_lease, refused_if_late, take_over, young_enough
 from dataoad._observing import (
     VerifyFn,
@@ -271,7 +271,7 @@ async def run_attempts(
                 base_metadata,
                 why="it began too late in its lease and could not prove it held the claim",
             ) from late
-        thread = SyncCall()
+        acting = Acting()
         try:
             async with keep_lease(store, durable, tenure, events):
                 with running_attempt(durable):
@@ -283,26 +283,27 @@ async def run_attempts(
                         tenure=tenure,
                         events=events,
                         sent=sent,
-                        thread=thread,
+                        acting=acting,
                     )
+                acting.may_act = False  # the call ended: what it started is over
                 observation = None
                 if verify is not None and execution.status is ActionStatus.UNKNOWN:
                     observation = await observe(
                         verify, durable, ObservationSource.EXECUTE, number, events
                     )
         except asyncio.CancelledError:
-            if thread.running:
-                # A sync operation's thread still runs it and may reach the
-                # provider after any read at this fence: completed now, a
-                # verifier could find the charge absent, the receipt FAILED
-                # and the key free while the charge still lands. The claim
-                # stays PENDING (attempt counted, never run again); once its
-                # lease runs out a takeover settles it read-only under the
-                # next fencing token, which a fencing provider holds the
-                # thread's request to.
+            if acting.may_act:
+                # Cancelled during the call: a thread or request it started
+                # may still reach the provider after any read at this fence.
+                # Completed now, a verifier could find the charge absent, the
+                # receipt FAILED and the key free while the charge still
+                # lands. The claim stays PENDING (attempt counted, never run
+                # again), as a crashed worker's; once its lease runs out a
+                # takeover settles it read-only under the next fencing
+                # token, which a fencing provider holds a late request to.
                 raise
-            # The operation may have run. Record UNKNOWN if we still can,
-            # then let the cancellation through; a PENDING claim is safe too.
+            # The call had ended (a verifier or the lease was being awaited):
+            # record UNKNOWN if we still can, then let the cancellation through.
             await record_cancelled(store, durable, records, observations, base_metadata)
             raise
 

@@ -157,8 +157,8 @@ async def call_blocking(fn: Callable[[], T], *, on_pool: bool = False) -> T:
     """Run ``fn()`` off the event loop, with a copy of the caller's context.
 
     Cancelling the await does not stop the thread: a blocking call cannot be
-    interrupted, which is why a cancelled attempt whose thread still runs
-    leaves its claim held (``_attempts.run_attempts``).
+    interrupted, which is why an attempt cancelled while its thread still
+    runs leaves its claim held (``_attempts.run_attempts``).
     ``on_pool``: on the shared worker pool whatever the placement (a call
     the loop may stop waiting for must not hold the caller's thread).
     """

@@ -24,32 +24,32 @@ from dataoad._proven import ProvenLedger
 from dataoad._receipt import ActionReceipt, bounded_error
 from dataoad._status import ActionStatus
 
-__all__ = ["SyncCall", "invoke"]
+__all__ = ["Acting", "invoke"]
 
 
-class SyncCall:
-    """Whether a sync operation's worker thread is still running it.
+class Acting:
+    """Whether an operation whose caller was cancelled may still act.
 
-    Cancelling the caller does not stop that thread, so an attempt whose
-    caller left while it ran may still reach the provider after any read
-    at the claim's fencing token: such a claim must stay held until a
-    takeover raises the fence (see ``run_attempts``).
+    Cancelling the caller stops neither a sync operation's worker thread
+    nor a thread or request an async operation handed its work to
+    (``asyncio.to_thread``, a request already sent), so what it started may
+    still reach the provider after any read at the claim's fencing token:
+    such a claim must stay held until a takeover raises the fence (see
+    ``run_attempts``). Only a sync operation's thread is seen to end.
     """
 
-    __slots__ = ("running",)
+    __slots__ = ("may_act",)
 
     def __init__(self) -> None:
-        self.running = False
+        self.may_act = False
 
 
-def _watched(operation: Callable[[], Any], thread: SyncCall) -> Callable[[], Any]:
-    thread.running = True  # before the thread can start, so never set after it ended
-
+def _watched(operation: Callable[[], Any], acting: Acting) -> Callable[[], Any]:
     def run() -> Any:
         try:
             return operation()
         finally:
-            thread.running = False
+            acting.may_act = False  # the thread is done with it
 
     return run
 
@@ -85,20 +85,22 @@ async def invoke(
     tenure: Tenure,
     events: EventSink,
     sent: float,
-    thread: SyncCall | None = None,
+    acting: Acting | None = None,
 ) -> Execution:
     """Call ``operation`` once and classify what the call proves.
 
-    ``thread``: told whether a sync operation's worker thread is still
-    running when the caller is cancelled.
+    ``acting``: whether the operation may still act if the caller is
+    cancelled during the call (see :class:`Acting`).
     """
+    if acting is not None:
+        acting.may_act = True  # before a thread can start, so never set after it ended
     try:
         if is_async_callable(operation):
             value = operation()
         else:
             # A sync operation runs on a worker thread, never on the loop.
             value = await call_blocking(
-                operation if thread is None else _watched(operation, thread)
+                operation if acting is None else _watched(operation, acting)
             )
             if (
                 inspect.isawaitable(value)
@@ -121,6 +123,8 @@ async def invoke(
                         "the sync part did run"
                     )
         if inspect.isawaitable(value):
+            if acting is not None:
+                acting.may_act = True  # what the sync part returned acts once awaited
             value = await value
     except DefinitiveFailure as exc:
         return Execution(ActionStatus.FAILED, error=bounded_error(exc), retryable=_retryable(exc))

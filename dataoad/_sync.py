@@ -173,8 +173,9 @@ class SyncActionRunner:
                 job()
         except BaseException:
             # KeyboardInterrupt while waiting: stop the call rather than leave
-            # it waiting for a thread that no longer listens. A started
-            # attempt is then recorded UNKNOWN, as for any cancellation.
+            # it waiting for a thread that no longer listens. As for any
+            # cancellation, an attempt whose operation's call had not ended
+            # leaves its claim held (PENDING); one past it is recorded UNKNOWN.
             future.cancel()
             raise
         return future.result()

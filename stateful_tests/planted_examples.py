@@ -360,12 +360,12 @@ PLANTED_EXAMPLES = [
     ),
     PlantedExample(
         "cancelled-thread-settled-at-its-fence",
-        "a cancelled call whose sync operation's thread still runs leaves its claim held",
+        "a call cancelled while what its operation started may still act leaves its claim held",
         "dataoad/_attempts.py",
-        "            if thread.running:\n",
-        "            if not thread:\n",
+        "            if acting.may_act:\n",
+        "            if not acting:\n",
         (
-            "tests/attempts/test_cancellation.py::test_a_cancelled_call_whose_sync_operation_still_runs_stays_held_until_fenced",
+            "tests/attempts/test_cancellation.py::test_a_cancelled_call_whose_thread_still_runs_stays_held_until_fenced",
             "tests/front_ends/test_sync_and_threads.py::test_cancelling_execute_while_a_sync_operation_runs_leaves_the_claim_held",
         ),
     ),

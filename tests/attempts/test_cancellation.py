@@ -25,7 +25,11 @@ from suite_support import REF, REQUEST, execute, fixed_verifier, reached
 T = TypeVar("T")
 
 
-async def test_cancelled_operation_is_recorded_unknown_and_cancellation_propagates() -> None:
+async def test_a_call_cancelled_during_its_operation_stays_held_and_the_cancellation_propagates() -> (
+    None
+):
+    """What the operation started may still act, as a crashed worker's may: the claim stays
+    PENDING with its attempt counted, a later call meets it in progress, nothing runs again."""
     ledger = InMemoryLedger()
     runner = ActionRunner(ledger)
     entered = asyncio.Event()
@@ -43,10 +47,11 @@ async def test_cancelled_operation_is_recorded_unknown_and_cancellation_propagat
     with pytest.raises(asyncio.CancelledError):
         await task
     [receipt] = ledger.snapshot()
-    assert receipt.claim_state is ClaimState.COMPLETED
-    assert receipt.final_status is ActionStatus.UNKNOWN
-    replay = await runner.execute("a", slow, request={}, idempotency_key="k")
-    assert replay.status is ActionStatus.UNKNOWN
+    assert receipt.claim_state is ClaimState.PENDING
+    assert receipt.attempts == 1
+    assert receipt.attempt_records[0].finished_at is None
+    with pytest.raises(ActionInProgressError):
+        await runner.execute("a", slow, request={}, idempotency_key="k")
     assert calls == 1
 
 
@@ -56,12 +61,17 @@ def _token() -> int:
     return context.fencing_token
 
 
-async def test_a_cancelled_call_whose_sync_operation_still_runs_stays_held_until_fenced() -> None:
-    """Cancelling the caller does not stop a sync operation's thread. Completed UNKNOWN at
-    once, the claim could be reconciled at the same fencing token while the thread had not
-    yet sent its charge: absent, so FAILED, the key free, a second charge, and then the
-    thread's. The claim stays held instead; once its lease runs out a takeover settles it
-    read-only under the next token, which the provider holds the thread's request to."""
+@pytest.mark.parametrize("operation", ["sync", "async handing its work to a thread"])
+async def test_a_cancelled_call_whose_thread_still_runs_stays_held_until_fenced(
+    operation: str,
+) -> None:
+    """Cancelling the caller stops neither a sync operation's thread nor the thread an async
+    one handed its work to (``asyncio.to_thread``, how a sync SDK is called from an engine's
+    async step). Completed UNKNOWN at once, the claim could be reconciled at the same fencing
+    token before the thread sent its charge: absent, so FAILED, the key free, a second
+    charge, and then the thread's. The claim stays held instead; once its lease runs out a
+    takeover settles it read-only under the next token, to which the provider holds the
+    thread's request."""
     clock = ManualClock()
     ledger = InMemoryLedger(clock=clock)
     provider = FakePaymentProvider()
@@ -91,9 +101,13 @@ async def test_a_cancelled_call_whose_sync_operation_still_runs_stays_held_until
             customer_id="c1", amount_cents=100, client_reference=REF, fencing_token=token
         )
 
+    async def handed_to_a_thread() -> Charge:
+        return await asyncio.to_thread(slow_charge)
+
+    first = slow_charge if operation == "sync" else handed_to_a_thread
     call: dict[str, Any] = {"request": REQUEST, "idempotency_key": "k", "provider_reference": REF}
     runner = ActionRunner(ledger, owner="A")
-    task = asyncio.create_task(runner.execute("charge", slow_charge, **call))
+    task = asyncio.create_task(runner.execute("charge", first, **call))
     assert await asyncio.to_thread(in_thread.wait, 10)
     task.cancel()
     with pytest.raises(asyncio.CancelledError):
@@ -119,23 +133,30 @@ async def test_a_cancelled_call_whose_sync_operation_still_runs_stays_held_until
     assert taken.status is ActionStatus.FAILED  # absent, and no request can land any more
 
 
-async def test_a_cancelled_attempt_is_recorded_completed_unknown_with_its_evidence() -> None:
+async def test_a_call_cancelled_after_its_operation_returned_is_recorded_unknown() -> None:
+    """Cancelled while its verifier reads: the operation's call is over, so the attempt is
+    recorded COMPLETED UNKNOWN at once, with its evidence."""
     ledger = InMemoryLedger()
     runner = ActionRunner(ledger)
     started = asyncio.Event()
 
-    async def slow() -> None:
+    async def charge() -> str:
+        return "ch_1"
+
+    async def slow_verifier(receipt: Any) -> VerificationResult:
         started.set()
         await asyncio.sleep(3600)
+        raise AssertionError("never answers")
 
     task = asyncio.create_task(
         runner.execute(
             "charge",
-            slow,
+            charge,
             request=REQUEST,
             idempotency_key="k",
             provider_reference=REF,
             metadata={"ticket": "T-1"},
+            verifier=slow_verifier,
         )
     )
     await started.wait()
@@ -172,11 +193,15 @@ async def test_a_cancelled_attempt_keeps_the_observations_of_earlier_attempts() 
         calls += 1
         if calls == 1:
             raise TimeoutError("lost")
-        retrying.set()
-        await asyncio.sleep(3600)
 
-    absent = VerificationResult.absent(verified_provider_reference=REF, retry_safe=True)
-    task = asyncio.create_task(execute(runner, op, verifier=fixed_verifier(absent)))
+    async def verifier(receipt: Any) -> VerificationResult:
+        if calls == 1:
+            return VerificationResult.absent(verified_provider_reference=REF, retry_safe=True)
+        retrying.set()  # the second attempt's call returned; its read-back hangs
+        await asyncio.sleep(3600)
+        raise AssertionError("never answers")
+
+    task = asyncio.create_task(execute(runner, op, verifier=verifier))
     await reached(retrying, task)
     task.cancel()
     with pytest.raises(asyncio.CancelledError):
