@@ -372,9 +372,9 @@ PLANTED_EXAMPLES = [
     PlantedExample(
         "postgres-claim-rerun-taken-by-action-id",
         "a claim re-run after a lost answer is the call's own only while it is the receipt written",
-        "dataoad/ledgers/postgres.py",
-        "            return proves(receipt_of(stored), receipt)\n",
-        "            return True\n",
+        "dataoad/ledgers/_postgres_claim.py",
+        "        return proves(receipt_of(stored), receipt)\n",
+        "        return True\n",
         (
             "tests/ledgers/test_postgres_faults.py::test_a_lost_claim_acknowledgement_whose_claim_was_taken_over_invokes_nothing",
         ),

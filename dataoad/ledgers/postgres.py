@@ -44,14 +44,14 @@ from dataoad._ledger_arguments import (
     required_lease,
 )
 from dataoad._ledger_rules import check_ledger_clock
-from dataoad._proven import proves
 from dataoad._receipt import ActionReceipt
 from dataoad._status import ActionStatus, ClaimState
 from dataoad.ledgers._audit import AuditStatements
-from dataoad.ledgers._codec import COLUMNS, receipt_of, values_of
+from dataoad.ledgers._codec import receipt_of, values_of
 from dataoad.ledgers._durability import DurabilityReport, opened, postgres_durability
 from dataoad.ledgers._postgres_audit import PostgresAudit
 from dataoad.ledgers._postgres_backend import Backends
+from dataoad.ledgers._postgres_claim import claim_answer, rerun_answers
 from dataoad.ledgers._postgres_lane import (
     ConnectionLane,
     read_once_more,
@@ -76,8 +76,6 @@ __all__ = ["SCHEMA_VERSION", "LedgerSchemaError", "MissingExtraError", "Postgres
 
 #: Seconds a statement may take on the client's side unless told otherwise.
 DEFAULT_COMMAND_TIMEOUT: Final = 5.0
-
-_ACTION_ID: Final = COLUMNS.index("action_id")
 
 
 def _asyncpg() -> Any:
@@ -340,34 +338,13 @@ class PostgresLedger(PostgresAudit, PostgresRetention):
         check_claim(receipt)
         lease = checked_lease(lease)
         claim = self._sql["claim_or_held"]
-
-        def rerun_proves(rows: list[Any]) -> bool:
-            # A re-run that finds this claim's own action id holding the key
-            # (its first run committed; an action id is new with every claim)
-            # proves it only while it is the receipt written: once taken over
-            # or settled, it is no longer this call's to run, and the first
-            # error stands, as on every other ledger (ProvenLedger reads back).
-            *stored, created = rows[0]
-            if created or stored[_ACTION_ID] != receipt.action_id:
-                return True
-            return proves(receipt_of(stored), receipt)
-
         while True:
             values = {**values_of(receipt), "now": self._now(), "lease": lease}
-            rows = await self._write_rows(claim.sql, *claim.bind(values), rerun_proves=rerun_proves)
+            rows = await self._write_rows(
+                claim.sql, *claim.bind(values), rerun_proves=rerun_answers(receipt)
+            )
             if rows:
-                *stored, created = rows[0]
-                held = stored[_ACTION_ID] == receipt.action_id
-                if held and not created:
-                    # Our own claim, exactly as written, stored by a first run
-                    # whose answer was lost: it is this call's.
-                    return receipt_of(stored), True
-                if created:
-                    expires = stored[COLUMNS.index("lease_expires_at")]
-                    return receipt.evolve(
-                        lease_expires_at=expires, stored_at=stored[COLUMNS.index("stored_at")]
-                    ), True
-                return receipt_of(stored), False
+                return claim_answer(receipt, rows[0])
             # Held by a claim committed after the statement's snapshot (or
             # one released in between): look again, then try again.
             existing = await self.find(

@@ -333,10 +333,9 @@ class SQLiteLedger(SQLiteAudit, SQLiteRetention):
     ) -> tuple[ActionReceipt, bool]:
         """Look the key up and claim it only if nobody holds it.
 
-        The look-up and the conditional insert are queued together and run by
-        the next flush, with those of concurrent callers: a held key is
-        answered from the read (a replay takes no write lock and writes
-        nothing); a free one is inserted in the group's commit.
+        The look-up and the conditional insert are queued together and run by the next
+        flush, with concurrent callers': a held key is answered from the read (a replay
+        takes no write lock and writes nothing); a free one is inserted in the group's commit.
         """
         check_claim(receipt)
         values = {**_values_of(receipt), "now": None, "lease": checked_lease(lease)}
