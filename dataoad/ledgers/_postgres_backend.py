@@ -227,10 +227,25 @@ class Backends:
             with contextlib.suppress(Exception):
                 await pool.release(conn)
 
-    async def close(self) -> None:
-        """Wait for the backends still being ended in the background."""
+    async def close(self, pool: Any, limit: float | None) -> None:
+        """Wait for the backends still being ended in the background; end once more,
+        on ``pool`` before it goes, each whose end was not seen.
+
+        No statement comes after a close to end them again (as ``settle``
+        does), and a write whose backend runs on may still commit: a claim
+        stranded after its caller was told nothing was written.
+        """
         if self._ending:
             await asyncio.gather(*self._ending, return_exceptions=True)
+        for backend in list(self._unconfirmed):
+            if await self._ended(pool, backend, limit):
+                self._unconfirmed.discard(backend)
+                continue
+            _log.warning(
+                "dataoad: the server backend (pid %s) of a PostgreSQL write left in doubt could "
+                "not be seen to end before the ledger closed; the write may still commit",
+                backend[0],
+            )
 
 
 async def _settling_commit(conn: Any, limit: float | None) -> None:

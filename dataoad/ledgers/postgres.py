@@ -245,8 +245,9 @@ class PostgresLedger(PostgresAudit, PostgresRetention):
             return
         if self._lane is not None:
             await self._lane.close()  # kept: once closing, it takes no connection
-        if self._backends is not None:
-            await self._backends.close()  # the backends being ended need the pool
+        if self._backends is not None and self._pool is not None:
+            # The backends being ended need the pool.
+            await self._backends.close(self._pool, self._command_timeout)
         pool, self._pool = self._pool, None
         if pool is not None and self._owns_pool:
             await pool.close()

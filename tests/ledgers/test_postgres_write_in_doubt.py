@@ -168,7 +168,7 @@ async def test_a_cancelled_write_does_not_wait_and_its_backend_still_ends(
             await call
         assert time.monotonic() - started < 3  # the caller was not held
         assert ledger._backends is not None
-        await ledger._backends.close()  # the end, run in the background, is done
+        await ledger._backends.close(ledger._pool, 30)  # the end, run in the background, is done
         assert await _writes_running(admin, ledger) == []
     finally:
         await lock.rollback()
@@ -246,7 +246,7 @@ async def test_a_commit_waiting_for_a_standby_is_neither_proven_nor_taken_for_ab
             # The settling commit that timed out is not left waiting for the standby
             # (one server connection per statement tried, until it is back).
             assert ledger._backends is not None
-            await ledger._backends.close()
+            await ledger._backends.close(ledger._pool, LIMIT)
             waiting = "SELECT count(*) FROM pg_stat_activity WHERE wait_event = 'SyncRep'"
             assert await admin.fetchval(waiting) == 0
             await _standby_awaited(admin, "")
@@ -589,6 +589,36 @@ async def test_a_close_right_after_a_cancelled_write_still_ends_its_backend(
         call.cancel()
         await ledger.close()  # at once: the cancelled call has not run its handler yet
         await asyncio.gather(call, return_exceptions=True)
+        assert await _writes_running(admin, ledger) == []
+    finally:
+        await lock.rollback()
+    await asyncio.sleep(0.3)
+    table = f'"{ledger.schema}"."{ledger.table}"'
+    assert await admin.fetchval(f"SELECT count(*) FROM {table} WHERE idempotency_key = 'k'") == 0
+
+
+async def test_a_close_ends_again_a_backend_whose_end_was_not_seen_in_time(
+    ledger: PostgresLedger, admin: Any, locker: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A cancelled write's end that ran out of time (a slow new connection on a loaded
+    server) is tried once more by the close, before the pool goes."""
+    real = Backends._end_and_watch
+    tries: list[tuple[int, datetime]] = []
+
+    async def slow_first(pool: Any, backend: tuple[int, datetime], limit: float | None) -> bool:
+        tries.append(backend)
+        if len(tries) == 1:
+            await asyncio.sleep(2 * LIMIT)  # past the end's limit: not seen to end
+        return await real(pool, backend, limit)
+
+    monkeypatch.setattr(Backends, "_end_and_watch", staticmethod(slow_first))
+    lock = locker.transaction()
+    call = await _claim_waiting_on_a_lock(ledger, admin, locker, lock)
+    try:
+        call.cancel()
+        await asyncio.gather(call, return_exceptions=True)
+        await ledger.close()
+        assert tries == [tries[0], tries[0]]  # once in the background, once by the close
         assert await _writes_running(admin, ledger) == []
     finally:
         await lock.rollback()
