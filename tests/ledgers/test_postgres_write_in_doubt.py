@@ -577,6 +577,13 @@ async def test_an_end_not_seen_is_ended_again_by_the_next_settle(
     assert not backends.unsettled
 
 
+async def _never_commits(admin: Any, ledger: PostgresLedger) -> None:
+    """The claim of key ``k`` is not there, nor is it once its lock has long gone."""
+    await asyncio.sleep(0.3)
+    table = f'"{ledger.schema}"."{ledger.table}"'
+    assert await admin.fetchval(f"SELECT count(*) FROM {table} WHERE idempotency_key = 'k'") == 0
+
+
 async def test_a_close_right_after_a_cancelled_write_still_ends_its_backend(
     ledger: PostgresLedger, admin: Any, locker: Any
 ) -> None:
@@ -592,9 +599,7 @@ async def test_a_close_right_after_a_cancelled_write_still_ends_its_backend(
         assert await _writes_running(admin, ledger) == []
     finally:
         await lock.rollback()
-    await asyncio.sleep(0.3)
-    table = f'"{ledger.schema}"."{ledger.table}"'
-    assert await admin.fetchval(f"SELECT count(*) FROM {table} WHERE idempotency_key = 'k'") == 0
+    await _never_commits(admin, ledger)
 
 
 async def test_a_close_ends_again_a_backend_whose_end_was_not_seen_in_time(
@@ -622,6 +627,4 @@ async def test_a_close_ends_again_a_backend_whose_end_was_not_seen_in_time(
         assert await _writes_running(admin, ledger) == []
     finally:
         await lock.rollback()
-    await asyncio.sleep(0.3)
-    table = f'"{ledger.schema}"."{ledger.table}"'
-    assert await admin.fetchval(f"SELECT count(*) FROM {table} WHERE idempotency_key = 'k'") == 0
+    await _never_commits(admin, ledger)
