@@ -324,6 +324,10 @@ OUT_OF_REACH = {
     "observations-truncated-oldest-first": "losing an observation is judged by the merge machine",
     "newest-observation-dropped": "losing an observation is judged by the merge machine",
     "sync-operation-on-the-loop": "this explorer's operations are async; the runner machine has sync ones",
+    "cancelled-call-settled-while-its-thread-acts": (
+        "this explorer's operations are async and a crash ends all of a contender; the runner "
+        "machine's callers give up while their worker threads live on"
+    ),
     "trusts-return-when-verifier-fails": (
         "judged by the evidence oracle, which only the runner machine checks so far"
     ),

@@ -168,6 +168,14 @@ class Contender:
     in_thread: bool = False
     #: Whether its sync operation was called on the event loop's thread.
     ran_on_loop: bool = False
+    #: (action_id, fencing token) of its sync operation's provider call while
+    #: that call is under way on its worker thread (None: none is).
+    acting_under: tuple[str, int] | None = None
+    #: The provider gate its worker thread still waits at after its caller
+    #: gave up (was cancelled while its process lived on).
+    lingering: asyncio.Future[Any] | None = None
+    #: Resolved when its worker thread's provider call has answered.
+    answered: asyncio.Future[None] | None = None
     cleared_since_last_call: bool = True  # evidence allowed another invocation
     escape_hatch: bool = False  # policy retries UNKNOWN on purpose
     call_allowed: list[bool] = dataclasses.field(default_factory=list)
@@ -238,6 +246,12 @@ class Contender:
     #: ``max_request_bytes`` relative to its request's canonical size: ``"exactly"``
     #: or ``"a byte short"`` (None: the default bound, far above it).
     request_bound: str | None = None
+
+    @property
+    def alive(self) -> bool:
+        """Whether anything of it may still act: its call, or the worker thread of a
+        caller that gave up (a zombie, for the rules that free or settle keys)."""
+        return not self.finished or self.acting_under is not None
 
     def __repr__(self) -> str:
         where = "finished" if self.finished else f"parked at {self.parked_at}"
@@ -335,14 +349,15 @@ class Scheduler:
         if contender.crashed:
             raise Crashed(f"contender {contender.name} is dead")
         loop = asyncio.get_running_loop()
-        contender.go = loop.create_future()
+        go = contender.go = loop.create_future()
         contender.parked_at = label
         if contender.park is not None and not contender.park.done():
             contender.park.set_result(label)
         try:
-            return await contender.go
+            return await go
         finally:
-            contender.parked_at = None
+            if contender.go is go:  # a gate given up on (``give_up``) is no longer its own
+                contender.parked_at = None
 
     def start(self, contender: Contender, body: Callable[[], Awaitable[Any]]) -> None:
         """Start a contender and run it to its first gate (or to its end)."""
@@ -372,6 +387,35 @@ class Scheduler:
         contender.task.cancel()
         self._settle(contender)
         self.fail_stranded_gate(contender)
+
+    def give_up(self, contender: Contender) -> None:
+        """The caller is cancelled (a tool's time limit) while its process lives on.
+
+        A worker thread parked in the provider is not stopped by that: its
+        gate stays parked, no longer the caller's (``lingering``), until
+        ``let_go`` releases it or the process dies.
+        """
+        assert contender.task is not None
+        if contender.in_thread and contender.parked_at == "provider.charge":
+            contender.lingering, contender.go, contender.parked_at = contender.go, None, None
+        contender.park = self.runner.get_loop().create_future()
+        contender.task.cancel()
+        self._settle(contender)
+
+    def let_go(self, contender: Contender, decision: Any) -> None:
+        """Release the lingering thread's provider gate; return once the provider answered."""
+        go, contender.lingering = contender.lingering, None
+        answered = contender.answered
+        assert go is not None
+        assert answered is not None
+        go.set_result(decision)
+
+        async def until_answered() -> None:
+            done, _ = await asyncio.wait({answered}, timeout=self.timeout)
+            if not done:
+                raise SchedulerStuck(f"contender {contender.name}'s thread never answered")
+
+        self.runner.run(until_answered())
 
     def stop_all(self, contenders: Iterable[Contender]) -> None:
         """At teardown: every contender still running dies, and its end is collected.
@@ -403,10 +447,11 @@ class Scheduler:
         a task of its own: cancelling the contender does not cancel that
         task, and the thread would wait on it for ever.
         """
-        go = contender.go
-        if go is not None and not go.done():
-            go.set_exception(Crashed(f"contender {contender.name} is dead"))
-            self.runner.run(asyncio.sleep(0))
+        for go in (contender.go, contender.lingering):
+            if go is not None and not go.done():
+                go.set_exception(Crashed(f"contender {contender.name} is dead"))
+                self.runner.run(asyncio.sleep(0))
+        contender.lingering = None
 
     def _settle(self, contender: Contender) -> None:
         async def until_parked_or_done() -> None:

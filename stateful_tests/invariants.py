@@ -137,6 +137,24 @@ def invocation_counted_before_call(m: RunnerMachineBase) -> None:
 
 
 @safety
+def no_settling_while_its_operation_acts(m: RunnerMachineBase) -> None:
+    """A claim is never completed under the fencing token of an operation call still under way: a caller cancelled while its operation's thread runs on leaves the claim held, for a takeover to settle under the next token."""
+    for c in m.contenders_list:
+        if c.acting_under is None:
+            continue
+        action_id, token = c.acting_under
+        stored = m.observed.get(action_id)
+        if stored is not None and not stored.is_pending and stored.fencing_token == token:
+            raise fail(
+                no_settling_while_its_operation_acts,
+                f"claim {action_id[:8]} of {c.key} was completed {stored.final_status} under "
+                f"fencing token {token} while contender {c.name}'s operation still ran on its "
+                "worker thread under that token (a verifier fencing below the token could find "
+                "it absent before the thread's request goes out)",
+            )
+
+
+@safety
 def invocations_bounded_by_policy(m: RunnerMachineBase) -> None:
     """The operation runs at most once per attempt the policy allows, and never for a replay, an in-progress duplicate or a conflict."""
     for c in m.contenders_list:

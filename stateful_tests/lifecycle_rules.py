@@ -157,7 +157,7 @@ class LifecycleRules:
         return None
 
     def _settled_keys(self) -> list[str]:
-        busy = {c.key for c in self.contenders_list if not c.finished}
+        busy = {c.key for c in self.contenders_list if c.alive}
         return [
             key
             for key in self.order_keys
@@ -238,7 +238,7 @@ class LifecycleRules:
         busy = {
             c.namespace
             for c in self.contenders_list
-            if not c.finished and (c.kind == "execute" or c.kind == "reopen")
+            if c.alive and (c.kind == "execute" or c.kind == "reopen")
         }
         return sorted({r.namespace for r in self.observed.values() if not r.is_pending} - busy)
 

@@ -539,6 +539,27 @@ def _sync_operation_on_the_loop(mp: pytest.MonkeyPatch) -> dict[str, Any]:
     return {}
 
 
+class _ForgetsItMayAct(invoking_module.Acting):
+    """Never remembers that the operation's call is under way."""
+
+    __slots__ = ()
+
+    @property
+    def may_act(self) -> bool:
+        return False
+
+    @may_act.setter
+    def may_act(self, value: bool) -> None:
+        pass
+
+
+def _cancelled_call_settled_while_its_thread_acts(mp: pytest.MonkeyPatch) -> dict[str, Any]:
+    # A call cancelled during its operation's call is then recorded UNKNOWN at
+    # once, under the token its worker thread still carries.
+    mp.setattr(attempts_module, "Acting", _ForgetsItMayAct)
+    return {}
+
+
 def _retry_start_failure_says_not_invoked(mp: pytest.MonkeyPatch) -> dict[str, Any]:
     def buggy(exc: ActionPersistenceError, *rest: Any) -> ActionPersistenceError:
         # Reports only the attempt that could not start, forgetting the earlier ones.
@@ -672,11 +693,13 @@ PLANTED_BUGS = [
         "runner",
         # Or what the uncounted invocation leads to: a taker of the expired
         # claim sees no attempt started and invokes again; or the holder's
-        # outcome, written over a start that never was, is refused.
+        # outcome, written over a start that never was, is refused; or the
+        # start failed because the claim had passed to a taker.
         names(
             "invocation-counted-before-call",
             "no-second-mutation-of-a-claim-by-anyone",
             "holders-fail-only-by-own-faults-or-operators",
+            "operations-run-only-while-their-claim-is-held",
         ),
         _invoke_after_unproven_attempt_start,
     ),
@@ -809,11 +832,13 @@ PLANTED_BUGS = [
         "runner",
         # Or what the uncounted invocation leads to: a taker of the expired
         # claim sees no attempt started and invokes again; or the holder's
-        # outcome, written over a start that never was, is refused.
+        # outcome, written over a start that never was, is refused; or the
+        # receipt it accepted was not its claim at all.
         names(
             "invocation-counted-before-call",
             "no-second-mutation-of-a-claim-by-anyone",
             "holders-fail-only-by-own-faults-or-operators",
+            "operations-run-only-while-their-claim-is-held",
         ),
         _start_read_back_accepts_any_receipt,
     ),
@@ -866,6 +891,14 @@ PLANTED_BUGS = [
         "runner",
         names("sync-operations-run-off-the-loop"),
         _sync_operation_on_the_loop,
+    ),
+    PlantedBug(
+        "cancelled-call-settled-while-its-thread-acts",
+        "a caller that gives up while its sync operation's thread is in the provider",
+        "runner",
+        # Or what follows: the thread's late call meets a completed claim.
+        names("no-settling-while-its-operation-acts", "invocation-counted-before-call"),
+        _cancelled_call_settled_while_its_thread_acts,
     ),
     PlantedBug(
         "retry-start-failure-says-not-invoked",

@@ -247,10 +247,12 @@ GROUP_BUGS = [
         "runner-trusts-a-rolled-back-group",
         "contenders' writes in one group whose COMMIT fails",
         "shared",
+        # Or, noted as its operation starts: its claim is not in the ledger.
         names(
             "invocation-counted-before-call",
             "returned-receipts-are-durable",
             "receipts-never-lost-and-only-move-forward",
+            "operations-run-only-while-their-claim-is-held",
         ),
         _runner_trusts_a_rolled_back_group,
         backend="sqlite",

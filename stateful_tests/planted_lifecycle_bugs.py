@@ -246,10 +246,13 @@ LIFECYCLE_BUGS = [
         "expires-without-being-asked",
         "a plain duplicate meets a definitive receipt",
         "runner",
-        # Its new claim reuses the old mutation's reference: a second effect.
+        # Its new claim reuses the old mutation's reference: a second effect,
+        # or an invocation of that reference left ambiguous under a FAILED
+        # receipt that said it could never land.
         names(
             "keys-freed-only-from-definitive-outcomes",
             "no-second-mutation-of-a-claim-by-anyone",
+            "unknown-evidence-never-erased",
         ),
         _expires_unasked,
     ),

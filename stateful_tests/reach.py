@@ -167,6 +167,15 @@ def runner_pairs() -> set[tuple[str, str]]:
     # crash while the thread is blocked in the provider call.
     pairs |= {("provider from a worker thread", f.name) for f in ProviderFault}
     pairs |= {("crash", "operation on a worker thread, at provider.charge")}
+    # A caller that gives up in its provider call (its process lives on),
+    # and its thread answering later. After a takeover of its claim too, but
+    # that is not required: a quarter of searches miss it, and a round more
+    # cost each 20 s (tests/attempts/test_cancellation.py covers it).
+    pairs |= {
+        ("give up", f"operation on {where}, at provider.charge")
+        for where in ("its worker thread", "the event loop")
+    }
+    pairs |= {("a given-up caller's thread", "answered")}
     pairs |= {("verifier", label) for label in VERIFIER_ANSWERS}
     # A duplicate that waited for the claim holder ended each possible way.
     pairs |= {("wait", "replayed"), ("wait", "ActionInProgressError")}

@@ -43,6 +43,7 @@ from dataoad import (
     PostgresLedger,
     RetryPolicy,
     SQLiteLedger,
+    current_attempt,
 )
 from dataoad._bounds import DEFAULT_MAX_REQUEST_BYTES
 from dataoad.testing import unstarted_claim
@@ -568,6 +569,20 @@ class RunnerMachineBase(LifecycleRules, LeaseRules, BoundRules, RuleBasedStateMa
 
         c.in_thread = runs_in == "a worker thread"
 
+        async def acting() -> str:
+            # The thread's provider call, run on the loop: while it is under
+            # way, what the thread does may still reach the provider under
+            # the claim and token it was given (no-settling-while-its-operation-acts).
+            context = current_attempt()
+            assert context is not None
+            c.acting_under = (context.action_id, context.fencing_token)
+            c.answered = asyncio.get_running_loop().create_future()
+            try:
+                return await self.provider.charge(ACTION, key, reference)
+            finally:
+                c.acting_under = None
+                c.answered.set_result(None)
+
         async def body() -> Any:
             operation: Any = functools.partial(self.provider.charge, ACTION, key, reference)
             if c.in_thread:
@@ -582,8 +597,7 @@ class RunnerMachineBase(LifecycleRules, LeaseRules, BoundRules, RuleBasedStateMa
                         # (property sync-operations-run-off-the-loop) and refuse.
                         c.ran_on_loop = True
                         raise RuntimeError("a sync operation was called on the event loop")
-                    call = self.provider.charge(ACTION, key, reference)
-                    return asyncio.run_coroutine_threadsafe(call, loop).result()
+                    return asyncio.run_coroutine_threadsafe(acting(), loop).result()
 
                 operation = blocking_charge
             return await runner.execute(
@@ -695,7 +709,7 @@ class RunnerMachineBase(LifecycleRules, LeaseRules, BoundRules, RuleBasedStateMa
         )
         self.history.add(f"contender {name}", f"{how} the claim of {key}")
         live_worker = any(
-            o.kind == "execute" and o.key == key and not o.finished for o in self.contenders_list
+            o.kind == "execute" and o.key == key and o.alive for o in self.contenders_list
         )
         if stored is None or (how in ("recover", "reopen") and live_worker):
             # recover_pending's contract: first make sure the original worker
@@ -746,7 +760,12 @@ class RunnerMachineBase(LifecycleRules, LeaseRules, BoundRules, RuleBasedStateMa
         self.operate(key, "release")
 
     def _parked(self) -> list[Contender]:
-        return [c for c in self.contenders_list if c.parked_at is not None and not c.finished]
+        # A caller that gave up may leave its worker thread parked in the provider.
+        return [
+            c
+            for c in self.contenders_list
+            if (c.parked_at is not None and not c.finished) or c.lingering is not None
+        ]
 
     @precondition(lambda self: bool(self._parked()))
     @rule(data=st.data(), gates=st.integers(1, 4))
@@ -771,6 +790,11 @@ class RunnerMachineBase(LifecycleRules, LeaseRules, BoundRules, RuleBasedStateMa
         makes its ledger calls meet no fault three times in four more, and
         ``truthful_verifier`` its verifier answer truthfully so much more.
         """
+        if c.lingering is not None and (
+            c.finished or data.draw(st.booleans(), label=f"{c.name}'s thread, not its caller")
+        ):
+            self.let_the_thread_go(c, data, provider)
+            return
         for _ in range(gates):
             gate = c.parked_at
             if gate is None or c.finished:
@@ -810,11 +834,65 @@ class RunnerMachineBase(LifecycleRules, LeaseRules, BoundRules, RuleBasedStateMa
         event("crash")
         if c.in_thread and c.parked_at == "provider.charge":
             # Its operation's thread is blocked in the provider call: the
-            # cancellation cannot stop it, and the attempt must end UNKNOWN.
+            # cancellation cannot stop it; its gate fails as the process dies.
             REACHED[("crash", "operation on a worker thread, at provider.charge")] += 1
         self.crashes += 1
         self.history.step += 1
         self.scheduler.crash(c)
+        self._after(c)
+
+    def _in_provider_calls(self) -> list[Contender]:
+        return [
+            c
+            for c in self.contenders_list
+            if c.kind == "execute" and not c.finished and c.parked_at == "provider.charge"
+        ]
+
+    # Enabled only while a call is in its provider call, so it takes no share
+    # of the steps elsewhere (a crash, which a give-up resembles, reaches
+    # every gate).
+    @precondition(lambda self: bool(self._in_provider_calls()) and self.crashes < MAX_CRASHES)
+    @rule(data=st.data())
+    def its_caller_gives_up(self, data: st.DataObject) -> None:
+        """A call in its provider call is cancelled (a tool's time limit); its process lives on."""
+        calls = {c.name: c for c in self._in_provider_calls()}
+        self.give_up(calls[data.draw(st.sampled_from(sorted(calls)), label="contender")])
+
+    def give_up(self, c: Contender) -> None:
+        """``c``'s call is cancelled in its provider call; its process (and thread) live on."""
+        where = "its worker thread" if c.in_thread else "the event loop"
+        self.history.add(
+            f"contender {c.name}",
+            f"its caller gives up (cancels the call) while its operation, on {where}, is in "
+            "its provider call; its process lives on",
+        )
+        event("give up")
+        REACHED[("give up", f"operation on {where}, at provider.charge")] += 1
+        self.crashes += 1
+        self.history.step += 1
+        self.scheduler.give_up(c)
+        self._after(c)
+
+    def let_the_thread_go(
+        self, c: Contender, data: st.DataObject, provider: st.SearchStrategy[ProviderFault] | None
+    ) -> None:
+        """The worker thread of a caller that gave up gets its provider's answer."""
+        decisions = (
+            provider if provider is not None else _decisions_for("provider.charge", c, self.backend)
+        )
+        decision = data.draw(decisions, label=f"{c.name}'s thread at provider.charge")
+        event(f"provider.charge after its caller gave up: {decision.value}")
+        REACHED[("provider after its caller gave up", decision.name)] += 1
+        REACHED[("a given-up caller's thread", "answered")] += 1
+        if c.acting_under is not None:
+            action_id, token = c.acting_under
+            held = self.observed.get(action_id)
+            if held is not None and held.fencing_token > token:
+                REACHED[
+                    ("a given-up caller's thread", "answered after its claim was taken over")
+                ] += 1
+        self.history.step += 1
+        self.scheduler.let_go(c, decision)
         self._after(c)
 
     def _in_flight_keys(self) -> list[str]:
