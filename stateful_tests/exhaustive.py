@@ -328,6 +328,9 @@ OUT_OF_REACH = {
         "this explorer's operations are async and a crash ends all of a contender; the runner "
         "machine's callers give up while their worker threads live on"
     ),
+    "cancelled-async-call-settled-while-its-thread-acts": (
+        "this explorer's operations hand nothing to a thread; the runner machine's do"
+    ),
     "trusts-return-when-verifier-fails": (
         "judged by the evidence oracle, which only the runner machine checks so far"
     ),

@@ -396,6 +396,7 @@ class Scheduler:
         ``let_go`` releases it or the process dies.
         """
         assert contender.task is not None
+        assert contender.lingering is None, "a runner ran on after its caller gave up"
         if contender.in_thread and contender.parked_at == "provider.charge":
             contender.lingering, contender.go, contender.parked_at = contender.go, None, None
         contender.park = self.runner.get_loop().create_future()
@@ -416,6 +417,7 @@ class Scheduler:
                 raise SchedulerStuck(f"contender {contender.name}'s thread never answered")
 
         self.runner.run(until_answered())
+        self._note_end(contender)
 
     def stop_all(self, contenders: Iterable[Contender]) -> None:
         """At teardown: every contender still running dies, and its end is collected.
@@ -466,8 +468,12 @@ class Scheduler:
                 raise SchedulerStuck(f"contender {contender.name} neither parked nor finished")
 
         self.runner.run(until_parked_or_done())
+        self._note_end(contender)
+
+    @staticmethod
+    def _note_end(contender: Contender) -> None:
         assert contender.task is not None
-        if contender.task.done():
+        if contender.task.done() and not contender.finished:
             contender.finished = True
             if contender.task.cancelled():
                 contender.outcome = Crashed("cancelled")

@@ -41,7 +41,7 @@ from dataoad import (
     SQLiteLedger,
     VerificationHealth,
 )
-from dataoad._blocking import call_maybe_async
+from dataoad._blocking import call_maybe_async, is_async_callable
 from dataoad._events import EventSink
 from dataoad._proven import ProvenLedger
 from dataoad._verification import VerificationResult
@@ -560,6 +560,21 @@ def _cancelled_call_settled_while_its_thread_acts(mp: pytest.MonkeyPatch) -> dic
     return {}
 
 
+def _async_call_settled_while_its_thread_acts(mp: pytest.MonkeyPatch) -> dict[str, Any]:
+    # Only a sync operation's own thread counts as still acting (the first
+    # fix of 2026-12-07): an async operation that handed its work to a thread
+    # is recorded UNKNOWN at once when its caller is cancelled.
+    real = invoking_module.invoke
+
+    async def buggy(operation: Any, **options: Any) -> Any:
+        if is_async_callable(operation):
+            options["acting"] = None
+        return await real(operation, **options)
+
+    mp.setattr(attempts_module, "invoke", buggy)
+    return {}
+
+
 def _retry_start_failure_says_not_invoked(mp: pytest.MonkeyPatch) -> dict[str, Any]:
     def buggy(exc: ActionPersistenceError, *rest: Any) -> ActionPersistenceError:
         # Reports only the attempt that could not start, forgetting the earlier ones.
@@ -738,6 +753,9 @@ PLANTED_BUGS = [
             "retryable-failure-is-retried",
             # The holder's next write is refused: it fails for no fault of its own.
             "holders-fail-only-by-own-faults-or-operators",
+            # It drops the caller's wait_in_progress: a waiter that does not
+            # meet a pending claim answers in progress at once.
+            "waiters-never-give-up-before-their-deadline",
         ),
         _take_over_after_waiting,
     ),
@@ -899,6 +917,13 @@ PLANTED_BUGS = [
         # Or what follows: the thread's late call meets a completed claim.
         names("no-settling-while-its-operation-acts", "invocation-counted-before-call"),
         _cancelled_call_settled_while_its_thread_acts,
+    ),
+    PlantedBug(
+        "cancelled-async-call-settled-while-its-thread-acts",
+        "a caller that gives up while the thread its async operation started is in the provider",
+        "runner",
+        names("no-settling-while-its-operation-acts", "invocation-counted-before-call"),
+        _async_call_settled_while_its_thread_acts,
     ),
     PlantedBug(
         "retry-start-failure-says-not-invoked",

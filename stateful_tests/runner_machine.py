@@ -18,7 +18,7 @@ import threading
 import warnings
 from datetime import timedelta
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Final
 
 import rfc8785
 from hypothesis import event, note
@@ -216,6 +216,8 @@ OBSERVATION_LIMIT = 2
 
 #: Crashes per run: enough to reach every protocol point, few enough to make progress.
 MAX_CRASHES = 2
+#: Where an async operation that hands its work to a thread of its own runs it.
+HANDED_OFF: Final = "a thread its async operation handed it to"
 
 
 # A zombie's calls, in a run that arranged one: they still meet every fault,
@@ -269,7 +271,9 @@ EXECUTE_ARGUMENTS: dict[str, st.SearchStrategy[Any]] = {
     # decides what to do about a claim it does not hold.
     "wait": st.sampled_from(["no wait", "wait 0 s", *list(WAITS)[1:]]),
     "form": st.sampled_from(["as built", "as built", "keys reversed", "amount as float"]),
-    "runs_in": st.sampled_from(["the event loop", "a worker thread"]),
+    # An async operation may hand its work to a thread of its own (how an
+    # engine's async step calls a sync SDK): cancelling it does not stop that thread.
+    "runs_in": st.sampled_from(["the event loop", "a worker thread", HANDED_OFF]),
 }
 
 
@@ -567,7 +571,7 @@ class RunnerMachineBase(LifecycleRules, LeaseRules, BoundRules, RuleBasedStateMa
             namespace=namespace,
         )
 
-        c.in_thread = runs_in == "a worker thread"
+        c.in_thread = runs_in != "the event loop"
 
         async def acting() -> str:
             # The thread's provider call, run on the loop: while it is under
@@ -575,13 +579,14 @@ class RunnerMachineBase(LifecycleRules, LeaseRules, BoundRules, RuleBasedStateMa
             # the claim and token it was given (no-settling-while-its-operation-acts).
             context = current_attempt()
             assert context is not None
-            c.acting_under = (context.action_id, context.fencing_token)
-            c.answered = asyncio.get_running_loop().create_future()
+            mine = c.acting_under = (context.action_id, context.fencing_token)
+            answered = c.answered = asyncio.get_running_loop().create_future()
             try:
                 return await self.provider.charge(ACTION, key, reference)
             finally:
-                c.acting_under = None
-                c.answered.set_result(None)
+                if c.acting_under == mine:
+                    c.acting_under = None
+                answered.set_result(None)
 
         async def body() -> Any:
             operation: Any = functools.partial(self.provider.charge, ACTION, key, reference)
@@ -600,6 +605,12 @@ class RunnerMachineBase(LifecycleRules, LeaseRules, BoundRules, RuleBasedStateMa
                     return asyncio.run_coroutine_threadsafe(acting(), loop).result()
 
                 operation = blocking_charge
+                if runs_in == HANDED_OFF:
+
+                    async def handed_off() -> str:
+                        return await asyncio.to_thread(blocking_charge)
+
+                    operation = handed_off
             return await runner.execute(
                 ACTION,
                 operation,
@@ -830,7 +841,12 @@ class RunnerMachineBase(LifecycleRules, LeaseRules, BoundRules, RuleBasedStateMa
         """A contender's process dies mid-protocol: its task is cancelled, its client dropped."""
         parked = {c.name: c for c in self._parked()}
         c = parked[data.draw(st.sampled_from(sorted(parked)), label="contender")]
-        self.history.add(f"contender {c.name}", f"crashes while parked at {c.parked_at}")
+        self.history.add(
+            f"contender {c.name}",
+            f"crashes while parked at {c.parked_at}"
+            if not c.finished
+            else "its process dies, and with it the worker thread its caller gave up on",
+        )
         event("crash")
         if c.in_thread and c.parked_at == "provider.charge":
             # Its operation's thread is blocked in the provider call: the
