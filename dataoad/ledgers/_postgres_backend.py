@@ -237,8 +237,11 @@ class Backends:
         """
         if self._ending:
             await asyncio.gather(*self._ending, return_exceptions=True)
-        for backend in list(self._unconfirmed):
-            if await self._ended(pool, backend, limit):
+        # Together: in a partition each waits out ``limit``, and a close must stay bounded.
+        unconfirmed = list(self._unconfirmed)
+        ended = await asyncio.gather(*(self._ended(pool, b, limit) for b in unconfirmed))
+        for backend, gone in zip(unconfirmed, ended, strict=True):
+            if gone:
                 self._unconfirmed.discard(backend)
                 continue
             _log.warning(

@@ -628,3 +628,31 @@ async def test_a_close_ends_again_a_backend_whose_end_was_not_seen_in_time(
     finally:
         await lock.rollback()
     await _never_commits(admin, ledger)
+
+
+async def test_a_close_ends_again_every_unconfirmed_backend_at_once(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """In a partition each end waits out its limit: the close tries them together, so it
+    is bounded by one limit, not one per backend, and warns of each still unseen."""
+    under_way: list[int] = []
+    most = 0
+
+    async def partitioned(pool: Any, backend: tuple[int, datetime], limit: float | None) -> bool:
+        nonlocal most
+        under_way.append(backend[0])
+        most = max(most, len(under_way))
+        try:
+            await asyncio.sleep(3600)  # never answered: only the limit ends it
+        finally:
+            under_way.remove(backend[0])
+        return True
+
+    monkeypatch.setattr(Backends, "_end_and_watch", staticmethod(partitioned))
+    at = datetime(2026, 1, 1, tzinfo=UTC)
+    backends = Backends(5.0)
+    backends._unconfirmed = {(pid, at) for pid in (7, 8, 9)}
+    await backends.close(None, 0.05)
+    assert most == 3
+    assert backends._unconfirmed == {(pid, at) for pid in (7, 8, 9)}  # kept: not seen to end
+    assert caplog.text.count("could not be seen to end before the ledger closed") == 3
